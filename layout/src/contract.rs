@@ -1,0 +1,75 @@
+//! The layout as data, for the parts that are not Rust (the NixOS module, shell checks).
+//!
+//! `nixos-modules/layout.json` is this, rendered; a test fails when the committed copy
+//! drifts, and the module reads names only from that file.
+
+use serde::Serialize;
+
+use crate::names;
+use crate::subvolume::{Subvolume, SUBVOLUMES};
+
+/// Where the rendered contract is committed, relative to the repository root.
+pub const CONTRACT_JSON_PATH: &str = "nixos-modules/layout.json";
+
+/// Everything a non-Rust part may need to name.
+#[derive(Debug, Serialize)]
+pub struct Contract {
+    pub subvolumes: &'static [Subvolume],
+    pub snapshots_subvolume: &'static str,
+    pub snapshots_mount_point: &'static str,
+    pub root_subvolume: &'static str,
+    pub root_blank_subvolume: &'static str,
+    pub request_file: &'static str,
+    pub outcome_file: &'static str,
+    pub keeper_dir: &'static str,
+    pub journal_file: &'static str,
+    pub stem_bus_name: &'static str,
+    pub stem_object_path: &'static str,
+    pub keeper_bus_name: &'static str,
+    pub keeper_object_path: &'static str,
+    pub keeper_user: &'static str,
+    pub default_approver_group: &'static str,
+    pub stem_unit: &'static str,
+    pub keeper_unit: &'static str,
+    pub initrd_restore_unit: &'static str,
+    pub initrd_wipe_root_unit: &'static str,
+    pub kernel_device_key: &'static str,
+    pub default_device: &'static str,
+    pub filesystem_label: &'static str,
+}
+
+impl Contract {
+    pub fn get() -> Self {
+        Contract {
+            subvolumes: &SUBVOLUMES,
+            snapshots_subvolume: crate::SNAPSHOTS_SUBVOLUME,
+            snapshots_mount_point: crate::SNAPSHOTS_MOUNT_POINT,
+            root_subvolume: crate::ROOT_SUBVOLUME,
+            root_blank_subvolume: crate::ROOT_BLANK_SUBVOLUME,
+            request_file: crate::REQUEST_FILE_NAME,
+            outcome_file: crate::OUTCOME_FILE_NAME,
+            keeper_dir: crate::KEEPER_DIR_NAME,
+            journal_file: crate::JOURNAL_FILE_NAME,
+            stem_bus_name: names::STEM_BUS_NAME,
+            stem_object_path: names::STEM_OBJECT_PATH,
+            keeper_bus_name: names::KEEPER_BUS_NAME,
+            keeper_object_path: names::KEEPER_OBJECT_PATH,
+            keeper_user: names::KEEPER_USER,
+            default_approver_group: names::DEFAULT_APPROVER_GROUP,
+            stem_unit: names::STEM_UNIT,
+            keeper_unit: names::KEEPER_UNIT,
+            initrd_restore_unit: names::INITRD_RESTORE_UNIT,
+            initrd_wipe_root_unit: names::INITRD_WIPE_ROOT_UNIT,
+            kernel_device_key: names::KERNEL_DEVICE_KEY,
+            default_device: names::DEFAULT_DEVICE,
+            filesystem_label: names::FILESYSTEM_LABEL,
+        }
+    }
+
+    /// The committed JSON's exact text.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("the contract serializes");
+        s.push('\n');
+        s
+    }
+}

@@ -1,0 +1,74 @@
+//! The one description of a tacid machine's disk and of the files its parts exchange.
+//!
+//! Every other part — stem, keeper, CLI, initrd, the NixOS module, the tests — takes
+//! subvolume names, mount points, the restorable set, snapshot naming and the restore
+//! request's format from here. This crate does no I/O.
+
+mod contract;
+mod outcome;
+mod request;
+mod snapshot_name;
+mod subvolume;
+
+pub use contract::{Contract, CONTRACT_JSON_PATH};
+pub use outcome::{Outcome, OutcomeError, OutcomeResult, Reason, MAX_OUTCOME_BYTES};
+pub use request::{RequestError, RestoreRequest, MAX_REQUEST_BYTES};
+pub use snapshot_name::{SnapshotName, SnapshotNameError};
+pub use subvolume::{Snapshotted, Subvolume, SubvolumeName, SubvolumeNameError, SUBVOLUMES};
+
+/// The subvolume that holds every snapshot, the staged request and the keeper's journal.
+pub const SNAPSHOTS_SUBVOLUME: &str = "@snapshots";
+/// Where the running system mounts [`SNAPSHOTS_SUBVOLUME`].
+pub const SNAPSHOTS_MOUNT_POINT: &str = "/persist/.snapshots";
+/// The ephemeral root, made again from [`ROOT_BLANK_SUBVOLUME`] at every boot.
+pub const ROOT_SUBVOLUME: &str = "@root";
+/// The read-only, empty template of [`ROOT_SUBVOLUME`].
+pub const ROOT_BLANK_SUBVOLUME: &str = "@root-blank";
+
+/// The staged restore request, a file at the top of [`SNAPSHOTS_SUBVOLUME`].
+pub const REQUEST_FILE_NAME: &str = ".restore";
+/// Where the initrd moves a request it refused, so it is not retried at every boot.
+pub const REFUSED_REQUEST_FILE_NAME: &str = ".restore.refused";
+/// The initrd's record of what it did with the last request; read by the keeper.
+pub const OUTCOME_FILE_NAME: &str = ".restore-outcome";
+/// The keeper's own directory on [`SNAPSHOTS_SUBVOLUME`] (owned by the keeper's user),
+/// bound into the keeper's state directory by its unit; no restore replaces it.
+pub const KEEPER_DIR_NAME: &str = ".keeper";
+/// The keeper's SQLite journal, inside [`KEEPER_DIR_NAME`].
+pub const JOURNAL_FILE_NAME: &str = "journal.sqlite";
+/// Prefix of the stem's temporary names (request temp files, half-made snapshots).
+/// Nothing with this prefix is ever listed as a snapshot.
+pub const TEMP_PREFIX: &str = ".tmp.";
+
+/// The full path of the staged request on a running system.
+pub fn request_path() -> String {
+    format!("{SNAPSHOTS_MOUNT_POINT}/{REQUEST_FILE_NAME}")
+}
+
+/// Names on the system bus and in systemd, shared by the daemons, the CLI and the module.
+pub mod names {
+    /// The stem's well-known bus name and interface (versioned).
+    pub const STEM_BUS_NAME: &str = "org.tacid.Stem1";
+    /// The stem's object path.
+    pub const STEM_OBJECT_PATH: &str = "/org/tacid/Stem1";
+    /// The keeper's well-known bus name and interface (versioned).
+    pub const KEEPER_BUS_NAME: &str = "org.tacid.Keeper1";
+    /// The keeper's object path.
+    pub const KEEPER_OBJECT_PATH: &str = "/org/tacid/Keeper1";
+    /// The keeper's system user and group.
+    pub const KEEPER_USER: &str = "tacid-keeper";
+    /// The approver group when none is configured.
+    pub const DEFAULT_APPROVER_GROUP: &str = "wheel";
+    /// systemd units shipped in the package.
+    pub const STEM_UNIT: &str = "tacid-stem.service";
+    pub const KEEPER_UNIT: &str = "tacid-keeper.service";
+    /// initrd units shipped in the package.
+    pub const INITRD_RESTORE_UNIT: &str = "tacid-restore-data.service";
+    pub const INITRD_WIPE_ROOT_UNIT: &str = "tacid-wipe-root.service";
+    /// Kernel command-line key naming the Btrfs device for the initrd.
+    pub const KERNEL_DEVICE_KEY: &str = "tacid.device";
+    /// The device the initrd uses when the kernel command line names none.
+    pub const DEFAULT_DEVICE: &str = "/dev/disk/by-label/tacid";
+    /// The filesystem label a tacid machine's Btrfs carries.
+    pub const FILESYSTEM_LABEL: &str = "tacid";
+}
