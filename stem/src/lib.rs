@@ -1,1 +1,10 @@
-//! placeholder until its issue lands
+//! The stem: the only part of tacid that runs as root and touches subvolumes.
+//!
+//! [`engine`] is the narrow set of privileged acts as plain Rust over the `btrfs` crate;
+//! the D-Bus interface (elsewhere in this crate) only converts and delegates to it.
+//! It reads or writes no file content for anybody: the only files it writes are the
+//! restore request, and the only ones it reads are the request and the initrd's outcome.
+
+pub mod engine;
+
+pub use engine::{Engine, EngineError, Origin, Snapshot, Staged, StoreProblem};
