@@ -1,0 +1,126 @@
+//! What a snapshot is a snapshot of: one rule, used by the stem (to list and to stage) and by
+//! the initrd (to check a request before it swaps anything).
+//!
+//! Btrfs records, for every snapshot, the UUID of the subvolume it was taken of (its parent
+//! UUID). A live subvolume's own UUID changes at every restore (the initrd makes a writable
+//! snapshot of the chosen snapshot and swaps it in), and the replaced subvolume is deleted.
+//! So the UUIDs known to be "this subvolume" are: the live one's, and — when the live one
+//! was made from a snapshot in the store — that snapshot's parent, the live one before it.
+//!
+//! A snapshot whose parent is among those is [`Origin::ParentUuid`]. One whose parent is
+//! unknown (taken of a subvolume that a later restore replaced) is known by its name alone,
+//! [`Origin::NameOnly`]: names in the store are written only by the stem, which is root, in
+//! a directory only root can enter. One whose parent is known to be *another* subvolume is
+//! refused, whatever its name says.
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::{SnapshotName, SubvolumeName};
+
+/// How a snapshot's subvolume is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    /// Its parent UUID is the live subvolume's, or the one the live subvolume replaced.
+    ParentUuid,
+    /// Its parent was replaced by an earlier restore; its name says what it is of.
+    NameOnly,
+}
+
+/// A live subvolume, as Btrfs reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveSubvolume {
+    pub name: SubvolumeName,
+    pub uuid: Uuid,
+    pub parent_uuid: Option<Uuid>,
+}
+
+/// A subvolume in the store, as Btrfs reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredSnapshot {
+    pub name: SnapshotName,
+    pub uuid: Uuid,
+    pub parent_uuid: Option<Uuid>,
+}
+
+/// The answer for one snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// It is a snapshot of this subvolume, known this way.
+    Of(SubvolumeName, Origin),
+    /// Its name says one subvolume, its parent UUID proves another.
+    Contradicts { by_name: SubvolumeName, by_parent: SubvolumeName },
+}
+
+/// The UUIDs known to be (earlier or present) `live`.
+fn lineage(live: &LiveSubvolume, store: &[StoredSnapshot]) -> Vec<Uuid> {
+    let mut known = vec![live.uuid];
+    if let Some(from) = live.parent_uuid {
+        if let Some(made_from) = store.iter().find(|s| s.uuid == from) {
+            known.extend(made_from.parent_uuid);
+        }
+    }
+    known
+}
+
+/// What `snapshot` is a snapshot of, given every live subvolume and the whole store.
+pub fn origin_of(
+    snapshot: &StoredSnapshot,
+    lives: &[LiveSubvolume],
+    store: &[StoredSnapshot],
+) -> Verdict {
+    let by_name = snapshot.name.subvolume();
+    let by_parent = snapshot.parent_uuid.and_then(|parent| {
+        lives.iter().find(|live| lineage(live, store).contains(&parent)).map(|live| live.name)
+    });
+    match by_parent {
+        Some(by_parent) if by_parent == by_name => Verdict::Of(by_name, Origin::ParentUuid),
+        Some(by_parent) => Verdict::Contradicts { by_name, by_parent },
+        None => Verdict::Of(by_name, Origin::NameOnly),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    fn snap(sub: &str, t: u64, uuid: u128, parent: u128) -> StoredSnapshot {
+        let sv = SubvolumeName::parse(sub).unwrap();
+        StoredSnapshot {
+            name: SnapshotName::new(sv, UNIX_EPOCH + Duration::from_secs(t)).unwrap(),
+            uuid: Uuid::from_u128(uuid),
+            parent_uuid: Some(Uuid::from_u128(parent)),
+        }
+    }
+
+    fn live(sub: &str, uuid: u128, parent: Option<u128>) -> LiveSubvolume {
+        LiveSubvolume {
+            name: SubvolumeName::parse(sub).unwrap(),
+            uuid: Uuid::from_u128(uuid),
+            parent_uuid: parent.map(Uuid::from_u128),
+        }
+    }
+
+    #[test]
+    fn through_two_restores() {
+        let home = SubvolumeName::parse("@home").unwrap();
+        // L0 = 1; A, B of L0; restore A -> L1 = 2 (parent A); C of L1; restore B -> L2 = 3.
+        let a = snap("@home", 10, 100, 1);
+        let b = snap("@home", 20, 101, 1);
+        let c = snap("@home", 30, 102, 2);
+        let store = [a, b, c];
+        let lives = [live("@home", 3, Some(101)), live("@log", 50, None)];
+        assert_eq!(origin_of(&a, &lives, &store), Verdict::Of(home, Origin::ParentUuid));
+        assert_eq!(origin_of(&b, &lives, &store), Verdict::Of(home, Origin::ParentUuid));
+        assert_eq!(origin_of(&c, &lives, &store), Verdict::Of(home, Origin::NameOnly));
+    }
+
+    #[test]
+    fn a_name_that_lies_is_caught() {
+        let liar = snap("@home", 10, 100, 50);
+        let lives = [live("@home", 3, None), live("@log", 50, None)];
+        assert!(matches!(origin_of(&liar, &lives, &[liar]), Verdict::Contradicts { .. }));
+    }
+}
