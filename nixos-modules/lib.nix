@@ -1,0 +1,257 @@
+# What the tacid module derives from the layout, written with builtins only, so that
+# checks/nix-checks.sh can evaluate all of it on a machine without nixpkgs.
+#
+# Every name comes from layout.json (rendered by the layout crate; a Rust test fails when
+# the committed copy drifts) or shipped.json (what the package installs; the same test
+# checks that each file and binary exists in the repository). Nothing here retypes a
+# subvolume, a path, a bus name or a unit name.
+let
+  inherit (builtins)
+    concatStringsSep
+    elem
+    filter
+    listToAttrs
+    map
+    stringLength
+    substring
+    ;
+
+  layout = builtins.fromJSON (builtins.readFile ./layout.json);
+  shipped = builtins.fromJSON (builtins.readFile ./shipped.json);
+
+  hasSuffix =
+    suffix: s:
+    let
+      n = stringLength s;
+      m = stringLength suffix;
+    in
+    n >= m && substring (n - m) m s == suffix;
+
+  hasPrefix = prefix: s: substring 0 (stringLength prefix) s == prefix;
+
+  unique = list: builtins.foldl' (acc: x: if elem x acc then acc else acc ++ [ x ]) [ ] list;
+
+  # `tacid-stem.service` -> `tacid-stem`, its attribute name under systemd.services.
+  serviceAttrName =
+    unit:
+    if hasSuffix ".service" unit then
+      substring 0 (stringLength unit - stringLength ".service") unit
+    else
+      throw "tacid: ${unit} is not a .service unit; layout.json and the module disagree";
+
+  names = list: map (s: s.name) list;
+
+  mounted = filter (s: s.mount_point != null) layout.subvolumes;
+  snapshotByDefault = names (filter (s: s.snapshotted == "yes") layout.subvolumes);
+  snapshottable = names (filter (s: elem s.snapshotted [ "yes" "optional" ]) layout.subvolumes);
+  restorableMounted = filter (s: s.restorable) mounted;
+
+  # A shipped file's name, its place in the repository and its place in the package.
+  fileName = entry: layout.${entry.layout_key} + entry.suffix;
+  sourcePath = entry: "${entry.source_dir}/${fileName entry}";
+  installedPath = entry: "${entry.install_dir}/${fileName entry}";
+
+  initrdUnits = [
+    layout.initrd_restore_unit
+    layout.initrd_wipe_root_unit
+  ];
+  initrdUnitEntries = filter (e: elem (fileName e) initrdUnits) shipped.files;
+  initrdUnitDirs = unique (map (e: e.install_dir) initrdUnitEntries);
+  initrdUnitsDir =
+    if builtins.length initrdUnitDirs == 1 then
+      builtins.head initrdUnitDirs
+    else
+      throw "tacid: shipped.json must install both initrd units into one directory, not ${toString initrdUnitDirs}";
+
+  # Units the module enables, and by which target; the Rust name test checks that each
+  # unit file's own [Install] section says the same.
+  enabledUnits = filter (e: e ? wanted_by) shipped.files;
+  enabledInitrdUnits = filter (e: elem (fileName e) initrdUnits) enabledUnits;
+  enabledSystemUnits = filter (e: !(elem (fileName e) initrdUnits)) enabledUnits;
+  wantedByFor =
+    entries:
+    listToAttrs (
+      map
+        (e: {
+          name = serviceAttrName (fileName e);
+          value.wantedBy = [ e.wanted_by ];
+        })
+        entries
+    );
+
+  # Every mount of the layout. Everything the running system's state lives on is mounted
+  # in the initrd (neededForBoot), so activation and bind mounts from /persist find it;
+  # the snapshot store is not needed for boot (the initrd reaches it from the top of the
+  # filesystem) and is mounted in stage 2.
+  fileSystemsFor =
+    device:
+    listToAttrs (
+      map
+        (s: {
+          name = s.mount_point;
+          value = {
+            inherit device;
+            fsType = "btrfs";
+            options = [ "subvol=${s.name}" ];
+            neededForBoot = s.name != layout.snapshots_subvolume;
+          };
+        })
+        mounted
+    );
+
+  # The snapshot store stays root-only (it holds old copies of everybody's files); the
+  # keeper's journal lives in its own directory there, bound into the keeper's state
+  # directory by the keeper's unit, so no restore replaces it.
+  tmpfilesRules = [
+    "d ${layout.snapshots_mount_point} 0700 root root -"
+    "d ${layout.snapshots_mount_point}/${layout.keeper_dir} 0700 ${layout.keeper_user} ${layout.keeper_user} -"
+  ];
+
+  # The initrd finds the filesystem by the default device unless told otherwise.
+  kernelParamsFor =
+    device: if device == layout.default_device then [ ] else [ "${layout.kernel_device_key}=${device}" ];
+
+  fsProblem =
+    device: fileSystems: s:
+    let
+      fs = fileSystems.${s.mount_point} or null;
+      subvolOptions = filter (hasPrefix "subvol=") (fs.options or [ ]);
+    in
+    if fs == null then
+      "it is not declared"
+    else if (fs.fsType or null) != "btrfs" then
+      "its fsType is \"${toString (fs.fsType or "")}\", not \"btrfs\""
+    else if (fs.device or null) != device then
+      "its device is \"${toString (fs.device or "")}\", not services.tacid.device (\"${device}\")"
+    else if
+      subvolOptions != [ "subvol=${s.name}" ] && subvolOptions != [ "subvol=/${s.name}" ]
+    then
+      "its subvolume options are [ ${concatStringsSep " " subvolOptions} ], not [ subvol=${s.name} ]"
+    else
+      null;
+
+  # Each message names the option, the problem and the fix.
+  assertionsFor =
+    { device
+    , initrdSystemd
+    , fileSystems
+    , approverGroup
+    , groups
+    , preSwitchSubvolumes
+    ,
+    }:
+    [
+      {
+        assertion = initrdSystemd;
+        message = "services.tacid: boot.initrd.systemd.enable must be true; tacid puts back a staged restore and remakes ${layout.root_subvolume} in systemd units in the initrd. Set boot.initrd.systemd.enable = true;";
+      }
+      {
+        assertion = elem approverGroup groups;
+        message = "services.tacid.approverGroup: the group \"${approverGroup}\" does not exist, so nobody but root could approve a restore. Define users.groups.\"${approverGroup}\" = { }; and add the people who may approve, or set services.tacid.approverGroup to an existing group.";
+      }
+    ]
+    ++ map
+      (
+        s:
+        let
+          problem = fsProblem device fileSystems s;
+        in
+        {
+          assertion = problem == null;
+          message = "services.tacid: fileSystems.\"${s.mount_point}\" must be the Btrfs subvolume ${s.name} of services.tacid.device, but ${toString problem}. The tacid module declares this mount itself: remove fileSystems.\"${s.mount_point}\" from your configuration (often hardware-configuration.nix), or set services.tacid.device to the device it names; make the disk with scripts/make-disk-layout.sh.";
+        }
+      )
+      mounted
+    ++ map
+      (name: {
+        assertion = elem name snapshottable;
+        message = "services.tacid.preSwitchSnapshot.subvolumes: \"${name}\" cannot be snapshotted (these can: ${concatStringsSep ", " snapshottable}). Remove it from the list.";
+      })
+      preSwitchSubvolumes;
+
+  shellQuote = s: "'" + builtins.replaceStrings [ "'" ] [ "'\\''" ] s + "'";
+
+  # The fragment for system.preSwitchChecks. switch-to-configuration runs the *incoming*
+  # configuration's checks as root with the incoming toplevel as $1 and (in current
+  # nixpkgs) the action as $2; a non-zero exit stops the switch before anything changes.
+  # PATH is not to be trusted there (nixos-rebuild runs it under systemd-run), so every
+  # tool comes by absolute path.
+  preSwitchScript =
+    {
+      # The running system's CLI: it matches the running keeper.
+      tacid
+    , coreutils
+    , skipFile
+    , snapshotArgs
+    ,
+    }:
+    ''
+      incoming="''${1:-}"
+      action="''${2:-}"
+      readlink=${coreutils}/bin/readlink
+      case "$action" in
+        check | dry-activate) exit 0 ;;
+      esac
+      if [ -n "$incoming" ] && [ "$($readlink -f /run/current-system)" = "$($readlink -f "$incoming")" ]; then
+        echo "tacid: no snapshot before this switch: $incoming is already the running configuration."
+        exit 0
+      fi
+      if [ -e ${skipFile} ]; then
+        ${coreutils}/bin/rm -f ${skipFile}
+        echo "tacid: NO snapshot before this switch: ${skipFile} was there (now removed; the next switch takes one again)." >&2
+        exit 0
+      fi
+      if [ ! -x ${tacid} ]; then
+        echo "tacid: no snapshot before this switch: the running system has no ${tacid} yet (first switch to a configuration with tacid); the next switch takes one."
+        exit 0
+      fi
+      target="$incoming"
+      profile=/nix/var/nix/profiles/system
+      link="$($readlink "$profile" 2>/dev/null || true)"
+      case "$link" in
+        system-*-link)
+          if [ "$($readlink -f "$profile")" = "$($readlink -f "$incoming")" ]; then
+            generation="''${link#system-}"
+            target="generation ''${generation%-link}"
+          fi
+          ;;
+      esac
+      if ${tacid} data snapshot --pre-switch ${concatStringsSep " " (map shellQuote snapshotArgs)} --reason "before switching to $target"; then
+        exit 0
+      fi
+      echo "tacid: the snapshot before this switch failed (see above), so the switch was stopped; nothing was changed." >&2
+      echo "  To switch once without a snapshot: touch ${skipFile} as root, then run the same switch again." >&2
+      echo "  To stop taking snapshots before switches: set services.tacid.preSwitchSnapshot.enable = false;" >&2
+      exit 1
+    '';
+
+  # The package's install steps for everything it ships besides the binaries.
+  installCommands = concatStringsSep "\n" (
+    map (e: "install -Dm644 ${sourcePath e} \"$out/${installedPath e}\"") shipped.files
+  );
+in
+{
+  inherit
+    layout
+    shipped
+    serviceAttrName
+    mounted
+    snapshotByDefault
+    snapshottable
+    restorableMounted
+    fileName
+    sourcePath
+    installedPath
+    initrdUnits
+    initrdUnitsDir
+    enabledInitrdUnits
+    enabledSystemUnits
+    wantedByFor
+    fileSystemsFor
+    tmpfilesRules
+    kernelParamsFor
+    assertionsFor
+    preSwitchScript
+    installCommands
+    ;
+}

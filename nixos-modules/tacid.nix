@@ -1,0 +1,151 @@
+# services.tacid: the data leg of a NixOS rollback on Btrfs.
+#
+# Names (subvolumes, mount points, units, bus names, the keeper's user) come from
+# layout.json through lib.nix; none is typed here.
+{ config
+, lib
+, pkgs
+, ...
+}:
+let
+  tacidLib = import ./lib.nix;
+  inherit (tacidLib) layout shipped;
+  cfg = config.services.tacid;
+
+  bin = which: "${cfg.package}/bin/${shipped.binaries.${which}.name}";
+
+  # The initrd units exactly as the package ships them, copied into a small store path
+  # of their own so the initrd does not pull in the whole package.
+  initrdUnits = pkgs.runCommand "tacid-initrd-units" { } ''
+    mkdir -p $out/lib/systemd/system
+    ${lib.concatMapStringsSep "\n" (
+      unit: "cp ${cfg.package}/${tacidLib.initrdUnitsDir}/${unit} $out/lib/systemd/system/${unit}"
+    ) tacidLib.initrdUnits}
+  '';
+
+  # A root-only, one-shot override: /run is root's and is gone at the next boot.
+  skipFile = "/run/tacid-skip-pre-switch-snapshot";
+
+  restorablePaths = lib.concatMapStringsSep ", " (s: s.mount_point) tacidLib.restorableMounted;
+in
+{
+  options.services.tacid = {
+    enable = lib.mkEnableOption ''
+      tacid: snapshots of ${restorablePaths} on one Btrfs filesystem, any of which can be
+      put back at the next boot; a snapshot set before every switch; an ephemeral root'';
+
+    package = lib.mkOption {
+      type = lib.types.package;
+      description = ''
+        The tacid package (daemons, CLI, initrd binary, units and D-Bus files).
+        The flake's `nixosModules.default` sets it to the flake's own package.
+      '';
+    };
+
+    device = lib.mkOption {
+      type = lib.types.str;
+      default = layout.default_device;
+      example = "/dev/disk/by-uuid/0a1b2c3d-0000-0000-0000-000000000000";
+      description = ''
+        The Btrfs filesystem holding the tacid layout. Every mount of the layout uses it,
+        and the initrd is told about it on the kernel command line when it is not the
+        default. `scripts/make-disk-layout.sh` labels the filesystem
+        "${layout.filesystem_label}", which the default names.
+      '';
+    };
+
+    approverGroup = lib.mkOption {
+      type = lib.types.str;
+      default = layout.default_approver_group;
+      description = ''
+        Members of this group may take snapshots and stage restores through `tacid`;
+        root always may. A restore deletes everything written since its snapshot, so
+        choose the group accordingly.
+      '';
+    };
+
+    preSwitchSnapshot = {
+      enable = lib.mkOption {
+        type = lib.types.bool;
+        default = true;
+        description = ''
+          Take a snapshot set before every switch to a new configuration
+          (`nixos-rebuild switch|boot|test`, or `switch-to-configuration` run directly),
+          through `system.preSwitchChecks`. If the snapshot fails, the switch stops;
+          `touch ${skipFile}` as root lets the next switch through once without one.
+        '';
+      };
+
+      subvolumes = lib.mkOption {
+        type = lib.types.listOf lib.types.str;
+        default = tacidLib.snapshotByDefault;
+        defaultText = lib.literalExpression (builtins.toJSON tacidLib.snapshotByDefault);
+        description = ''
+          The subvolumes in the snapshot set taken before a switch. These can be
+          snapshotted: ${lib.concatStringsSep ", " tacidLib.snapshottable}.
+        '';
+      };
+    };
+
+    fileSystems = lib.mkOption {
+      type = lib.types.attrs;
+      readOnly = true;
+      internal = true;
+      description = ''
+        The mounts of the tacid layout, as this module declares them under `fileSystems`;
+        for configurations that replace `fileSystems` wholesale, such as NixOS VM tests.
+      '';
+    };
+  };
+
+  # Retention (how many snapshots to keep, for how long) has no knobs yet: the keeper
+  # has no retention policy to configure. They will be added here when it has.
+
+  config = lib.mkIf cfg.enable {
+    services.tacid.fileSystems = tacidLib.fileSystemsFor cfg.device;
+
+    assertions = tacidLib.assertionsFor {
+      inherit (cfg) device approverGroup;
+      initrdSystemd = config.boot.initrd.systemd.enable;
+      inherit (config) fileSystems;
+      groups = builtins.attrNames config.users.groups;
+      preSwitchSubvolumes = cfg.preSwitchSnapshot.subvolumes;
+    };
+
+    fileSystems = cfg.fileSystems;
+
+    boot.kernelParams = tacidLib.kernelParamsFor cfg.device;
+
+    # The initrd honours a staged restore, then makes the root again from its blank
+    # template; both before the root is mounted. The units are the package's files.
+    boot.initrd.systemd = {
+      extraBin.${shipped.binaries.initrd.name} = bin "initrd";
+      packages = [ initrdUnits ];
+      storePaths = [ initrdUnits ];
+      services = tacidLib.wantedByFor tacidLib.enabledInitrdUnits;
+    };
+
+    systemd.packages = [ cfg.package ];
+    systemd.services = tacidLib.wantedByFor tacidLib.enabledSystemUnits;
+    services.dbus.packages = [ cfg.package ];
+    environment.systemPackages = [ cfg.package ];
+
+    users.users.${layout.keeper_user} = {
+      isSystemUser = true;
+      group = layout.keeper_user;
+      description = "tacid keeper: consent and the journal of snapshots and restores";
+    };
+    users.groups.${layout.keeper_user} = { };
+
+    systemd.tmpfiles.rules = tacidLib.tmpfilesRules;
+
+    system.preSwitchChecks.tacid = lib.mkIf cfg.preSwitchSnapshot.enable (
+      tacidLib.preSwitchScript {
+        tacid = "/run/current-system/sw/bin/${shipped.binaries.cli.name}";
+        coreutils = "${pkgs.coreutils}";
+        inherit skipFile;
+        snapshotArgs = [ ];
+      }
+    );
+  };
+}
