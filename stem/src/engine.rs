@@ -1,9 +1,15 @@
 //! The stem engine: snapshots, listing, deletion and the staged restore, on real Btrfs.
 
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::SystemTime;
 
-use layout::{Outcome, RestoreRequest, SnapshotName, SubvolumeName};
+use btrfs::{Dir, ErrorKind, FileKind, SubvolumeInfo};
+use layout::origin::{origin_of, LiveSubvolume, StoredSnapshot, Verdict};
+use layout::{
+    Outcome, RestoreRequest, SnapshotName, SubvolumeName, OUTCOME_FILE_NAME, REQUEST_FILE_NAME,
+    SNAPSHOTS_SUBVOLUME,
+};
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -26,15 +32,7 @@ pub struct Snapshot {
     pub staged: bool,
 }
 
-/// How the engine knows what a snapshot is of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Origin {
-    /// Its parent UUID is the live subvolume's, or one the live subvolume descends from.
-    ParentUuid,
-    /// Its parent is gone (replaced by an earlier restore); only its name says what it is of.
-    NameOnly,
-}
+pub use layout::origin::Origin;
 
 /// The answer to "stage this restore".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +85,8 @@ pub enum EngineError {
     NoSpace { doing: String },
     #[error("taking the set failed at {member} (the members already taken were removed again): {source}")]
     SetMember { member: SubvolumeName, source: Box<EngineError> },
+    #[error("no free snapshot name for {0} after {MAX_NAME_ATTEMPTS} tries; is the clock stuck?")]
+    NoFreeName(SubvolumeName),
     #[error("the staged request file is unreadable or malformed: {0}")]
     BadRequestFile(String),
     #[error("the outcome file is unreadable or malformed: {0}")]
@@ -107,65 +107,361 @@ fn restorable_list() -> String {
 #[derive(Debug)]
 pub struct Engine {
     top: btrfs::Top,
+    /// Serializes the acts that read-then-write the staged request (stage, withdraw,
+    /// delete), so "refused while staged" cannot race with staging.
+    request_lock: Mutex<()>,
 }
+
+/// Where people see the store, for messages.
+const STORE_PATH: &str = layout::SNAPSHOTS_MOUNT_POINT;
 
 impl Engine {
     /// Open the top level of the tacid filesystem mounted at `top` (subvolid=5).
     pub fn open(top: &Path) -> Result<Engine, EngineError> {
-        let _ = top;
-        unimplemented!()
+        let handle = btrfs::Top::open(top).map_err(|source| EngineError::NotTopLevel {
+            path: top.display().to_string(),
+            source,
+        })?;
+        Ok(Engine { top: handle, request_lock: Mutex::new(()) })
     }
 
     /// Check the snapshots subvolume: a subvolume root, owned by root, mode 0700 or stricter,
     /// not a symlink. Every act below does this first.
     pub fn check_store(&self) -> Result<(), EngineError> {
-        unimplemented!()
+        self.store().map(drop)
+    }
+
+    /// The snapshots subvolume, opened and checked.
+    fn store(&self) -> Result<Dir, EngineError> {
+        let path = STORE_PATH.to_owned();
+        let problem = |p: StoreProblem| EngineError::Store(p);
+        // The stat of the name only makes the message precise; the checks that decide are
+        // made on the opened handle itself, so a swap between the two cannot fool them.
+        match self.top.dir().stat_at(SNAPSHOTS_SUBVOLUME) {
+            Err(e) if e.kind == ErrorKind::NotFound => {
+                return Err(problem(StoreProblem::Missing { path }))
+            }
+            Ok(st) if st.kind == FileKind::Symlink => {
+                return Err(problem(StoreProblem::Symlink { path }))
+            }
+            Ok(st) if st.kind != FileKind::Directory => {
+                return Err(problem(StoreProblem::NotASubvolume { path }))
+            }
+            Err(e) => return Err(e.into()),
+            Ok(_) => {}
+        }
+        let dir = self.top.dir().open_dir(SNAPSHOTS_SUBVOLUME).map_err(|e| match e.kind {
+            ErrorKind::Escapes => problem(StoreProblem::Symlink { path: path.clone() }),
+            ErrorKind::NotFound => problem(StoreProblem::Missing { path: path.clone() }),
+            ErrorKind::NotADirectory => problem(StoreProblem::NotASubvolume { path: path.clone() }),
+            _ => e.into(),
+        })?;
+        if !dir.is_subvolume_root()? {
+            return Err(problem(StoreProblem::NotASubvolume { path }));
+        }
+        let st = dir.stat()?;
+        if st.uid != 0 {
+            return Err(problem(StoreProblem::NotOwnedByRoot { path, uid: st.uid }));
+        }
+        if st.mode & 0o077 != 0 {
+            return Err(problem(StoreProblem::ModeTooOpen { path, mode: st.mode }));
+        }
+        Ok(dir)
+    }
+
+    /// The live subvolume, opened beneath the top and checked to be a subvolume root.
+    fn live(&self, subvolume: SubvolumeName) -> Result<Dir, EngineError> {
+        let wrap = |source| EngineError::LiveSubvolume { subvolume, source };
+        let dir = self.top.dir().open_dir(subvolume.as_str()).map_err(wrap)?;
+        if !dir.is_subvolume_root()? {
+            let source = btrfs::Error {
+                op: "open live subvolume",
+                name: subvolume.to_string(),
+                kind: ErrorKind::NotASubvolume,
+                source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+            };
+            return Err(wrap(source));
+        }
+        Ok(dir)
     }
 
     /// Take one read-only snapshot of a snapshotted subvolume, committed.
     pub fn take(&self, subvolume: SubvolumeName) -> Result<Snapshot, EngineError> {
-        let _ = (&self.top, subvolume);
-        unimplemented!()
+        if !subvolume.subvolume().snapshottable() {
+            return Err(EngineError::NotSnapshottable(subvolume));
+        }
+        let store = self.store()?;
+        self.take_into(&store, subvolume)
+    }
+
+    fn take_into(&self, store: &Dir, subvolume: SubvolumeName) -> Result<Snapshot, EngineError> {
+        let live = self.live(subvolume)?;
+        let mut name = SnapshotName::new(subvolume, SystemTime::now())
+            .map_err(|_| EngineError::NotSnapshottable(subvolume))?;
+        // Names are unique by construction: the filesystem refuses a name that exists, and
+        // the next microsecond is tried. The snapshot ioctl commits its own transaction.
+        for _ in 0..MAX_NAME_ATTEMPTS {
+            match live.snapshot_to(store, &name.to_string(), true) {
+                Ok(info) => {
+                    return Ok(Snapshot {
+                        name,
+                        id: info.id,
+                        uuid: info.uuid,
+                        of: subvolume,
+                        origin: Origin::ParentUuid,
+                        taken: info.created,
+                        readonly: info.readonly,
+                        staged: false,
+                    })
+                }
+                Err(e) if e.kind == ErrorKind::AlreadyExists => name = name.next(),
+                Err(e) if e.kind == ErrorKind::NoSpace => {
+                    self.remove_half_made(store, &name);
+                    return Err(EngineError::NoSpace {
+                        doing: format!("taking a snapshot of {}", subvolume.display_path()),
+                    });
+                }
+                Err(e) => {
+                    self.remove_half_made(store, &name);
+                    return Err(e.into());
+                }
+            }
+        }
+        Err(EngineError::NoFreeName(subvolume))
+    }
+
+    /// A failed snapshot ioctl creates nothing; this makes sure of it.
+    fn remove_half_made(&self, store: &Dir, name: &SnapshotName) {
+        if let Ok(dir) = store.open_dir(&name.to_string()) {
+            if let Ok(info) = dir.subvolume_info() {
+                let _ = store.delete_subvolume_by_id(info.id);
+                let _ = store.commit();
+            }
+        }
     }
 
     /// Take a set, all or nothing: each member committed; on a failure the members already
     /// taken are deleted again and the error names the member that failed.
     pub fn take_set(&self, subvolumes: &[SubvolumeName]) -> Result<Vec<Snapshot>, EngineError> {
-        let _ = subvolumes;
-        unimplemented!()
+        let mut members: Vec<SubvolumeName> = Vec::with_capacity(subvolumes.len());
+        for s in subvolumes {
+            if !s.subvolume().snapshottable() {
+                return Err(EngineError::NotSnapshottable(*s));
+            }
+            if !members.contains(s) {
+                members.push(*s);
+            }
+        }
+        let store = self.store()?;
+        let mut taken = Vec::with_capacity(members.len());
+        for member in members {
+            match self.take_into(&store, member) {
+                Ok(s) => taken.push(s),
+                Err(source) => {
+                    for s in &taken {
+                        let _ = store.delete_subvolume_by_id(s.id);
+                    }
+                    if !taken.is_empty() {
+                        let _ = store.commit();
+                    }
+                    return Err(EngineError::SetMember { member, source: Box::new(source) });
+                }
+            }
+        }
+        Ok(taken)
     }
 
     /// Every snapshot in the store, newest first.
     pub fn list(&self) -> Result<Vec<Snapshot>, EngineError> {
-        unimplemented!()
+        let store = self.store()?;
+        let staged = read_request(&store)?;
+        let view = self.view(&store)?;
+        let mut out = Vec::with_capacity(view.stored.len());
+        for (stored, info) in &view.stored {
+            let (of, origin) = match origin_of(stored, &view.lives, &view.stored_plain()) {
+                Verdict::Of(of, origin) => (of, origin),
+                // Listed by its name: a contradiction matters when restoring, and is
+                // refused there; the list still shows that it exists.
+                Verdict::Contradicts { by_name, .. } => (by_name, Origin::NameOnly),
+            };
+            out.push(Snapshot {
+                name: stored.name,
+                id: info.id,
+                uuid: info.uuid,
+                of,
+                origin,
+                taken: info.created,
+                readonly: info.readonly,
+                staged: staged.is_some_and(|r| r.snapshot() == stored.name),
+            });
+        }
+        out.sort_by(|a, b| b.name.cmp(&a.name));
+        Ok(out)
+    }
+
+    /// The store's snapshots and the live subvolumes, as Btrfs reports them.
+    fn view(&self, store: &Dir) -> Result<View, EngineError> {
+        let mut stored = Vec::new();
+        for entry in store.list_subvolumes()? {
+            // Only direct children with a canonical name are snapshots; temp names and
+            // anything nested are not.
+            if entry.info.dir_id != SUBVOLUME_ROOT_DIR {
+                continue;
+            }
+            let Ok(name) = SnapshotName::parse(&entry.name) else { continue };
+            let plain = StoredSnapshot {
+                name,
+                uuid: entry.info.uuid,
+                parent_uuid: entry.info.parent_uuid,
+            };
+            stored.push((plain, entry.info));
+        }
+        let mut lives = Vec::new();
+        for sub in layout::SUBVOLUMES.iter().filter(|s| s.snapshottable()) {
+            let name = SubvolumeName::parse(sub.name).expect("the table's own names parse");
+            // A missing live subvolume has no lineage; its snapshots are listed by name.
+            if let Ok(dir) = self.live(name) {
+                let info = dir.subvolume_info()?;
+                lives.push(LiveSubvolume { name, uuid: info.uuid, parent_uuid: info.parent_uuid });
+            }
+        }
+        Ok(View { stored, lives })
     }
 
     /// Delete a snapshot; refused while the staged request names it.
     pub fn delete(&self, name: SnapshotName) -> Result<(), EngineError> {
-        let _ = name;
-        unimplemented!()
+        let _guard = self.request_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let store = self.store()?;
+        if let Some(staged) = read_request(&store)? {
+            if staged.snapshot() == name {
+                return Err(EngineError::Pinned(name));
+            }
+        }
+        let info = self.open_snapshot(&store, name)?;
+        store.delete_subvolume_by_id(info.id)?;
+        store.commit()?;
+        Ok(())
+    }
+
+    /// Open a snapshot by name: it must be a subvolume root directly in the store.
+    fn open_snapshot(&self, store: &Dir, name: SnapshotName) -> Result<SubvolumeInfo, EngineError> {
+        let dir = store.open_dir(&name.to_string()).map_err(|e| match e.kind {
+            ErrorKind::NotFound | ErrorKind::NotADirectory | ErrorKind::Escapes => {
+                EngineError::NoSuchSnapshot(name)
+            }
+            _ => e.into(),
+        })?;
+        if !dir.is_subvolume_root()? {
+            return Err(EngineError::NoSuchSnapshot(name));
+        }
+        Ok(dir.subvolume_info()?)
     }
 
     /// Stage a restore of the snapshot `name` (of the subvolume its name and parent say),
     /// written durably.
     pub fn stage_restore(&self, name: SnapshotName) -> Result<Staged, EngineError> {
-        let _ = name;
-        unimplemented!()
+        let _guard = self.request_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let subvolume = name.subvolume();
+        if !subvolume.subvolume().restorable {
+            return Err(EngineError::NotRestorable(subvolume));
+        }
+        let store = self.store()?;
+        let info = self.open_snapshot(&store, name)?;
+        if !info.readonly {
+            return Err(EngineError::NotReadOnly(name));
+        }
+        let view = self.view(&store)?;
+        let stored = StoredSnapshot { name, uuid: info.uuid, parent_uuid: info.parent_uuid };
+        if let Verdict::Contradicts { by_parent, .. } =
+            origin_of(&stored, &view.lives, &view.stored_plain())
+        {
+            return Err(EngineError::OfAnotherSubvolume {
+                snapshot: name,
+                expected: subvolume,
+                actual: by_parent,
+            });
+        }
+        let request = RestoreRequest::new(subvolume, name, info.uuid)
+            .map_err(|e| EngineError::BadRequestFile(e.to_string()))?;
+        match read_request(&store)? {
+            Some(staged) if staged == request => return Ok(Staged::AlreadyStaged(staged)),
+            Some(staged) => return Err(EngineError::AnotherRestoreStaged { staged }),
+            None => {}
+        }
+        store
+            .write_file_durably(REQUEST_FILE_NAME, request.render().as_bytes(), 0o600)
+            .map_err(|e| match e.kind {
+                ErrorKind::NoSpace => {
+                    EngineError::NoSpace { doing: "writing the restore request".into() }
+                }
+                _ => e.into(),
+            })?;
+        Ok(Staged::New(request))
     }
 
     /// Withdraw the staged request; `None` when nothing was staged.
     pub fn withdraw(&self) -> Result<Option<RestoreRequest>, EngineError> {
-        unimplemented!()
+        let _guard = self.request_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let store = self.store()?;
+        let staged = read_request(&store)?;
+        if staged.is_some() {
+            store.remove_file(REQUEST_FILE_NAME)?;
+            store.sync()?;
+        }
+        Ok(staged)
     }
 
     /// The staged request, if any.
     pub fn staged(&self) -> Result<Option<RestoreRequest>, EngineError> {
-        unimplemented!()
+        read_request(&self.store()?)
     }
 
     /// The initrd's record of what it did with the last request, if any.
     pub fn outcome(&self) -> Result<Option<Outcome>, EngineError> {
-        unimplemented!()
+        let store = self.store()?;
+        match store.read_file_limited(OUTCOME_FILE_NAME, layout::MAX_OUTCOME_BYTES) {
+            Ok(None) => Ok(None),
+            Ok(Some((st, bytes))) => {
+                if st.uid != 0 {
+                    return Err(EngineError::BadOutcomeFile(format!("owned by uid {}, not root", st.uid)));
+                }
+                Outcome::parse(&bytes).map(Some).map_err(|e| EngineError::BadOutcomeFile(e.to_string()))
+            }
+            Err(e) => Err(EngineError::BadOutcomeFile(e.to_string())),
+        }
+    }
+}
+
+/// The inode number of a Btrfs subvolume's root directory: a snapshot sits directly in the
+/// store when the directory holding it is the store's root.
+const SUBVOLUME_ROOT_DIR: u64 = 256;
+
+/// How many names one take tries before giving up (each a microsecond later).
+const MAX_NAME_ATTEMPTS: usize = 1000;
+
+/// What Btrfs says about the store and the live subvolumes, read once per act.
+struct View {
+    stored: Vec<(StoredSnapshot, SubvolumeInfo)>,
+    lives: Vec<LiveSubvolume>,
+}
+
+impl View {
+    fn stored_plain(&self) -> Vec<StoredSnapshot> {
+        self.stored.iter().map(|(s, _)| *s).collect()
+    }
+}
+
+/// The staged request, read as the initrd will read it.
+fn read_request(store: &Dir) -> Result<Option<RestoreRequest>, EngineError> {
+    match store.read_file_limited(REQUEST_FILE_NAME, layout::MAX_REQUEST_BYTES) {
+        Ok(None) => Ok(None),
+        Ok(Some((st, bytes))) => {
+            if st.uid != 0 {
+                return Err(EngineError::BadRequestFile(format!("owned by uid {}, not root", st.uid)));
+            }
+            RestoreRequest::parse(&bytes).map(Some).map_err(|e| EngineError::BadRequestFile(e.to_string()))
+        }
+        Err(e) => Err(EngineError::BadRequestFile(e.to_string())),
     }
 }
 
