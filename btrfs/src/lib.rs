@@ -8,10 +8,16 @@
 //! Durability is the caller's to ask for: [`Dir::commit`] commits the filesystem's
 //! current transaction; see `../shared/MACHINE-NOTES.md` for which operations commit.
 
+mod sys;
+
+use std::mem::offset_of;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
-use std::time::SystemTime;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, SystemTime};
 
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags};
+use rustix::io::Errno;
 use uuid::Uuid;
 
 /// The top of a Btrfs filesystem (subvolume id 5), opened once.
@@ -112,16 +118,262 @@ pub enum ErrorKind {
     TooLarge,
     #[error("would block (not a regular file)")]
     WouldBlock,
+    #[error("not a regular file (a directory, fifo, device or socket)")]
+    NotARegularFile,
+    #[error(
+        "not a single path component (empty, `.`, `..`, contains `/` or NUL, or over 255 bytes)"
+    )]
+    InvalidName,
     #[error("failed")]
     Other,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// `BTRFS_SUPER_MAGIC`, the `f_type` of a Btrfs filesystem.
+const BTRFS_MAGIC: u64 = linux_raw_sys::general::BTRFS_SUPER_MAGIC as u64;
+/// The inode number of every subvolume's root directory.
+const SUBVOLUME_ROOT_INO: u64 = linux_raw_sys::btrfs::BTRFS_FIRST_FREE_OBJECTID as u64;
+const TOP_LEVEL_ID: u64 = linux_raw_sys::btrfs::BTRFS_FS_TREE_OBJECTID as u64;
+const ROOT_TREE_ID: u64 = linux_raw_sys::btrfs::BTRFS_ROOT_TREE_OBJECTID as u64;
+const ROOT_ITEM_KEY: u8 = linux_raw_sys::btrfs::BTRFS_ROOT_ITEM_KEY as u8;
+const ROOT_BACKREF_KEY: u8 = linux_raw_sys::btrfs::BTRFS_ROOT_BACKREF_KEY as u8;
+const ROOT_REF_KEY: u8 = linux_raw_sys::btrfs::BTRFS_ROOT_REF_KEY as u8;
+const ROOT_SUBVOL_RDONLY: u64 = linux_raw_sys::btrfs::BTRFS_ROOT_SUBVOL_RDONLY as u64;
+const SUBVOL_RDONLY: u64 = linux_raw_sys::btrfs::BTRFS_SUBVOL_RDONLY as u64;
+
+/// The longest name one directory entry can have.
+pub const NAME_MAX: usize = 255;
+
+impl Error {
+    fn new(op: &'static str, name: &str, kind: ErrorKind, source: std::io::Error) -> Error {
+        Error {
+            op,
+            name: name.to_owned(),
+            kind,
+            source,
+        }
+    }
+
+    /// From an errno, classified the usual way.
+    fn sys(op: &'static str, name: &str, errno: Errno) -> Error {
+        Error::new(op, name, kind_of(errno), std::io::Error::from(errno))
+    }
+
+    /// From an errno, with `kind` for the ones this operation gives a specific meaning.
+    fn sys_with(
+        op: &'static str,
+        name: &str,
+        errno: Errno,
+        special: &[(Errno, ErrorKind)],
+    ) -> Error {
+        let kind = special
+            .iter()
+            .find(|(e, _)| *e == errno)
+            .map_or_else(|| kind_of(errno), |(_, k)| *k);
+        Error::new(op, name, kind, std::io::Error::from(errno))
+    }
+
+    /// A failure found by checking, not by a syscall.
+    fn check(op: &'static str, name: &str, kind: ErrorKind, why: &str) -> Error {
+        Error::new(op, name, kind, std::io::Error::other(why.to_owned()))
+    }
+}
+
+/// The class of a failure from its errno. Operations where an errno means something more
+/// specific (EINVAL from a subvolume ioctl) say so with [`Error::sys_with`].
+fn kind_of(errno: Errno) -> ErrorKind {
+    match errno {
+        Errno::NOENT => ErrorKind::NotFound,
+        Errno::EXIST => ErrorKind::AlreadyExists,
+        Errno::NOSPC | Errno::DQUOT => ErrorKind::NoSpace,
+        Errno::PERM | Errno::ACCESS => ErrorKind::PermissionDenied,
+        Errno::ROFS => ErrorKind::ReadOnly,
+        Errno::NOTEMPTY => ErrorKind::NotEmpty,
+        Errno::NOTDIR => ErrorKind::NotADirectory,
+        // RESOLVE_NO_SYMLINKS / O_NOFOLLOW give ELOOP; RESOLVE_BENEATH gives EXDEV.
+        Errno::LOOP | Errno::XDEV => ErrorKind::Escapes,
+        Errno::AGAIN => ErrorKind::WouldBlock,
+        Errno::FBIG => ErrorKind::TooLarge,
+        Errno::NAMETOOLONG => ErrorKind::InvalidName,
+        _ => ErrorKind::Other,
+    }
+}
+
+/// Refuse anything but one plain path component, before any syscall sees it.
+fn check_name(op: &'static str, name: &str) -> Result<()> {
+    let why = if name.is_empty() {
+        "the name is empty"
+    } else if name == "." || name == ".." {
+        "`.` and `..` are not names of entries"
+    } else if name.contains('/') {
+        "the name contains `/`; give one path component"
+    } else if name.contains('\0') {
+        "the name contains a NUL byte"
+    } else if name.len() > NAME_MAX {
+        "the name is longer than 255 bytes"
+    } else {
+        return Ok(());
+    };
+    Err(Error::check(op, name, ErrorKind::InvalidName, why))
+}
+
+/// The field widths of `struct stat` differ per architecture; these are all widening.
+#[allow(clippy::unnecessary_cast)]
+fn stat_of(st: &rustix::fs::Stat) -> Stat {
+    let kind = match FileType::from_raw_mode(st.st_mode as _) {
+        FileType::Directory => FileKind::Directory,
+        FileType::RegularFile => FileKind::Regular,
+        FileType::Symlink => FileKind::Symlink,
+        FileType::Fifo => FileKind::Fifo,
+        _ => FileKind::Other,
+    };
+    Stat {
+        uid: st.st_uid as u32,
+        gid: st.st_gid as u32,
+        mode: (st.st_mode as u32) & 0o7777,
+        kind,
+        size: st.st_size as u64,
+        ino: st.st_ino as u64,
+    }
+}
+
+fn is_btrfs(fd: BorrowedFd<'_>) -> std::result::Result<bool, Errno> {
+    #[allow(clippy::unnecessary_cast)]
+    let magic = rustix::fs::fstatfs(fd)?.f_type as u64;
+    Ok(magic == BTRFS_MAGIC)
+}
+
+fn uuid_or_none(bytes: [u8; 16]) -> Option<Uuid> {
+    let uuid = Uuid::from_bytes(bytes);
+    (!uuid.is_nil()).then_some(uuid)
+}
+
+fn time_of(sec: u64, nsec: u32) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::new(sec, nsec.min(999_999_999))
+}
+
+/// Read a little-endian integer of `N` bytes at `at`, or zero past the end (old, shorter
+/// root items lack the newer fields).
+fn le<const N: usize>(data: &[u8], at: usize) -> u64 {
+    let mut bytes = [0u8; 8];
+    if let Some(src) = data.get(at..at + N) {
+        bytes[..N].copy_from_slice(src);
+    }
+    u64::from_le_bytes(bytes)
+}
+
+fn bytes16(data: &[u8], at: usize) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    if let Some(src) = data.get(at..at + 16) {
+        out.copy_from_slice(src);
+    }
+    out
+}
+
+/// The fields of an on-disk `btrfs_root_item` that [`SubvolumeInfo`] carries.
+#[derive(Debug, Clone, Copy)]
+struct RootItem {
+    generation: u64,
+    flags: u64,
+    refs: u64,
+    uuid: [u8; 16],
+    parent_uuid: [u8; 16],
+    otransid: u64,
+    otime: (u64, u32),
+}
+
+impl RootItem {
+    fn parse(data: &[u8]) -> RootItem {
+        use linux_raw_sys::btrfs::{btrfs_root_item as R, btrfs_timespec as T};
+        let otime = offset_of!(R, otime);
+        RootItem {
+            generation: le::<8>(data, offset_of!(R, generation)),
+            flags: le::<8>(data, offset_of!(R, flags)),
+            refs: le::<4>(data, offset_of!(R, refs)),
+            uuid: bytes16(data, offset_of!(R, uuid)),
+            parent_uuid: bytes16(data, offset_of!(R, parent_uuid)),
+            otransid: le::<8>(data, offset_of!(R, otransid)),
+            otime: (
+                le::<8>(data, otime + offset_of!(T, sec)),
+                le::<4>(data, otime + offset_of!(T, nsec)) as u32,
+            ),
+        }
+    }
+
+    fn info(&self, id: u64, parent_id: u64, dir_id: u64) -> SubvolumeInfo {
+        SubvolumeInfo {
+            id,
+            parent_id,
+            dir_id,
+            uuid: Uuid::from_bytes(self.uuid),
+            parent_uuid: uuid_or_none(self.parent_uuid),
+            created: time_of(self.otime.0, self.otime.1),
+            created_generation: self.otransid,
+            generation: self.generation,
+            readonly: self.flags & ROOT_SUBVOL_RDONLY != 0,
+        }
+    }
+}
+
+/// A `btrfs_root_ref` (ROOT_REF and ROOT_BACKREF items): the directory and the name.
+fn parse_root_ref(data: &[u8]) -> Option<(u64, String)> {
+    use linux_raw_sys::btrfs::btrfs_root_ref as R;
+    let name_len = le::<2>(data, offset_of!(R, name_len)) as usize;
+    let start = std::mem::size_of::<R>();
+    let name = data.get(start..start + name_len)?;
+    Some((
+        le::<8>(data, offset_of!(R, dirid)),
+        String::from_utf8_lossy(name).into_owned(),
+    ))
+}
+
+fn full_key(id: u64, item_type: u8) -> sys::SearchKey {
+    sys::SearchKey {
+        tree_id: ROOT_TREE_ID,
+        min: (id, item_type, 0),
+        max: (id, item_type, u64::MAX),
+    }
+}
+
 impl Top {
     /// Open `path`, which must be the top level (subvolume id 5) of a Btrfs filesystem.
     pub fn open(path: &Path) -> Result<Top> {
-        unimplemented!("{path:?}")
+        let shown = path.display().to_string();
+        let fd = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| Error::sys("open the top of the Btrfs filesystem", &shown, e))?;
+        Top::from_fd(fd).map_err(|mut e| {
+            e.name = shown;
+            e
+        })
+    }
+
+    /// Take an already open directory (e.g. passed in by a service manager); the same
+    /// checks as [`Top::open`].
+    pub fn from_fd(fd: OwnedFd) -> Result<Top> {
+        const OP: &str = "check the top of the Btrfs filesystem";
+        if !is_btrfs(fd.as_fd()).map_err(|e| Error::sys(OP, "", e))? {
+            return Err(Error::check(
+                OP,
+                "",
+                ErrorKind::NotASubvolume,
+                "not on a Btrfs filesystem",
+            ));
+        }
+        let dir = Dir { fd };
+        let tree = dir.subvolume_id()?;
+        if tree != TOP_LEVEL_ID || !dir.is_subvolume_root()? {
+            let why = format!(
+                "this is subvolume {tree}, not the top level; mount the filesystem with \
+                 -o subvolid=5 and open that mount point"
+            );
+            return Err(Error::check(OP, "", ErrorKind::NotTopLevel, &why));
+        }
+        Ok(Top { dir })
     }
 
     /// The top level as a directory handle.
@@ -131,120 +383,571 @@ impl Top {
 
     /// Every subvolume of the filesystem whose id is `id` (tree search; needs CAP_SYS_ADMIN).
     pub fn subvolume_info_by_id(&self, id: u64) -> Result<SubvolumeInfo> {
-        unimplemented!("{id}")
+        const OP: &str = "look up subvolume";
+        let shown = id.to_string();
+        let mut search = sys::TreeSearch::new();
+        let mut item = None;
+        let mut backref = None;
+        let key = sys::SearchKey {
+            tree_id: ROOT_TREE_ID,
+            min: (id, ROOT_ITEM_KEY, 0),
+            max: (id, ROOT_BACKREF_KEY, u64::MAX),
+        };
+        search
+            .for_each(self.dir.fd.as_fd(), key, |found| {
+                match found.item_type as u8 {
+                    ROOT_ITEM_KEY => item = Some(RootItem::parse(found.data)),
+                    ROOT_BACKREF_KEY if backref.is_none() => {
+                        backref =
+                            parse_root_ref(found.data).map(|(dir_id, _)| (found.offset, dir_id));
+                    }
+                    _ => {}
+                }
+            })
+            .map_err(|e| Error::sys(OP, &shown, e))?;
+        // A deleted subvolume keeps its root item (refs 0) until the cleaner drops it.
+        match item {
+            Some(item) if item.refs > 0 && (backref.is_some() || id == TOP_LEVEL_ID) => {
+                let (parent_id, dir_id) = backref.unwrap_or((0, 0));
+                Ok(item.info(id, parent_id, dir_id))
+            }
+            _ => Err(Error::check(
+                OP,
+                &shown,
+                ErrorKind::NotFound,
+                "no subvolume has this id",
+            )),
+        }
     }
 }
+
+/// Names for unique temporary files: pid + a per-process counter.
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl Dir {
     /// Open `name`, one path component (no `/`, not `.` or `..`), beneath this directory:
     /// `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`,
     /// `O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC`.
     pub fn open_dir(&self, name: &str) -> Result<Dir> {
-        unimplemented!("{name}")
+        const OP: &str = "open directory";
+        check_name(OP, name)?;
+        let resolve =
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        // openat2 answers EAGAIN when a rename raced the lookup; it is safe to ask again.
+        let mut tries = 0;
+        loop {
+            match rustix::fs::openat2(&self.fd, name, flags, Mode::empty(), resolve) {
+                Ok(fd) => return Ok(Dir { fd }),
+                Err(Errno::AGAIN) if tries < 16 => tries += 1,
+                Err(e) => return Err(Error::sys(OP, name, e)),
+            }
+        }
+    }
+
+    /// Another handle on the same directory.
+    pub fn try_clone(&self) -> Result<Dir> {
+        let fd = self
+            .fd
+            .try_clone()
+            .map_err(|e| Error::new("duplicate handle", "", ErrorKind::Other, e))?;
+        Ok(Dir { fd })
     }
 
     /// Owner, mode and kind of this directory.
     pub fn stat(&self) -> Result<Stat> {
-        unimplemented!()
+        rustix::fs::fstat(&self.fd)
+            .map(|st| stat_of(&st))
+            .map_err(|e| Error::sys("stat", "", e))
     }
 
     /// Owner, mode and kind of `name` inside this directory, without following a symlink.
     pub fn stat_at(&self, name: &str) -> Result<Stat> {
-        unimplemented!("{name}")
+        const OP: &str = "stat";
+        check_name(OP, name)?;
+        rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map(|st| stat_of(&st))
+            .map_err(|e| Error::sys(OP, name, e))
     }
 
     /// True when this directory is the root of a subvolume (Btrfs inode 256).
     pub fn is_subvolume_root(&self) -> Result<bool> {
-        unimplemented!()
+        const OP: &str = "check for a subvolume root";
+        let btrfs = is_btrfs(self.fd.as_fd()).map_err(|e| Error::sys(OP, "", e))?;
+        Ok(btrfs && self.stat()?.ino == SUBVOLUME_ROOT_INO)
+    }
+
+    /// The id of the subvolume this directory is in (`BTRFS_IOC_INO_LOOKUP`; no capability
+    /// needed).
+    pub fn subvolume_id(&self) -> Result<u64> {
+        sys::tree_id(self.fd.as_fd()).map_err(|e| {
+            Error::sys_with(
+                "look up the subvolume id",
+                "",
+                e,
+                &[(Errno::NOTTY, ErrorKind::NotASubvolume)],
+            )
+        })
     }
 
     /// The subvolume this directory is in (`BTRFS_IOC_GET_SUBVOL_INFO`).
     pub fn subvolume_info(&self) -> Result<SubvolumeInfo> {
-        unimplemented!()
+        let a = sys::get_subvol_info(self.fd.as_fd()).map_err(|e| {
+            Error::sys_with(
+                "read subvolume info",
+                "",
+                e,
+                &[(Errno::NOTTY, ErrorKind::NotASubvolume)],
+            )
+        })?;
+        Ok(SubvolumeInfo {
+            id: a.treeid,
+            parent_id: a.parent_id,
+            dir_id: a.dirid,
+            uuid: Uuid::from_bytes(a.uuid),
+            parent_uuid: uuid_or_none(a.parent_uuid),
+            created: time_of(a.otime.sec, a.otime.nsec),
+            created_generation: a.otransid,
+            generation: a.generation,
+            readonly: a.flags & ROOT_SUBVOL_RDONLY != 0,
+        })
+    }
+
+    fn require_subvolume_root(&self, op: &'static str) -> Result<()> {
+        if self.is_subvolume_root()? {
+            Ok(())
+        } else {
+            Err(Error::check(
+                op,
+                "",
+                ErrorKind::NotASubvolume,
+                "this directory is not the root of a subvolume",
+            ))
+        }
     }
 
     /// Snapshot the subvolume whose root is `self` to `dest/name` (`BTRFS_IOC_SNAP_CREATE_V2`),
     /// read-only or writable. Fails with `AlreadyExists` if `name` exists; commits nothing
     /// beyond what the ioctl commits.
     pub fn snapshot_to(&self, dest: &Dir, name: &str, readonly: bool) -> Result<SubvolumeInfo> {
-        unimplemented!("{dest:?} {name} {readonly}")
+        const OP: &str = "snapshot to";
+        check_name(OP, name)?;
+        // The kernel snapshots the subvolume *containing* the source fd, so a plain
+        // directory would silently snapshot its whole subvolume: refuse it here.
+        self.require_subvolume_root(OP).map_err(|mut e| {
+            e.name = name.to_owned();
+            e
+        })?;
+        let flags = if readonly { SUBVOL_RDONLY } else { 0 };
+        sys::snap_create(dest.fd.as_fd(), self.fd.as_fd(), name, flags).map_err(|e| {
+            // EXDEV here is "source on another filesystem", not an escape.
+            Error::sys_with(
+                OP,
+                name,
+                e,
+                &[
+                    (Errno::XDEV, ErrorKind::Other),
+                    (Errno::NOTTY, ErrorKind::NotASubvolume),
+                ],
+            )
+        })?;
+        dest.open_dir(name)?.subvolume_info()
     }
 
     /// Make an empty subvolume `name` in this directory (`BTRFS_IOC_SUBVOL_CREATE`).
     pub fn create_subvolume(&self, name: &str) -> Result<SubvolumeInfo> {
-        unimplemented!("{name}")
+        const OP: &str = "create subvolume";
+        check_name(OP, name)?;
+        sys::subvol_create(self.fd.as_fd(), name).map_err(|e| {
+            Error::sys_with(OP, name, e, &[(Errno::NOTTY, ErrorKind::NotASubvolume)])
+        })?;
+        self.open_dir(name)?.subvolume_info()
     }
 
     /// Delete the subvolume with id `id` (`BTRFS_IOC_SNAP_DESTROY_V2`, by id); `self` is any
     /// directory on the same filesystem. `NotEmpty` when it holds other subvolumes.
     pub fn delete_subvolume_by_id(&self, id: u64) -> Result<()> {
-        unimplemented!("{id}")
+        const OP: &str = "delete subvolume";
+        let shown = id.to_string();
+        if id <= TOP_LEVEL_ID || id < SUBVOLUME_ROOT_INO {
+            return Err(Error::check(
+                OP,
+                &shown,
+                ErrorKind::NotASubvolume,
+                "ids below 256 are not deletable subvolumes",
+            ));
+        }
+        sys::snap_destroy_by_id(self.fd.as_fd(), id).map_err(|e| {
+            Error::sys_with(OP, &shown, e, &[(Errno::NOTTY, ErrorKind::NotASubvolume)])
+        })
     }
 
     /// Set or clear the read-only flag of the subvolume whose root is `self`.
     pub fn set_readonly(&self, readonly: bool) -> Result<()> {
-        unimplemented!("{readonly}")
+        const OP: &str = "set the read-only flag";
+        self.require_subvolume_root(OP)?;
+        let special = [
+            (Errno::INVAL, ErrorKind::NotASubvolume),
+            (Errno::NOTTY, ErrorKind::NotASubvolume),
+        ];
+        let flags = sys::subvol_getflags(self.fd.as_fd())
+            .map_err(|e| Error::sys_with(OP, "", e, &special))?;
+        let wanted = if readonly {
+            flags | SUBVOL_RDONLY
+        } else {
+            flags & !SUBVOL_RDONLY
+        };
+        if wanted == flags {
+            return Ok(());
+        }
+        sys::subvol_setflags(self.fd.as_fd(), wanted)
+            .map_err(|e| Error::sys_with(OP, "", e, &special))
     }
 
     /// The subvolumes directly inside the subvolume whose root is `self`, with their names
     /// (tree search of ROOT_REF and ROOT_ITEM; needs CAP_SYS_ADMIN). Includes those in
-    /// nested directories (`name` is then the entry's name in its own directory).
+    /// nested directories (`name` is then the entry's name in its own directory, and
+    /// `info.dir_id` is not 256). Sorted by id.
     pub fn list_subvolumes(&self) -> Result<Vec<SubvolumeEntry>> {
-        unimplemented!()
+        const OP: &str = "list subvolumes";
+        self.require_subvolume_root(OP)?;
+        let parent = self.subvolume_id()?;
+        let fd = self.fd.as_fd();
+        let mut search = sys::TreeSearch::new();
+
+        // ROOT_REF items (parent, 156, child) are contiguous: one pass names every child.
+        let mut children: Vec<(u64, u64, String)> = Vec::new();
+        search
+            .for_each(fd, full_key(parent, ROOT_REF_KEY), |item| {
+                if let Some((dir_id, name)) = parse_root_ref(item.data) {
+                    children.push((item.offset, dir_id, name));
+                }
+            })
+            .map_err(|e| Error::sys(OP, "", e))?;
+        if children.is_empty() {
+            return Ok(Vec::new());
+        }
+        children.sort_by_key(|c| c.0);
+
+        // Their ROOT_ITEMs, in one range pass from the lowest child id to the highest
+        // (snapshots of one store are mostly contiguous ids); items of other subvolumes in
+        // between are skipped.
+        let first = children[0].0;
+        let last = children[children.len() - 1].0;
+        let mut items: Vec<(u64, RootItem)> = Vec::with_capacity(children.len());
+        let range = sys::SearchKey {
+            tree_id: ROOT_TREE_ID,
+            min: (first, ROOT_ITEM_KEY, 0),
+            max: (last, ROOT_ITEM_KEY, u64::MAX),
+        };
+        search
+            .for_each(fd, range, |item| {
+                if item.item_type as u8 == ROOT_ITEM_KEY {
+                    items.push((item.objectid, RootItem::parse(item.data)));
+                }
+            })
+            .map_err(|e| Error::sys(OP, "", e))?;
+
+        let mut entries = Vec::with_capacity(children.len());
+        let mut items = items.into_iter().peekable();
+        for (id, dir_id, name) in children {
+            while items.next_if(|(item_id, _)| *item_id < id).is_some() {}
+            // A child deleted between the two passes has no root item any more: skip it.
+            if let Some((_, item)) = items.next_if(|(item_id, _)| *item_id == id) {
+                entries.push(SubvolumeEntry {
+                    name,
+                    info: item.info(id, parent, dir_id),
+                });
+            }
+        }
+        Ok(entries)
     }
 
     /// Swap the names `a` and `b` in this directory in one step (`renameat2(RENAME_EXCHANGE)`).
     pub fn exchange(&self, a: &str, b: &str) -> Result<()> {
-        unimplemented!("{a} {b}")
+        self.rename_with("exchange", a, b, RenameFlags::EXCHANGE)
     }
 
     /// Rename `from` to `to` in this directory, refusing to replace `to` (`RENAME_NOREPLACE`).
     pub fn rename_noreplace(&self, from: &str, to: &str) -> Result<()> {
-        unimplemented!("{from} {to}")
+        self.rename_with("rename (no replace)", from, to, RenameFlags::NOREPLACE)
     }
 
     /// Rename `from` to `to` in this directory, replacing a file `to` (plain `renameat`).
     pub fn rename_replace(&self, from: &str, to: &str) -> Result<()> {
-        unimplemented!("{from} {to}")
+        self.rename_with("rename", from, to, RenameFlags::empty())
+    }
+
+    fn rename_with(
+        &self,
+        op: &'static str,
+        from: &str,
+        to: &str,
+        flags: RenameFlags,
+    ) -> Result<()> {
+        check_name(op, from)?;
+        check_name(op, to)?;
+        rustix::fs::renameat_with(&self.fd, from, &self.fd, to, flags)
+            .map_err(|e| Error::sys(op, &format!("{from} -> {to}"), e))
     }
 
     /// Write `name` durably: a temp file (`.tmp.` prefix) with `mode`, fsync, rename over
-    /// `name`, fsync this directory.
+    /// `name`, fsync this directory. On failure the temp file is removed and `name` is
+    /// untouched.
     pub fn write_file_durably(&self, name: &str, contents: &[u8], mode: u32) -> Result<()> {
-        unimplemented!("{name} {contents:?} {mode}")
+        const OP: &str = "write durably";
+        check_name(OP, name)?;
+        let temp = format!(
+            ".tmp.{}.{}",
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let file = rustix::fs::openat(
+            &self.fd,
+            temp.as_str(),
+            flags,
+            Mode::from_raw_mode(mode & 0o7777),
+        )
+        .map_err(|e| Error::sys(OP, name, e))?;
+        let written = (|| {
+            // The umask may have narrowed the mode given to openat; set it exactly.
+            rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777))?;
+            let mut rest = contents;
+            while !rest.is_empty() {
+                match rustix::io::write(&file, rest) {
+                    Ok(0) => return Err(Errno::NOSPC),
+                    Ok(n) => rest = &rest[n..],
+                    Err(Errno::INTR) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            rustix::fs::fsync(&file)?;
+            drop(file);
+            rustix::fs::renameat(&self.fd, temp.as_str(), &self.fd, name)
+        })();
+        if let Err(e) = written {
+            let _ = rustix::fs::unlinkat(&self.fd, temp.as_str(), AtFlags::empty());
+            return Err(Error::sys(OP, name, e));
+        }
+        self.sync().map_err(|mut e| {
+            e.op = OP;
+            e.name = name.to_owned();
+            e
+        })
     }
 
     /// Read `name` as untrusted input: opened `O_NOFOLLOW | O_NONBLOCK` (a fifo cannot
     /// block), must be a regular file of at most `max` bytes. `Ok(None)` if it does not
     /// exist. Returns its stat so the caller can check the owner.
     pub fn read_file_limited(&self, name: &str, max: usize) -> Result<Option<(Stat, Vec<u8>)>> {
-        unimplemented!("{name} {max}")
+        const OP: &str = "read";
+        check_name(OP, name)?;
+        // Look before opening: opening a device node can have effects of its own.
+        let before = match self.stat_at(name) {
+            Ok(st) => st,
+            Err(e) if e.kind == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let not_regular = |st: &Stat| {
+            let kind = if st.kind == FileKind::Symlink {
+                ErrorKind::Escapes
+            } else {
+                ErrorKind::NotARegularFile
+            };
+            Error::check(
+                OP,
+                name,
+                kind,
+                &format!("it is a {:?}, not a regular file", st.kind),
+            )
+        };
+        if before.kind != FileKind::Regular {
+            return Err(not_regular(&before));
+        }
+        let flags =
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let file = match rustix::fs::openat(&self.fd, name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(Error::sys(OP, name, e)),
+        };
+        let st = stat_of(&rustix::fs::fstat(&file).map_err(|e| Error::sys(OP, name, e))?);
+        if st.kind != FileKind::Regular {
+            return Err(not_regular(&st)); // replaced between the look and the open
+        }
+        let too_large = || {
+            Error::check(
+                OP,
+                name,
+                ErrorKind::TooLarge,
+                &format!("larger than the limit of {max} bytes"),
+            )
+        };
+        if st.size > max as u64 {
+            return Err(too_large());
+        }
+        // Never trust the size: read at most max + 1 bytes.
+        let mut data = vec![0u8; max.saturating_add(1).min(st.size as usize + 1)];
+        let mut filled = 0;
+        loop {
+            if filled == data.len() {
+                if data.len() > max {
+                    return Err(too_large());
+                }
+                data.resize((data.len() * 2).min(max + 1), 0);
+            }
+            match rustix::io::read(&file, &mut data[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(Error::sys(OP, name, e)),
+            }
+        }
+        if filled > max {
+            return Err(too_large());
+        }
+        data.truncate(filled);
+        Ok(Some((st, data)))
     }
 
     /// Remove the file (not directory) `name`; `Ok(false)` if it did not exist.
     pub fn remove_file(&self, name: &str) -> Result<bool> {
-        unimplemented!("{name}")
+        const OP: &str = "remove file";
+        check_name(OP, name)?;
+        match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
+            Ok(()) => Ok(true),
+            Err(Errno::NOENT) => Ok(false),
+            Err(e) => Err(Error::sys_with(
+                OP,
+                name,
+                e,
+                &[(Errno::ISDIR, ErrorKind::NotARegularFile)],
+            )),
+        }
     }
 
-    /// Make directory `name` with `mode`; `Ok(false)` if it already existed.
+    /// Make directory `name` with exactly `mode`; `Ok(false)` if a directory of that name
+    /// already existed (its mode is left alone). Something else of that name is an error:
+    /// `Escapes` for a symlink, `NotADirectory` for anything else.
     pub fn create_dir(&self, name: &str, mode: u32) -> Result<bool> {
-        unimplemented!("{name} {mode}")
+        const OP: &str = "create directory";
+        check_name(OP, name)?;
+        match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode & 0o7777)) {
+            Ok(()) => {
+                // The umask may have narrowed the mode; set it exactly through a handle.
+                let dir = self.open_dir(name)?;
+                rustix::fs::fchmod(&dir.fd, Mode::from_raw_mode(mode & 0o7777))
+                    .map_err(|e| Error::sys(OP, name, e))?;
+                Ok(true)
+            }
+            Err(Errno::EXIST) => match self.stat_at(name)?.kind {
+                FileKind::Directory => Ok(false),
+                FileKind::Symlink => Err(Error::check(
+                    OP,
+                    name,
+                    ErrorKind::Escapes,
+                    "a symlink has this name",
+                )),
+                other => Err(Error::check(
+                    OP,
+                    name,
+                    ErrorKind::NotADirectory,
+                    &format!("a {other:?} has this name"),
+                )),
+            },
+            Err(e) => Err(Error::sys(OP, name, e)),
+        }
     }
 
     /// fsync this directory (makes renames in it durable; forces a Btrfs commit).
     pub fn sync(&self) -> Result<()> {
-        unimplemented!()
+        rustix::fs::fsync(&self.fd).map_err(|e| Error::sys("fsync directory", "", e))
     }
 
     /// Commit the filesystem's current transaction and wait for it (`BTRFS_IOC_SYNC`).
     pub fn commit(&self) -> Result<()> {
-        unimplemented!()
+        sys::sync(self.fd.as_fd()).map_err(|e| Error::sys("commit the Btrfs transaction", "", e))
     }
 }
 
 impl AsFd for Dir {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        use std::os::fd::AsFd as _;
         self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_are_not_one_component_are_refused() {
+        let long = "x".repeat(256);
+        for name in ["", ".", "..", "a/b", "/", "../x", "a\0b", long.as_str()] {
+            let e = check_name("test", name).expect_err(name);
+            assert_eq!(e.kind, ErrorKind::InvalidName, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn plain_names_are_accepted() {
+        let longest = "x".repeat(255);
+        for name in [
+            "a",
+            "@home",
+            ".restore",
+            "...",
+            "with space",
+            "new\nline",
+            longest.as_str(),
+            "ünï",
+        ] {
+            check_name("test", name).expect(name);
+        }
+    }
+
+    #[test]
+    fn errnos_map_to_the_kinds_callers_act_on() {
+        assert_eq!(kind_of(Errno::NOENT), ErrorKind::NotFound);
+        assert_eq!(kind_of(Errno::NOSPC), ErrorKind::NoSpace);
+        assert_eq!(kind_of(Errno::DQUOT), ErrorKind::NoSpace);
+        assert_eq!(kind_of(Errno::LOOP), ErrorKind::Escapes);
+        assert_eq!(kind_of(Errno::XDEV), ErrorKind::Escapes);
+        assert_eq!(kind_of(Errno::ACCESS), ErrorKind::PermissionDenied);
+        assert_eq!(kind_of(Errno::NOTEMPTY), ErrorKind::NotEmpty);
+        assert_eq!(kind_of(Errno::IO), ErrorKind::Other);
+        let e = Error::sys_with(
+            "op",
+            "n",
+            Errno::INVAL,
+            &[(Errno::INVAL, ErrorKind::NotASubvolume)],
+        );
+        assert_eq!(e.kind, ErrorKind::NotASubvolume);
+    }
+
+    #[test]
+    fn root_ref_and_short_root_item_parse() {
+        let mut data = Vec::new();
+        data.extend_from_slice(&256u64.to_le_bytes());
+        data.extend_from_slice(&7u64.to_le_bytes());
+        data.extend_from_slice(&5u16.to_le_bytes());
+        data.extend_from_slice(b"@home");
+        assert_eq!(parse_root_ref(&data), Some((256, "@home".to_owned())));
+        assert_eq!(parse_root_ref(&data[..20]), None);
+        // An item from an old kernel, cut before the UUIDs: no panic, nil UUIDs.
+        let item = RootItem::parse(&[0u8; 200]);
+        assert_eq!(item.uuid, [0; 16]);
+        assert_eq!(uuid_or_none(item.parent_uuid), None);
+    }
+
+    #[test]
+    fn error_says_what_and_which() {
+        let e = Error::check("snapshot to", "a/b", ErrorKind::InvalidName, "why");
+        assert_eq!(
+            e.to_string(),
+            format!("snapshot to \"a/b\": {}", ErrorKind::InvalidName)
+        );
     }
 }

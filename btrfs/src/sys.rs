@@ -1,0 +1,292 @@
+//! The Btrfs ioctls, each a small safe function over `rustix::ioctl`. The only module with
+//! `unsafe`: every block is an ioctl whose argument is a plain-data struct of the exact
+//! type and size the kernel expects for that opcode (the opcode is computed from that very
+//! type), owned by the caller for the duration of the call.
+#![allow(unsafe_code)]
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use linux_raw_sys::btrfs::{
+    btrfs_ioctl_get_subvol_info_args, btrfs_ioctl_ino_lookup_args, btrfs_ioctl_search_args_v2,
+    btrfs_ioctl_search_key, btrfs_ioctl_vol_args, btrfs_ioctl_vol_args_v2,
+    BTRFS_FIRST_FREE_OBJECTID, BTRFS_IOCTL_MAGIC, BTRFS_SUBVOL_SPEC_BY_ID,
+};
+use rustix::io::Errno;
+use rustix::ioctl::{ioctl, opcode, Ioctl, IoctlOutput, NoArg, Opcode, Updater};
+
+const MAGIC: u8 = BTRFS_IOCTL_MAGIC as u8;
+const SYNC: Opcode = opcode::none(MAGIC, 8);
+const SUBVOL_CREATE: Opcode = opcode::write::<btrfs_ioctl_vol_args>(MAGIC, 14);
+const INO_LOOKUP: Opcode = opcode::read_write::<btrfs_ioctl_ino_lookup_args>(MAGIC, 18);
+const TREE_SEARCH_V2: Opcode = opcode::read_write::<btrfs_ioctl_search_args_v2>(MAGIC, 17);
+const SNAP_CREATE_V2: Opcode = opcode::write::<btrfs_ioctl_vol_args_v2>(MAGIC, 23);
+const SUBVOL_GETFLAGS: Opcode = opcode::read::<u64>(MAGIC, 25);
+const SUBVOL_SETFLAGS: Opcode = opcode::write::<u64>(MAGIC, 26);
+const GET_SUBVOL_INFO: Opcode = opcode::read::<btrfs_ioctl_get_subvol_info_args>(MAGIC, 60);
+const SNAP_DESTROY_V2: Opcode = opcode::write::<btrfs_ioctl_vol_args_v2>(MAGIC, 63);
+
+/// A zeroed value of a linux-raw-sys ioctl struct.
+///
+/// # Safety
+/// `T` must be plain old data for which all-zero bytes are a valid value (integers,
+/// arrays of integers, unions of those, raw pointers): true of every struct used here.
+unsafe fn zeroed<T>() -> T {
+    // SAFETY: the caller promises all-zero is a valid `T`.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Copy `name` into a C string field; the caller has checked it is at most 255 bytes with
+/// no NUL, far below every field used here.
+fn put_name(field: &mut [std::ffi::c_char], name: &str) {
+    for (dst, src) in field.iter_mut().zip(name.as_bytes()) {
+        *dst = *src as std::ffi::c_char;
+    }
+    field[name.len()] = 0;
+}
+
+/// The id of the subvolume (tree) holding `fd` (`BTRFS_IOC_INO_LOOKUP` with treeid 0 and
+/// the first free objectid: the one form the kernel allows without CAP_SYS_ADMIN).
+pub fn tree_id(fd: BorrowedFd<'_>) -> Result<u64, Errno> {
+    // SAFETY: all-zero is valid for this plain-data struct.
+    let mut args: btrfs_ioctl_ino_lookup_args = unsafe { zeroed() };
+    args.treeid = 0;
+    args.objectid = u64::from(BTRFS_FIRST_FREE_OBJECTID);
+    // SAFETY: INO_LOOKUP takes a `btrfs_ioctl_ino_lookup_args` in and out.
+    unsafe { ioctl(fd, Updater::<INO_LOOKUP, _>::new(&mut args)) }?;
+    Ok(args.treeid)
+}
+
+/// `BTRFS_IOC_GET_SUBVOL_INFO` on any fd inside the subvolume (no capability needed).
+pub fn get_subvol_info(fd: BorrowedFd<'_>) -> Result<btrfs_ioctl_get_subvol_info_args, Errno> {
+    // SAFETY: all-zero is valid for this plain-data struct.
+    let mut args: btrfs_ioctl_get_subvol_info_args = unsafe { zeroed() };
+    // SAFETY: GET_SUBVOL_INFO writes a `btrfs_ioctl_get_subvol_info_args`.
+    unsafe { ioctl(fd, Updater::<GET_SUBVOL_INFO, _>::new(&mut args)) }?;
+    Ok(args)
+}
+
+/// `BTRFS_IOC_SNAP_CREATE_V2`: snapshot the subvolume whose root is `source` as
+/// `dest/name`.
+pub fn snap_create(
+    dest: BorrowedFd<'_>,
+    source: BorrowedFd<'_>,
+    name: &str,
+    flags: u64,
+) -> Result<(), Errno> {
+    // SAFETY: all-zero is valid for this plain-data struct (its unions hold integers).
+    let mut args: btrfs_ioctl_vol_args_v2 = unsafe { zeroed() };
+    args.fd = i64::from(source.as_raw_fd());
+    args.flags = flags;
+    // SAFETY: writing a field of a union of plain-data members.
+    put_name(unsafe { &mut args.__bindgen_anon_2.name }, name);
+    // SAFETY: SNAP_CREATE_V2 reads a `btrfs_ioctl_vol_args_v2`; `source` stays open.
+    unsafe { ioctl(dest, Updater::<SNAP_CREATE_V2, _>::new(&mut args)) }
+}
+
+/// `BTRFS_IOC_SUBVOL_CREATE`: an empty subvolume `dir/name`.
+pub fn subvol_create(dir: BorrowedFd<'_>, name: &str) -> Result<(), Errno> {
+    // SAFETY: all-zero is valid for this plain-data struct.
+    let mut args: btrfs_ioctl_vol_args = unsafe { zeroed() };
+    put_name(&mut args.name, name);
+    // SAFETY: SUBVOL_CREATE reads a `btrfs_ioctl_vol_args`.
+    unsafe { ioctl(dir, Updater::<SUBVOL_CREATE, _>::new(&mut args)) }
+}
+
+/// `BTRFS_IOC_SNAP_DESTROY_V2` with `BTRFS_SUBVOL_SPEC_BY_ID`.
+pub fn snap_destroy_by_id(fd: BorrowedFd<'_>, id: u64) -> Result<(), Errno> {
+    // SAFETY: all-zero is valid for this plain-data struct.
+    let mut args: btrfs_ioctl_vol_args_v2 = unsafe { zeroed() };
+    args.flags = u64::from(BTRFS_SUBVOL_SPEC_BY_ID);
+    args.__bindgen_anon_2.subvolid = id;
+    // SAFETY: SNAP_DESTROY_V2 reads a `btrfs_ioctl_vol_args_v2`.
+    unsafe { ioctl(fd, Updater::<SNAP_DESTROY_V2, _>::new(&mut args)) }
+}
+
+/// `BTRFS_IOC_SUBVOL_GETFLAGS` on a subvolume root.
+pub fn subvol_getflags(fd: BorrowedFd<'_>) -> Result<u64, Errno> {
+    let mut flags = 0u64;
+    // SAFETY: SUBVOL_GETFLAGS writes one u64.
+    unsafe { ioctl(fd, Updater::<SUBVOL_GETFLAGS, _>::new(&mut flags)) }?;
+    Ok(flags)
+}
+
+/// `BTRFS_IOC_SUBVOL_SETFLAGS` on a subvolume root.
+pub fn subvol_setflags(fd: BorrowedFd<'_>, mut flags: u64) -> Result<(), Errno> {
+    // SAFETY: SUBVOL_SETFLAGS reads one u64.
+    unsafe { ioctl(fd, Updater::<SUBVOL_SETFLAGS, _>::new(&mut flags)) }
+}
+
+/// `BTRFS_IOC_SYNC`: commit the current transaction and wait for it.
+pub fn sync(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    // SAFETY: SYNC takes no argument.
+    unsafe { ioctl(fd, NoArg::<SYNC>::new()) }
+}
+
+/// The search key of [`TreeSearch`], as plain numbers.
+#[derive(Debug, Clone, Copy)]
+pub struct SearchKey {
+    pub tree_id: u64,
+    pub min: (u64, u8, u64),
+    pub max: (u64, u8, u64),
+}
+
+/// One item found by a tree search: its key and its bytes (little-endian on-disk format).
+#[derive(Debug)]
+pub struct Item<'a> {
+    pub objectid: u64,
+    pub item_type: u32,
+    pub offset: u64,
+    pub data: &'a [u8],
+}
+
+const HEADER_LEN: usize = std::mem::size_of::<linux_raw_sys::btrfs::btrfs_ioctl_search_header>();
+const ARGS_LEN: usize = std::mem::size_of::<btrfs_ioctl_search_args_v2>();
+
+/// A reusable buffer for `BTRFS_IOC_TREE_SEARCH_V2`. 64 KiB holds ~140 root items, so
+/// listing 1000 subvolumes takes a dozen calls.
+#[derive(Debug)]
+pub struct TreeSearch {
+    // u64 words: the args struct needs 8-byte alignment; the kernel fills the tail.
+    words: Vec<u64>,
+}
+
+const SEARCH_BUF_BYTES: usize = 64 * 1024;
+
+impl TreeSearch {
+    pub fn new() -> Self {
+        TreeSearch {
+            words: vec![0; (ARGS_LEN + SEARCH_BUF_BYTES) / 8],
+        }
+    }
+
+    /// Every item with a key in `[key.min, key.max]` (keys compare as (objectid, type,
+    /// offset) tuples, not field by field), in key order, handed to `each`. Loops over
+    /// result batches, advancing the minimum key past the last item seen.
+    pub fn for_each(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        key: SearchKey,
+        mut each: impl FnMut(Item<'_>),
+    ) -> Result<(), Errno> {
+        let mut min = key.min;
+        loop {
+            // SAFETY: all-zero is valid for this plain-data struct.
+            let mut sk: btrfs_ioctl_search_key = unsafe { zeroed() };
+            sk.tree_id = key.tree_id;
+            (sk.min_objectid, sk.min_type, sk.min_offset) = (min.0, u32::from(min.1), min.2);
+            (sk.max_objectid, sk.max_type, sk.max_offset) =
+                (key.max.0, u32::from(key.max.1), key.max.2);
+            sk.max_transid = u64::MAX;
+            sk.nr_items = u32::MAX;
+            let found = self.call(fd, sk)?;
+            if found.nr_items == 0 {
+                return Ok(());
+            }
+            let bytes = self.result_bytes();
+            let mut at = 0usize;
+            let mut last = None;
+            for _ in 0..found.nr_items {
+                let header = &bytes[at..at + HEADER_LEN];
+                let objectid = ne_u64(&header[8..16]);
+                let offset = ne_u64(&header[16..24]);
+                let item_type = ne_u32(&header[24..28]);
+                let len = ne_u32(&header[28..32]) as usize;
+                let data = &bytes[at + HEADER_LEN..at + HEADER_LEN + len];
+                at += HEADER_LEN + len;
+                last = Some((objectid, item_type, offset));
+                each(Item {
+                    objectid,
+                    item_type,
+                    offset,
+                    data,
+                });
+            }
+            let Some((objectid, item_type, offset)) = last else {
+                return Ok(());
+            };
+            // The next key after the last one seen.
+            min = if offset < u64::MAX {
+                (objectid, item_type as u8, offset + 1)
+            } else if item_type < 255 {
+                (objectid, item_type as u8 + 1, 0)
+            } else if objectid < u64::MAX {
+                (objectid + 1, 0, 0)
+            } else {
+                return Ok(());
+            };
+            if min > key.max {
+                return Ok(());
+            }
+        }
+    }
+
+    fn call(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        sk: btrfs_ioctl_search_key,
+    ) -> Result<btrfs_ioctl_search_key, Errno> {
+        let args = self.words.as_mut_ptr().cast::<btrfs_ioctl_search_args_v2>();
+        // SAFETY: `words` is 8-byte aligned and at least ARGS_LEN bytes long, so it holds
+        // one `btrfs_ioctl_search_args_v2` header; the flexible buffer follows it.
+        unsafe {
+            std::ptr::addr_of_mut!((*args).key).write(sk);
+            std::ptr::addr_of_mut!((*args).buf_size).write(SEARCH_BUF_BYTES as u64);
+        }
+        // SAFETY: TREE_SEARCH_V2 reads the header and writes at most `buf_size` bytes after
+        // it, all inside `words`.
+        unsafe {
+            ioctl(
+                fd,
+                SearchV2 {
+                    words: &mut self.words,
+                },
+            )
+        }?;
+        // SAFETY: as above; the kernel updated `key.nr_items`.
+        Ok(unsafe { std::ptr::addr_of!((*args).key).read() })
+    }
+
+    fn result_bytes(&self) -> &[u8] {
+        // SAFETY: viewing initialized u64 words as bytes; u8 has no alignment or validity
+        // requirement.
+        let all = unsafe {
+            std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.words.len() * 8)
+        };
+        &all[ARGS_LEN..]
+    }
+}
+
+/// The TREE_SEARCH_V2 call with the whole buffer (header + results) as its argument.
+struct SearchV2<'a> {
+    words: &'a mut Vec<u64>,
+}
+
+// SAFETY: the opcode is TREE_SEARCH_V2 and the pointer covers the whole argument buffer.
+unsafe impl Ioctl for SearchV2<'_> {
+    type Output = ();
+    const IS_MUTATING: bool = true;
+
+    fn opcode(&self) -> Opcode {
+        TREE_SEARCH_V2
+    }
+
+    fn as_ptr(&mut self) -> *mut std::ffi::c_void {
+        self.words.as_mut_ptr().cast()
+    }
+
+    unsafe fn output_from_ptr(_: IoctlOutput, _: *mut std::ffi::c_void) -> rustix::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn ne_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_ne_bytes(a)
+}
+
+fn ne_u32(b: &[u8]) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[..4]);
+    u32::from_ne_bytes(a)
+}
