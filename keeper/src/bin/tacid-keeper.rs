@@ -1,0 +1,135 @@
+//! `tacid-keeper`: serves `org.tacid.Keeper1` on the system bus, as its own unprivileged user.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use keeper::authority::Authority;
+use keeper::journal::Journal;
+use keeper::keeper1::{introspection_xml, Keeper1};
+use keeper::service::Keeper;
+use layout::names;
+
+/// The keeper of tacid: authority, consent and the journal in front of the stem.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// The journal (SQLite). On a machine: in the state directory, which the unit binds to
+    /// the keeper's own directory on the snapshots subvolume, where no restore reaches.
+    #[arg(long, default_value = "/var/lib/tacid-keeper/journal.sqlite")]
+    journal: PathBuf,
+    /// Members of this group (and root) may snapshot, restore and cancel.
+    #[arg(long, default_value = names::DEFAULT_APPROVER_GROUP)]
+    approver_group: String,
+    /// Connect to this bus instead of the system bus (tests).
+    #[arg(long, env = "TACID_BUS_ADDRESS", hide = true)]
+    bus: Option<String>,
+    /// Print the interface's introspection XML and exit.
+    #[arg(long)]
+    print_introspection: bool,
+}
+
+fn init_logging() {
+    use tracing_subscriber::prelude::*;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TACID_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    match tracing_journald::layer() {
+        Ok(journald) => tracing_subscriber::registry()
+            .with(filter)
+            .with(journald)
+            .init(),
+        // No journald socket (CI, tests): plain lines on stderr.
+        Err(_) => tracing_subscriber::registry()
+            .with(filter)
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.print_introspection {
+        let dir = tempfile_dir();
+        let journal = match Journal::open(&dir.join("introspection.sqlite")) {
+            Ok(j) => j,
+            Err(e) => {
+                eprintln!("tacid-keeper: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        print!(
+            "{}",
+            introspection_xml(Arc::new(Keeper::new(journal, Authority::new("root"))))
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        return ExitCode::SUCCESS;
+    }
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("tacid-keeper: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A private directory for the throwaway journal `--print-introspection` needs.
+fn tempfile_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tacid-keeper-introspect-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let journal = Journal::open(&args.journal).map_err(|e| e.to_string())?;
+    tracing::info!(journal = %args.journal.display(), approver_group = %args.approver_group, "journal open (WAL, synchronous=FULL)");
+    let keeper = Arc::new(Keeper::new(journal, Authority::new(&args.approver_group)));
+    let builder = match &args.bus {
+        Some(address) => zbus::connection::Builder::address(address.as_str()),
+        None => zbus::connection::Builder::system(),
+    };
+    let connection = builder
+        .serve_at(names::KEEPER_OBJECT_PATH, Keeper1::new(keeper.clone()))
+        .build()
+        .await
+        .map_err(|e| format!("connecting to the bus: {e}"))?;
+    keeper.stem().connect(connection.clone());
+    connection
+        .request_name(names::KEEPER_BUS_NAME)
+        .await
+        .map_err(|e| format!("owning {} on the bus: {e} (is another keeper running, or is the bus policy not installed?)", names::KEEPER_BUS_NAME))?;
+    tracing::info!(
+        "serving {} at {}",
+        names::KEEPER_BUS_NAME,
+        names::KEEPER_OBJECT_PATH
+    );
+    match keeper.reconcile().await {
+        Ok(()) => tracing::info!("journal and disk reconciled"),
+        Err(e) => tracing::warn!(
+            "journal and disk not reconciled yet (retried at the next call): {}",
+            e.message()
+        ),
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| e.to_string())?;
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+    tracing::info!("stopping");
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! `org.tacid.Keeper1`: the keeper's D-Bus interface, version 1 (server side).
+//!
+//! Each method learns the caller's uid from the bus (`GetConnectionUnixUser` on the
+//! message's sender) — any failure to learn it is a refusal — and delegates to
+//! [`Keeper`]. The client side is [`crate::wire::Keeper1Proxy`].
+//!
+//! # What this interface deliberately lacks
+//!
+//! - No method deletes a snapshot: pruning is a policy for later, and a person who wants a
+//!   snapshot gone can ask root.
+//! - No method restores now, or reads or writes file content. A restore is staged; the
+//!   next boot honours it.
+//! - No method takes the caller's identity or the words shown as trusted facts: the caller
+//!   is who the bus says, and the words are checked against what the keeper showed them.
+//! - No signals and no properties.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use zbus::message::Header;
+use zbus::names::BusName;
+use zbus::object_server::Interface as _;
+use zbus::proxy::CacheProperties;
+use zbus::{fdo, interface, Connection};
+
+use crate::service::Keeper;
+use crate::wire::{
+    Cancelled, KeeperError, RestorePreview, RestoreStaged, SnapshotEntry, SnapshotSet, Status,
+};
+
+/// The interface served at `/org/tacid/Keeper1`.
+#[derive(Debug, Clone)]
+pub struct Keeper1 {
+    keeper: Arc<Keeper>,
+}
+
+impl Keeper1 {
+    pub fn new(keeper: Arc<Keeper>) -> Self {
+        Keeper1 { keeper }
+    }
+}
+
+/// The caller's uid from the bus's own record; any failure is a refusal.
+async fn caller(connection: &Connection, header: &Header<'_>) -> Result<u32, KeeperError> {
+    let sender = header
+        .sender()
+        .ok_or_else(|| KeeperError::NotAuthorized("the call carries no sender; refused".into()))?;
+    let unknown = |e: zbus::Error| {
+        KeeperError::NotAuthorized(format!(
+            "the bus could not say who is calling ({e}); refused"
+        ))
+    };
+    let bus = fdo::DBusProxy::builder(connection)
+        .cache_properties(CacheProperties::No)
+        .build()
+        .await
+        .map_err(unknown)?;
+    bus.get_connection_unix_user(BusName::Unique(sender.to_owned()))
+        .await
+        .map_err(|e| {
+            KeeperError::NotAuthorized(format!(
+                "the bus could not say who is calling ({e}); refused"
+            ))
+        })
+}
+
+/// `org.tacid.Keeper1`: authority, consent and the journal in front of the stem.
+/// Anybody may call; who may do what is decided inside each method.
+// Literal names because the macro needs literals; a test checks them against layout::names.
+#[interface(name = "org.tacid.Keeper1")]
+impl Keeper1 {
+    /// Every snapshot, newest first: what it is of, when, why, who asked, and whether the
+    /// staged restore names it. Anybody may list. Errors: NotAuthorized (caller unknown),
+    /// StemNotRunning, StemFailed, Journal.
+    async fn list(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<SnapshotEntry>, KeeperError> {
+        let uid = caller(connection, &header).await?;
+        self.keeper.list(uid).await
+    }
+
+    /// Take a set of snapshots, journalled pending first and complete only when the stem
+    /// confirms every member. `subvolumes`: layout names or mount points (empty: the default
+    /// set); `reason`: one line, shown in the list to every user; `pre_switch`: taken before
+    /// a switch of configuration. Root and approvers only. Errors: NotAuthorized,
+    /// InvalidArgument, NotAllowedForSubvolume, StemNotRunning, StemFailed, Journal.
+    async fn snapshot(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        subvolumes: Vec<String>,
+        reason: &str,
+        pre_switch: bool,
+    ) -> Result<SnapshotSet, KeeperError> {
+        let uid = caller(connection, &header).await?;
+        self.keeper
+            .snapshot(uid, &subvolumes, reason, pre_switch)
+            .await
+    }
+
+    /// What restoring `snapshot` would cost, in the words of what is lost. Changes nothing.
+    /// Anybody may ask. Errors: NotAuthorized (caller unknown), InvalidArgument,
+    /// NotAllowedForSubvolume, NoSuchSnapshot, StemNotRunning, StemFailed, Journal.
+    async fn restore_preview(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        snapshot: &str,
+    ) -> Result<RestorePreview, KeeperError> {
+        let uid = caller(connection, &header).await?;
+        self.keeper.restore_preview(uid, snapshot).await
+    }
+
+    /// Stage the restore of `snapshot` for the next boot. `words_shown`: exactly the words
+    /// RestorePreview gave this caller (within 15 minutes); they are journalled as the
+    /// consent. Root and approvers only. The answer always has reboot_needed = true.
+    /// Errors: NotAuthorized, WordsNotShown, InvalidArgument, NotAllowedForSubvolume,
+    /// NoSuchSnapshot, AnotherRestoreStaged, StemNotRunning, StemFailed, Journal.
+    async fn restore_confirm(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        snapshot: &str,
+        words_shown: &str,
+    ) -> Result<RestoreStaged, KeeperError> {
+        let uid = caller(connection, &header).await?;
+        self.keeper
+            .restore_confirm(uid, snapshot, words_shown)
+            .await
+    }
+
+    /// The staged restore and who staged it, the latest outcome of a boot (and whether this
+    /// is the first report of it), and the journal's findings. Anybody may ask.
+    /// Errors: NotAuthorized (caller unknown), StemFailed, Journal.
+    async fn status(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Status, KeeperError> {
+        let uid = caller(connection, &header).await?;
+        self.keeper.status(uid).await
+    }
+
+    /// Withdraw the staged restore (nothing staged: says so, changes nothing). Root and
+    /// approvers only. Errors: NotAuthorized, StemNotRunning, StemFailed, Journal.
+    async fn cancel(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Cancelled, KeeperError> {
+        let uid = caller(connection, &header).await?;
+        self.keeper.cancel(uid).await
+    }
+}
+
+/// The introspection data of `org.tacid.Keeper1`, as committed in `keeper/org.tacid.Keeper1.xml`.
+pub fn introspection_xml(keeper: Arc<Keeper>) -> String {
+    let iface = Keeper1::new(keeper);
+    let mut xml = String::from(
+        "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \
+         \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n\
+         <!-- Generated by `tacid-keeper --print-introspection`; do not edit. -->\n<node>\n",
+    );
+    iface.introspect_to_writer(&mut xml, 1);
+    let _ = writeln!(xml, "</node>");
+    xml
+}
+
+/// The interface's name, from the macro (checked against the layout in a test).
+pub fn interface_name() -> String {
+    Keeper1::name().to_string()
+}

@@ -1,0 +1,150 @@
+//! Journal against disk, after a start or a crash (DESIGN.md section 5).
+//!
+//! The disk is the truth about existence, the journal about who and why. A plain function
+//! of both, so every case is a unit test; the keeper applies the plan it returns.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::journal::{state, Member, RequestRow, SnapshotRow};
+
+/// What to write to the journal so that it agrees with the disk.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// On disk, in no journal row: of unknown origin.
+    pub unknown_origin: Vec<Member>,
+    /// Journalled as present, no longer on disk.
+    pub gone: Vec<String>,
+    /// Pending sets every member of which is on disk: complete.
+    pub complete: Vec<(i64, Vec<Member>)>,
+    /// Pending sets with a member missing: failed, with the members that do exist.
+    pub failed: Vec<(i64, Vec<Member>, Vec<String>)>,
+}
+
+/// Plan the reconciliation. `pending` are snapshot requests left pending (their `subject`
+/// is the subvolumes, space-separated); `disk` is the stem's list.
+///
+/// A pending set's members are found by subvolume among the snapshots no row claims, taken
+/// no earlier than the set was asked for, oldest first. The keeper takes one set at a time
+/// (adr/0011), so after a crash at most one set was in flight and the match is unambiguous.
+pub fn plan(journal: &[SnapshotRow], pending: &[RequestRow], disk: &[Member]) -> Plan {
+    let mut out = Plan::default();
+    let on_disk: HashSet<&str> = disk.iter().map(|m| m.name.as_str()).collect();
+    let known: HashMap<&str, &SnapshotRow> = journal.iter().map(|r| (r.name.as_str(), r)).collect();
+    for row in journal {
+        if row.state == "present" && !on_disk.contains(row.name.as_str()) {
+            out.gone.push(row.name.clone());
+        }
+    }
+    let mut unclaimed: Vec<&Member> = disk
+        .iter()
+        .filter(|m| !known.contains_key(m.name.as_str()))
+        .collect();
+    unclaimed.sort_by_key(|m| (m.taken_micros, m.name.clone()));
+    for set in pending.iter().filter(|r| r.state == state::PENDING) {
+        let mut members = Vec::new();
+        let mut missing = Vec::new();
+        for sub in set.subject.split_whitespace() {
+            let found = unclaimed
+                .iter()
+                .position(|m| m.of_subvolume == sub && m.taken_micros >= set.asked_micros);
+            match found {
+                Some(i) => members.push(unclaimed.remove(i).clone()),
+                None => missing.push(sub.to_owned()),
+            }
+        }
+        if missing.is_empty() {
+            out.complete.push((set.id, members));
+        } else {
+            out.failed.push((set.id, members, missing));
+        }
+    }
+    out.unknown_origin = unclaimed.into_iter().cloned().collect();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(name: &str, of: &str, t: i64) -> Member {
+        Member {
+            name: name.into(),
+            uuid: format!("uuid-{name}"),
+            of_subvolume: of.into(),
+            taken_micros: t,
+        }
+    }
+
+    fn row(name: &str, st: &str) -> SnapshotRow {
+        SnapshotRow {
+            name: name.into(),
+            uuid: String::new(),
+            of_subvolume: "@home".into(),
+            taken_micros: 0,
+            request: None,
+            state: st.into(),
+        }
+    }
+
+    fn pending(id: i64, subs: &str, asked: i64) -> RequestRow {
+        RequestRow {
+            id,
+            asked_micros: asked,
+            uid: 0,
+            user_name: "root".into(),
+            action: "snapshot".into(),
+            subject: subs.into(),
+            reason: String::new(),
+            pre_switch: false,
+            words_shown: String::new(),
+            state: state::PENDING.into(),
+            outcome: String::new(),
+        }
+    }
+
+    #[test]
+    fn unknown_and_gone() {
+        let p = plan(
+            &[row("a", "present"), row("b", "gone"), row("c", "present")],
+            &[],
+            &[m("a", "@home", 1), m("x", "@log", 2)],
+        );
+        assert_eq!(p.gone, ["c"]);
+        assert_eq!(p.unknown_origin, [m("x", "@log", 2)]);
+        assert!(p.complete.is_empty() && p.failed.is_empty());
+    }
+
+    #[test]
+    fn a_pending_set_with_every_member_completes() {
+        let disk = [
+            m("h", "@home", 10),
+            m("l", "@log", 11),
+            m("old", "@home", 5),
+        ];
+        let p = plan(&[], &[pending(7, "@home @log", 9)], &disk);
+        assert_eq!(
+            p.complete,
+            [(7, vec![m("h", "@home", 10), m("l", "@log", 11)])]
+        );
+        // Taken before the set was asked for: not its member.
+        assert_eq!(p.unknown_origin, [m("old", "@home", 5)]);
+    }
+
+    #[test]
+    fn a_pending_set_missing_a_member_fails_and_lists_what_exists() {
+        let p = plan(
+            &[],
+            &[pending(3, "@persist @log @home", 1)],
+            &[m("p", "@persist", 2)],
+        );
+        assert_eq!(
+            p.failed,
+            [(
+                3,
+                vec![m("p", "@persist", 2)],
+                vec!["@log".to_owned(), "@home".to_owned()]
+            )]
+        );
+        assert!(p.unknown_origin.is_empty());
+    }
+}

@@ -1,0 +1,654 @@
+//! The keeper's acts as plain Rust: authority, consent, journal, then the stem.
+//!
+//! Every method takes the caller's uid (from the bus) and returns wire results or a named
+//! error; the interface module only converts. Journal writes are synchronous (one fsync),
+//! done under one mutex; snapshot sets are taken one at a time (adr/0011).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use layout::{SnapshotName, SubvolumeName};
+
+use crate::authority::{Act, Authority};
+use crate::journal::{action, state, Asker, Journal, JournalError, Member, OutcomeRow};
+use crate::reconcile;
+use crate::stem_client::{StemClient, StemError};
+use crate::wire::{
+    Cancelled, KeeperError, RestorePreview, RestoreStaged, SnapshotEntry, SnapshotSet, Status,
+};
+use crate::words::{self, from_micros, to_micros};
+
+/// How long the words of a preview stay good for a confirmation.
+pub const CONSENT_WINDOW: Duration = Duration::from_secs(15 * 60);
+
+/// The keeper: journal, authority and the stem.
+#[derive(Debug)]
+pub struct Keeper {
+    journal: Mutex<Journal>,
+    stem: StemClient,
+    authority: Authority,
+    /// One snapshot set at a time, so a crash leaves at most one set pending.
+    sets: tokio::sync::Mutex<()>,
+    /// Journal and disk have been reconciled since start (retried while the stem is away).
+    reconciled: tokio::sync::Mutex<bool>,
+}
+
+impl From<JournalError> for KeeperError {
+    fn from(e: JournalError) -> Self {
+        KeeperError::Journal(format!(
+            "{e}; nothing was done. See `journalctl -u tacid-keeper`"
+        ))
+    }
+}
+
+fn stem_error(e: StemError) -> KeeperError {
+    match e {
+        StemError::NotRunning => KeeperError::StemNotRunning(e.to_string()),
+        StemError::Refused {
+            ref name,
+            ref message,
+        } => match name.as_str() {
+            "NoSuchSnapshot" => {
+                KeeperError::NoSuchSnapshot(format!("{message}; see `tacid data list`"))
+            }
+            "NotRestorable" | "NotSnapshottable" | "NotReadOnly" | "OfAnotherSubvolume" => {
+                KeeperError::NotAllowedForSubvolume(message.clone())
+            }
+            "AnotherRestoreStaged" => KeeperError::AnotherRestoreStaged(message.clone()),
+            "InvalidArgument" => KeeperError::InvalidArgument(message.clone()),
+            _ => KeeperError::StemFailed(format!("{message} (stem error {name})")),
+        },
+        StemError::Bus(_) => KeeperError::StemFailed(e.to_string()),
+    }
+}
+
+fn parse_snapshot(name: &str) -> Result<SnapshotName, KeeperError> {
+    SnapshotName::parse(name).map_err(|e| {
+        KeeperError::InvalidArgument(format!(
+            "{name:?} is not a snapshot name: {e}; see `tacid data list` for names"
+        ))
+    })
+}
+
+impl Keeper {
+    pub fn new(journal: Journal, authority: Authority) -> Keeper {
+        Keeper {
+            journal: Mutex::new(journal),
+            stem: StemClient::new(),
+            authority,
+            sets: tokio::sync::Mutex::new(()),
+            reconciled: tokio::sync::Mutex::new(false),
+        }
+    }
+
+    /// The stem client (to give it the bus connection).
+    pub fn stem(&self) -> &StemClient {
+        &self.stem
+    }
+
+    /// Run `f` on the journal. It blocks (an fsync), so it leaves the async worker for it.
+    fn journal<T>(
+        &self,
+        f: impl FnOnce(&mut Journal) -> Result<T, JournalError>,
+    ) -> Result<T, KeeperError> {
+        tokio::task::block_in_place(|| {
+            let mut j = self
+                .journal
+                .lock()
+                .map_err(|_| KeeperError::Journal("the journal's lock was poisoned by a crash in the keeper; restart tacid-keeper.service".into()))?;
+            f(&mut j).map_err(KeeperError::from)
+        })
+    }
+
+    fn refuse(
+        &self,
+        asker: &Asker,
+        act: &str,
+        subject: &str,
+        words: &str,
+        why: String,
+    ) -> KeeperError {
+        tracing::warn!(uid = asker.uid, user = %asker.name, act, subject, "refused: {why}");
+        let recorded =
+            self.journal(|j| j.begin(asker, act, subject, "", false, words, state::REFUSED, &why));
+        if let Err(e) = recorded {
+            tracing::error!("could not journal a refusal: {}", e.message());
+        }
+        KeeperError::NotAuthorized(why)
+    }
+
+    /// Bring the journal in line with the disk; once per start, retried while the stem is away.
+    pub async fn reconcile(&self) -> Result<(), KeeperError> {
+        let mut done = self.reconciled.lock().await;
+        if *done {
+            return Ok(());
+        }
+        let _sets = self.sets.lock().await;
+        self.resolve_with_disk().await?;
+        self.read_outcome().await?;
+        *done = true;
+        Ok(())
+    }
+
+    /// Apply [`reconcile::plan`] with the stem's list. Call with `sets` held.
+    async fn resolve_with_disk(&self) -> Result<(), KeeperError> {
+        let disk: Vec<Member> = self
+            .stem
+            .list()
+            .await
+            .map_err(stem_error)?
+            .into_iter()
+            .map(|d| d.member)
+            .collect();
+        let staged = self.stem.staged().await.map_err(stem_error)?;
+        self.journal(|j| {
+            let plan = reconcile::plan(&j.snapshots()?, &j.pending_sets()?, &disk);
+            for name in &plan.gone {
+                j.mark_gone(name)?;
+                tracing::info!(snapshot = %name, "journalled snapshot is gone from disk");
+            }
+            for (id, members) in &plan.complete {
+                j.complete_set(
+                    *id,
+                    members,
+                    "complete (found whole on disk after the keeper restarted)",
+                )?;
+                tracing::info!(set = id, "pending set found complete on disk");
+            }
+            for (id, members, missing) in &plan.failed {
+                let existing: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+                let outcome = format!(
+                    "failed: the keeper stopped while it was taken; missing {}; on disk: {}",
+                    missing.join(", "),
+                    if existing.is_empty() {
+                        "none".into()
+                    } else {
+                        existing.join(", ")
+                    }
+                );
+                j.fail_set(*id, members, &outcome)?;
+                tracing::warn!(set = id, "{outcome}");
+            }
+            for m in &plan.unknown_origin {
+                j.add_unknown_origin(m)?;
+                tracing::info!(snapshot = %m.name, "snapshot of unknown origin found on disk");
+            }
+            // A restore the keeper asked for but never heard back about: the disk says.
+            for r in j.pending_restores()? {
+                let staged_it = staged.as_ref().is_some_and(|s| s.snapshot == r.subject);
+                let (st, outcome) = if staged_it {
+                    (
+                        state::STAGED,
+                        "staged (found staged after the keeper restarted)",
+                    )
+                } else {
+                    (
+                        state::FAILED,
+                        "failed: the keeper stopped before the stem answered; nothing is staged",
+                    )
+                };
+                j.finish(r.id, st, outcome)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Read the initrd's outcome and journal it, once per outcome.
+    async fn read_outcome(&self) -> Result<(), KeeperError> {
+        let Some(o) = self.stem.outcome().await.map_err(stem_error)? else {
+            return Ok(());
+        };
+        let row = OutcomeRow {
+            id: o.id.clone(),
+            result: if o.done {
+                "done".into()
+            } else {
+                "refused".into()
+            },
+            request: o
+                .request
+                .as_ref()
+                .map(|r| format!("{} {}", r.subvolume, r.snapshot))
+                .unwrap_or_default(),
+            reason: o.reason.clone(),
+            finished_micros: o.finished_micros,
+            reported: false,
+        };
+        if self.journal(|j| j.record_outcome(&row))? {
+            tracing::info!(outcome = %row.id, result = %row.result, request = %row.request, "boot's restore outcome: {}", row.reason);
+        }
+        Ok(())
+    }
+
+    /// Reconcile when that has not happened yet; a failure is only logged (the act that
+    /// follows reports the stem's absence itself).
+    async fn ensure_reconciled(&self) {
+        if let Err(e) = self.reconcile().await {
+            tracing::warn!("reconciling journal and disk: {}", e.message());
+        }
+    }
+
+    /// Every snapshot, newest first, with what the journal knows of each.
+    pub async fn list(&self, _uid: u32) -> Result<Vec<SnapshotEntry>, KeeperError> {
+        self.ensure_reconciled().await;
+        let disk = self.stem.list().await.map_err(stem_error)?;
+        let known = self.journal(|j| j.snapshots())?;
+        let known: HashMap<&str, _> = known.iter().map(|r| (r.name.as_str(), r)).collect();
+        let mut out: Vec<SnapshotEntry> = disk
+            .iter()
+            .map(|d| {
+                let m = &d.member;
+                let row = known.get(m.name.as_str()).and_then(|r| r.request.as_ref());
+                let of_path = SubvolumeName::parse(&m.of_subvolume)
+                    .map(|s| s.display_path())
+                    .unwrap_or("?");
+                let (reason, asked_by, uid, origin, pre_switch, set_id) = match row {
+                    Some(r) => (
+                        r.reason.clone(),
+                        r.user_name.clone(),
+                        r.uid,
+                        "journal",
+                        r.pre_switch,
+                        r.id,
+                    ),
+                    None => (
+                        String::new(),
+                        String::new(),
+                        u32::MAX,
+                        "unknown-origin",
+                        false,
+                        0,
+                    ),
+                };
+                SnapshotEntry {
+                    name: m.name.clone(),
+                    of: m.of_subvolume.clone(),
+                    of_path: of_path.to_owned(),
+                    taken_micros: m.taken_micros,
+                    reason,
+                    asked_by,
+                    asked_by_uid: uid,
+                    origin: origin.to_owned(),
+                    pre_switch,
+                    pinned: d.staged,
+                    set_id,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.taken_micros
+                .cmp(&a.taken_micros)
+                .then(b.name.cmp(&a.name))
+        });
+        Ok(out)
+    }
+
+    /// Take a set of snapshots: journalled pending, then taken, then marked complete.
+    pub async fn snapshot(
+        &self,
+        uid: u32,
+        subvolumes: &[String],
+        reason: &str,
+        pre_switch: bool,
+    ) -> Result<SnapshotSet, KeeperError> {
+        let asker = Authority::asker(uid);
+        let mut set: Vec<SubvolumeName> = Vec::new();
+        for s in subvolumes {
+            let sub = SubvolumeName::from_name_or_mount_point(s).map_err(|e| {
+                KeeperError::InvalidArgument(format!(
+                    "{e}; name a subvolume or its mount point, e.g. /home"
+                ))
+            })?;
+            if !sub.subvolume().snapshottable() {
+                return Err(KeeperError::NotAllowedForSubvolume(format!(
+                    "snapshots of {} ({}) are never taken",
+                    sub.display_path(),
+                    sub
+                )));
+            }
+            if !set.contains(&sub) {
+                set.push(sub);
+            }
+        }
+        if set.is_empty() {
+            set = SubvolumeName::default_snapshot_set();
+        }
+        let names: Vec<String> = set.iter().map(|s| s.to_string()).collect();
+        let subject = names.join(" ");
+        if reason.len() > 500 || reason.chars().any(char::is_control) {
+            return Err(KeeperError::InvalidArgument(
+                "a reason is one line of at most 500 bytes".into(),
+            ));
+        }
+        if let Err(why) = self.authority.decide(uid, Act::Change) {
+            return Err(self.refuse(&asker, action::SNAPSHOT, &subject, "", why));
+        }
+        self.ensure_reconciled().await;
+        let _one_at_a_time = self.sets.lock().await;
+        // Sets left pending by an earlier failure are settled before a new one starts, so the
+        // disk can tell them apart.
+        if !self.journal(|j| j.pending_sets())?.is_empty() {
+            self.resolve_with_disk().await?;
+        }
+        let id = self.journal(|j| {
+            j.begin(
+                &asker,
+                action::SNAPSHOT,
+                &subject,
+                reason,
+                pre_switch,
+                "",
+                state::PENDING,
+                "",
+            )
+        })?;
+        match self.stem.take_set(&names).await {
+            Ok(members) => {
+                let outcome = format!(
+                    "complete: {}",
+                    members
+                        .iter()
+                        .map(|m| m.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                );
+                self.journal(|j| j.complete_set(id, &members, &outcome))?;
+                tracing::info!(set = id, uid, user = %asker.name, "{outcome}");
+                let snapshots = members
+                    .iter()
+                    .map(|m| SnapshotEntry {
+                        name: m.name.clone(),
+                        of: m.of_subvolume.clone(),
+                        of_path: SubvolumeName::parse(&m.of_subvolume)
+                            .map(|s| s.display_path())
+                            .unwrap_or("?")
+                            .to_owned(),
+                        taken_micros: m.taken_micros,
+                        reason: reason.to_owned(),
+                        asked_by: asker.name.clone(),
+                        asked_by_uid: uid,
+                        origin: "journal".into(),
+                        pre_switch,
+                        pinned: false,
+                        set_id: id,
+                    })
+                    .collect();
+                Ok(SnapshotSet {
+                    set_id: id,
+                    snapshots,
+                })
+            }
+            Err(e) => {
+                // The stem's take_set is all or nothing; if it went away mid-set, the disk
+                // says what exists, now or at the next reconciliation.
+                match &e {
+                    StemError::Refused { .. } => {
+                        let outcome = format!("failed: {e}");
+                        self.journal(|j| j.fail_set(id, &[], &outcome))?;
+                    }
+                    _ => {
+                        if let Err(again) = self.resolve_with_disk().await {
+                            tracing::warn!(
+                                set = id,
+                                "set left pending until the stem is back: {}",
+                                again.message()
+                            );
+                        }
+                    }
+                }
+                Err(stem_error(e))
+            }
+        }
+    }
+
+    /// Find a snapshot on disk by name.
+    async fn find(
+        &self,
+        name: &SnapshotName,
+    ) -> Result<crate::stem_client::DiskSnapshot, KeeperError> {
+        let text = name.to_string();
+        self.stem
+            .list()
+            .await
+            .map_err(stem_error)?
+            .into_iter()
+            .find(|d| d.member.name == text)
+            .ok_or_else(|| {
+                KeeperError::NoSuchSnapshot(format!(
+                    "there is no snapshot named {text}; see `tacid data list`"
+                ))
+            })
+    }
+
+    /// What restoring `name` would do, in words. Changes nothing on disk; the words shown
+    /// to somebody who may confirm are journalled, so the confirmation can be checked.
+    pub async fn restore_preview(
+        &self,
+        uid: u32,
+        name: &str,
+    ) -> Result<RestorePreview, KeeperError> {
+        let snap = parse_snapshot(name)?;
+        let sub = snap.subvolume();
+        if !sub.subvolume().restorable {
+            return Err(KeeperError::NotAllowedForSubvolume(format!(
+                "{} ({sub}) is never put back: its snapshots exist, but restoring it would strand what depends on it",
+                sub.display_path()
+            )));
+        }
+        let disk = self.find(&snap).await?;
+        let words = words::restore_words(
+            sub.display_path(),
+            from_micros(disk.member.taken_micros),
+            SystemTime::now(),
+        );
+        if self.authority.decide(uid, Act::Change).is_ok() {
+            let asker = Authority::asker(uid);
+            self.journal(|j| {
+                j.begin(
+                    &asker,
+                    action::RESTORE_PREVIEW,
+                    name,
+                    "",
+                    false,
+                    &words,
+                    state::SHOWN,
+                    "shown; nothing changed",
+                )
+            })?;
+        }
+        Ok(RestorePreview {
+            snapshot: name.to_owned(),
+            of: sub.to_string(),
+            of_path: sub.display_path().to_owned(),
+            taken_micros: disk.member.taken_micros,
+            words,
+            already_staged: disk.staged,
+        })
+    }
+
+    /// Stage the restore, given the words the caller was shown.
+    pub async fn restore_confirm(
+        &self,
+        uid: u32,
+        name: &str,
+        words_shown: &str,
+    ) -> Result<RestoreStaged, KeeperError> {
+        let asker = Authority::asker(uid);
+        if let Err(why) = self.authority.decide(uid, Act::Change) {
+            return Err(self.refuse(&asker, action::RESTORE, name, words_shown, why));
+        }
+        let snap = parse_snapshot(name)?;
+        let since = to_micros(SystemTime::now() - CONSENT_WINDOW);
+        let shown = self.journal(|j| j.words_shown(uid, name, since))?;
+        if shown.as_deref() != Some(words_shown) {
+            return Err(KeeperError::WordsNotShown(format!(
+                "these are not the words the keeper showed you for {name} in the last {} minutes; \
+                 run `tacid data restore {name}` again, read what it costs, then add --yes",
+                CONSENT_WINDOW.as_secs() / 60
+            )));
+        }
+        let id = self.journal(|j| {
+            j.begin(
+                &asker,
+                action::RESTORE,
+                name,
+                "",
+                false,
+                words_shown,
+                state::PENDING,
+                "",
+            )
+        })?;
+        match self.stem.stage_restore(name).await {
+            Ok((_request, already, _stem_message)) => {
+                let path = snap.subvolume().display_path();
+                let (st, message) = if already {
+                    (state::ALREADY_STAGED, format!("already staged: {path} goes back to {name} at the next reboot; nothing changed"))
+                } else {
+                    (state::STAGED, format!("staged: {path} goes back to {name} at the next reboot; reboot to put it back"))
+                };
+                self.journal(|j| j.finish(id, st, &message))?;
+                tracing::info!(uid, user = %asker.name, snapshot = name, "{message}");
+                Ok(RestoreStaged {
+                    snapshot: name.to_owned(),
+                    of: snap.subvolume().to_string(),
+                    of_path: path.to_owned(),
+                    already_staged: already,
+                    reboot_needed: true,
+                    message,
+                })
+            }
+            Err(e) => {
+                let outcome = format!("failed: {e}");
+                self.journal(|j| j.finish(id, state::FAILED, &outcome))?;
+                Err(stem_error(e))
+            }
+        }
+    }
+
+    /// Withdraw the staged restore.
+    pub async fn cancel(&self, uid: u32) -> Result<Cancelled, KeeperError> {
+        let asker = Authority::asker(uid);
+        if let Err(why) = self.authority.decide(uid, Act::Change) {
+            return Err(self.refuse(&asker, action::CANCEL, "", "", why));
+        }
+        let id = self.journal(|j| {
+            j.begin(
+                &asker,
+                action::CANCEL,
+                "",
+                "",
+                false,
+                "",
+                state::PENDING,
+                "",
+            )
+        })?;
+        match self.stem.withdraw().await {
+            Ok(Some(r)) => {
+                let path = SubvolumeName::parse(&r.subvolume)
+                    .map(|s| s.display_path())
+                    .unwrap_or("?");
+                let message = format!(
+                    "withdrawn: {path} will not go back to {}; nothing else changed",
+                    r.snapshot
+                );
+                self.journal(|j| j.finish(id, state::WITHDRAWN, &message))?;
+                Ok(Cancelled {
+                    withdrawn: true,
+                    snapshot: r.snapshot,
+                    of_path: path.to_owned(),
+                    message,
+                })
+            }
+            Ok(None) => {
+                let message = "no restore was staged; nothing changed".to_owned();
+                self.journal(|j| j.finish(id, state::NOTHING_STAGED, &message))?;
+                Ok(Cancelled {
+                    withdrawn: false,
+                    snapshot: String::new(),
+                    of_path: String::new(),
+                    message,
+                })
+            }
+            Err(e) => {
+                let outcome = format!("failed: {e}");
+                self.journal(|j| j.finish(id, state::FAILED, &outcome))?;
+                Err(stem_error(e))
+            }
+        }
+    }
+
+    /// The staged restore, the latest outcome of a boot, and the journal's state.
+    pub async fn status(&self, _uid: u32) -> Result<Status, KeeperError> {
+        self.ensure_reconciled().await;
+        let staged = self.stem.staged().await;
+        let stem_running = !matches!(staged, Err(StemError::NotRunning));
+        if stem_running {
+            if let Err(e) = self.read_outcome().await {
+                tracing::warn!("reading the boot's outcome: {}", e.message());
+            }
+        }
+        let staged = match staged {
+            Ok(s) => s,
+            Err(StemError::NotRunning) => None,
+            Err(e) => return Err(stem_error(e)),
+        };
+        let staging = match &staged {
+            Some(s) => self.journal(|j| j.staging_of(&s.snapshot))?,
+            None => None,
+        };
+        let (outcome, unknown, failed) = self.journal(|j| {
+            let o = j.report_latest_outcome()?;
+            let unknown = j
+                .snapshots()?
+                .iter()
+                .filter(|s| s.request.is_none() && s.state == "present")
+                .count() as u32;
+            Ok((o, unknown, j.failed_sets()?))
+        })?;
+        let path = self.journal(|j| Ok(j.path().display().to_string()))?;
+        Ok(Status {
+            stem_running,
+            staged_snapshot: staged
+                .as_ref()
+                .map(|s| s.snapshot.clone())
+                .unwrap_or_default(),
+            staged_of_path: staged
+                .as_ref()
+                .and_then(|s| SubvolumeName::parse(&s.subvolume).ok())
+                .map(|s| s.display_path().to_owned())
+                .unwrap_or_default(),
+            staged_words: staging
+                .as_ref()
+                .map(|r| r.words_shown.clone())
+                .unwrap_or_default(),
+            staged_by: staging
+                .as_ref()
+                .map(|r| r.user_name.clone())
+                .unwrap_or_default(),
+            outcome_id: outcome.as_ref().map(|o| o.id.clone()).unwrap_or_default(),
+            outcome_result: outcome
+                .as_ref()
+                .map(|o| o.result.clone())
+                .unwrap_or_default(),
+            outcome_request: outcome
+                .as_ref()
+                .map(|o| o.request.clone())
+                .unwrap_or_default(),
+            outcome_reason: outcome
+                .as_ref()
+                .map(|o| o.reason.clone())
+                .unwrap_or_default(),
+            outcome_finished_micros: outcome
+                .as_ref()
+                .map(|o| o.finished_micros)
+                .unwrap_or_default(),
+            outcome_new: outcome.as_ref().is_some_and(|o| !o.reported),
+            unknown_origin: unknown,
+            failed_sets: failed,
+            journal_path: path,
+        })
+    }
+}

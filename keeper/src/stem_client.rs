@@ -1,0 +1,204 @@
+//! The keeper's side of `org.tacid.Stem1`: the stem's proxy, its answers turned into the
+//! keeper's terms, and the stem's absence turned into one clear sentence.
+//!
+//! The proxy sends to the stem's well-known name, so a stem that restarts (new unique name)
+//! is reached again by the next call with nothing to reconnect; a call that finds no stem
+//! is tried once more after a short pause, in case it is starting.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use stem::stem1::{self, Stem1Proxy};
+use zbus::proxy::CacheProperties;
+use zbus::{Connection, DBusError as _};
+
+use crate::journal::Member;
+
+/// What the caller is told when the stem is not on the bus.
+pub const STEM_NOT_RUNNING: &str =
+    "the stem is not running; start tacid-stem.service (`systemctl start tacid-stem.service`) and try again";
+
+/// A snapshot on disk, as the stem lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskSnapshot {
+    pub member: Member,
+    /// The staged restore names it.
+    pub staged: bool,
+}
+
+/// A staged request, as the stem reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub subvolume: String,
+    pub snapshot: String,
+    pub uuid: String,
+}
+
+/// The initrd's outcome, as the stem reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub id: String,
+    pub done: bool,
+    pub finished_micros: i64,
+    pub request: Option<Request>,
+    pub reason: String,
+}
+
+/// The stem said no, or could not be reached.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StemError {
+    #[error("{STEM_NOT_RUNNING}")]
+    NotRunning,
+    /// A named error of `org.tacid.Stem1` (`name` is the part after `Error.`).
+    #[error("the stem refused: {message}")]
+    Refused { name: String, message: String },
+    #[error("talking to the stem failed: {0}")]
+    Bus(String),
+}
+
+/// The stem, over the keeper's bus connection (set once the connection exists).
+#[derive(Debug, Default)]
+pub struct StemClient {
+    connection: OnceLock<Connection>,
+}
+
+fn member(s: &stem1::SnapshotInfo) -> DiskSnapshot {
+    DiskSnapshot {
+        member: Member {
+            name: s.name.clone(),
+            uuid: s.uuid.clone(),
+            of_subvolume: s.of.clone(),
+            taken_micros: s.taken_unix_micros,
+        },
+        staged: s.staged,
+    }
+}
+
+fn request(r: &stem1::RequestInfo) -> Request {
+    Request {
+        subvolume: r.subvolume.clone(),
+        snapshot: r.snapshot.clone(),
+        uuid: r.uuid.clone(),
+    }
+}
+
+fn classify(e: stem1::Error) -> StemError {
+    match e {
+        stem1::Error::ZBus(zbus::Error::MethodError(name, message, _)) => {
+            let name = name.as_str();
+            // The bus answers these when nobody owns the stem's name (or activation failed).
+            if name == "org.freedesktop.DBus.Error.ServiceUnknown"
+                || name == "org.freedesktop.DBus.Error.NameHasNoOwner"
+                || name == "org.freedesktop.DBus.Error.NoReply"
+                || name == "org.freedesktop.DBus.Error.Spawn.ServiceNotFound"
+            {
+                StemError::NotRunning
+            } else {
+                StemError::Refused {
+                    name: name.rsplit('.').next().unwrap_or(name).to_owned(),
+                    message: message.unwrap_or_default(),
+                }
+            }
+        }
+        stem1::Error::ZBus(other) => StemError::Bus(other.to_string()),
+        named => {
+            let full = named.name().to_string();
+            StemError::Refused {
+                name: full.rsplit('.').next().unwrap_or(&full).to_owned(),
+                message: named.description().unwrap_or_default().to_owned(),
+            }
+        }
+    }
+}
+
+impl StemClient {
+    pub fn new() -> Self {
+        StemClient::default()
+    }
+
+    /// Use `connection` from now on (once).
+    pub fn connect(&self, connection: Connection) {
+        let _ = self.connection.set(connection);
+    }
+
+    async fn proxy(&self) -> Result<Stem1Proxy<'static>, StemError> {
+        let conn = self.connection.get().ok_or(StemError::NotRunning)?;
+        Stem1Proxy::builder(conn)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|e| StemError::Bus(e.to_string()))
+    }
+
+    /// Call `f` on the proxy; when the stem is not there, wait a moment and try once more.
+    async fn call<T, F, Fut>(&self, f: F) -> Result<T, StemError>
+    where
+        F: Fn(Stem1Proxy<'static>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, stem1::Error>>,
+    {
+        let proxy = self.proxy().await?;
+        match f(proxy.clone()).await.map_err(classify) {
+            Err(StemError::NotRunning) => {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                f(proxy).await.map_err(classify)
+            }
+            other => other,
+        }
+    }
+
+    /// Every snapshot in the store, newest first.
+    pub async fn list(&self) -> Result<Vec<DiskSnapshot>, StemError> {
+        let all = self.call(|p| async move { p.list().await }).await?;
+        Ok(all.iter().map(member).collect())
+    }
+
+    /// Take a set, all or nothing; the members in the order asked.
+    pub async fn take_set(&self, subvolumes: &[String]) -> Result<Vec<Member>, StemError> {
+        let subs = subvolumes.to_vec();
+        let taken = self
+            .call(|p| {
+                let subs = subs.clone();
+                async move { p.take_set(subs).await }
+            })
+            .await?;
+        Ok(taken.iter().map(|s| member(s).member).collect())
+    }
+
+    /// Stage a restore; `(request, already_staged, message)`.
+    pub async fn stage_restore(&self, name: &str) -> Result<(Request, bool, String), StemError> {
+        let name = name.to_owned();
+        // Not retried: staging is idempotent, but one answer per request keeps the journal plain.
+        let proxy = self.proxy().await?;
+        let s = proxy.stage_restore(&name).await.map_err(classify)?;
+        Ok((request(&s.request), s.already_staged, s.message))
+    }
+
+    /// Withdraw the staged request; the one withdrawn, if any.
+    pub async fn withdraw(&self) -> Result<Option<Request>, StemError> {
+        let w = self.call(|p| async move { p.withdraw().await }).await?;
+        Ok(w.first().map(request))
+    }
+
+    /// The staged request, if any.
+    pub async fn staged(&self) -> Result<Option<Request>, StemError> {
+        let s = self.call(|p| async move { p.staged().await }).await?;
+        Ok(s.first().map(request))
+    }
+
+    /// The initrd's last outcome, if any.
+    pub async fn outcome(&self) -> Result<Option<Outcome>, StemError> {
+        let o = self.call(|p| async move { p.outcome().await }).await?;
+        let Some(o) = o.first() else { return Ok(None) };
+        // The same identity the layout gives an outcome: its finishing time, as stamped.
+        let id = layout::Outcome::try_from(o)
+            .map(|x| x.id())
+            .unwrap_or_else(|_| o.finished_unix_micros.to_string());
+        Ok(Some(Outcome {
+            id,
+            done: o.result == stem1::OutcomeResultInfo::Done,
+            finished_micros: o.finished_unix_micros,
+            request: o.request.first().map(request),
+            reason: o.reason.clone(),
+        }))
+    }
+}

@@ -1,0 +1,184 @@
+//! What crosses the bus between the CLI and the keeper: the `org.tacid.Keeper1` proxy, its
+//! argument and result types, and its named errors.
+//!
+//! D-Bus has no "absent": an empty string or `0` means "none" in the fields that say so.
+//! Times are microseconds since the epoch, UTC.
+
+use serde::{Deserialize, Serialize};
+use zbus::Type;
+
+/// One snapshot as the keeper knows it: the disk says it exists, the journal says why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct SnapshotEntry {
+    /// Its name in the store (`@home.2026-12-01T140200.123456Z`).
+    pub name: String,
+    /// The subvolume it is of (`@home`).
+    pub of: String,
+    /// Where that subvolume is mounted, for people (`/home`).
+    pub of_path: String,
+    /// When it was taken, µs since the epoch (UTC).
+    pub taken_micros: i64,
+    /// Why it was taken, in words ("asked by alice: before the upgrade"); empty when unknown.
+    pub reason: String,
+    /// Who asked: user name, and uid (`u32::MAX` when the journal does not know).
+    pub asked_by: String,
+    pub asked_by_uid: u32,
+    /// `journal` (the keeper took it), or `unknown-origin` (on disk, never journalled).
+    pub origin: String,
+    /// Taken before a switch to a new configuration.
+    pub pre_switch: bool,
+    /// The staged restore names it (it cannot be deleted until that is cancelled).
+    pub pinned: bool,
+    /// The journal's set id (0 when unknown origin).
+    pub set_id: i64,
+}
+
+/// The answer to `Snapshot`: every member exists and is committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct SnapshotSet {
+    /// The journal's id of the set.
+    pub set_id: i64,
+    /// The members, one per subvolume asked for.
+    pub snapshots: Vec<SnapshotEntry>,
+}
+
+/// What a restore of one snapshot would do, in the words shown to the person.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct RestorePreview {
+    pub snapshot: String,
+    pub of: String,
+    pub of_path: String,
+    pub taken_micros: i64,
+    /// The exact words; `RestoreConfirm` must be given these same words back.
+    pub words: String,
+    /// This very restore is already staged.
+    pub already_staged: bool,
+}
+
+/// The answer to `RestoreConfirm`. It is never "restored": a restore happens at a boot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct RestoreStaged {
+    pub snapshot: String,
+    pub of: String,
+    pub of_path: String,
+    /// The same request was already staged; nothing changed.
+    pub already_staged: bool,
+    /// Always true: nothing is put back until the next boot.
+    pub reboot_needed: bool,
+    /// The sentence the journal recorded as the outcome.
+    pub message: String,
+}
+
+/// The answer to `Cancel`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct Cancelled {
+    /// A staged restore was withdrawn (false: nothing was staged; nothing changed).
+    pub withdrawn: bool,
+    /// The restore that was withdrawn (empty when none).
+    pub snapshot: String,
+    pub of_path: String,
+    pub message: String,
+}
+
+/// The answer to `Status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct Status {
+    /// The stem answered just now.
+    pub stem_running: bool,
+    /// The staged restore (empty `staged_snapshot` when none).
+    pub staged_snapshot: String,
+    pub staged_of_path: String,
+    /// The words shown when it was staged, and to whom (empty when not journalled).
+    pub staged_words: String,
+    pub staged_by: String,
+    /// The initrd's last outcome (empty `outcome_id` when none was ever read).
+    pub outcome_id: String,
+    /// `done` or `refused`.
+    pub outcome_result: String,
+    pub outcome_request: String,
+    pub outcome_reason: String,
+    pub outcome_finished_micros: i64,
+    /// This status is the first to report this outcome.
+    pub outcome_new: bool,
+    /// Snapshots on disk the journal does not know.
+    pub unknown_origin: u32,
+    /// Snapshot sets the journal marked failed (a crash or a stem failure).
+    pub failed_sets: u32,
+    /// Where the journal is.
+    pub journal_path: String,
+}
+
+/// Named errors on the wire: `org.tacid.Keeper1.Error.<Name>`, each with a message that
+/// says what went wrong and what to do.
+#[derive(Debug, Clone, PartialEq, zbus::DBusError)]
+#[zbus(prefix = "org.tacid.Keeper1.Error")]
+pub enum KeeperError {
+    /// The caller may not do this (not root, not in the approver group, or unknown).
+    NotAuthorized(String),
+    /// The stem is not on the bus.
+    StemNotRunning(String),
+    /// No snapshot by that name exists.
+    NoSuchSnapshot(String),
+    /// A name or argument is not valid (not a subvolume of the layout, not a snapshot name).
+    InvalidArgument(String),
+    /// The subvolume's snapshots may not be put back, or it is never snapshotted.
+    NotAllowedForSubvolume(String),
+    /// Another restore is already staged.
+    AnotherRestoreStaged(String),
+    /// The words given back are not the words the keeper showed this caller.
+    WordsNotShown(String),
+    /// The stem refused or failed; the message is the stem's.
+    StemFailed(String),
+    /// The journal could not record the request; nothing was done.
+    Journal(String),
+    #[zbus(error)]
+    ZBus(zbus::Error),
+}
+
+impl KeeperError {
+    /// The message alone (without the error name).
+    pub fn message(&self) -> String {
+        match self {
+            KeeperError::NotAuthorized(m)
+            | KeeperError::StemNotRunning(m)
+            | KeeperError::NoSuchSnapshot(m)
+            | KeeperError::InvalidArgument(m)
+            | KeeperError::NotAllowedForSubvolume(m)
+            | KeeperError::AnotherRestoreStaged(m)
+            | KeeperError::WordsNotShown(m)
+            | KeeperError::StemFailed(m)
+            | KeeperError::Journal(m) => m.clone(),
+            KeeperError::ZBus(e) => e.to_string(),
+        }
+    }
+}
+
+/// The client side of `org.tacid.Keeper1` (the CLI's only way in).
+#[zbus::proxy(
+    interface = "org.tacid.Keeper1",
+    default_service = "org.tacid.Keeper1",
+    default_path = "/org/tacid/Keeper1"
+)]
+pub trait Keeper1 {
+    /// Every snapshot, newest first.
+    fn list(&self) -> Result<Vec<SnapshotEntry>, KeeperError>;
+    /// Take a set of snapshots (empty list: the default set).
+    fn snapshot(
+        &self,
+        subvolumes: Vec<String>,
+        reason: &str,
+        pre_switch: bool,
+    ) -> Result<SnapshotSet, KeeperError>;
+    /// What restoring `snapshot` would do, in words. Changes nothing.
+    fn restore_preview(&self, snapshot: &str) -> Result<RestorePreview, KeeperError>;
+    /// Stage the restore, given back the words `RestorePreview` showed this caller.
+    fn restore_confirm(
+        &self,
+        snapshot: &str,
+        words_shown: &str,
+    ) -> Result<RestoreStaged, KeeperError>;
+    /// The staged restore, the last outcome of a boot, and the journal's health.
+    fn status(&self) -> Result<Status, KeeperError>;
+    /// Withdraw the staged restore.
+    fn cancel(&self) -> Result<Cancelled, KeeperError>;
+}

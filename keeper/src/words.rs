@@ -1,0 +1,122 @@
+//! The words people read: times, and what a restore costs (DESIGN.md section 6).
+//!
+//! Times are shown in UTC and say so: the keeper is a long-running multi-threaded daemon,
+//! where the local offset cannot be read soundly, and one clock for every user of the
+//! machine is less surprising than one per terminal (adr/0011).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use time::OffsetDateTime;
+
+/// A time for people: `Tue 1 Dec 14:02 UTC` (the year only when it is not `now`'s).
+pub fn human_time(when: SystemTime, now: SystemTime) -> String {
+    let w = utc(when);
+    let n = utc(now);
+    let weekday = &w.weekday().to_string()[..3];
+    let month = &w.month().to_string()[..3];
+    let year = if w.year() == n.year() {
+        String::new()
+    } else {
+        format!(" {}", w.year())
+    };
+    format!(
+        "{weekday} {} {month}{year} {:02}:{:02} UTC",
+        w.day(),
+        w.hour(),
+        w.minute()
+    )
+}
+
+/// The exact time, for people who need it: `2026-12-01 14:02:00.123456 UTC`.
+pub fn exact_time(when: SystemTime) -> String {
+    let w = utc(when);
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06} UTC",
+        w.year(),
+        u8::from(w.month()),
+        w.day(),
+        w.hour(),
+        w.minute(),
+        w.second(),
+        w.microsecond()
+    )
+}
+
+/// How long ago, roughly: `just now`, `5 minutes ago`, `2 days ago`, `in the future`.
+pub fn ago(when: SystemTime, now: SystemTime) -> String {
+    let Ok(d) = now.duration_since(when) else {
+        return "in the future; check the clock".into();
+    };
+    let s = d.as_secs();
+    let (n, unit) = match s {
+        0..60 => return "just now".into(),
+        60..3600 => (s / 60, "minute"),
+        3600..86_400 => (s / 3600, "hour"),
+        86_400..2_592_000 => (s / 86_400, "day"),
+        2_592_000..31_536_000 => (s / 2_592_000, "month"),
+        _ => (s / 31_536_000, "year"),
+    };
+    format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
+}
+
+/// What a restore costs, in the words of what is lost.
+pub fn restore_words(of_path: &str, taken: SystemTime, now: SystemTime) -> String {
+    format!(
+        "This puts {of_path} back to {} ({}). Everything written to {of_path} since then is \
+         deleted. It happens at the next reboot.",
+        human_time(taken, now),
+        ago(taken, now)
+    )
+}
+
+/// µs since the epoch, as a time.
+pub fn from_micros(micros: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_micros(micros.max(0) as u64)
+}
+
+/// A time as µs since the epoch.
+pub fn to_micros(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+fn utc(t: SystemTime) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(to_micros(t)) * 1000)
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(s)
+    }
+
+    #[test]
+    fn the_documented_sentence() {
+        // Tue 1 Dec 2026 14:02 UTC, read two days later.
+        let taken = at(1_796_133_720);
+        let now = at(1_796_133_720 + 2 * 86_400 + 60);
+        assert_eq!(
+            restore_words("/home", taken, now),
+            "This puts /home back to Tue 1 Dec 14:02 UTC (2 days ago). Everything written to \
+             /home since then is deleted. It happens at the next reboot."
+        );
+        assert_eq!(exact_time(taken), "2026-12-01 14:02:00.000000 UTC");
+        assert_eq!(
+            human_time(taken, at(1_900_000_000)),
+            "Tue 1 Dec 2026 14:02 UTC"
+        );
+    }
+
+    #[test]
+    fn ago_reads_naturally() {
+        let now = at(10_000_000);
+        assert_eq!(ago(at(10_000_000 - 5), now), "just now");
+        assert_eq!(ago(at(10_000_000 - 60), now), "1 minute ago");
+        assert_eq!(ago(at(10_000_000 - 7200), now), "2 hours ago");
+        assert_eq!(ago(at(10_000_001), now), "in the future; check the clock");
+    }
+}
