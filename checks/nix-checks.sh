@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# The Nix checks that run where Nix cannot build (no binary cache, no nixpkgs):
+#   1. every .nix file parses (nix-instantiate --parse, Debian's nix-bin);
+#   2. every .nix file is formatted (nixpkgs-fmt --check) and has no dead code (deadnix);
+#   3. what the module derives from layout.json evaluates to what the JSON says
+#      (checks/nixos/eval-lib.nix, checks/nixos/eval-module.nix);
+#   4. the pre-switch check behaves: skips, snapshots, stops the switch, lets it through
+#      once when told to, run in bash against a stand-in CLI;
+#   5. the package's install steps find every file they ship;
+#   6. scripts/make-disk-layout.sh makes the layout on a loop device (root), and refuses
+#      a device with a filesystem unless --force.
+# What does NOT run here: `nix flake check`, the package build, the NixOS VM test
+# (checks.install). They need Nix with nixpkgs and a builder.
+#
+# Exit non-zero on any failure. Under CI=true, a step that cannot run fails instead of
+# being skipped.
+set -uo pipefail
+
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$repo"
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+skip() {
+  if [ "${CI:-}" = true ]; then
+    fail "cannot run under CI=true: $*"
+  else
+    echo "!!!!!!!! SKIPPED (not a failure outside CI): $*" >&2
+  fi
+}
+step() { echo "== $*"; }
+
+export PATH="$HOME/.cargo/bin:$PATH"
+
+step "tools"
+if ! command -v nix-instantiate >/dev/null; then
+  apt-get install -y -qq nix-bin >/dev/null || fail "cannot install nix-bin (apt-get install nix-bin)"
+fi
+for tool in nixpkgs-fmt deadnix; do
+  if ! command -v "$tool" >/dev/null; then
+    cargo install --locked -q "$tool" || fail "cannot install $tool (cargo install --locked $tool)"
+  fi
+done
+
+mapfile -t nix_files < <(git ls-files --cached --others --exclude-standard -- '*.nix' | sort)
+if [ "${#nix_files[@]}" -eq 0 ]; then fail "no .nix files found"; fi
+echo "${#nix_files[@]} Nix files: ${nix_files[*]}"
+
+step "parse"
+for f in "${nix_files[@]}"; do
+  nix-instantiate --parse "$f" >/dev/null || fail "$f does not parse"
+done
+
+step "format (nixpkgs-fmt --check)"
+nixpkgs-fmt --check "${nix_files[@]}" || fail "not formatted; run: nixpkgs-fmt ${nix_files[*]}"
+
+step "dead code (deadnix --fail)"
+deadnix --fail "${nix_files[@]}" || fail "deadnix found unused code"
+
+step "evaluate what the module derives from layout.json"
+for f in checks/nixos/eval-lib.nix checks/nixos/eval-module.nix; do
+  result="$(nix-instantiate --eval --strict "$f" 2>&1)"
+  if [ "$result" != true ]; then fail "$f: $result"; else echo "$f: true"; fi
+done
+
+step "the pre-switch check, run against a stand-in CLI"
+work="$(mktemp -d)"
+loop_dev=""
+cleanup() {
+  if [ -n "$loop_dev" ]; then losetup -d "$loop_dev" 2>/dev/null; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+mkdir -p "$work/bin" "$work/incoming"
+coreutils_prefix="$(dirname "$(dirname "$(command -v readlink)")")"
+nix-instantiate --eval --strict --json -E "
+  (import ./nixos-modules/lib.nix).preSwitchScript {
+    tacid = \"$work/bin/tacid\";
+    coreutils = \"$coreutils_prefix\";
+    skipFile = \"$work/skip\";
+    snapshotArgs = [ ];
+  }" | python3 -c 'import json,sys; print(json.load(sys.stdin))' >"$work/fragment.sh"
+# Wrapped the way nixpkgs' pre-switch-check.nix wraps each fragment.
+{
+  echo '('
+  cat "$work/fragment.sh"
+  echo ')'
+  echo 'if [[ $? != 0 ]]; then echo "Pre-switch check tacid failed"; exit 1; fi'
+} >"$work/pre-switch"
+cat >"$work/bin/tacid" <<EOF
+#!/usr/bin/env bash
+printf '%s\n' "\$@" >"$work/tacid-args"
+exit "\$(cat "$work/tacid-exit")"
+EOF
+chmod +x "$work/bin/tacid"
+run_check() { bash "$work/pre-switch" "$@" >"$work/out" 2>&1; }
+called() { [ -e "$work/tacid-args" ]; }
+
+rm -f "$work/tacid-args"
+echo 0 >"$work/tacid-exit"
+run_check "$work/incoming" check && ! called ||
+  fail "pre-switch: 'check' must neither fail nor snapshot"
+run_check "$work/incoming" dry-activate && ! called ||
+  fail "pre-switch: 'dry-activate' must neither fail nor snapshot"
+
+run_check "$work/incoming" switch && called &&
+  grep -qx -- '--pre-switch' "$work/tacid-args" &&
+  grep -qx -- "before switching to $work/incoming" "$work/tacid-args" ||
+  fail "pre-switch: a switch must take a pre-switch snapshot with the reason; got: $(cat "$work/out" "$work/tacid-args" 2>/dev/null)"
+
+rm -f "$work/tacid-args"
+echo 3 >"$work/tacid-exit"
+if run_check "$work/incoming" switch; then
+  fail "pre-switch: a failed snapshot must stop the switch"
+elif ! grep -q "touch $work/skip" "$work/out"; then
+  fail "pre-switch: a failed snapshot must say how to switch anyway; said: $(cat "$work/out")"
+fi
+
+rm -f "$work/tacid-args"
+touch "$work/skip"
+run_check "$work/incoming" switch && ! called && [ ! -e "$work/skip" ] &&
+  grep -q "NO snapshot" "$work/out" ||
+  fail "pre-switch: the override must let one switch through, loudly, and be used up"
+if run_check "$work/incoming" switch; then
+  fail "pre-switch: the override must apply to one switch only"
+fi
+
+rm -f "$work/tacid-args"
+mv "$work/bin/tacid" "$work/bin/tacid.away"
+run_check "$work/incoming" switch && ! called ||
+  fail "pre-switch: a running system without tacid (first switch) must not stop the switch"
+mv "$work/bin/tacid.away" "$work/bin/tacid"
+echo "pre-switch check: skips, snapshots, stops, overrides once, first switch: ok"
+
+step "the package's install steps (shipped.json) against the repository"
+install_commands="$(nix-instantiate --eval --strict --json -E '(import ./nixos-modules/lib.nix).installCommands' |
+  python3 -c 'import json,sys; print(json.load(sys.stdin))')"
+if out="$work/package" bash -euo pipefail -c "$install_commands" 2>"$work/install-err"; then
+  echo "installs $(find "$work/package" -type f | wc -l) files"
+else
+  fail "the package would not build: $(cat "$work/install-err")"
+fi
+
+step "scripts/make-disk-layout.sh on a loop device"
+if [ "$(id -u)" != 0 ] || ! command -v losetup >/dev/null || ! command -v mkfs.btrfs >/dev/null; then
+  skip "make-disk-layout needs root, losetup and mkfs.btrfs"
+else
+  truncate -s 300M "$work/disk.img"
+  if ! loop_dev="$(losetup -f --show "$work/disk.img" 2>/dev/null)"; then
+    loop_dev=""
+    skip "no loop device available"
+  else
+    mkdir "$work/top"
+    if ! scripts/make-disk-layout.sh "$loop_dev" >"$work/mdl-out" 2>&1; then
+      fail "make-disk-layout on an empty device: $(cat "$work/mdl-out")"
+    else
+      label="$(jq -r .filesystem_label nixos-modules/layout.json)"
+      [ "$(blkid -o value -s LABEL "$loop_dev")" = "$label" ] || fail "make-disk-layout: label is not $label"
+      mount -o subvolid=5 "$loop_dev" "$work/top"
+      expected="$(jq -r '.subvolumes[].name' nixos-modules/layout.json | sort)"
+      actual="$(btrfs subvolume list -o "$work/top" | awk '{print $NF}' | sort)"
+      [ "$expected" = "$actual" ] || fail "make-disk-layout: subvolumes are [$actual], layout says [$expected]"
+      blank="$(jq -r .root_blank_subvolume nixos-modules/layout.json)"
+      [ "$(btrfs property get -ts "$work/top/$blank" ro)" = "ro=true" ] || fail "make-disk-layout: $blank is not read-only"
+      snapshots="$(jq -r .snapshots_subvolume nixos-modules/layout.json)"
+      [ "$(stat -c %a "$work/top/$snapshots")" = 700 ] || fail "make-disk-layout: $snapshots is not 0700"
+      touch "$work/top/$(jq -r '.subvolumes[] | select(.restorable) | .name' nixos-modules/layout.json | head -1)/precious"
+      umount "$work/top"
+      if scripts/make-disk-layout.sh "$loop_dev" >"$work/mdl-out" 2>&1; then
+        fail "make-disk-layout must refuse a device that holds a filesystem"
+      elif ! grep -q -- "--force" "$work/mdl-out"; then
+        fail "make-disk-layout's refusal must say how to proceed: $(cat "$work/mdl-out")"
+      fi
+      # Without jq, through python3.
+      mkdir "$work/nojq"
+      for t in bash mkfs.btrfs btrfs blkid mount umount mountpoint mktemp readlink grep sync sed rmdir mkdir chmod dirname cat; do
+        ln -s "$(command -v "$t")" "$work/nojq/$t"
+      done
+      # The real interpreter, not a version manager's shim.
+      ln -s "$(python3 -c 'import sys; print(sys.executable)')" "$work/nojq/python3"
+      if ! PATH="$work/nojq" scripts/make-disk-layout.sh --force "$loop_dev" >"$work/mdl-out" 2>&1; then
+        fail "make-disk-layout --force (python3, no jq): $(cat "$work/mdl-out")"
+      else
+        mount -o subvolid=5 "$loop_dev" "$work/top"
+        actual="$(btrfs subvolume list -o "$work/top" | awk '{print $NF}' | sort)"
+        [ "$expected" = "$actual" ] || fail "make-disk-layout --force: subvolumes are [$actual]"
+        [ -z "$(find "$work/top" -name precious)" ] || fail "make-disk-layout --force kept old data"
+        umount "$work/top"
+      fi
+      echo "make-disk-layout: layout made, refusal without --force, --force without jq: checked"
+    fi
+  fi
+fi
+
+if [ "$failures" -ne 0 ]; then
+  echo "nix-checks: $failures failure(s)" >&2
+  exit 1
+fi
+echo "nix-checks: all passed (not run here: nix flake check, the package build, the NixOS VM test)"

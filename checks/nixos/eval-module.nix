@@ -1,0 +1,98 @@
+# Evaluates nixos-modules/tacid.nix offline, against a small stand-in for nixpkgs' lib
+# (only what the module calls), and checks the configuration it produces:
+#   nix-instantiate --eval --strict checks/nixos/eval-module.nix
+# This is no substitute for evaluating it inside NixOS (checks.install does that); it
+# catches a wrong attribute path or a name not taken from the layout, here, without Nix's
+# package set.
+let
+  tacidLib = import ../../nixos-modules/lib.nix;
+  inherit (tacidLib) layout shipped;
+  inherit (builtins) all attrNames elem filter head length map;
+
+  check = what: ok: if ok then true else throw "eval-module: ${what}";
+
+  stubLib = {
+    mkEnableOption = description: { _option = true; inherit description; };
+    mkOption = attrs: attrs // { _option = true; };
+    mkIf = cond: value: if cond then value else { };
+    literalExpression = text: { _literal = text; };
+    concatStringsSep = builtins.concatStringsSep;
+    concatMapStringsSep = sep: f: list: builtins.concatStringsSep sep (map f list);
+    types = {
+      package = "package";
+      str = "str";
+      bool = "bool";
+      attrs = "attrs";
+      listOf = t: "listOf ${t}";
+    };
+  };
+
+  package = "/nix/store/00000000000000000000000000000000-tacid";
+  cfg = {
+    enable = true;
+    inherit package;
+    device = layout.default_device;
+    approverGroup = layout.default_approver_group;
+    preSwitchSnapshot = {
+      enable = true;
+      subvolumes = tacidLib.snapshotByDefault;
+    };
+    fileSystems = tacidLib.fileSystemsFor layout.default_device;
+  };
+
+  module = import ../../nixos-modules/tacid.nix {
+    lib = stubLib;
+    pkgs = {
+      runCommand = name: _env: _script: "/nix/store/00000000000000000000000000000000-${name}";
+      coreutils = "/nix/store/00000000000000000000000000000000-coreutils";
+    };
+    config = {
+      services.tacid = cfg;
+      boot.initrd.systemd.enable = true;
+      fileSystems = cfg.fileSystems;
+      users.groups = {
+        ${layout.default_approver_group} = { };
+        ${layout.keeper_user} = { };
+      };
+    };
+  };
+  c = module.config;
+  options = module.options.services.tacid;
+
+  unitAttr = tacidLib.serviceAttrName;
+in
+all (x: x) [
+  (check "the module declares enable, package, device, approverGroup and the pre-switch snapshot"
+    (all (o: options ? ${o}) [ "enable" "package" "device" "approverGroup" "preSwitchSnapshot" ]))
+  (check "approverGroup defaults to the layout's group"
+    (options.approverGroup.default == layout.default_approver_group))
+  (check "device defaults to the layout's device"
+    (options.device.default == layout.default_device))
+  (check "the pre-switch set defaults to the default snapshot set"
+    (options.preSwitchSnapshot.subvolumes.default == tacidLib.snapshotByDefault))
+  (check "a good configuration passes every assertion"
+    (filter (a: !a.assertion) c.assertions == [ ]))
+  (check "fileSystems is the layout's mounts"
+    (c.fileSystems == tacidLib.fileSystemsFor layout.default_device))
+  (check "the initrd gets tacid-initrd at /bin from the package"
+    (c.boot.initrd.systemd.extraBin.${shipped.binaries.initrd.name} == "${package}/bin/${shipped.binaries.initrd.name}"))
+  (check "the initrd gets the package's units (a copy of them), and enables what shipped.json says"
+    (length c.boot.initrd.systemd.packages == 1
+      && all (e: elem (unitAttr (tacidLib.fileName e)) (attrNames c.boot.initrd.systemd.services)) tacidLib.enabledInitrdUnits
+      && all (n: elem "${n}.service" tacidLib.initrdUnits) (attrNames c.boot.initrd.systemd.services)))
+  (check "systemd units and D-Bus files come from the package"
+    (c.systemd.packages == [ package ] && c.services.dbus.packages == [ package ]))
+  (check "only shipped system units are enabled"
+    (all (n: elem "${n}.service" [ layout.stem_unit layout.keeper_unit ]) (attrNames c.systemd.services)))
+  (check "the keeper's user and group exist"
+    (c.users.users.${layout.keeper_user}.isSystemUser && c.users.users.${layout.keeper_user}.group == layout.keeper_user
+      && c.users.groups ? ${layout.keeper_user}))
+  (check "tmpfiles makes the keeper's directory"
+    (c.systemd.tmpfiles.rules == tacidLib.tmpfilesRules))
+  (check "the pre-switch check runs the running system's CLI"
+    (builtins.match ".*/run/current-system/sw/bin/${shipped.binaries.cli.name} data snapshot --pre-switch.*" c.system.preSwitchChecks.tacid != null))
+  (check "no kernel parameter for the default device"
+    (c.boot.kernelParams == [ ]))
+  (check "the root is mounted from the root subvolume"
+    ((head (filter (s: s.name == layout.root_subvolume) layout.subvolumes)).mount_point == "/"))
+]
