@@ -5,6 +5,9 @@
 //! It reads or writes no file content for anybody: the only files it writes are the
 //! restore request, and the only ones it reads are the request and the initrd's outcome.
 
+pub mod caller;
 pub mod engine;
+pub mod stem1;
+pub mod worker;
 
 pub use engine::{Engine, EngineError, Origin, Snapshot, Staged, StoreProblem};
