@@ -1,0 +1,138 @@
+//! `tacid-stem`: the stem daemon. Serves `org.tacid.Stem1` on the system bus (or on the bus
+//! at an address, for tests) over the top-level mount of the tacid filesystem.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use stem::caller::Authority;
+use stem::engine::Engine;
+use stem::stem1::{introspection_xml, Stem1};
+use stem::worker::Worker;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::EnvFilter;
+
+/// The stem: the only tacid process that runs as root and touches subvolumes.
+///
+/// It accepts calls from the keeper's user only, checked from the bus's own record of
+/// each caller.
+#[derive(Debug, Parser)]
+#[command(name = "tacid-stem", version)]
+struct Args {
+    /// The top level (subvolid=5) of the tacid Btrfs filesystem, mounted for the stem alone.
+    #[arg(
+        long,
+        value_name = "PATH",
+        required_unless_present = "print_introspection"
+    )]
+    top: Option<PathBuf>,
+
+    /// `system` for the system bus, or a D-Bus address (a private bus in tests).
+    #[arg(long, value_name = "system|ADDRESS", default_value = "system")]
+    bus: String,
+
+    /// The one user allowed to call the stem.
+    #[arg(long, value_name = "NAME", default_value = layout::names::KEEPER_USER)]
+    keeper_user: String,
+
+    /// Print the interface's introspection XML (as committed in stem/org.tacid.Stem1.xml)
+    /// and exit.
+    #[arg(long)]
+    print_introspection: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.print_introspection {
+        print!("{}", introspection_xml());
+        return ExitCode::SUCCESS;
+    }
+    init_logging();
+    // One thread serves the bus; the engine has its own. Small and enough: calls are few.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The journal where its socket exists; stderr otherwise (containers, CI, a test's child).
+fn init_logging() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let registry = tracing_subscriber::registry().with(filter);
+    match tracing_journald::layer() {
+        Ok(journald) if std::path::Path::new("/run/systemd/journal/socket").exists() => registry
+            .with(journald.with_syslog_identifier("tacid-stem".into()))
+            .init(),
+        _ => registry
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .init(),
+    }
+}
+
+async fn serve(args: Args) -> Result<(), String> {
+    let top = args.top.ok_or("--top is required")?;
+    let authority = Authority::of_user(&args.keeper_user).map_err(|e| e.to_string())?;
+    let engine = Engine::open(&top).map_err(|e| format!("cannot open {}: {e}", top.display()))?;
+    // An unsafe store is said now, loudly, but the stem still serves: every act checks the
+    // store again and answers StoreUnsafe with what to do, which reaches a person.
+    if let Err(e) = engine.check_store() {
+        tracing::error!("{e}");
+    }
+
+    let (engine_stopped, mut on_engine_stop) = tokio::sync::oneshot::channel::<()>();
+    let worker = Worker::start(engine, move || {
+        let _ = engine_stopped.send(());
+    })
+    .map_err(|e| format!("cannot start the engine's thread: {e}"))?;
+
+    let builder = if args.bus == "system" {
+        zbus::connection::Builder::system()
+    } else {
+        zbus::connection::Builder::address(args.bus.as_str())
+    };
+    let _connection = builder
+        .serve_at(layout::names::STEM_OBJECT_PATH, Stem1::new(worker, authority.clone()))
+        .name(layout::names::STEM_BUS_NAME)
+        .build()
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot serve {} on the {} bus: {e} (is the policy file org.tacid.Stem1.conf installed, and is this root?)",
+                layout::names::STEM_BUS_NAME,
+                args.bus
+            )
+        })?;
+    tracing::info!(
+        top = %top.display(),
+        keeper = authority.user(),
+        keeper_uid = authority.uid(),
+        "serving {} at {}",
+        layout::names::STEM_BUS_NAME,
+        layout::names::STEM_OBJECT_PATH
+    );
+
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    tokio::select! {
+        _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
+        _ = &mut on_engine_stop => {
+            return Err("the engine's thread stopped (a panic; see above); exiting so that systemd restarts the stem".into());
+        }
+    }
+    Ok(())
+}

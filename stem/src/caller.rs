@@ -1,0 +1,151 @@
+//! Who may call the stem: the keeper's user, and nobody else.
+//!
+//! The caller is identified by the bus's own record of the connection that sent the call
+//! (`GetConnectionUnixUser` on the message's sender), never by anything in the call itself.
+//! Any failure to learn the caller is a refusal (the polkit CVE-2021-3560 lesson: a caller
+//! that disconnects before the lookup must not be mistaken for root). The bus policy file
+//! refuses strangers too; this check is the one that does not depend on a file being
+//! installed right.
+
+use zbus::message::Header;
+use zbus::names::BusName;
+use zbus::proxy::CacheProperties;
+use zbus::{fdo, Connection};
+
+/// The one user allowed to call the stem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authority {
+    user: String,
+    uid: u32,
+}
+
+/// Why a call was refused. The text is for the caller and the journal.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the call carries no sender; refused")]
+    NoSender,
+    #[error("the bus could not say who sent the call ({0}); refused")]
+    UnknownCaller(String),
+    #[error("uid {uid} may not call the stem; only {user} (uid {allowed}) may — ask through the keeper (`tacid data …`)")]
+    NotTheKeeper {
+        uid: u32,
+        user: String,
+        allowed: u32,
+    },
+}
+
+/// The allowed user could not be resolved at start.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthorityError {
+    #[error("there is no user named {0:?}; create the keeper's system user (the NixOS module does) or name another with --keeper-user")]
+    NoSuchUser(String),
+    #[error("looking up user {user:?} failed: {source}")]
+    Lookup { user: String, source: nix::Error },
+}
+
+impl Authority {
+    /// The user named `user`, resolved now through the system's user database (NSS).
+    pub fn of_user(user: &str) -> Result<Authority, AuthorityError> {
+        match nix::unistd::User::from_name(user) {
+            Ok(Some(found)) => Ok(Authority {
+                user: user.to_owned(),
+                uid: found.uid.as_raw(),
+            }),
+            Ok(None) => Err(AuthorityError::NoSuchUser(user.to_owned())),
+            Err(source) => Err(AuthorityError::Lookup {
+                user: user.to_owned(),
+                source,
+            }),
+        }
+    }
+
+    /// Nobody at all may call: for producing introspection data, where nothing is called.
+    pub fn nobody() -> Authority {
+        // (uid_t)-1 is never a process's uid; the kernel reserves it as "no change".
+        Authority {
+            user: "(nobody)".into(),
+            uid: u32::MAX,
+        }
+    }
+
+    /// The allowed user's name.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    /// The allowed user's uid.
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    /// Whether `uid` is the allowed user.
+    pub fn permits(&self, uid: u32) -> Result<(), Refusal> {
+        if uid == self.uid {
+            Ok(())
+        } else {
+            Err(Refusal::NotTheKeeper {
+                uid,
+                user: self.user.clone(),
+                allowed: self.uid,
+            })
+        }
+    }
+
+    /// Check the sender of the call whose header is `header`, asking the bus on `connection`.
+    /// Returns the caller's uid when it is allowed.
+    pub async fn check(
+        &self,
+        connection: &Connection,
+        header: &Header<'_>,
+    ) -> Result<u32, Refusal> {
+        let sender = header.sender().ok_or(Refusal::NoSender)?;
+        let uid = caller_uid(connection, sender.to_owned().into()).await?;
+        self.permits(uid)?;
+        Ok(uid)
+    }
+}
+
+async fn caller_uid(connection: &Connection, sender: BusName<'static>) -> Result<u32, Refusal> {
+    let unknown = |e: zbus::Error| Refusal::UnknownCaller(e.to_string());
+    // No property cache: building the proxy then costs no round trip.
+    let bus = fdo::DBusProxy::builder(connection)
+        .cache_properties(CacheProperties::No)
+        .build()
+        .await
+        .map_err(unknown)?;
+    bus.get_connection_unix_user(sender)
+        .await
+        .map_err(|e| Refusal::UnknownCaller(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_one_uid_is_permitted() {
+        let a = Authority {
+            user: "k".into(),
+            uid: 991,
+        };
+        assert_eq!(a.permits(991), Ok(()));
+        assert_eq!(
+            a.permits(0),
+            Err(Refusal::NotTheKeeper {
+                uid: 0,
+                user: "k".into(),
+                allowed: 991
+            })
+        );
+        assert!(Authority::nobody().permits(0).is_err());
+    }
+
+    #[test]
+    fn root_resolves_and_a_missing_user_is_named() {
+        assert_eq!(Authority::of_user("root").expect("root exists").uid(), 0);
+        match Authority::of_user("tacid-no-such-user-xyz") {
+            Err(AuthorityError::NoSuchUser(name)) => assert_eq!(name, "tacid-no-such-user-xyz"),
+            other => panic!("expected NoSuchUser, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,724 @@
+//! `org.tacid.Stem1`: the stem's D-Bus interface, version 1 — server and client side.
+//!
+//! The server ([`Stem1`]) checks the caller, converts arguments into domain types, hands the
+//! act to the engine's thread and converts the answer back; nothing else happens here. The
+//! client ([`Stem1Proxy`], generated from the same impl so they cannot disagree) is what the
+//! keeper uses. The wire types below are exactly the ones that cross the bus; each converts
+//! back into the engine's domain type with `TryFrom`, validated by the layout's parsers.
+//!
+//! # What this interface deliberately lacks
+//!
+//! - No method reads or writes file content for anybody: there is no "show me this file as
+//!   of Tuesday" and no "put back this one file". The only files the stem writes are the
+//!   restore request; the only ones it reads are the request and the initrd's outcome.
+//! - No method restores anything now. A restore is staged and honoured at the next boot by
+//!   the initrd, the only time the subvolume is not in use (DESIGN.md section 4).
+//! - No method takes a path. Subvolumes are named by the layout's own names (`@home`) and
+//!   snapshots by their canonical names; anything else is refused before the engine sees it.
+//! - No method names a caller or a reason: who asked and why is the keeper's journal, and
+//!   the stem trusts only the bus's record of who is calling.
+//! - No method snapshots `@root`, `@root-blank` or `@snapshots`, restores `@nix`, or deletes
+//!   a live subvolume; the layout's tables decide, not the caller.
+//! - No signals and no properties: the keeper asks; nothing is pushed.
+//!
+//! Version 1 is frozen once shipped: a change of meaning is `org.tacid.Stem2`, served
+//! beside this one for a release.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use layout::{Outcome, OutcomeResult, Reason, RestoreRequest, SnapshotName, SubvolumeName};
+use serde::{Deserialize, Serialize};
+use zbus::message::Header;
+use zbus::object_server::Interface as _;
+use zbus::{interface, Connection, Type};
+
+use crate::caller::{Authority, Refusal};
+use crate::engine::{self, EngineError, Staged};
+use crate::worker::{Worker, WorkerGone};
+
+/// How the engine knows what a snapshot is of (on the wire: `"parent-uuid"` or `"name-only"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[zbus(signature = "s")]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    /// Its parent UUID is the live subvolume's, or one the live subvolume descends from.
+    ParentUuid,
+    /// Its parent is gone (replaced by an earlier restore); only its name says what it is of.
+    NameOnly,
+}
+
+/// One snapshot in the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct SnapshotInfo {
+    /// The snapshot's canonical name (`@home.2026-12-01T140200.123456Z`).
+    pub name: String,
+    /// Its Btrfs subvolume id.
+    pub id: u64,
+    /// Its Btrfs UUID, lowercase and hyphenated.
+    pub uuid: String,
+    /// The subvolume it is a snapshot of (`@home`).
+    pub of: String,
+    /// How `of` is known.
+    pub origin: Origin,
+    /// When it was taken (the Btrfs creation time), in microseconds since the Unix epoch.
+    pub taken_unix_micros: i64,
+    /// Whether it is read-only (only read-only snapshots are restored).
+    pub readonly: bool,
+    /// Whether the staged restore request names it (it cannot be deleted while so).
+    pub staged: bool,
+}
+
+/// A restore request: put `subvolume` back to `snapshot`, whose Btrfs UUID is `uuid`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct RequestInfo {
+    /// The subvolume to put back (`@home`).
+    pub subvolume: String,
+    /// The snapshot to put it back to.
+    pub snapshot: String,
+    /// The snapshot's Btrfs UUID when the request was staged; the boot restores only that.
+    pub uuid: String,
+}
+
+/// The answer to StageRestore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct StagedRestore {
+    /// The request now staged.
+    pub request: RequestInfo,
+    /// True when exactly this request was staged already and nothing changed.
+    pub already_staged: bool,
+    /// Always true: nothing is restored until the next boot.
+    pub reboot_needed: bool,
+    /// One sentence saying what happened, for the journal.
+    pub message: String,
+}
+
+/// What the initrd did with a restore request (on the wire: `"done"` or `"refused"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[zbus(signature = "s")]
+#[serde(rename_all = "kebab-case")]
+pub enum OutcomeResultInfo {
+    /// The subvolume was put back to the snapshot.
+    Done,
+    /// Nothing was changed; the reason says why.
+    Refused,
+}
+
+/// The initrd's record of what it did with the last request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct OutcomeInfo {
+    /// Done or refused.
+    pub result: OutcomeResultInfo,
+    /// When the initrd finished with the request, in microseconds since the Unix epoch; it
+    /// identifies the outcome (the keeper reports each one once).
+    pub finished_unix_micros: i64,
+    /// The request, when it parsed: zero or one element.
+    pub request: Vec<RequestInfo>,
+    /// Why it was refused, or a note on what was done.
+    pub reason: String,
+}
+
+/// The errors of `org.tacid.Stem1`; each has its own D-Bus name
+/// (`org.tacid.Stem1.Error.<Variant>`) and a message that says what to do.
+#[derive(Debug, zbus::DBusError)]
+#[zbus(prefix = "org.tacid.Stem1.Error")]
+pub enum Error {
+    /// Client side only: the bus or the connection failed, or an error this interface does
+    /// not name came back.
+    #[zbus(error)]
+    ZBus(zbus::Error),
+    /// The caller is not the keeper's user, or the bus could not say who the caller is.
+    AccessDenied(String),
+    /// An argument is not a subvolume of the layout or not a canonical snapshot name.
+    InvalidArgument(String),
+    /// Snapshots of that subvolume are not taken (`@root`, `@snapshots`, ...).
+    NotSnapshottable(String),
+    /// That subvolume's snapshots are never put back (`@nix`, ...).
+    NotRestorable(String),
+    /// There is no snapshot of that name in the store.
+    NoSuchSnapshot(String),
+    /// The snapshot is writable; only read-only snapshots are restored.
+    NotReadOnly(String),
+    /// The snapshot is of another subvolume than its name says.
+    OfAnotherSubvolume(String),
+    /// A different restore is already staged; withdraw it first.
+    AnotherRestoreStaged(String),
+    /// The snapshot is named by the staged restore; withdraw the restore before deleting it.
+    Pinned(String),
+    /// The filesystem is full; nothing was left half-made.
+    NoSpace(String),
+    /// The snapshot store (`@snapshots`) is missing, not a subvolume, or not root-only.
+    StoreUnsafe(String),
+    /// The live subvolume to snapshot is missing or not a subvolume.
+    LiveSubvolumeMissing(String),
+    /// The staged request file is unreadable or malformed.
+    BadRequestFile(String),
+    /// The initrd's outcome file is unreadable or malformed.
+    BadOutcomeFile(String),
+    /// Anything else went wrong (an I/O error from Btrfs); the message says what.
+    Failed(String),
+}
+
+impl From<&EngineError> for Error {
+    fn from(e: &EngineError) -> Error {
+        let message = e.to_string();
+        match e {
+            EngineError::Store(_) => Error::StoreUnsafe(message),
+            EngineError::NotSnapshottable(_) => Error::NotSnapshottable(message),
+            EngineError::NotRestorable(_) => Error::NotRestorable(message),
+            EngineError::LiveSubvolume { .. } => Error::LiveSubvolumeMissing(message),
+            EngineError::NoSuchSnapshot(_) => Error::NoSuchSnapshot(message),
+            EngineError::NotReadOnly(_) => Error::NotReadOnly(message),
+            EngineError::OfAnotherSubvolume { .. } => Error::OfAnotherSubvolume(message),
+            EngineError::AnotherRestoreStaged { .. } => Error::AnotherRestoreStaged(message),
+            EngineError::Pinned(_) => Error::Pinned(message),
+            EngineError::NoSpace { .. } => Error::NoSpace(message),
+            // A set fails the way its member failed; the message names the member.
+            EngineError::SetMember { source, .. } => {
+                Error::from(source.as_ref()).with_message(message)
+            }
+            EngineError::BadRequestFile(_) => Error::BadRequestFile(message),
+            EngineError::BadOutcomeFile(_) => Error::BadOutcomeFile(message),
+            EngineError::NotTopLevel { .. }
+            | EngineError::NoFreeName(_)
+            | EngineError::Btrfs(_) => Error::Failed(message),
+        }
+    }
+}
+
+impl From<EngineError> for Error {
+    fn from(e: EngineError) -> Error {
+        Error::from(&e)
+    }
+}
+
+impl From<WorkerGone> for Error {
+    fn from(e: WorkerGone) -> Error {
+        Error::Failed(e.to_string())
+    }
+}
+
+impl From<Refusal> for Error {
+    fn from(e: Refusal) -> Error {
+        Error::AccessDenied(e.to_string())
+    }
+}
+
+impl Error {
+    /// The same error name with another message.
+    fn with_message(self, message: String) -> Error {
+        use Error::*;
+        match self {
+            ZBus(e) => ZBus(e),
+            AccessDenied(_) => AccessDenied(message),
+            InvalidArgument(_) => InvalidArgument(message),
+            NotSnapshottable(_) => NotSnapshottable(message),
+            NotRestorable(_) => NotRestorable(message),
+            NoSuchSnapshot(_) => NoSuchSnapshot(message),
+            NotReadOnly(_) => NotReadOnly(message),
+            OfAnotherSubvolume(_) => OfAnotherSubvolume(message),
+            AnotherRestoreStaged(_) => AnotherRestoreStaged(message),
+            Pinned(_) => Pinned(message),
+            NoSpace(_) => NoSpace(message),
+            StoreUnsafe(_) => StoreUnsafe(message),
+            LiveSubvolumeMissing(_) => LiveSubvolumeMissing(message),
+            BadRequestFile(_) => BadRequestFile(message),
+            BadOutcomeFile(_) => BadOutcomeFile(message),
+            Failed(_) => Failed(message),
+        }
+    }
+}
+
+/// The server side: the interface served at `/org/tacid/Stem1`.
+#[derive(Debug)]
+pub struct Stem1 {
+    worker: Worker,
+    authority: Authority,
+}
+
+impl Stem1 {
+    /// Serve the engine running on `worker` to the one user `authority` allows.
+    pub fn new(worker: Worker, authority: Authority) -> Stem1 {
+        Stem1 { worker, authority }
+    }
+
+    /// Admit the call or refuse it; every method starts here, before it looks at an argument.
+    async fn admit(&self, connection: &Connection, header: &Header<'_>) -> Result<u32, Error> {
+        let member = header
+            .member()
+            .map(|m| m.as_str().to_owned())
+            .unwrap_or_default();
+        match self.authority.check(connection, header).await {
+            Ok(uid) => {
+                tracing::debug!(uid, member, "call admitted");
+                Ok(uid)
+            }
+            Err(refusal) => {
+                tracing::warn!(member, %refusal, "call refused");
+                Err(refusal.into())
+            }
+        }
+    }
+
+    /// Run `act` on the engine's thread; log the answer.
+    async fn act<T: Send + 'static>(
+        &self,
+        what: String,
+        act: impl FnOnce(&engine::Engine) -> Result<T, EngineError> + Send + 'static,
+    ) -> Result<T, Error> {
+        match self.worker.run(act).await {
+            Ok(Ok(answer)) => {
+                tracing::info!("{what}: done");
+                Ok(answer)
+            }
+            Ok(Err(e)) => {
+                tracing::warn!("{what}: refused or failed: {e}");
+                Err(e.into())
+            }
+            Err(gone) => {
+                tracing::error!("{what}: {gone}");
+                Err(gone.into())
+            }
+        }
+    }
+}
+
+/// `org.tacid.Stem1`: the stem's narrow set of privileged acts on Btrfs subvolumes.
+/// Only the keeper's user may call it.
+// The interface and bus names are literals because the macro needs literals; a unit test
+// checks them against `layout::names`.
+#[interface(
+    name = "org.tacid.Stem1",
+    proxy(default_service = "org.tacid.Stem1", default_path = "/org/tacid/Stem1")
+)]
+impl Stem1 {
+    /// Take one read-only snapshot of a subvolume, committed to disk before the answer.
+    /// `subvolume`: the layout's own name of a snapshotted subvolume (`@home`), not a path.
+    /// Returns the snapshot. Errors: AccessDenied, InvalidArgument, NotSnapshottable,
+    /// LiveSubvolumeMissing, NoSpace, StoreUnsafe, Failed.
+    #[zbus(out_args("snapshot"))]
+    async fn take_snapshot(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        subvolume: &str,
+    ) -> Result<SnapshotInfo, Error> {
+        self.admit(connection, &header).await?;
+        let subvolume = parse_subvolume(subvolume)?;
+        let taken = self
+            .act(format!("take {subvolume}"), move |e| e.take(subvolume))
+            .await?;
+        Ok(SnapshotInfo::from(&taken))
+    }
+
+    /// Take a set of snapshots, all or nothing: each committed; when one fails, the ones
+    /// already taken are deleted again and the error names the member that failed.
+    /// `subvolumes`: one or more layout names of snapshotted subvolumes, each at most once.
+    /// Returns the snapshots in the order asked. Errors: as TakeSnapshot.
+    #[zbus(out_args("snapshots"))]
+    async fn take_set(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        subvolumes: Vec<String>,
+    ) -> Result<Vec<SnapshotInfo>, Error> {
+        self.admit(connection, &header).await?;
+        let set = parse_set(&subvolumes)?;
+        let what = format!("take set {}", subvolumes.join(" "));
+        let taken = self.act(what, move |e| e.take_set(&set)).await?;
+        Ok(taken.iter().map(SnapshotInfo::from).collect())
+    }
+
+    /// Every snapshot in the store, newest first.
+    /// Errors: AccessDenied, StoreUnsafe, Failed.
+    #[zbus(out_args("snapshots"))]
+    async fn list(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<SnapshotInfo>, Error> {
+        self.admit(connection, &header).await?;
+        let all = self.act("list".into(), |e| e.list()).await?;
+        Ok(all.iter().map(SnapshotInfo::from).collect())
+    }
+
+    /// Delete a snapshot. `name`: the snapshot's canonical name.
+    /// Errors: AccessDenied, InvalidArgument, NoSuchSnapshot, Pinned (the staged restore
+    /// names it), StoreUnsafe, Failed.
+    async fn delete(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+    ) -> Result<(), Error> {
+        self.admit(connection, &header).await?;
+        let name = parse_snapshot(name)?;
+        self.act(format!("delete {name}"), move |e| e.delete(name))
+            .await
+    }
+
+    /// Stage a restore of a snapshot, written durably; the next boot honours it. Nothing is
+    /// restored now. `name`: the canonical name of a read-only snapshot of a restorable
+    /// subvolume. Staging the same request again changes nothing and says so.
+    /// Errors: AccessDenied, InvalidArgument, NotRestorable, NoSuchSnapshot, NotReadOnly,
+    /// OfAnotherSubvolume, AnotherRestoreStaged, NoSpace, StoreUnsafe, Failed.
+    #[zbus(out_args("staged"))]
+    async fn stage_restore(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+    ) -> Result<StagedRestore, Error> {
+        self.admit(connection, &header).await?;
+        let name = parse_snapshot(name)?;
+        let staged = self
+            .act(format!("stage restore of {name}"), move |e| {
+                e.stage_restore(name)
+            })
+            .await?;
+        Ok(StagedRestore::from(&staged))
+    }
+
+    /// Withdraw the staged restore. Returns the request withdrawn: zero elements when
+    /// nothing was staged (and nothing changed), else one.
+    /// Errors: AccessDenied, BadRequestFile, StoreUnsafe, Failed.
+    #[zbus(out_args("withdrawn"))]
+    async fn withdraw(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<RequestInfo>, Error> {
+        self.admit(connection, &header).await?;
+        let withdrawn = self.act("withdraw".into(), |e| e.withdraw()).await?;
+        Ok(withdrawn.iter().map(RequestInfo::from).collect())
+    }
+
+    /// The staged restore request: zero elements when none is staged, else one.
+    /// Errors: AccessDenied, BadRequestFile, StoreUnsafe, Failed.
+    #[zbus(out_args("request"))]
+    async fn staged(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<RequestInfo>, Error> {
+        self.admit(connection, &header).await?;
+        let staged = self.act("read staged".into(), |e| e.staged()).await?;
+        Ok(staged.iter().map(RequestInfo::from).collect())
+    }
+
+    /// The initrd's record of what it did with the last request: zero elements when there
+    /// is none, else one. Errors: AccessDenied, BadOutcomeFile, StoreUnsafe, Failed.
+    #[zbus(out_args("outcome"))]
+    async fn outcome(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<OutcomeInfo>, Error> {
+        self.admit(connection, &header).await?;
+        let outcome = self.act("read outcome".into(), |e| e.outcome()).await?;
+        Ok(outcome.iter().map(OutcomeInfo::from).collect())
+    }
+}
+
+/// The introspection data of `org.tacid.Stem1`, as committed in `stem/org.tacid.Stem1.xml`.
+pub fn introspection_xml() -> String {
+    let iface = Stem1::new(Worker::stopped(), Authority::nobody());
+    let mut xml = String::from(
+        "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \
+         \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n\
+         <!-- Generated by `tacid-stem --print-introspection`; do not edit. -->\n<node>\n",
+    );
+    iface.introspect_to_writer(&mut xml, 1);
+    let _ = writeln!(xml, "</node>");
+    xml
+}
+
+fn parse_subvolume(name: &str) -> Result<SubvolumeName, Error> {
+    SubvolumeName::parse(name).map_err(|e| Error::InvalidArgument(e.to_string()))
+}
+
+fn parse_snapshot(name: &str) -> Result<SnapshotName, Error> {
+    SnapshotName::parse(name)
+        .map_err(|e| Error::InvalidArgument(format!("{name:?} is not a snapshot name: {e}")))
+}
+
+fn parse_set(names: &[String]) -> Result<Vec<SubvolumeName>, Error> {
+    if names.is_empty() {
+        return Err(Error::InvalidArgument(
+            "name at least one subvolume to snapshot".into(),
+        ));
+    }
+    let mut set: Vec<SubvolumeName> = Vec::with_capacity(names.len());
+    for name in names {
+        let subvolume = parse_subvolume(name)?;
+        if set.contains(&subvolume) {
+            return Err(Error::InvalidArgument(format!(
+                "{subvolume} is named twice in the set"
+            )));
+        }
+        set.push(subvolume);
+    }
+    Ok(set)
+}
+
+// --- Conversions between the engine's domain types and the wire types. ---
+
+fn unix_micros(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
+        Err(before) => -i64::try_from(before.duration().as_micros()).unwrap_or(i64::MAX),
+    }
+}
+
+fn from_unix_micros(micros: i64) -> SystemTime {
+    if micros >= 0 {
+        UNIX_EPOCH + Duration::from_micros(micros.unsigned_abs())
+    } else {
+        UNIX_EPOCH - Duration::from_micros(micros.unsigned_abs())
+    }
+}
+
+impl From<engine::Origin> for Origin {
+    fn from(o: engine::Origin) -> Origin {
+        match o {
+            engine::Origin::ParentUuid => Origin::ParentUuid,
+            engine::Origin::NameOnly => Origin::NameOnly,
+        }
+    }
+}
+
+impl From<Origin> for engine::Origin {
+    fn from(o: Origin) -> engine::Origin {
+        match o {
+            Origin::ParentUuid => engine::Origin::ParentUuid,
+            Origin::NameOnly => engine::Origin::NameOnly,
+        }
+    }
+}
+
+impl From<&engine::Snapshot> for SnapshotInfo {
+    fn from(s: &engine::Snapshot) -> SnapshotInfo {
+        SnapshotInfo {
+            name: s.name.to_string(),
+            id: s.id,
+            uuid: s.uuid.hyphenated().to_string(),
+            of: s.of.to_string(),
+            origin: s.origin.into(),
+            taken_unix_micros: unix_micros(s.taken),
+            readonly: s.readonly,
+            staged: s.staged,
+        }
+    }
+}
+
+/// A wire value that does not convert into its domain type (a stem that speaks another
+/// dialect, or a bug); the text names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the stem answered a malformed {field}: {problem}")]
+pub struct WireError {
+    pub field: &'static str,
+    pub problem: String,
+}
+
+fn wire(field: &'static str) -> impl FnOnce(String) -> WireError {
+    move |problem| WireError { field, problem }
+}
+
+impl TryFrom<&SnapshotInfo> for engine::Snapshot {
+    type Error = WireError;
+    fn try_from(s: &SnapshotInfo) -> Result<engine::Snapshot, WireError> {
+        Ok(engine::Snapshot {
+            name: SnapshotName::parse(&s.name).map_err(|e| wire("snapshot name")(e.to_string()))?,
+            id: s.id,
+            uuid: uuid::Uuid::try_parse(&s.uuid)
+                .map_err(|e| wire("snapshot UUID")(e.to_string()))?,
+            of: SubvolumeName::parse(&s.of).map_err(|e| wire("subvolume name")(e.to_string()))?,
+            origin: s.origin.into(),
+            taken: from_unix_micros(s.taken_unix_micros),
+            readonly: s.readonly,
+            staged: s.staged,
+        })
+    }
+}
+
+impl From<&RestoreRequest> for RequestInfo {
+    fn from(r: &RestoreRequest) -> RequestInfo {
+        RequestInfo {
+            subvolume: r.subvolume().to_string(),
+            snapshot: r.snapshot().to_string(),
+            uuid: r.uuid().hyphenated().to_string(),
+        }
+    }
+}
+
+impl TryFrom<&RequestInfo> for RestoreRequest {
+    type Error = WireError;
+    /// Through the request file's own strict parser: one canonical form for both.
+    fn try_from(r: &RequestInfo) -> Result<RestoreRequest, WireError> {
+        let line = format!("{} {} {}\n", r.subvolume, r.snapshot, r.uuid);
+        RestoreRequest::parse(line.as_bytes()).map_err(|e| wire("restore request")(e.to_string()))
+    }
+}
+
+impl From<&Staged> for StagedRestore {
+    fn from(s: &Staged) -> StagedRestore {
+        let (request, already_staged, message) = match s {
+            Staged::New(r) => (
+                r,
+                false,
+                format!("staged: {r}; it is honoured at the next boot"),
+            ),
+            Staged::AlreadyStaged(r) => (r, true, format!("already staged ({r}); nothing changed")),
+        };
+        StagedRestore {
+            request: request.into(),
+            already_staged,
+            reboot_needed: true,
+            message,
+        }
+    }
+}
+
+impl TryFrom<&StagedRestore> for Staged {
+    type Error = WireError;
+    fn try_from(s: &StagedRestore) -> Result<Staged, WireError> {
+        let request = RestoreRequest::try_from(&s.request)?;
+        Ok(if s.already_staged {
+            Staged::AlreadyStaged(request)
+        } else {
+            Staged::New(request)
+        })
+    }
+}
+
+impl From<&Outcome> for OutcomeInfo {
+    fn from(o: &Outcome) -> OutcomeInfo {
+        OutcomeInfo {
+            result: match o.result {
+                OutcomeResult::Done => OutcomeResultInfo::Done,
+                OutcomeResult::Refused => OutcomeResultInfo::Refused,
+            },
+            finished_unix_micros: unix_micros(o.finished),
+            request: o.request.iter().map(RequestInfo::from).collect(),
+            reason: o.reason.as_str().to_owned(),
+        }
+    }
+}
+
+impl TryFrom<&OutcomeInfo> for Outcome {
+    type Error = WireError;
+    fn try_from(o: &OutcomeInfo) -> Result<Outcome, WireError> {
+        let request = match o.request.as_slice() {
+            [] => None,
+            [one] => Some(RestoreRequest::try_from(one)?),
+            more => {
+                return Err(wire("outcome")(format!(
+                    "{} requests; at most one",
+                    more.len()
+                )))
+            }
+        };
+        let result = match o.result {
+            OutcomeResultInfo::Done => OutcomeResult::Done,
+            OutcomeResultInfo::Refused => OutcomeResult::Refused,
+        };
+        Ok(Outcome::new(
+            result,
+            from_unix_micros(o.finished_unix_micros),
+            request,
+            Reason::new(&o.reason),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zbus::DBusError as _;
+
+    #[test]
+    fn names_match_the_layout() {
+        assert_eq!(Stem1::name().as_str(), layout::names::STEM_BUS_NAME);
+        let xml = introspection_xml();
+        assert!(xml.contains(&format!(
+            "<interface name=\"{}\">",
+            layout::names::STEM_BUS_NAME
+        )));
+        // The proxy's defaults are the same literals; the path is checked here.
+        assert_eq!(layout::names::STEM_OBJECT_PATH, "/org/tacid/Stem1");
+    }
+
+    #[test]
+    fn errors_have_their_own_names() {
+        let e = Error::from(EngineError::Pinned(
+            SnapshotName::parse("@home.2026-12-01T140200.123456Z").expect("canonical"),
+        ));
+        assert_eq!(e.name().as_str(), "org.tacid.Stem1.Error.Pinned");
+        let set = EngineError::SetMember {
+            member: SubvolumeName::parse("@log").expect("in layout"),
+            source: Box::new(EngineError::NoSpace {
+                doing: "taking @log".into(),
+            }),
+        };
+        let e = Error::from(set);
+        assert_eq!(e.name().as_str(), "org.tacid.Stem1.Error.NoSpace");
+        assert!(e.description().is_some_and(|d| d.contains("@log")), "{e}");
+    }
+
+    #[test]
+    fn arguments_are_layout_names_only() {
+        for bad in ["/home", "home", "@home/../x", "", "@nope"] {
+            assert!(
+                matches!(parse_subvolume(bad), Err(Error::InvalidArgument(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(parse_set(&[]), Err(Error::InvalidArgument(_))));
+        let twice = vec!["@home".to_owned(), "@home".to_owned()];
+        assert!(matches!(parse_set(&twice), Err(Error::InvalidArgument(m)) if m.contains("twice")));
+        assert!(matches!(
+            parse_snapshot("@home"),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn wire_types_round_trip() {
+        let name = SnapshotName::parse("@home.2026-12-01T140200.123456Z").expect("canonical");
+        let snapshot = engine::Snapshot {
+            name,
+            id: 261,
+            uuid: uuid::Uuid::from_u128(0x0b7c0f3e_9f4a_4e8e_8a55_3c1d2f6b9a01),
+            of: name.subvolume(),
+            origin: engine::Origin::NameOnly,
+            taken: name.taken(),
+            readonly: true,
+            staged: true,
+        };
+        let info = SnapshotInfo::from(&snapshot);
+        assert_eq!(info.taken_unix_micros, name.taken_unix_micros());
+        assert_eq!(engine::Snapshot::try_from(&info), Ok(snapshot.clone()));
+
+        let request = RestoreRequest::new(name.subvolume(), name, snapshot.uuid).expect("valid");
+        let staged = StagedRestore::from(&Staged::AlreadyStaged(request));
+        assert!(staged.already_staged && staged.reboot_needed);
+        assert_eq!(
+            Staged::try_from(&staged),
+            Ok(Staged::AlreadyStaged(request))
+        );
+
+        let outcome = Outcome::new(
+            OutcomeResult::Refused,
+            name.taken(),
+            Some(request),
+            Reason::new("x"),
+        );
+        assert_eq!(Outcome::try_from(&OutcomeInfo::from(&outcome)), Ok(outcome));
+
+        let bad = RequestInfo {
+            subvolume: "/home".into(),
+            ..RequestInfo::from(&request)
+        };
+        assert!(RestoreRequest::try_from(&bad).is_err());
+    }
+}
