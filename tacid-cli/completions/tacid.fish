@@ -1,0 +1,70 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_tacid_global_optspecs
+    string join \n bus= h/help V/version
+end
+
+function __fish_tacid_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_tacid_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_tacid_using_subcommand
+    set -l cmd (__fish_tacid_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c tacid -n "__fish_tacid_needs_command" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
+complete -c tacid -n "__fish_tacid_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c tacid -n "__fish_tacid_needs_command" -s V -l version -d 'Print version'
+complete -c tacid -n "__fish_tacid_needs_command" -f -a "data" -d 'The data leg: snapshots and restores of /persist, /var/log and /home'
+complete -c tacid -n "__fish_tacid_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and not __fish_seen_subcommand_from list snapshot restore status cancel help" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
+complete -c tacid -n "__fish_tacid_using_subcommand data; and not __fish_seen_subcommand_from list snapshot restore status cancel help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and not __fish_seen_subcommand_from list snapshot restore status cancel help" -f -a "list" -d 'List snapshots, newest first: what each is of, when, why, who asked, and whether a staged restore names it. Anybody may list'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and not __fish_seen_subcommand_from list snapshot restore status cancel help" -f -a "snapshot" -d 'Take a snapshot of each subvolume named (default: /persist, /var/log and /home), together as one set. Root and the approver group only'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and not __fish_seen_subcommand_from list snapshot restore status cancel help" -f -a "restore" -d 'Say what restoring a snapshot would cost, and change nothing (exit code 3); with --yes, stage it for the next boot. Root and the approver group only may stage'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and not __fish_seen_subcommand_from list snapshot restore status cancel help" -f -a "status" -d 'The staged restore, what the last boot did with one, and the keeper\'s health'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and not __fish_seen_subcommand_from list snapshot restore status cancel help" -f -a "cancel" -d 'Withdraw the staged restore. Root and the approver group only'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and not __fish_seen_subcommand_from list snapshot restore status cancel help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from list" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from list" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from snapshot" -l reason -d 'Why, in one line; every user of the machine can read it in `tacid data list`' -r
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from snapshot" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from snapshot" -l pre-switch -d 'Mark the set as taken before a switch of configuration (used by the NixOS module)'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from snapshot" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from snapshot" -s h -l help -d 'Print help'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -l yes -d 'Stage the restore after showing what it costs. Nothing is put back until the next reboot; `tacid data cancel` withdraws it until then'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -s h -l help -d 'Print help'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from status" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from status" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from status" -s h -l help -d 'Print help'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from cancel" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from cancel" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from cancel" -s h -l help -d 'Print help'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from help" -f -a "list" -d 'List snapshots, newest first: what each is of, when, why, who asked, and whether a staged restore names it. Anybody may list'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from help" -f -a "snapshot" -d 'Take a snapshot of each subvolume named (default: /persist, /var/log and /home), together as one set. Root and the approver group only'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from help" -f -a "restore" -d 'Say what restoring a snapshot would cost, and change nothing (exit code 3); with --yes, stage it for the next boot. Root and the approver group only may stage'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from help" -f -a "status" -d 'The staged restore, what the last boot did with one, and the keeper\'s health'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from help" -f -a "cancel" -d 'Withdraw the staged restore. Root and the approver group only'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c tacid -n "__fish_tacid_using_subcommand help; and not __fish_seen_subcommand_from data help" -f -a "data" -d 'The data leg: snapshots and restores of /persist, /var/log and /home'
+complete -c tacid -n "__fish_tacid_using_subcommand help; and not __fish_seen_subcommand_from data help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c tacid -n "__fish_tacid_using_subcommand help; and __fish_seen_subcommand_from data" -f -a "list" -d 'List snapshots, newest first: what each is of, when, why, who asked, and whether a staged restore names it. Anybody may list'
+complete -c tacid -n "__fish_tacid_using_subcommand help; and __fish_seen_subcommand_from data" -f -a "snapshot" -d 'Take a snapshot of each subvolume named (default: /persist, /var/log and /home), together as one set. Root and the approver group only'
+complete -c tacid -n "__fish_tacid_using_subcommand help; and __fish_seen_subcommand_from data" -f -a "restore" -d 'Say what restoring a snapshot would cost, and change nothing (exit code 3); with --yes, stage it for the next boot. Root and the approver group only may stage'
+complete -c tacid -n "__fish_tacid_using_subcommand help; and __fish_seen_subcommand_from data" -f -a "status" -d 'The staged restore, what the last boot did with one, and the keeper\'s health'
+complete -c tacid -n "__fish_tacid_using_subcommand help; and __fish_seen_subcommand_from data" -f -a "cancel" -d 'Withdraw the staged restore. Root and the approver group only'

@@ -1,0 +1,132 @@
+//! The command line, as clap types: the one source of `--help`, the man page and the
+//! shell completions.
+
+use clap::{Args, Parser, Subcommand};
+
+/// Exit codes, one per class of outcome (documented in `--help` and the man page).
+pub mod exit {
+    /// Done.
+    pub const OK: u8 = 0;
+    /// Something failed that has no class of its own (the message says what).
+    pub const FAILED: u8 = 1;
+    /// The command line is wrong (clap's own code).
+    pub const USAGE: u8 = 2;
+    /// `restore` without `--yes`: the cost was shown; nothing changed.
+    pub const PREVIEW_ONLY: u8 = 3;
+    /// You may not do this (not root, not in the approver group).
+    pub const NOT_AUTHORIZED: u8 = 4;
+    /// No such snapshot, or a name that is not one.
+    pub const NOT_FOUND: u8 = 5;
+    /// Refused for that subvolume or state: not restorable, another restore staged, the
+    /// words of the preview not shown.
+    pub const REFUSED: u8 = 6;
+    /// The stem (the privileged half) is not running.
+    pub const STEM_NOT_RUNNING: u8 = 7;
+    /// The keeper is not running, or the bus cannot be reached.
+    pub const KEEPER_UNREACHABLE: u8 = 8;
+    /// The keeper's journal or the stem failed; nothing was done.
+    pub const KEEPER_FAILED: u8 = 9;
+}
+
+const EXIT_TABLE: &str = "\
+Exit codes:
+  0  done
+  1  failed, for a reason with no code of its own (the message says what)
+  2  the command line is wrong
+  3  restore without --yes: the cost was shown; nothing changed
+  4  you may not do this: only root and the approver group (default: wheel) may
+     snapshot, restore or cancel
+  5  no such snapshot, or not a snapshot name (see `tacid data list`)
+  6  refused: that subvolume is not restorable, another restore is staged, or the
+     words of the preview were not the ones shown
+  7  the stem is not running (start tacid-stem.service)
+  8  the keeper is not running or the bus cannot be reached (start tacid-keeper.service)
+  9  the keeper's journal or the stem failed; nothing was done";
+
+const BOUNDARIES: &str = "\
+What tacid does not do:
+  A snapshot lives on the same disk as what it is of: it is no backup against a dead
+  disk. A restore puts back files, not the world outside: mail sent stays sent, money
+  paid stays paid.";
+
+/// tacid: snapshots of /persist, /var/log and /home, and restores honoured at the next boot.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tacid",
+    version,
+    about = "Snapshots of /persist, /var/log and /home, and restores honoured at the next boot",
+    long_about = "Snapshots of /persist, /var/log and /home on Btrfs, and restores that the next \
+boot honours. A restore deletes everything written since the snapshot, so tacid always says \
+what is lost before it stages one, and nothing is put back until you reboot.",
+    after_help = BOUNDARIES,
+    after_long_help = format!("{BOUNDARIES}\n\n{EXIT_TABLE}"),
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// Talk to the keeper on this bus instead of the system bus (tests).
+    #[arg(long, global = true, env = "TACID_BUS_ADDRESS", hide = true)]
+    pub bus: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The data leg: snapshots and restores of /persist, /var/log and /home.
+    #[command(subcommand, after_long_help = format!("{BOUNDARIES}\n\n{EXIT_TABLE}"))]
+    Data(Data),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Data {
+    /// List snapshots, newest first: what each is of, when, why, who asked, and whether a
+    /// staged restore names it. Anybody may list.
+    #[command(after_help = BOUNDARIES)]
+    List(Output),
+    /// Take a snapshot of each subvolume named (default: /persist, /var/log and /home),
+    /// together as one set. Root and the approver group only.
+    #[command(after_help = BOUNDARIES)]
+    Snapshot(SnapshotArgs),
+    /// Say what restoring a snapshot would cost, and change nothing (exit code 3); with
+    /// --yes, stage it for the next boot. Root and the approver group only may stage.
+    #[command(after_help = BOUNDARIES)]
+    Restore(RestoreArgs),
+    /// The staged restore, what the last boot did with one, and the keeper's health.
+    Status(Output),
+    /// Withdraw the staged restore. Root and the approver group only.
+    Cancel(Output),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Output {
+    /// Print JSON for programs instead of sentences for people.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SnapshotArgs {
+    /// Subvolumes by mount point or name (/home or @home); none: the default set.
+    #[arg(value_name = "SUBVOLUME")]
+    pub subvolumes: Vec<String>,
+    /// Why, in one line; every user of the machine can read it in `tacid data list`.
+    #[arg(long, value_name = "TEXT", default_value = "")]
+    pub reason: String,
+    /// Mark the set as taken before a switch of configuration (used by the NixOS module).
+    #[arg(long)]
+    pub pre_switch: bool,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RestoreArgs {
+    /// The snapshot's name, as `tacid data list` shows it.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Stage the restore after showing what it costs. Nothing is put back until the next
+    /// reboot; `tacid data cancel` withdraws it until then.
+    #[arg(long)]
+    pub yes: bool,
+    #[command(flatten)]
+    pub output: Output,
+}

@@ -1,0 +1,197 @@
+//! `tacid`: the person's way in. It talks only to the keeper (`org.tacid.Keeper1`), prints
+//! sentences for people or JSON for programs, and exits with one code per class of outcome.
+
+pub mod cli;
+pub mod docs;
+mod render;
+
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+use keeper::wire::{Keeper1Proxy, KeeperError};
+use zbus::Connection;
+
+use crate::cli::{exit, Cli, Command, Data};
+
+/// A failure, with the code to exit with and what to tell the person.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    /// The D-Bus error name, when the keeper gave one.
+    pub name: String,
+    pub message: String,
+}
+
+fn classify(e: KeeperError) -> Failure {
+    let message = e.message();
+    let (code, name) = match &e {
+        KeeperError::NotAuthorized(_) => (exit::NOT_AUTHORIZED, "NotAuthorized"),
+        KeeperError::StemNotRunning(_) => (exit::STEM_NOT_RUNNING, "StemNotRunning"),
+        KeeperError::NoSuchSnapshot(_) => (exit::NOT_FOUND, "NoSuchSnapshot"),
+        KeeperError::InvalidArgument(_) => (exit::NOT_FOUND, "InvalidArgument"),
+        KeeperError::NotAllowedForSubvolume(_) => (exit::REFUSED, "NotAllowedForSubvolume"),
+        KeeperError::AnotherRestoreStaged(_) => (exit::REFUSED, "AnotherRestoreStaged"),
+        KeeperError::WordsNotShown(_) => (exit::REFUSED, "WordsNotShown"),
+        KeeperError::StemFailed(_) => (exit::KEEPER_FAILED, "StemFailed"),
+        KeeperError::Journal(_) => (exit::KEEPER_FAILED, "Journal"),
+        KeeperError::ZBus(zbus::Error::MethodError(n, m, _)) => {
+            let n = n.as_str();
+            if n.starts_with("org.freedesktop.DBus.Error.ServiceUnknown")
+                || n.starts_with("org.freedesktop.DBus.Error.NameHasNoOwner")
+                || n.starts_with("org.freedesktop.DBus.Error.Spawn")
+            {
+                return Failure {
+                    code: exit::KEEPER_UNREACHABLE,
+                    name: n.to_owned(),
+                    message: "the keeper is not running; start tacid-keeper.service \
+                              (`systemctl start tacid-keeper.service`) and try again"
+                        .into(),
+                };
+            }
+            if n == "org.freedesktop.DBus.Error.AccessDenied" {
+                return Failure {
+                    code: exit::NOT_AUTHORIZED,
+                    name: n.to_owned(),
+                    message: format!(
+                        "the bus refused the call: {}",
+                        m.clone().unwrap_or_default()
+                    ),
+                };
+            }
+            return Failure {
+                code: exit::FAILED,
+                name: n.to_owned(),
+                message: m.clone().unwrap_or_default(),
+            };
+        }
+        KeeperError::ZBus(_) => (exit::KEEPER_UNREACHABLE, ""),
+    };
+    Failure {
+        code,
+        name: name.to_owned(),
+        message,
+    }
+}
+
+async fn connect(bus: Option<&str>) -> Result<Keeper1Proxy<'static>, Failure> {
+    let unreachable = |what: String| Failure {
+        code: exit::KEEPER_UNREACHABLE,
+        name: String::new(),
+        message: format!("{what}; is D-Bus running? (the keeper is reached over the system bus)"),
+    };
+    let conn = match bus {
+        Some(address) => zbus::connection::Builder::address(address).build().await,
+        None => Connection::system().await,
+    }
+    .map_err(|e| unreachable(format!("cannot connect to the bus: {e}")))?;
+    Keeper1Proxy::builder(&conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .map_err(|e| unreachable(format!("cannot reach the keeper: {e}")))
+}
+
+/// Run the command; what to print has been printed. Returns the exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    let json = match &cli.command {
+        Command::Data(Data::List(o) | Data::Status(o) | Data::Cancel(o)) => o.json,
+        Command::Data(Data::Snapshot(a)) => a.output.json,
+        Command::Data(Data::Restore(a)) => a.output.json,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tacid: cannot start: {e}");
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    match runtime.block_on(act(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            if json {
+                let v = serde_json::json!({ "error": f.name, "message": f.message, "exit_code": f.code });
+                println!("{v}");
+            }
+            eprintln!("tacid: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn print_json<T: serde::Serialize>(v: &T) {
+    match serde_json::to_string_pretty(v) {
+        Ok(s) => println!("{s}"),
+        Err(e) => eprintln!("tacid: cannot render JSON: {e}"),
+    }
+}
+
+async fn act(cli: Cli) -> Result<u8, Failure> {
+    let Command::Data(data) = cli.command;
+    let keeper = connect(cli.bus.as_deref()).await?;
+    let now = SystemTime::now();
+    match data {
+        Data::List(o) => {
+            let all = keeper.list().await.map_err(classify)?;
+            if o.json {
+                print_json(&all);
+            } else {
+                print!("{}", render::list(&all, now));
+            }
+            Ok(exit::OK)
+        }
+        Data::Snapshot(a) => {
+            let set = keeper
+                .snapshot(a.subvolumes, &a.reason, a.pre_switch)
+                .await
+                .map_err(classify)?;
+            if a.output.json {
+                print_json(&set);
+            } else {
+                print!("{}", render::snapshot_set(&set));
+            }
+            Ok(exit::OK)
+        }
+        Data::Restore(a) => {
+            let preview = keeper.restore_preview(&a.name).await.map_err(classify)?;
+            if !a.yes {
+                if a.output.json {
+                    print_json(&preview);
+                } else {
+                    print!("{}", render::preview(&preview));
+                }
+                return Ok(exit::PREVIEW_ONLY);
+            }
+            let staged = keeper
+                .restore_confirm(&a.name, &preview.words)
+                .await
+                .map_err(classify)?;
+            if a.output.json {
+                print_json(&serde_json::json!({ "shown": preview, "staged": staged }));
+            } else {
+                print!("{}", render::staged(&preview, &staged));
+            }
+            Ok(exit::OK)
+        }
+        Data::Status(o) => {
+            let status = keeper.status().await.map_err(classify)?;
+            if o.json {
+                print_json(&status);
+            } else {
+                print!("{}", render::status(&status, now));
+            }
+            Ok(exit::OK)
+        }
+        Data::Cancel(o) => {
+            let c = keeper.cancel().await.map_err(classify)?;
+            if o.json {
+                print_json(&c);
+            } else {
+                println!("{}", c.message);
+            }
+            Ok(exit::OK)
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! Sentences for people (DESIGN.md section 6). Every time is shown in UTC and says so.
+
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use keeper::wire::{RestorePreview, RestoreStaged, SnapshotEntry, SnapshotSet, Status};
+use keeper::words::{ago, exact_time, from_micros, human_time};
+
+const NO_BACKUP: &str =
+    "A snapshot lives on the same disk as what it is of: it is no backup against a dead disk.";
+const NOT_THE_WORLD: &str =
+    "A restore puts back files, not the world outside: mail sent stays sent.";
+
+fn why(e: &SnapshotEntry) -> String {
+    if e.origin == "unknown-origin" {
+        return "unknown origin: on disk, but not taken through the keeper".into();
+    }
+    let who = if e.asked_by_uid == u32::MAX {
+        e.asked_by.clone()
+    } else {
+        format!("{} (uid {})", e.asked_by, e.asked_by_uid)
+    };
+    let mut s = if e.pre_switch {
+        format!("before switching configuration, asked by {who}")
+    } else {
+        format!("asked by {who}")
+    };
+    if !e.reason.is_empty() {
+        let _ = write!(s, ": {}", e.reason);
+    }
+    s
+}
+
+/// `tacid data list`.
+pub fn list(all: &[SnapshotEntry], now: SystemTime) -> String {
+    let mut out = String::new();
+    if all.is_empty() {
+        let _ = writeln!(
+            out,
+            "No snapshots yet. Take one with `tacid data snapshot`."
+        );
+        return out;
+    }
+    let _ = writeln!(out, "{} snapshots, newest first. {NO_BACKUP}\n", all.len());
+    for e in all {
+        let taken = from_micros(e.taken_micros);
+        let _ = writeln!(out, "{}  of {}", e.name, e.of_path);
+        let _ = writeln!(
+            out,
+            "    taken  {} ({}); exactly {}",
+            human_time(taken, now),
+            ago(taken, now),
+            exact_time(taken)
+        );
+        let _ = writeln!(out, "    why    {}", why(e));
+        if e.pinned {
+            let _ = writeln!(
+                out,
+                "    STAGED the next reboot puts {} back to this snapshot (`tacid data cancel` withdraws it)",
+                e.of_path
+            );
+        }
+    }
+    out
+}
+
+/// `tacid data snapshot`.
+pub fn snapshot_set(set: &SnapshotSet) -> String {
+    let mut out = String::new();
+    let n = set.snapshots.len();
+    let _ = writeln!(
+        out,
+        "Took {n} snapshot{} (set {}), each committed to disk:",
+        if n == 1 { "" } else { "s" },
+        set.set_id
+    );
+    for e in &set.snapshots {
+        let _ = writeln!(out, "  {}  of {}", e.name, e.of_path);
+    }
+    let _ = writeln!(out, "{NO_BACKUP}");
+    out
+}
+
+/// `tacid data restore NAME` without `--yes`.
+pub fn preview(p: &RestorePreview) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", p.words);
+    if p.already_staged {
+        let _ = writeln!(
+            out,
+            "This restore is already staged; reboot to put {} back, or `tacid data cancel`.",
+            p.of_path
+        );
+    } else {
+        let _ = writeln!(out, "{NOT_THE_WORLD}");
+        let _ = writeln!(
+            out,
+            "Nothing has changed. To stage it: tacid data restore {} --yes",
+            p.snapshot
+        );
+    }
+    out
+}
+
+/// `tacid data restore NAME --yes`.
+pub fn staged(p: &RestorePreview, s: &RestoreStaged) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", p.words);
+    if s.already_staged {
+        let _ = writeln!(
+            out,
+            "Already staged; nothing changed. Reboot to put {} back.",
+            s.of_path
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "Staged. Nothing is put back yet: reboot to put {} back to {}. Until then, `tacid data cancel` withdraws it.",
+            s.of_path, s.snapshot
+        );
+    }
+    let _ = writeln!(out, "{NOT_THE_WORLD}");
+    out
+}
+
+/// `tacid data status`.
+pub fn status(s: &Status, now: SystemTime) -> String {
+    let mut out = String::new();
+    if s.staged_snapshot.is_empty() {
+        let _ = writeln!(out, "No restore is staged.");
+    } else {
+        let _ = writeln!(
+            out,
+            "A restore is staged: the next reboot puts {} back to {}. It needs a reboot; `tacid data cancel` withdraws it.",
+            s.staged_of_path, s.staged_snapshot
+        );
+        if !s.staged_by.is_empty() {
+            let _ = writeln!(
+                out,
+                "  staged by {}, who was shown: {}",
+                s.staged_by, s.staged_words
+            );
+        }
+    }
+    if s.outcome_id.is_empty() {
+        let _ = writeln!(out, "No boot has reported on a restore yet.");
+    } else {
+        let finished = from_micros(s.outcome_finished_micros);
+        let what = match s.outcome_result.as_str() {
+            "done" => format!("put back: {}", s.outcome_request),
+            _ => format!(
+                "refused, nothing changed ({})",
+                if s.outcome_request.is_empty() {
+                    "unreadable request"
+                } else {
+                    &s.outcome_request
+                }
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "{}At the boot of {} ({}), the staged restore was {what}: {}",
+            if s.outcome_new { "NEW: " } else { "" },
+            human_time(finished, now),
+            ago(finished, now),
+            s.outcome_reason
+        );
+    }
+    if !s.stem_running {
+        let _ = writeln!(out, "The stem is not running; start tacid-stem.service.");
+    }
+    if s.unknown_origin > 0 {
+        let _ = writeln!(
+            out,
+            "{} snapshot(s) on disk were not taken through the keeper (unknown origin).",
+            s.unknown_origin
+        );
+    }
+    if s.failed_sets > 0 {
+        let _ = writeln!(
+            out,
+            "{} snapshot set(s) failed; `tacid data list` shows what exists.",
+            s.failed_sets
+        );
+    }
+    let _ = writeln!(out, "Journal: {}", s.journal_path);
+    out
+}

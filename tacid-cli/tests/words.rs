@@ -1,0 +1,37 @@
+//! What `tacid` says, without a bus: the command line's shape and its refusals.
+
+use std::process::Command;
+
+fn tacid() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tacid"))
+}
+
+#[test]
+fn a_wrong_command_line_exits_2() {
+    let out = tacid().args(["data", "restore"]).output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn no_bus_is_exit_8_with_what_to_do() {
+    let out = tacid()
+        .args(["data", "list", "--json"])
+        .env("TACID_BUS_ADDRESS", "unix:path=/nonexistent/tacid-test-bus")
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(8));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["exit_code"], 8);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is D-Bus running?"));
+}
+
+#[test]
+fn help_states_the_boundaries() {
+    let out = tacid()
+        .args(["data", "snapshot", "--help"])
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no backup against a dead"), "{text}");
+    assert!(text.contains("not the world outside"), "{text}");
+}
