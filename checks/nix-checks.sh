@@ -80,7 +80,7 @@ nix-instantiate --eval --strict --json -E "
     tacid = \"$work/bin/tacid\";
     coreutils = \"$coreutils_prefix\";
     skipFile = \"$work/skip\";
-    snapshotArgs = [ ];
+    snapshotArgs = [ \"@persist\" \"@home\" ];
   }" | python3 -c 'import json,sys; print(json.load(sys.stdin))' >"$work/fragment.sh"
 # Wrapped the way nixpkgs' pre-switch-check.nix wraps each fragment.
 {
@@ -107,6 +107,7 @@ run_check "$work/incoming" dry-activate && ! called ||
 
 run_check "$work/incoming" switch && called &&
   grep -qx -- '--pre-switch' "$work/tacid-args" &&
+  [ "$(grep -c '^@' "$work/tacid-args")" = 2 ] &&
   grep -qx -- "before switching to $work/incoming" "$work/tacid-args" ||
   fail "pre-switch: a switch must take a pre-switch snapshot with the reason; got: $(cat "$work/out" "$work/tacid-args" 2>/dev/null)"
 

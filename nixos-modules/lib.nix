@@ -169,6 +169,10 @@ let
       })
       preSwitchSubvolumes;
 
+  # The one-shot override of the pre-switch snapshot (ADR 0009): root-only, as /run is
+  # root's, and gone at the next boot.
+  preSwitchSkipFile = "/run/tacid-skip-pre-switch-snapshot";
+
   shellQuote = s: "'" + builtins.replaceStrings [ "'" ] [ "'\\''" ] s + "'";
 
   # The fragment for system.preSwitchChecks. switch-to-configuration runs the *incoming*
@@ -252,6 +256,7 @@ in
     kernelParamsFor
     assertionsFor
     preSwitchScript
+    preSwitchSkipFile
     installCommands
     ;
 }

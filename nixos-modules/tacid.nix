@@ -23,8 +23,7 @@ let
     ) tacidLib.initrdUnits}
   '';
 
-  # A root-only, one-shot override: /run is root's and is gone at the next boot.
-  skipFile = "/run/tacid-skip-pre-switch-snapshot";
+  skipFile = tacidLib.preSwitchSkipFile;
 
   restorablePaths = lib.concatMapStringsSep ", " (s: s.mount_point) tacidLib.restorableMounted;
 in
@@ -144,7 +143,7 @@ in
         tacid = "/run/current-system/sw/bin/${shipped.binaries.cli.name}";
         coreutils = "${pkgs.coreutils}";
         inherit skipFile;
-        snapshotArgs = [ ];
+        snapshotArgs = cfg.preSwitchSnapshot.subvolumes;
       }
     );
   };

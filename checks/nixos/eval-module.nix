@@ -89,8 +89,8 @@ all (x: x) [
       && c.users.groups ? ${layout.keeper_user}))
   (check "tmpfiles makes the keeper's directory"
     (c.systemd.tmpfiles.rules == tacidLib.tmpfilesRules))
-  (check "the pre-switch check runs the running system's CLI"
-    (builtins.match ".*/run/current-system/sw/bin/${shipped.binaries.cli.name} data snapshot --pre-switch.*" c.system.preSwitchChecks.tacid != null))
+  (check "the pre-switch check runs the running system's CLI on the configured set"
+    (builtins.match ".*/run/current-system/sw/bin/${shipped.binaries.cli.name} data snapshot --pre-switch ${builtins.concatStringsSep " " (map (n: "'${n}'") cfg.preSwitchSnapshot.subvolumes)} --reason.*" c.system.preSwitchChecks.tacid != null))
   (check "no kernel parameter for the default device"
     (c.boot.kernelParams == [ ]))
   (check "the root is mounted from the root subvolume"

@@ -1,0 +1,151 @@
+# checks.x86_64-linux.install: the boot tier's story, on NixOS.
+#
+# Install the layout on an empty disk, boot it, write a file, snapshot, change it, stage
+# the restore, reboot: the file is back and everything written since is gone; reboot
+# again: no second restore. Then a switch takes a pre-switch snapshot set, a failed one
+# stops the switch, and the override lets exactly one switch through.
+#
+# The machine first boots an ordinary NixOS from its own disk, makes the layout on the
+# empty second disk, then boots the `tacid` specialisation, whose root is the layout.
+# Names come from the evaluated configuration and the layout, not from literals.
+#
+# NOT RUN where this was written (no Nix builder there); see docs/nixos.md.
+{ tacidModule, makeDiskLayout }:
+let
+  tacidLib = import ../../nixos-modules/lib.nix;
+  inherit (tacidLib) layout shipped;
+  cli = shipped.binaries.cli.name;
+  # The story's file lives on the first restorable subvolume (/persist).
+  data = builtins.head tacidLib.restorableMounted;
+in
+{
+  name = "tacid-install";
+
+  nodes.machine = { pkgs, ... }: {
+    imports = [ tacidModule ];
+
+    virtualisation = {
+      emptyDiskImages = [ 2048 ];
+      useBootLoader = true;
+      useEFIBoot = true;
+      # The store comes from the host, so the empty disk needs no store of its own.
+      mountHostNixStore = true;
+      memorySize = 1536;
+    };
+    boot.loader.systemd-boot.enable = true;
+    boot.loader.efi.canTouchEfiVariables = true;
+    boot.initrd.systemd.enable = true;
+    environment.systemPackages = [ makeDiskLayout pkgs.btrfs-progs ];
+
+    specialisation =
+      let
+        tacidOn = marker: { config, lib, ... }: {
+          services.tacid.enable = true;
+          # NixOS VM tests replace fileSystems with virtualisation.fileSystems; put the
+          # layout's mounts back over them, exactly as the module declares them.
+          fileSystems = lib.mkVMOverride (
+            lib.mapAttrs (_: lib.mapAttrs (_: lib.mkForce)) config.services.tacid.fileSystems
+          );
+          environment.etc."tacid-test-configuration".text = marker;
+        };
+      in
+      {
+        tacid.configuration = tacidOn "first";
+        tacid-next.configuration = tacidOn "next";
+      };
+  };
+
+  testScript = { nodes, ... }:
+    let
+      first = nodes.machine.specialisation.tacid.configuration;
+      next = nodes.machine.specialisation.tacid-next.configuration;
+      mountPoints = builtins.attrNames first.services.tacid.fileSystems;
+      preSwitchSet = first.services.tacid.preSwitchSnapshot.subvolumes;
+    in
+    ''
+      import json
+
+      data = "${data.mount_point}"
+
+
+      def tacid_json(args):
+          return json.loads(machine.succeed(f"${cli} {args} --json"))
+
+
+      def reboot():
+          machine.shutdown()
+          machine.start()
+          machine.wait_for_unit("multi-user.target")
+
+
+      with subtest("install the layout on an empty disk"):
+          machine.wait_for_unit("multi-user.target")
+          machine.succeed("make-disk-layout /dev/vdb")
+          machine.fail("make-disk-layout /dev/vdb")  # it holds a filesystem now
+          machine.succeed("bootctl set-default nixos-generation-1-specialisation-tacid.conf")
+          machine.succeed("sync")
+
+      with subtest("boot the layout: systemd initrd, the root made again from its blank"):
+          reboot()
+          assert "(initrd)" in machine.succeed("systemd-analyze")
+          machine.succeed("findmnt -n -o FSTYPE,OPTIONS / | grep -E 'btrfs.*subvol=/?${layout.root_subvolume}(,|$)'")
+          for mount_point in ${builtins.toJSON mountPoints}:
+              machine.succeed(f"findmnt -n {mount_point}")
+          machine.succeed("test \"$(stat -c %a ${layout.snapshots_mount_point})\" = 700")
+          machine.succeed("test \"$(stat -c %U ${layout.snapshots_mount_point}/${layout.keeper_dir})\" = ${layout.keeper_user}")
+          assert tacid_json("data status")["stem_running"]
+
+      with subtest("write a file, take a snapshot"):
+          machine.succeed(f"echo tuesday > {data}/story")
+          taken = tacid_json("data snapshot --reason 'the install check'")
+          snapshot = next(s["name"] for s in taken["snapshots"] if s["of"] == "${data.name}")
+
+      with subtest("change the file, write more, stage the restore"):
+          machine.succeed(f"echo wednesday > {data}/story")
+          machine.succeed(f"touch {data}/written-after-the-snapshot /on-the-ephemeral-root")
+          status, words = machine.execute(f"${cli} data restore {snapshot}")
+          assert status == 3, f"a restore without --yes shows the cost and changes nothing (exit 3), got {status}: {words}"
+          assert data in words, words
+          staged = tacid_json(f"data restore {snapshot} --yes")
+          assert staged["staged"]["reboot_needed"], staged
+          assert machine.succeed(f"cat {data}/story").strip() == "wednesday"  # not before the reboot
+
+      with subtest("reboot: the file is back and everything since is gone"):
+          reboot()
+          assert machine.succeed(f"cat {data}/story").strip() == "tuesday"
+          machine.fail(f"test -e {data}/written-after-the-snapshot")
+          machine.fail("test -e /on-the-ephemeral-root")
+          status = tacid_json("data status")
+          assert status["outcome_result"] == "done", status
+          assert status["staged_snapshot"] == "", status
+
+      with subtest("reboot again: no second restore"):
+          machine.succeed(f"echo thursday > {data}/story")
+          reboot()
+          assert machine.succeed(f"cat {data}/story").strip() == "thursday"
+          assert tacid_json("data status")["staged_snapshot"] == ""
+
+      with subtest("a switch takes a pre-switch snapshot set"):
+          before = {s["name"] for s in tacid_json("data list")}
+          machine.succeed("${next.system.build.toplevel}/bin/switch-to-configuration test")
+          machine.succeed("grep -qx next /etc/tacid-test-configuration")
+          taken = [s for s in tacid_json("data list") if s["name"] not in before]
+          assert sorted(s["of"] for s in taken) == sorted(${builtins.toJSON preSwitchSet}), taken
+          assert all(s["pre_switch"] for s in taken), taken
+          assert all("${next.system.build.toplevel}" in s["reason"] for s in taken), taken
+          assert len({s["set_id"] for s in taken}) == 1, taken
+
+      with subtest("a failed pre-switch snapshot stops the switch; the override lets one through"):
+          machine.succeed("systemctl mask --runtime ${layout.keeper_unit}")
+          machine.succeed("systemctl stop ${layout.keeper_unit}")
+          status, out = machine.execute("${first.system.build.toplevel}/bin/switch-to-configuration test 2>&1")
+          assert status != 0, out
+          assert "touch ${tacidLib.preSwitchSkipFile}" in out, out
+          machine.succeed("grep -qx next /etc/tacid-test-configuration")  # nothing changed
+          machine.succeed("touch ${tacidLib.preSwitchSkipFile}")
+          machine.succeed("${first.system.build.toplevel}/bin/switch-to-configuration test")
+          machine.succeed("grep -qx first /etc/tacid-test-configuration")
+          machine.fail("test -e ${tacidLib.preSwitchSkipFile}")  # used up
+          machine.succeed("systemctl unmask --runtime ${layout.keeper_unit}")
+    '';
+}
