@@ -8,7 +8,8 @@
 //! Durability is the caller's to ask for: [`Dir::commit`] commits the filesystem's
 //! current transaction; see `../shared/MACHINE-NOTES.md` for which operations commit.
 
-mod sys;
+#[doc(hidden)]
+pub mod sys; // the raw ioctls, public for the benches' floor only
 
 use std::mem::offset_of;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -360,7 +361,7 @@ impl Top {
             return Err(Error::check(
                 OP,
                 "",
-                ErrorKind::NotASubvolume,
+                ErrorKind::NotTopLevel,
                 "not on a Btrfs filesystem",
             ));
         }
@@ -440,6 +441,14 @@ impl Dir {
             match rustix::fs::openat2(&self.fd, name, flags, Mode::empty(), resolve) {
                 Ok(fd) => return Ok(Dir { fd }),
                 Err(Errno::AGAIN) if tries < 16 => tries += 1,
+                // O_DIRECTORY wins over O_NOFOLLOW: a symlink gives ENOTDIR, not ELOOP.
+                Err(Errno::NOTDIR)
+                    if rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(
+                        |st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink,
+                    ) =>
+                {
+                    return Err(Error::sys(OP, name, Errno::LOOP));
+                }
                 Err(e) => return Err(Error::sys(OP, name, e)),
             }
         }

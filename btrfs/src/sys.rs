@@ -152,6 +152,12 @@ pub struct TreeSearch {
 
 const SEARCH_BUF_BYTES: usize = 64 * 1024;
 
+impl Default for TreeSearch {
+    fn default() -> Self {
+        TreeSearch::new()
+    }
+}
+
 impl TreeSearch {
     pub fn new() -> Self {
         TreeSearch {
