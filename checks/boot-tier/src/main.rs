@@ -1,1 +1,169 @@
-fn main() {}
+//! `boot-tier`: build the test machine and boot it by hand.
+//!
+//! ```text
+//! cargo run -p boot-tier -- build                 # build or reuse every part, say where
+//! cargo run -p boot-tier -- boot --console        # one boot of a fresh machine, console live
+//! cargo run -p boot-tier -- boot --pause-after 3  # cut the power after tacid-initrd's step 3
+//! cargo run -p boot-tier -- boot --disk my.img    # boot (and keep changing) your own disk
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use boot_tier::machine::{self, BootOptions, Ending};
+use boot_tier::parts::{InitrdInputs, Parts};
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(about = "Build the boot tier's test machine and boot it by hand (needs root).")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Build (or reuse from checks/boot/cache/) the kernel, initrd and disk; print them.
+    Build(Inputs),
+    /// Boot a test machine once and say what it reported.
+    Boot {
+        #[command(flatten)]
+        inputs: Inputs,
+        /// Show the console (serial port 1) as it comes.
+        #[arg(long)]
+        console: bool,
+        /// Cut the power once tacid-initrd pauses after this step.
+        #[arg(long, value_name = "N")]
+        pause_after: Option<u32>,
+        /// Boot this disk image instead of a fresh copy (it is changed by the boot).
+        #[arg(long, value_name = "IMAGE")]
+        disk: Option<PathBuf>,
+        /// Keep the fresh machine's directory (disk and console) and print its path.
+        #[arg(long)]
+        keep: bool,
+        /// More kernel command-line words.
+        #[arg(long = "append", value_name = "WORD")]
+        append: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+struct Inputs {
+    /// Use this tacid-initrd binary (static) instead of building the workspace's.
+    #[arg(long, value_name = "PATH", requires = "unit_dir")]
+    initrd_binary: Option<PathBuf>,
+    /// Use the unit files in this directory instead of initrd/systemd/.
+    #[arg(long, value_name = "DIR", requires = "initrd_binary")]
+    unit_dir: Option<PathBuf>,
+}
+
+impl Inputs {
+    fn parts(&self) -> boot_tier::Result<Parts> {
+        match (&self.initrd_binary, &self.unit_dir) {
+            (Some(binary), Some(unit_dir)) => Parts::build(&InitrdInputs {
+                binary: binary.clone(),
+                unit_dir: unit_dir.clone(),
+            }),
+            _ => Parts::for_workspace(),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("boot-tier: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> boot_tier::Result<ExitCode> {
+    if let Some(why) = boot_tier::env::missing_prerequisite() {
+        return Err(boot_tier::Error::Other(why));
+    }
+    match cli.command {
+        Cmd::Build(inputs) => {
+            let parts = inputs.parts()?;
+            for (what, took) in &parts.timings {
+                println!("{what:<28} {:>7.2} s", took.as_secs_f64());
+            }
+            println!(
+                "kernel {}\ninitrd {}\ndisk   {}",
+                parts.kernel.vmlinuz.display(),
+                parts.initrd.display(),
+                parts.disk.display()
+            );
+            println!("accel  {:?}", machine::accel(&parts));
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Boot {
+            inputs,
+            console,
+            pause_after,
+            disk,
+            keep,
+            append,
+        } => {
+            let parts = inputs.parts()?;
+            let options = BootOptions {
+                pause_after,
+                extra_cmdline: append,
+                echo_console: console,
+            };
+            eprintln!(
+                "kernel command line: {}",
+                machine::cmdline(&options).join(" ")
+            );
+            let (boot, kept) = match disk {
+                Some(disk) => {
+                    let dir =
+                        tempfile::tempdir().map_err(|e| boot_tier::Error::Other(e.to_string()))?;
+                    (machine::boot(&parts, &disk, dir.path(), &options)?, None)
+                }
+                None => {
+                    let mut m = machine::Machine::new(&parts, "by-hand")?;
+                    let boot = m.boot(&options)?;
+                    (boot, keep.then(|| m.keep()))
+                }
+            };
+            println!(
+                "\nboot ended: {:?} after {:.1} s",
+                boot.ending,
+                boot.took.as_secs_f64()
+            );
+            for unit in [
+                layout::names::INITRD_RESTORE_UNIT,
+                layout::names::INITRD_WIPE_ROOT_UNIT,
+            ] {
+                if let Some(s) = boot.unit_seconds(unit) {
+                    println!("{unit}: {:.3} s (kernel clock, Starting → Finished)", s);
+                }
+            }
+            match &boot.report {
+                Some(r) => println!("report: {r:#?}"),
+                None if boot.ending == Ending::PoweredOff => {
+                    println!(
+                        "no report: the machine did not reach its root. Console tail:\n{}",
+                        boot.console_tail(40)
+                    )
+                }
+                None => {}
+            }
+            if let Some(dir) = kept {
+                println!("kept: {}", dir.display());
+            }
+            let ok = match boot.ending {
+                Ending::PoweredOff => boot.report.is_some(),
+                Ending::PowerCut { .. } => true,
+                Ending::TimedOut => false,
+            };
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! What the boot tier needs from the host, and what it does when something is missing.
+
+use std::path::{Path, PathBuf};
+
+/// External programs, by absolute path (never `$PATH`), with the Debian package that has
+/// each. Debian 12 has merged /usr, so these are where the packages' files resolve.
+pub mod tools {
+    pub const QEMU: &str = "/usr/bin/qemu-system-x86_64";
+    pub const DRACUT: &str = "/usr/bin/dracut";
+    pub const MKFS_BTRFS: &str = "/usr/sbin/mkfs.btrfs";
+    pub const BTRFS: &str = "/usr/bin/btrfs";
+    pub const DEPMOD: &str = "/usr/sbin/depmod";
+    pub const APT_GET: &str = "/usr/bin/apt-get";
+    pub const APT_CACHE: &str = "/usr/bin/apt-cache";
+    pub const DPKG_DEB: &str = "/usr/bin/dpkg-deb";
+    pub const DPKG_QUERY: &str = "/usr/bin/dpkg-query";
+    pub const MOUNT: &str = "/usr/bin/mount";
+    pub const UMOUNT: &str = "/usr/bin/umount";
+    pub const CP: &str = "/usr/bin/cp";
+
+    /// Each tool with the package that provides it, for the "install this" message.
+    pub const ALL: [(&str, &str); 12] = [
+        (QEMU, "qemu-system-x86"),
+        (DRACUT, "dracut"),
+        (MKFS_BTRFS, "btrfs-progs"),
+        (BTRFS, "btrfs-progs"),
+        (DEPMOD, "kmod"),
+        (APT_GET, "apt"),
+        (APT_CACHE, "apt"),
+        (DPKG_DEB, "dpkg"),
+        (DPKG_QUERY, "dpkg"),
+        (MOUNT, "mount"),
+        (UMOUNT, "mount"),
+        (CP, "coreutils"),
+    ];
+}
+
+/// The Debian packages the boot tier installs on a fresh machine (the README's list).
+pub const HOST_PACKAGES: &str =
+    "qemu-system-x86 dracut dracut-core btrfs-progs kmod cpio systemd udev";
+
+/// Where slow parts are cached (gitignored).
+pub fn cache_dir() -> PathBuf {
+    crate::workspace_root().join("checks/boot/cache")
+}
+
+/// Why this machine cannot run the boot tier, or `None` when it can.
+pub fn missing_prerequisite() -> Option<String> {
+    if !rustix::process::geteuid().is_root() {
+        return Some("the boot tier needs root (loop devices, mounting the disk image)".into());
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        return Some("no /dev/loop-control: loop devices are unavailable".into());
+    }
+    let missing: Vec<String> = tools::ALL
+        .iter()
+        .filter(|(path, _)| !Path::new(path).exists())
+        .map(|(path, package)| format!("{path} (package {package})"))
+        .collect();
+    if !missing.is_empty() {
+        return Some(format!(
+            "missing {}; install with: apt-get install -y {HOST_PACKAGES}",
+            missing.join(", ")
+        ));
+    }
+    None
+}
+
+/// True when running in CI, where skipping is a failure.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Say loudly that `what` did not run and why; under `CI=true`, fail instead.
+pub fn skip_or_fail(what: &str, why: &str) {
+    let line = "=".repeat(78);
+    if in_ci() {
+        panic!("{what}: cannot run under CI=true: {why}");
+    }
+    eprintln!("{line}\nSKIPPED {what}: {why}\n{line}");
+    println!("SKIPPED {what}: {why}");
+}
+
+/// `Some(())` when the boot tier can run here; otherwise reports (or fails under CI) and
+/// returns `None`.
+pub fn require(what: &str) -> Option<()> {
+    match missing_prerequisite() {
+        None => Some(()),
+        Some(why) => {
+            skip_or_fail(what, &why);
+            None
+        }
+    }
+}

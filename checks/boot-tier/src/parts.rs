@@ -1,0 +1,503 @@
+//! The test machine's parts, from Debian's packages, cached by their inputs.
+//!
+//! - the kernel: the image package `linux-image-cloud-amd64` depends on, extracted, with
+//!   `depmod` run on its modules;
+//! - `busybox` from `busybox-static`: the guest's whole userland;
+//! - `tacid-initrd`, built static with the `test-hooks` feature into its own target dir;
+//! - a dracut systemd initrd with that binary and the unit files of `initrd/systemd/`,
+//!   byte for byte, plus one test-only mount unit for the store;
+//! - a laid-out disk image, copied for every machine.
+//!
+//! Each lands in `checks/boot/cache/` under a name that carries a hash of its inputs, so a
+//! second run reuses it and a change of any input builds it again.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::env::{cache_dir, tools};
+use crate::{run, run_stdout, shown, Error, IoContext as _, Result};
+
+/// The metapackage whose dependency is the kernel we boot.
+pub const KERNEL_METAPACKAGE: &str = "linux-image-cloud-amd64";
+/// The package that has a static busybox.
+pub const BUSYBOX_PACKAGE: &str = "busybox-static";
+/// The target `tacid-initrd` is built for (explicit, so `+crt-static` skips proc macros).
+pub const TARGET: &str = "x86_64-unknown-linux-gnu";
+/// The feature that makes `tacid-initrd` honour `tacid.test_pause_after=N`.
+pub const TEST_FEATURE: &str = "test-hooks";
+
+/// dracut modules and drivers of the test initrd (MACHINE-NOTES.md's working set).
+const DRACUT_MODULES: &str =
+    "systemd systemd-initrd dracut-systemd udev-rules btrfs rootfs-block base fs-lib";
+const DRACUT_DRIVERS: &str = "virtio_pci virtio_blk btrfs";
+/// Bump when the way a part is made changes without any input changing.
+const RECIPE: u32 = 1;
+
+/// The extracted kernel.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    /// `boot/vmlinuz-<release>`.
+    pub vmlinuz: PathBuf,
+    /// `uname -r` of the kernel.
+    pub release: String,
+    /// The extracted package's root (holds `lib/modules/<release>`).
+    pub root: PathBuf,
+}
+
+/// What goes into the initrd from this repository.
+#[derive(Debug, Clone)]
+pub struct InitrdInputs {
+    /// The static `tacid-initrd` binary.
+    pub binary: PathBuf,
+    /// The directory of unit files (`initrd/systemd/`), installed unchanged.
+    pub unit_dir: PathBuf,
+}
+
+/// Everything needed to boot test machines.
+#[derive(Debug, Clone)]
+pub struct Parts {
+    pub kernel: Kernel,
+    pub initrd: PathBuf,
+    /// The laid-out disk; never booted itself, only copied.
+    pub disk: PathBuf,
+    /// How long each part took this time (cached parts take almost nothing).
+    pub timings: Vec<(&'static str, Duration)>,
+}
+
+impl Parts {
+    /// Build (or reuse) every part, with `tacid-initrd` and its units from this repository.
+    pub fn for_workspace() -> Result<Parts> {
+        let started = Instant::now();
+        let binary = build_tacid_initrd()?;
+        let built = started.elapsed();
+        let inputs = InitrdInputs {
+            binary,
+            unit_dir: crate::workspace_root().join("initrd/systemd"),
+        };
+        let mut parts = Parts::build(&inputs)?;
+        parts
+            .timings
+            .insert(0, ("tacid-initrd (cargo build)", built));
+        Ok(parts)
+    }
+
+    /// Build (or reuse) every part around the given `tacid-initrd` and unit files.
+    pub fn build(inputs: &InitrdInputs) -> Result<Parts> {
+        let cache = cache_dir();
+        std::fs::create_dir_all(&cache).context(|| format!("creating {}", shown(&cache)))?;
+        let mut timings = Vec::new();
+        let t = Instant::now();
+        let kernel = kernel(&cache)?;
+        timings.push(("kernel", t.elapsed()));
+        let t = Instant::now();
+        let busybox = busybox(&cache)?;
+        timings.push(("busybox", t.elapsed()));
+        let t = Instant::now();
+        let initrd = initrd(&cache, &kernel, inputs)?;
+        timings.push(("initrd (dracut)", t.elapsed()));
+        let t = Instant::now();
+        let disk = disk(&cache, &busybox)?;
+        timings.push(("disk image", t.elapsed()));
+        Ok(Parts {
+            kernel,
+            initrd,
+            disk,
+            timings,
+        })
+    }
+}
+
+/// `cargo build` the static, test-hooked `tacid-initrd` into `target/boot-tier`, apart from
+/// the shared target dir so it neither waits for nor disturbs other builds.
+pub fn build_tacid_initrd() -> Result<PathBuf> {
+    let root = crate::workspace_root();
+    let target_dir = root.join("target/boot-tier");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "initrd",
+            "--bin",
+            "tacid-initrd",
+            "--features",
+            TEST_FEATURE,
+            "--target",
+            TARGET,
+        ])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        // CARGO_ENCODED_RUSTFLAGS would win over RUSTFLAGS.
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env("RUSTFLAGS", "-C target-feature=+crt-static");
+    run("building tacid-initrd (static, test-hooks)", &mut cmd)?;
+    Ok(target_dir.join(TARGET).join("release/tacid-initrd"))
+}
+
+fn hash_hex(f: impl FnOnce(&mut DefaultHasher)) -> String {
+    let mut h = DefaultHasher::new();
+    RECIPE.hash(&mut h);
+    f(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+/// The package a metapackage depends on, and the candidate version of a package, from
+/// apt's local lists (no download).
+fn dependency_of(metapackage: &str) -> Result<String> {
+    let out = run_stdout(
+        "apt-cache depends",
+        Command::new(tools::APT_CACHE).args(["depends", metapackage]),
+    )?;
+    out.lines()
+        .find_map(|l| l.trim().strip_prefix("Depends: "))
+        .map(|s| s.trim().to_owned())
+        .ok_or_else(|| {
+            Error::Other(format!(
+                "apt knows no dependency of {metapackage}; run `apt-get update` first"
+            ))
+        })
+}
+
+fn candidate_version(package: &str) -> Result<String> {
+    let out = run_stdout(
+        "apt-cache show",
+        Command::new(tools::APT_CACHE).args(["show", "--no-all-versions", package]),
+    )?;
+    out.lines()
+        .find_map(|l| l.strip_prefix("Version: "))
+        .map(|s| s.trim().to_owned())
+        .ok_or_else(|| {
+            Error::Other(format!(
+                "apt knows no version of {package}; run `apt-get update` first"
+            ))
+        })
+}
+
+/// Download `package` and extract it into a fresh directory, returned.
+fn download_and_extract(cache: &Path, package: &str) -> Result<tempfile::TempDir> {
+    let work = tempfile::Builder::new()
+        .prefix(".tmp.")
+        .tempdir_in(cache)
+        .context(|| format!("making a work directory in {}", shown(cache)))?;
+    run(
+        &format!("apt-get download {package}"),
+        Command::new(tools::APT_GET)
+            .current_dir(work.path())
+            .args(["download", "-q", package]),
+    )?;
+    let deb = std::fs::read_dir(work.path())
+        .context(|| "listing the download".into())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .ok_or_else(|| Error::Other(format!("apt-get download {package} left no .deb")))?;
+    run(
+        "dpkg-deb -x",
+        Command::new(tools::DPKG_DEB)
+            .arg("-x")
+            .arg(&deb)
+            .arg(work.path().join("root")),
+    )?;
+    Ok(work)
+}
+
+/// The newest cached part named `prefix*` that is complete, for when apt cannot answer.
+fn cached_fallback(cache: &Path, prefix: &str) -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(cache)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+        })
+        .filter(|p| p.join(".complete").exists())
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+/// A directory part, made once: `make` fills a work directory, which is renamed into place.
+fn cached_dir(cache: &Path, name: &str, make: impl FnOnce(&Path) -> Result<()>) -> Result<PathBuf> {
+    let dir = cache.join(name);
+    if dir.join(".complete").exists() {
+        return Ok(dir);
+    }
+    let work = tempfile::Builder::new()
+        .prefix(".tmp.")
+        .tempdir_in(cache)
+        .context(|| format!("making a work directory in {}", shown(cache)))?;
+    make(work.path())?;
+    std::fs::write(work.path().join(".complete"), b"")
+        .context(|| "marking a part complete".into())?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let work = work.keep();
+    std::fs::rename(&work, &dir).context(|| format!("moving a part to {}", shown(&dir)))?;
+    Ok(dir)
+}
+
+fn kernel(cache: &Path) -> Result<Kernel> {
+    let dir = match dependency_of(KERNEL_METAPACKAGE)
+        .and_then(|pkg| candidate_version(&pkg).map(|v| (pkg, v)))
+    {
+        Ok((pkg, version)) => cached_dir(cache, &format!("kernel-{pkg}_{version}"), |out| {
+            let work = download_and_extract(cache, &pkg)?;
+            let root = work.path().join("root");
+            let release = only_entry(&root.join("lib/modules"))?;
+            run(
+                "depmod",
+                Command::new(tools::DEPMOD)
+                    .arg("-b")
+                    .arg(&root)
+                    .arg(&release),
+            )?;
+            std::fs::rename(&root, out.join("root")).context(|| "moving the kernel tree".into())
+        })?,
+        Err(e) => cached_fallback(cache, "kernel-").ok_or(e)?,
+    };
+    let root = dir.join("root");
+    let release = only_entry(&root.join("lib/modules"))?;
+    let vmlinuz = root.join(format!("boot/vmlinuz-{release}"));
+    if !vmlinuz.exists() {
+        return Err(Error::Other(format!("{} is missing", shown(&vmlinuz))));
+    }
+    Ok(Kernel {
+        vmlinuz,
+        release,
+        root,
+    })
+}
+
+fn only_entry(dir: &Path) -> Result<String> {
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .context(|| format!("listing {}", shown(dir)))?
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    match &names[..] {
+        [one] => Ok(one.clone()),
+        _ => Err(Error::Other(format!(
+            "expected one entry in {}, found {names:?}",
+            shown(dir)
+        ))),
+    }
+}
+
+fn busybox(cache: &Path) -> Result<PathBuf> {
+    let dir = match candidate_version(BUSYBOX_PACKAGE) {
+        Ok(version) => cached_dir(cache, &format!("busybox-{version}"), |out| {
+            let work = download_and_extract(cache, BUSYBOX_PACKAGE)?;
+            std::fs::rename(work.path().join("root/bin/busybox"), out.join("busybox"))
+                .context(|| "moving busybox".into())
+        })?,
+        Err(e) => cached_fallback(cache, "busybox-").ok_or(e)?,
+    };
+    Ok(dir.join("busybox"))
+}
+
+/// A test-only mount unit: the store at `/sysroot/nix`, as NixOS's initrd mounts `/nix`.
+pub fn store_mount_unit() -> (String, String) {
+    let mp = format!("/sysroot{}", crate::guest::STORE_MOUNT_POINT);
+    let name = format!("{}.mount", mp.trim_start_matches('/').replace('/', "-"));
+    let text = format!(
+        "# Test image only (boot tier): the test machine's userland lives in the store, as\n\
+         # NixOS's does, so the initrd mounts it beside the root, as NixOS's initrd does.\n\
+         [Unit]\nDescription=The store for the boot tier's test machine\n\
+         DefaultDependencies=no\nRequires=sysroot.mount\nAfter=sysroot.mount\nBefore=initrd-fs.target\n\n\
+         [Mount]\nWhat={}\nWhere={mp}\nType=btrfs\nOptions=subvol={}\n",
+        layout::names::DEFAULT_DEVICE,
+        crate::guest::store_subvolume(),
+    );
+    (name, text)
+}
+
+/// The targets a unit's `[Install]` section names: `(target, "wants" | "requires")`.
+pub fn install_links(unit_text: &str) -> Vec<(String, &'static str)> {
+    let mut in_install = false;
+    let mut links = Vec::new();
+    for line in unit_text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_install = line == "[Install]";
+            continue;
+        }
+        if !in_install {
+            continue;
+        }
+        let (kind, value) = if let Some(v) = line.strip_prefix("WantedBy=") {
+            ("wants", v)
+        } else if let Some(v) = line.strip_prefix("RequiredBy=") {
+            ("requires", v)
+        } else {
+            continue;
+        };
+        links.extend(value.split_whitespace().map(|t| (t.to_owned(), kind)));
+    }
+    links
+}
+
+/// Lay out the tree dracut `--include`s: the binary, the units, their links.
+fn include_tree(dest: &Path, inputs: &InitrdInputs) -> Result<Vec<(String, Vec<u8>)>> {
+    use std::os::unix::fs::{symlink, PermissionsExt as _};
+    let bin = dest.join("bin");
+    let units = dest.join("etc/systemd/system");
+    std::fs::create_dir_all(&bin).context(|| "making the include tree".into())?;
+    std::fs::create_dir_all(&units).context(|| "making the include tree".into())?;
+    let binary = dest.join("bin/tacid-initrd");
+    std::fs::copy(&inputs.binary, &binary)
+        .context(|| format!("copying {} (was it built?)", shown(&inputs.binary)))?;
+    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755))
+        .context(|| "chmod".into())?;
+
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&inputs.unit_dir)
+        .context(|| format!("reading the unit files in {}", shown(&inputs.unit_dir)))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        return Err(Error::Other(format!(
+            "no unit files in {}",
+            shown(&inputs.unit_dir)
+        )));
+    }
+    for path in names {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let text = std::fs::read(&path).context(|| format!("reading {}", shown(&path)))?;
+        files.push((name, text));
+    }
+    files.push({
+        let (name, text) = store_mount_unit();
+        (name, text.into_bytes())
+    });
+    for (name, text) in &files {
+        std::fs::write(units.join(name), text).context(|| format!("writing unit {name}"))?;
+        let links = install_links(&String::from_utf8_lossy(text));
+        let links = if links.is_empty() && name.ends_with(".mount") {
+            vec![("initrd-fs.target".to_owned(), "requires")]
+        } else {
+            links
+        };
+        for (target, kind) in links {
+            let dir = units.join(format!("{target}.{kind}"));
+            std::fs::create_dir_all(&dir).context(|| format!("making {}", shown(&dir)))?;
+            symlink(format!("../{name}"), dir.join(name))
+                .context(|| format!("linking {name} into {target}"))?;
+        }
+    }
+    Ok(files)
+}
+
+fn initrd(cache: &Path, kernel: &Kernel, inputs: &InitrdInputs) -> Result<PathBuf> {
+    let tree = tempfile::Builder::new()
+        .prefix(".tmp.")
+        .tempdir_in(cache)
+        .context(|| "include tree".into())?;
+    let files = include_tree(tree.path(), inputs)?;
+    let binary =
+        std::fs::read(&inputs.binary).context(|| format!("reading {}", shown(&inputs.binary)))?;
+    let dracut_version = run_stdout(
+        "dpkg-query",
+        Command::new(tools::DPKG_QUERY).args(["-W", "-f", "${Version}", "dracut-core"]),
+    )
+    .unwrap_or_default();
+    let key = hash_hex(|h| {
+        kernel.root.hash(h);
+        dracut_version.hash(h);
+        binary.hash(h);
+        files.hash(h);
+        (DRACUT_MODULES, DRACUT_DRIVERS).hash(h);
+    });
+    let out = cache.join(format!("initrd-{key}.img"));
+    if out.exists() {
+        return Ok(out);
+    }
+    let tmp = cache.join(format!(".tmp.initrd-{key}.img"));
+    let kmoddir = kernel.root.join("lib/modules").join(&kernel.release);
+    run(
+        "dracut",
+        Command::new(tools::DRACUT)
+            .args([
+                "--force",
+                "--quiet",
+                "--no-hostonly",
+                "--no-hostonly-cmdline",
+                "--no-early-microcode",
+            ])
+            .args(["--no-compress", "--reproducible", "--kver", &kernel.release])
+            .arg("--kmoddir")
+            .arg(&kmoddir)
+            .args(["--modules", DRACUT_MODULES, "--drivers", DRACUT_DRIVERS])
+            .arg("--include")
+            .arg(tree.path())
+            .arg("/")
+            .arg(&tmp),
+    )?;
+    prune(cache, "initrd-");
+    std::fs::rename(&tmp, &out).context(|| format!("moving the initrd to {}", shown(&out)))?;
+    Ok(out)
+}
+
+fn disk(cache: &Path, busybox: &Path) -> Result<PathBuf> {
+    let busybox_bytes = std::fs::read(busybox).context(|| format!("reading {}", shown(busybox)))?;
+    let key = hash_hex(|h| {
+        busybox_bytes.hash(h);
+        crate::guest::init_script().hash(h);
+        layout::Contract::get().to_json().hash(h);
+        crate::image::IMAGE_BYTES.hash(h);
+    });
+    let out = cache.join(format!("disk-{key}.img"));
+    if out.exists() {
+        return Ok(out);
+    }
+    let tmp = cache.join(format!(".tmp.disk-{key}.img"));
+    crate::image::make_disk(&tmp, busybox)?;
+    prune(cache, "disk-");
+    std::fs::rename(&tmp, &out).context(|| format!("moving the disk to {}", shown(&out)))?;
+    Ok(out)
+}
+
+/// Remove older parts of one kind, so the cache does not grow without end.
+fn prune(cache: &Path, prefix: &str) {
+    if let Ok(entries) = std::fs::read_dir(cache) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(prefix) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn install_sections_give_links() {
+        let unit = "[Unit]\nWantedBy=not-this.target\n[Install]\nWantedBy=initrd.target other.target\nRequiredBy=x.target\n";
+        assert_eq!(
+            install_links(unit),
+            [
+                ("initrd.target".to_owned(), "wants"),
+                ("other.target".to_owned(), "wants"),
+                ("x.target".to_owned(), "requires")
+            ]
+        );
+    }
+
+    #[test]
+    fn the_store_unit_is_named_after_its_mount_point() {
+        let (name, text) = store_mount_unit();
+        assert_eq!(name, "sysroot-nix.mount");
+        assert!(text.contains("Where=/sysroot/nix\n"));
+        assert!(text.contains(&format!(
+            "Options=subvol={}\n",
+            crate::guest::store_subvolume()
+        )));
+    }
+}
