@@ -19,11 +19,21 @@
         # The whole workspace: tacid-stem, tacid-keeper, tacid, tacid-initrd. rusqlite is
         # bundled (SQLite compiled in), so no system sqlite is needed.
         cargoLock.lockFile = ./Cargo.lock;
+        nativeBuildInputs = [ pkgs.installShellFiles ];
         # The tests need root, loop devices and a system-like bus; they run in the
         # project's CI tiers and, on NixOS, as checks.install. Not in the build sandbox.
         doCheck = false;
         # Units and D-Bus files exactly as they are in the repository (shipped.json).
-        postInstall = tacidLib.installCommands;
+        # Their /usr/bin paths become store paths (shipped.json lists the tools).
+        postInstall = ''
+          ${tacidLib.installCommands}
+          ${tacidLib.rewriteUnitPaths (lib.mapAttrs (tool: pkg: "${pkgs.${pkg}}/bin/${tool}") tacidLib.shipped.unit_paths.tools)}
+          installManPage tacid-cli/man/*.1
+          installShellCompletion --cmd ${tacidLib.shipped.binaries.cli.name} \
+            --bash tacid-cli/completions/tacid.bash \
+            --zsh tacid-cli/completions/_tacid \
+            --fish tacid-cli/completions/tacid.fish
+        '';
         meta = {
           description = "Snapshots of ${restorable} that the next boot can put back";
           mainProgram = tacidLib.shipped.binaries.cli.name;
@@ -44,7 +54,7 @@
         tacidModule = self.nixosModules.default;
         makeDiskLayout = pkgs.writeShellApplication {
           name = "make-disk-layout";
-          runtimeInputs = [ pkgs.btrfs-progs pkgs.util-linux pkgs.jq pkgs.coreutils ];
+          runtimeInputs = with pkgs; [ btrfs-progs util-linux jq coreutils gnugrep gnused ];
           text = ''
             export TACID_LAYOUT_JSON=${./nixos-modules/layout.json}
             exec ${pkgs.bash}/bin/bash ${./scripts/make-disk-layout.sh} "$@"

@@ -138,8 +138,21 @@ echo "pre-switch check: skips, snapshots, stops, overrides once, first switch: o
 step "the package's install steps (shipped.json) against the repository"
 install_commands="$(nix-instantiate --eval --strict --json -E '(import ./nixos-modules/lib.nix).installCommands' |
   python3 -c 'import json,sys; print(json.load(sys.stdin))')"
+rewrite_commands="$(nix-instantiate --eval --strict --json -E '
+  let l = import ./nixos-modules/lib.nix; in
+  l.rewriteUnitPaths (builtins.mapAttrs (tool: _: "/TOOLS/${tool}") l.shipped.unit_paths.tools)' |
+  python3 -c 'import json,sys; print(json.load(sys.stdin))')"
 if out="$work/package" bash -euo pipefail -c "$install_commands" 2>"$work/install-err"; then
   echo "installs $(find "$work/package" -type f | wc -l) files"
+  if ! out="$work/package" bash -euo pipefail -c "$rewrite_commands" 2>"$work/install-err"; then
+    fail "the package's unit rewrite fails: $(cat "$work/install-err")"
+  elif grep -n '/usr/bin/' "$work/package/lib/systemd/system/"*.service; then
+    fail "a unit in the package still names /usr/bin (shipped.json unit_paths.tools lacks a tool?)"
+  elif grep -h '^ExecStart=' "$work/package/lib/systemd/system/"*.service | grep -v "^ExecStart=$work/package/bin/"; then
+    fail "a daemon's ExecStart does not run the package's own binary"
+  else
+    echo "the package's units run its own binaries and tools by store path"
+  fi
 else
   fail "the package would not build: $(cat "$work/install-err")"
 fi

@@ -233,6 +233,25 @@ let
   installCommands = concatStringsSep "\n" (
     map (e: "install -Dm644 ${sourcePath e} \"$out/${installedPath e}\"") shipped.files
   );
+
+  # The daemons' units name programs the FHS way (/usr/bin/tacid-keeper, /usr/bin/install);
+  # in the package they name store paths: the package's own binaries, and each tool
+  # listed in shipped.json at the path given in toolPaths (tool name -> absolute path).
+  systemUnitFiles = map installedPath (filter (e: e.install_dir == "lib/systemd/system") shipped.files);
+  rewriteUnitPaths =
+    toolPaths:
+    let
+      dir = shipped.unit_paths.binaries_dir;
+      tools = builtins.attrNames shipped.unit_paths.tools;
+      missing = filter (t: !(toolPaths ? ${t})) tools;
+      toolRewrites = concatStringsSep " " (map (t: "-e 's|${dir}/${t} |${toolPaths.${t}} |g'") tools);
+    in
+    if missing != [ ] then
+      throw "tacid: rewriteUnitPaths needs a path for ${toString missing}"
+    else
+      concatStringsSep "\n" (
+        map (f: "sed -i ${toolRewrites} -e \"s|${dir}/|$out/bin/|g\" \"$out/${f}\"") systemUnitFiles
+      );
 in
 {
   inherit
@@ -258,5 +277,7 @@ in
     preSwitchScript
     preSwitchSkipFile
     installCommands
+    systemUnitFiles
+    rewriteUnitPaths
     ;
 }

@@ -25,6 +25,27 @@ let
 
   skipFile = tacidLib.preSwitchSkipFile;
 
+  # The keeper learns the approver group from its command line. This drop-in keeps the
+  # shipped unit's ExecStart word for word except the group, so nothing else is retyped.
+  keeperDropInDir = "lib/systemd/system/${layout.keeper_unit}.d";
+  keeperApproverGroup = pkgs.runCommand "tacid-keeper-approver-group" { } ''
+    unit=${cfg.package}/lib/systemd/system/${layout.keeper_unit}
+    exec_start="$(grep '^ExecStart=' "$unit")"
+    case "$exec_start" in
+      *" --approver-group "*) ;;
+      *)
+        echo "$unit: its ExecStart has no --approver-group, so services.tacid.approverGroup cannot be applied" >&2
+        exit 1
+        ;;
+    esac
+    mkdir -p $out/${keeperDropInDir}
+    {
+      echo '[Service]'
+      echo 'ExecStart='
+      echo "$exec_start" | sed -E 's/ --approver-group [^ ]+/ --approver-group ${cfg.approverGroup}/'
+    } >$out/${keeperDropInDir}/approver-group.conf
+  '';
+
   restorablePaths = lib.concatMapStringsSep ", " (s: s.mount_point) tacidLib.restorableMounted;
 in
 {
@@ -54,7 +75,8 @@ in
     };
 
     approverGroup = lib.mkOption {
-      type = lib.types.str;
+      # A plain group name: it goes onto the keeper's command line.
+      type = lib.types.strMatching "[A-Za-z_][A-Za-z0-9_-]*";
       default = layout.default_approver_group;
       description = ''
         Members of this group may take snapshots and stage restores through `tacid`;
@@ -124,7 +146,7 @@ in
       services = tacidLib.wantedByFor tacidLib.enabledInitrdUnits;
     };
 
-    systemd.packages = [ cfg.package ];
+    systemd.packages = [ cfg.package keeperApproverGroup ];
     systemd.services = tacidLib.wantedByFor tacidLib.enabledSystemUnits;
     services.dbus.packages = [ cfg.package ];
     environment.systemPackages = [ cfg.package ];

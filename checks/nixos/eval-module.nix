@@ -24,6 +24,7 @@ let
       bool = "bool";
       attrs = "attrs";
       listOf = t: "listOf ${t}";
+      strMatching = re: "strMatching ${re}";
     };
   };
 
@@ -81,7 +82,8 @@ all (x: x) [
       && all (e: elem (unitAttr (tacidLib.fileName e)) (attrNames c.boot.initrd.systemd.services)) tacidLib.enabledInitrdUnits
       && all (n: elem "${n}.service" tacidLib.initrdUnits) (attrNames c.boot.initrd.systemd.services)))
   (check "systemd units and D-Bus files come from the package"
-    (c.systemd.packages == [ package ] && c.services.dbus.packages == [ package ]))
+    (builtins.head c.systemd.packages == package && length c.systemd.packages == 2
+      && c.services.dbus.packages == [ package ]))
   (check "only shipped system units are enabled"
     (all (n: elem "${n}.service" [ layout.stem_unit layout.keeper_unit ]) (attrNames c.systemd.services)))
   (check "the keeper's user and group exist"

@@ -86,8 +86,9 @@ fn shipped_binaries() -> Vec<(String, String)> {
         .collect()
 }
 
-/// The names of the binaries a crate's Cargo.toml builds: each `[[bin]]`'s `name`, or the
-/// package name when the crate has `src/main.rs` and no `[[bin]]`.
+/// The names of the binaries a crate builds: each `[[bin]]`'s `name`, plus what Cargo
+/// finds by itself (unless `autobins = false`): the package name for `src/main.rs`, and
+/// each `src/bin/NAME.rs` or `src/bin/NAME/main.rs`.
 fn binaries_of_crate(dir: &str) -> BTreeSet<String> {
     let manifest = read(&format!("{dir}/Cargo.toml"));
     let mut section = String::new();
@@ -113,8 +114,26 @@ fn binaries_of_crate(dir: &str) -> BTreeSet<String> {
             _ => {}
         }
     }
-    if bins.is_empty() && repo().join(dir).join("src/main.rs").exists() {
-        bins.extend(package_name);
+    if manifest
+        .lines()
+        .any(|l| l.replace(' ', "") == "autobins=false")
+    {
+        return bins;
+    }
+    if repo().join(dir).join("src/main.rs").exists() {
+        let main_is_declared = manifest.contains("\"src/main.rs\"");
+        if !main_is_declared {
+            bins.extend(package_name);
+        }
+    }
+    if let Ok(entries) = fs::read_dir(repo().join(dir).join("src/bin")) {
+        for path in entries.flatten().map(|e| e.path()) {
+            let stem = path.file_stem().and_then(|s| s.to_str()).map(str::to_owned);
+            let is_rs = path.extension().is_some_and(|x| x == "rs");
+            if let Some(stem) = stem.filter(|_| is_rs || path.join("main.rs").exists()) {
+                bins.insert(stem);
+            }
+        }
     }
     bins
 }
@@ -182,12 +201,19 @@ fn every_binary_the_module_runs_is_built_by_its_crate() {
 #[test]
 fn unit_files_run_shipped_binaries_and_say_what_enables_them() {
     let binaries: BTreeSet<String> = shipped_binaries().into_iter().map(|(_, n)| n).collect();
+    let shipped = shipped();
+    let unit_paths = &shipped["unit_paths"];
+    let binaries_dir = unit_paths["binaries_dir"]
+        .as_str()
+        .expect("unit_paths.binaries_dir");
+    let tools: BTreeSet<String> = unit_paths["tools"]
+        .as_object()
+        .expect("unit_paths.tools")
+        .keys()
+        .cloned()
+        .collect();
     let contract = contract();
-    let initrd_units = [
-        &contract["initrd_restore_unit"],
-        &contract["initrd_wipe_root_unit"],
-    ]
-    .map(|v| v.as_str().expect("unit name").to_owned());
+    let keeper_unit = contract["keeper_unit"].as_str().expect("keeper unit");
     let mut problems = Vec::new();
     let mut units_seen = 0;
     for file in shipped_files()
@@ -199,33 +225,52 @@ fn unit_files_run_shipped_binaries_and_say_what_enables_them() {
             problems.push(format!("{} is missing", file.source));
             continue;
         };
+        let starts = ini_values(&text, "Service", "ExecStart");
+        if starts.len() != 1 {
+            problems.push(format!(
+                "{} has {} ExecStart= lines, not one",
+                file.source,
+                starts.len()
+            ));
+        }
         let execs: Vec<String> = ["ExecStartPre", "ExecStart", "ExecStartPost", "ExecStop"]
             .iter()
             .flat_map(|k| ini_values(&text, "Service", k))
             .collect();
-        if execs.is_empty() {
-            problems.push(format!("{} has no ExecStart=", file.source));
-        }
-        let is_initrd = initrd_units
-            .iter()
-            .any(|u| file.source.ends_with(u.as_str()));
+        // The initrd units run in the initrd, where the module puts the binary at /bin
+        // (boot.initrd.systemd.extraBin); the daemons' units name binaries_dir, which the
+        // package rewrites to its own store paths, and tools the package knows.
+        let in_initrd = file.install_dir != "lib/systemd/system";
         for exec in execs {
             let program = exec.trim_start_matches(['-', '@', '+', '!', ':']);
             let program = program.split_whitespace().next().unwrap_or_default();
-            let name = program.rsplit('/').next().unwrap_or_default();
-            if !binaries.contains(name) {
+            let (dir, name) = program.rsplit_once('/').unwrap_or(("", program));
+            let ok = if in_initrd {
+                dir == "/bin" && binaries.contains(name)
+            } else {
+                dir == binaries_dir && (binaries.contains(name) || tools.contains(name))
+            };
+            if !ok {
                 problems.push(format!(
-                    "{} runs {program:?}, not a shipped binary",
-                    file.source
+                    "{} runs {program:?}: expected {} followed by a shipped binary{}",
+                    file.source,
+                    if in_initrd { "/bin/" } else { binaries_dir },
+                    if in_initrd {
+                        ""
+                    } else {
+                        " or a tool listed in shipped.json"
+                    },
                 ));
             }
-            // The module puts the initrd binary at /bin (boot.initrd.systemd.extraBin).
-            if is_initrd && program != format!("/bin/{name}") {
-                problems.push(format!(
-                    "{} runs {program:?}; in the initrd the binary is /bin/{name}",
-                    file.source
-                ));
-            }
+        }
+        // The module's drop-in replaces only the keeper's approver group (tacid.nix).
+        if file.source.ends_with(keeper_unit)
+            && !starts.iter().any(|s| s.contains(" --approver-group "))
+        {
+            problems.push(format!(
+                "{}: ExecStart must pass --approver-group, which the NixOS module rewrites",
+                file.source
+            ));
         }
         if let Some(target) = &file.wanted_by {
             let wanted = ini_values(&text, "Install", "WantedBy");
