@@ -143,6 +143,10 @@ const ROOT_REF_KEY: u8 = linux_raw_sys::btrfs::BTRFS_ROOT_REF_KEY as u8;
 const ROOT_SUBVOL_RDONLY: u64 = linux_raw_sys::btrfs::BTRFS_ROOT_SUBVOL_RDONLY as u64;
 const SUBVOL_RDONLY: u64 = linux_raw_sys::btrfs::BTRFS_SUBVOL_RDONLY as u64;
 
+/// The prefix of [`Dir::write_file_durably`]'s temporary names (the layout crate's
+/// `TEMP_PREFIX`; a test holds them equal, this crate names no tacid paths itself).
+pub const TEMP_FILE_PREFIX: &str = ".tmp.";
+
 /// The longest name one directory entry can have.
 pub const NAME_MAX: usize = 255;
 
@@ -707,7 +711,7 @@ impl Dir {
         const OP: &str = "write durably";
         check_name(OP, name)?;
         let temp = format!(
-            ".tmp.{}.{}",
+            "{TEMP_FILE_PREFIX}{}.{}",
             std::process::id(),
             TEMP_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         );
@@ -949,6 +953,11 @@ mod tests {
         let item = RootItem::parse(&[0u8; 200]);
         assert_eq!(item.uuid, [0; 16]);
         assert_eq!(uuid_or_none(item.parent_uuid), None);
+    }
+
+    #[test]
+    fn temp_prefix_is_the_layouts() {
+        assert_eq!(TEMP_FILE_PREFIX, layout::TEMP_PREFIX);
     }
 
     #[test]
