@@ -7,6 +7,7 @@
 
 pub mod caller;
 pub mod engine;
+pub mod private_top;
 pub mod stem1;
 pub mod worker;
 

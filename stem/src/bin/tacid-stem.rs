@@ -20,13 +20,19 @@ use tracing_subscriber::EnvFilter;
 #[derive(Debug, Parser)]
 #[command(name = "tacid-stem", version)]
 struct Args {
-    /// The top level (subvolid=5) of the tacid Btrfs filesystem, mounted for the stem alone.
+    /// The top level (subvolid=5) of the tacid Btrfs filesystem. With --device, the stem
+    /// mounts it here itself, in a mount namespace of its own; without, it must be mounted.
     #[arg(
         long,
         value_name = "PATH",
         required_unless_present = "print_introspection"
     )]
     top: Option<PathBuf>,
+
+    /// The tacid filesystem's block device, to mount privately at --top (the system unit
+    /// does this; tests on an already mounted filesystem leave it out).
+    #[arg(long, value_name = "DEVICE")]
+    device: Option<PathBuf>,
 
     /// `system` for the system bus, or a D-Bus address (a private bus in tests).
     #[arg(long, value_name = "system|ADDRESS", default_value = "system")]
@@ -49,6 +55,18 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     init_logging();
+    // Before any thread exists (the runtime's, the engine's): a mount namespace is per thread.
+    if let (Some(device), Some(top)) = (&args.device, &args.top) {
+        if let Err(e) = stem::private_top::mount_private_top(device, top) {
+            tracing::error!("{e}");
+            return ExitCode::FAILURE;
+        }
+        tracing::info!(
+            "mounted {} (subvolid=5) privately at {}",
+            device.display(),
+            top.display()
+        );
+    }
     // One thread serves the bus; the engine has its own. Small and enough: calls are few.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
