@@ -157,6 +157,31 @@ else
   fail "the package would not build: $(cat "$work/install-err")"
 fi
 
+step "the module's drop-ins keep the shipped ExecStart but one value"
+for case in "keeper_unit --approver-group admins" "stem_unit --device /dev/vdb"; do
+  read -r key flag value <<<"$case"
+  unit="$(jq -r ".$key" nixos-modules/layout.json)"
+  source="$(jq -r ".files[] | select(.layout_key == \"$key\") | .source_dir" nixos-modules/shipped.json)/$unit"
+  if [ ! -f "$source" ]; then
+    fail "$source is missing"
+    continue
+  fi
+  nix-instantiate --eval --strict --json -E "
+    (import ./nixos-modules/lib.nix).execStartDropIn { unit = \"$source\"; flag = \"$flag\"; value = \"$value\"; }" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin))' >"$work/drop-in.sh"
+  if ! bash -euo pipefail "$work/drop-in.sh" >"$work/drop-in" 2>&1; then
+    fail "drop-in for $unit: $(cat "$work/drop-in")"
+  else
+    expected="$(grep '^ExecStart=' "$source" | sed -E "s| $flag [^ ]+| $flag $value|")"
+    if [ "$(sed -n 2p "$work/drop-in")" != "ExecStart=" ] || [ "$(sed -n 3p "$work/drop-in")" != "$expected" ] ||
+      ! grep -q -- " $flag $value" "$work/drop-in"; then
+      fail "drop-in for $unit is wrong: $(cat "$work/drop-in")"
+    else
+      echo "drop-in for $unit: $(sed -n 3p "$work/drop-in")"
+    fi
+  fi
+done
+
 step "scripts/make-disk-layout.sh on a loop device"
 if [ "$(id -u)" != 0 ] || ! command -v losetup >/dev/null || ! command -v mkfs.btrfs >/dev/null; then
   skip "make-disk-layout needs root, losetup and mkfs.btrfs"

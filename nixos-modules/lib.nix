@@ -229,6 +229,25 @@ let
       exit 1
     '';
 
+  # Shell printing a systemd drop-in that sets the value after `flag` in the unit's one
+  # ExecStart= line and keeps every other word of it, so the module retypes nothing of
+  # the shipped command line; it fails when the line has no such flag.
+  execStartDropIn =
+    { unit, flag, value }:
+    ''
+      exec_start="$(grep '^ExecStart=' ${unit})"
+      case "$exec_start" in
+        *" ${flag} "*) ;;
+        *)
+          echo "${unit}: its ExecStart has no ${flag}, so it cannot be set to ${value}" >&2
+          exit 1
+          ;;
+      esac
+      echo '[Service]'
+      echo 'ExecStart='
+      echo "$exec_start" | sed -E 's| ${flag} [^ ]+| ${flag} ${value}|'
+    '';
+
   # The package's install steps for everything it ships besides the binaries.
   installCommands = concatStringsSep "\n" (
     map (e: "install -Dm644 ${sourcePath e} \"$out/${installedPath e}\"") shipped.files
@@ -279,5 +298,6 @@ in
     installCommands
     systemUnitFiles
     rewriteUnitPaths
+    execStartDropIn
     ;
 }

@@ -5,6 +5,7 @@
 { config
 , lib
 , pkgs
+, utils
 , ...
 }:
 let
@@ -25,25 +26,34 @@ let
 
   skipFile = tacidLib.preSwitchSkipFile;
 
-  # The keeper learns the approver group from its command line. This drop-in keeps the
-  # shipped unit's ExecStart word for word except the group, so nothing else is retyped.
-  keeperDropInDir = "lib/systemd/system/${layout.keeper_unit}.d";
-  keeperApproverGroup = pkgs.runCommand "tacid-keeper-approver-group" { } ''
-    unit=${cfg.package}/lib/systemd/system/${layout.keeper_unit}
-    exec_start="$(grep '^ExecStart=' "$unit")"
-    case "$exec_start" in
-      *" --approver-group "*) ;;
-      *)
-        echo "$unit: its ExecStart has no --approver-group, so services.tacid.approverGroup cannot be applied" >&2
-        exit 1
-        ;;
-    esac
-    mkdir -p $out/${keeperDropInDir}
-    {
-      echo '[Service]'
-      echo 'ExecStart='
-      echo "$exec_start" | sed -E 's/ --approver-group [^ ]+/ --approver-group ${cfg.approverGroup}/'
-    } >$out/${keeperDropInDir}/approver-group.conf
+  # What the module changes in the shipped daemon units, as drop-ins that keep each
+  # ExecStart word for word except one value: the keeper's approver group, and (when it
+  # is not the default) the stem's device.
+  unitDir = "lib/systemd/system";
+  unitDropIns = pkgs.runCommand "tacid-unit-drop-ins" { } ''
+    set -euo pipefail
+    mkdir -p $out/${unitDir}/${layout.keeper_unit}.d
+    (
+      ${tacidLib.execStartDropIn {
+        unit = "${cfg.package}/${unitDir}/${layout.keeper_unit}";
+        flag = "--approver-group";
+        value = cfg.approverGroup;
+      }}
+    ) >$out/${unitDir}/${layout.keeper_unit}.d/services-tacid.conf
+    ${lib.optionalString (cfg.device != layout.default_device) ''
+      mkdir -p $out/${unitDir}/${layout.stem_unit}.d
+      (
+        ${tacidLib.execStartDropIn {
+          unit = "${cfg.package}/${unitDir}/${layout.stem_unit}";
+          flag = "--device";
+          value = cfg.device;
+        }}
+        echo 'DeviceAllow=${cfg.device} rw'
+        echo '[Unit]'
+        echo 'Requires=${utils.escapeSystemdPath cfg.device}.device'
+        echo 'After=${utils.escapeSystemdPath cfg.device}.device'
+      ) >$out/${unitDir}/${layout.stem_unit}.d/services-tacid.conf
+    ''}
   '';
 
   restorablePaths = lib.concatMapStringsSep ", " (s: s.mount_point) tacidLib.restorableMounted;
@@ -63,14 +73,16 @@ in
     };
 
     device = lib.mkOption {
-      type = lib.types.str;
+      # A device path: it goes onto the stem's and the initrd's command lines.
+      type = lib.types.strMatching "/dev/[A-Za-z0-9_./:+=@-]+";
       default = layout.default_device;
       example = "/dev/disk/by-uuid/0a1b2c3d-0000-0000-0000-000000000000";
       description = ''
-        The Btrfs filesystem holding the tacid layout. Every mount of the layout uses it,
-        and the initrd is told about it on the kernel command line when it is not the
-        default. `scripts/make-disk-layout.sh` labels the filesystem
-        "${layout.filesystem_label}", which the default names.
+        The Btrfs filesystem holding the tacid layout. Every mount of the layout uses it;
+        when it is not the default, the initrd is told on the kernel command line and the
+        stem by a drop-in. The filesystem must carry the label
+        "${layout.filesystem_label}" all the same (`scripts/make-disk-layout.sh` sets it):
+        the stem's unit waits for that label's device.
       '';
     };
 
@@ -133,7 +145,13 @@ in
       preSwitchSubvolumes = cfg.preSwitchSnapshot.subvolumes;
     };
 
-    fileSystems = cfg.fileSystems;
+    # Device, type and neededForBoot as defaults, so a conflicting definition elsewhere
+    # (hardware-configuration.nix) reaches the assertions above, which say what to do,
+    # instead of a bare "conflicting definition values". Options merge: add your own
+    # (compress=zstd, noatime) next to the subvolume.
+    fileSystems = lib.mapAttrs
+      (_: fs: (lib.mapAttrs (_: lib.mkDefault) (removeAttrs fs [ "options" ])) // { inherit (fs) options; })
+      cfg.fileSystems;
 
     boot.kernelParams = tacidLib.kernelParamsFor cfg.device;
 
@@ -142,11 +160,11 @@ in
     boot.initrd.systemd = {
       extraBin.${shipped.binaries.initrd.name} = bin "initrd";
       packages = [ initrdUnits ];
-      storePaths = [ initrdUnits ];
+      storePaths = [ "${initrdUnits}" ];
       services = tacidLib.wantedByFor tacidLib.enabledInitrdUnits;
     };
 
-    systemd.packages = [ cfg.package keeperApproverGroup ];
+    systemd.packages = [ cfg.package unitDropIns ];
     systemd.services = tacidLib.wantedByFor tacidLib.enabledSystemUnits;
     services.dbus.packages = [ cfg.package ];
     environment.systemPackages = [ cfg.package ];

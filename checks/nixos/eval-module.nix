@@ -15,6 +15,10 @@ let
     mkEnableOption = description: { _option = true; inherit description; };
     mkOption = attrs: attrs // { _option = true; };
     mkIf = cond: value: if cond then value else { };
+    # Priorities do not matter here: there is no other definition to lose to.
+    mkDefault = value: value;
+    optionalString = cond: string: if cond then string else "";
+    inherit (builtins) mapAttrs;
     literalExpression = text: { _literal = text; };
     concatStringsSep = builtins.concatStringsSep;
     concatMapStringsSep = sep: f: list: builtins.concatStringsSep sep (map f list);
@@ -43,6 +47,7 @@ let
 
   module = import ../../nixos-modules/tacid.nix {
     lib = stubLib;
+    utils.escapeSystemdPath = p: builtins.replaceStrings [ "/" "-" ] [ "-" "\\x2d" ] (builtins.substring 1 (-1) p);
     pkgs = {
       runCommand = name: _env: _script: "/nix/store/00000000000000000000000000000000-${name}";
       coreutils = "/nix/store/00000000000000000000000000000000-coreutils";
