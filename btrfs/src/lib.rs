@@ -343,6 +343,8 @@ fn full_key(id: u64, item_type: u8) -> sys::SearchKey {
 
 impl Top {
     /// Open `path`, which must be the top level (subvolume id 5) of a Btrfs filesystem.
+    /// `path` comes from configuration (the one ambient path); symlinks on the way to it
+    /// are followed, nothing beneath it ever is.
     pub fn open(path: &Path) -> Result<Top> {
         let shown = path.display().to_string();
         let fd = rustix::fs::open(
@@ -582,7 +584,7 @@ impl Dir {
     pub fn delete_subvolume_by_id(&self, id: u64) -> Result<()> {
         const OP: &str = "delete subvolume";
         let shown = id.to_string();
-        if id <= TOP_LEVEL_ID || id < SUBVOLUME_ROOT_INO {
+        if id < SUBVOLUME_ROOT_INO {
             return Err(Error::check(
                 OP,
                 &shown,
@@ -809,7 +811,7 @@ impl Dir {
                 if data.len() > max {
                     return Err(too_large());
                 }
-                data.resize((data.len() * 2).min(max + 1), 0);
+                data.resize(data.len().saturating_mul(2).min(max.saturating_add(1)), 0);
             }
             match rustix::io::read(&file, &mut data[filled..]) {
                 Ok(0) => break,
