@@ -1,1 +1,295 @@
-fn main() {}
+//! `tacid-initrd`: run by systemd units in the initrd (see `initrd/systemd/`).
+//!
+//! Exit status: 0 whenever the boot should simply go on (done, nothing to do, a refused
+//! request, a resume from hibernation pending); 1 when the job could not finish and the next
+//! boot must try again (adr/0007). Every line on stderr starts with `tacid-initrd:`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime};
+
+use clap::{Args, Parser, Subcommand};
+use initrd::btrfs_disk::BtrfsDisk;
+use initrd::cmdline::Cmdline;
+use initrd::driver::{restore_data, wipe_root, Observer, RestoreReport, WipeReport};
+use initrd::resume::ResumeFacts;
+use initrd::steps::Step;
+use layout::names::{DEFAULT_DEVICE, KERNEL_DEVICE_KEY};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tacid-initrd",
+    version,
+    about = "Runs in the initrd: honours a staged tacid restore, makes @root again from @root-blank."
+)]
+struct Cli {
+    #[command(subcommand)]
+    job: Job,
+}
+
+#[derive(Debug, Subcommand)]
+enum Job {
+    /// Honour the restore request staged in the snapshot store, if any (exactly once).
+    RestoreData(Target),
+    /// Make @root again from @root-blank (the old @root and subvolumes nested in it go).
+    WipeRoot(Target),
+}
+
+#[derive(Debug, Args)]
+struct Target {
+    /// Use this already mounted top level (subvolid=5) of the Btrfs filesystem. Without it,
+    /// the device named by `tacid.device=` on the kernel command line (default
+    /// /dev/disk/by-label/tacid) is mounted under /run/tacid-initrd and unmounted afterwards.
+    #[arg(long, value_name = "DIR")]
+    top: Option<PathBuf>,
+}
+
+fn say(line: &str) {
+    eprintln!("tacid-initrd: {line}");
+}
+
+/// The log, and (only in test builds) the fault switches.
+#[derive(Debug, Default)]
+struct Console {
+    #[cfg(feature = "test-hooks")]
+    stop_after: Option<u32>,
+    #[cfg(feature = "test-hooks")]
+    pause_after: Option<u32>,
+}
+
+impl Console {
+    #[cfg_attr(not(feature = "test-hooks"), allow(unused_variables))]
+    fn new(cmdline: &Cmdline) -> Console {
+        #[cfg(feature = "test-hooks")]
+        {
+            let stop_after = std::env::var("TACID_TEST_STOP_AFTER")
+                .ok()
+                .and_then(|v| v.parse().ok());
+            let pause_after = cmdline
+                .value("tacid.test_pause_after")
+                .and_then(|v| v.parse().ok());
+            if stop_after.is_some() || pause_after.is_some() {
+                say(&format!(
+                    "TEST BUILD: fault switches armed (stop after {stop_after:?}, pause after {pause_after:?})"
+                ));
+            }
+            Console {
+                stop_after,
+                pause_after,
+            }
+        }
+        #[cfg(not(feature = "test-hooks"))]
+        Console::default()
+    }
+}
+
+impl Observer for Console {
+    fn log(&mut self, line: &str) {
+        say(line);
+    }
+
+    fn after(&mut self, step: Step) {
+        say(&format!("done {step}"));
+        #[cfg(feature = "test-hooks")]
+        {
+            if self.stop_after == Some(step.number()) {
+                say(&format!(
+                    "test stop after step {} ({})",
+                    step.number(),
+                    step.name()
+                ));
+                std::process::exit(99);
+            }
+            if self.pause_after == Some(step.number()) {
+                test_pause(step);
+            }
+        }
+    }
+}
+
+/// Announce the pause on stderr and the kernel log (the serial console shows it), then wait
+/// for the boot tier to cut the power. The filesystem is deliberately not synced: a pause
+/// after an uncommitted step must let the power cut lose that step, as a real one would.
+/// (Writes to /dev/kmsg reach the kernel log and console synchronously.)
+#[cfg(feature = "test-hooks")]
+fn test_pause(step: Step) -> ! {
+    use std::io::Write as _;
+    let line = format!(
+        "tacid-initrd: test pause after step {} ({})",
+        step.number(),
+        step.name()
+    );
+    eprintln!("{line}");
+    if let Ok(mut kmsg) = std::fs::OpenOptions::new().write(true).open("/dev/kmsg") {
+        let _ = writeln!(kmsg, "{line}");
+    }
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let cmdline = Cmdline::from_proc();
+    let mut console = Console::new(&cmdline);
+    let (name, target) = match &cli.job {
+        Job::RestoreData(t) => ("restore-data", t),
+        Job::WipeRoot(t) => ("wipe-root", t),
+    };
+    let started = Instant::now();
+    say(&format!("{name}: starting"));
+    let status = match &target.top {
+        Some(top) => run(&cli.job, top, &mut console),
+        None => {
+            if let Some(why) = ResumeFacts::read(&cmdline).pending_resume() {
+                say(&format!(
+                    "{name}: {why}; a hibernated system may still resume from this disk, so nothing \
+                     is changed now (a staged restore waits for a normal boot)"
+                ));
+                return ExitCode::SUCCESS;
+            }
+            let device = cmdline
+                .value(KERNEL_DEVICE_KEY)
+                .unwrap_or(DEFAULT_DEVICE)
+                .to_owned();
+            match Mounted::new(Path::new(&device), name) {
+                Ok(mounted) => {
+                    let status = run(&cli.job, &mounted.path, &mut console);
+                    drop(mounted);
+                    status
+                }
+                Err(e) => {
+                    say(&format!(
+                        "{name}: {e}; nothing was changed, the next boot tries again"
+                    ));
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    };
+    say(&format!(
+        "{name}: finished in {} ms",
+        started.elapsed().as_millis()
+    ));
+    status
+}
+
+fn run(job: &Job, top: &Path, console: &mut Console) -> ExitCode {
+    let mut disk = match BtrfsDisk::open(top) {
+        Ok(disk) => disk,
+        Err(e) => {
+            say(&format!(
+                "cannot open the Btrfs top level at {}: {e}; the next boot tries again",
+                top.display()
+            ));
+            return ExitCode::FAILURE;
+        }
+    };
+    match job {
+        Job::RestoreData(_) => match restore_data(&mut disk, console, SystemTime::now()) {
+            Ok(RestoreReport::NothingStaged) => ExitCode::SUCCESS,
+            Ok(RestoreReport::Restored(r)) => {
+                say(&format!(
+                    "restore-data: done: {} is back to {}",
+                    r.subvolume(),
+                    r.snapshot()
+                ));
+                ExitCode::SUCCESS
+            }
+            Ok(RestoreReport::Refused(why)) => {
+                say(&format!("restore-data: refused: {why}; the boot continues"));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                say(&format!(
+                    "restore-data: could not finish: {e}; the live subvolume is intact and the \
+                     next boot finishes the work"
+                ));
+                ExitCode::FAILURE
+            }
+        },
+        Job::WipeRoot(_) => match wipe_root(&mut disk, console) {
+            Ok(WipeReport::Wiped) => ExitCode::SUCCESS,
+            Ok(WipeReport::Created) => ExitCode::SUCCESS,
+            Err(e) => {
+                say(&format!(
+                    "wipe-root: could not finish: {e}; this boot may run on the old root, the next \
+                     boot tries again"
+                ));
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+/// The filesystem's top level mounted at a private directory under /run, for one job.
+#[derive(Debug)]
+struct Mounted {
+    path: PathBuf,
+}
+
+/// How long to wait for the device node (udev may still be creating the by-label link).
+const DEVICE_WAIT: Duration = Duration::from_secs(30);
+const RUN_DIR: &str = "/run/tacid-initrd";
+
+impl Mounted {
+    fn new(device: &Path, job: &str) -> Result<Mounted, String> {
+        let deadline = Instant::now() + DEVICE_WAIT;
+        while !device.exists() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "device {} did not appear within {} s (set {KERNEL_DEVICE_KEY}= on the kernel command line)",
+                    device.display(),
+                    DEVICE_WAIT.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let run_dir = Path::new(RUN_DIR);
+        std::fs::create_dir_all(run_dir).map_err(|e| format!("cannot create {RUN_DIR}: {e}"))?;
+        rustix::fs::chmod(run_dir, rustix::fs::Mode::from_raw_mode(0o700))
+            .map_err(|e| format!("cannot chmod {RUN_DIR}: {e}"))?;
+        let path = run_dir.join(job);
+        match std::fs::create_dir(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("cannot create {}: {e}", path.display())),
+        }
+        use rustix::mount::{mount, MountFlags};
+        mount(
+            device,
+            &path,
+            "btrfs",
+            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            c"subvolid=5",
+        )
+        .map_err(|e| {
+            format!(
+                "cannot mount {} (btrfs, subvolid=5) at {}: {e}",
+                device.display(),
+                path.display()
+            )
+        })?;
+        say(&format!(
+            "mounted {} (subvolid=5) at {}",
+            device.display(),
+            path.display()
+        ));
+        Ok(Mounted { path })
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        use rustix::mount::{unmount, UnmountFlags};
+        match unmount(&self.path, UnmountFlags::empty()) {
+            Ok(()) => {
+                let _ = std::fs::remove_dir(&self.path);
+            }
+            Err(e) => say(&format!(
+                "warning: cannot unmount {}: {e}",
+                self.path.display()
+            )),
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! The swap as a pure state machine: from what is on disk to the next thing to do.
+//!
+//! A swap replaces the subvolume under a live name (`@home`) by a writable copy of a source
+//! (a snapshot, or `@root-blank`) in three durable moves, each followed by a commit:
+//!
+//! 1. copy the source to the swap name (`@home.tacid-swap`);
+//! 2. `RENAME_EXCHANGE` the live name and the swap name: the live name never disappears,
+//!    and the replaced subvolume is now under the swap name;
+//! 3. delete what is under the swap name.
+//!
+//! The disk alone says how far a swap got, so a run after a power cut finishes it. Both names
+//! exist between moves 1 and 3, and they hold the copy and the replaced subvolume in one
+//! order or the other. Which one is which is told by the subvolume ids: Btrfs gives every
+//! new subvolume an id above every existing one, and the copy was made while the replaced
+//! subvolume existed, so the copy has the higher id. The copy's parent UUID (the source's
+//! UUID) says whether the copy belongs to *this* swap (adr/0007).
+
+use std::fmt;
+
+use uuid::Uuid;
+
+/// What Btrfs says about a subvolume, as far as the swap cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subvol {
+    pub id: u64,
+    pub uuid: Uuid,
+    pub parent_uuid: Option<Uuid>,
+    pub readonly: bool,
+}
+
+/// The two names of one swap, as found on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwapState {
+    pub live: Option<Subvol>,
+    pub swap: Option<Subvol>,
+}
+
+/// How far a swap from a source with a given UUID got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Only the live name: nothing of a swap on disk.
+    NotStarted,
+    /// The swap name holds a copy of this source, made after the live subvolume: exchange next.
+    CopyMade,
+    /// The live name holds the copy of this source, the swap name the replaced subvolume.
+    Exchanged,
+    /// The swap name holds something that is not part of a swap from this source (an abandoned
+    /// swap for another request): it is deleted, the live name untouched.
+    Stale,
+    /// The live name is missing. Nothing a swap did can cause this (the live name always
+    /// exists); somebody must look. `swap_present` says whether the swap name exists.
+    LiveMissing { swap_present: bool },
+}
+
+impl Phase {
+    /// Read the phase of a swap from `source` off the disk.
+    pub fn of(state: &SwapState, source: Uuid) -> Phase {
+        let Some(live) = state.live else {
+            return Phase::LiveMissing {
+                swap_present: state.swap.is_some(),
+            };
+        };
+        let Some(swap) = state.swap else {
+            return Phase::NotStarted;
+        };
+        if swap.id > live.id && swap.parent_uuid == Some(source) {
+            Phase::CopyMade
+        } else if swap.id < live.id && live.parent_uuid == Some(source) {
+            Phase::Exchanged
+        } else {
+            Phase::Stale
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Phase::NotStarted => "not started",
+            Phase::CopyMade => "copy made, not yet exchanged",
+            Phase::Exchanged => "exchanged, the replaced subvolume not yet deleted",
+            Phase::Stale => "a leftover from an abandoned swap under the swap name",
+            Phase::LiveMissing { .. } => "the live subvolume is missing",
+        })
+    }
+}
+
+/// What a restore does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreAction {
+    /// Check the request; if good, copy the snapshot to the swap name.
+    CheckAndCopy,
+    /// Check the request again (nothing is final before the exchange); if good, exchange.
+    CheckAndExchange,
+    /// Write the outcome "done" and remove the request.
+    Finish,
+    /// Delete what is under the swap name (the replaced subvolume, or a leftover).
+    DeleteSwap,
+    /// Refuse the request: the live subvolume is missing.
+    RefuseLiveMissing,
+    /// Nothing (more) to do for this subvolume.
+    Nothing,
+}
+
+/// The restore's state machine. `requested` is true when a parsed request names this
+/// subvolume and this source; `phase` is read with the request's snapshot UUID as source
+/// (with any UUID when there is no request: then every swap leftover is stale or finished).
+pub fn plan_restore(requested: bool, phase: Phase) -> RestoreAction {
+    match (requested, phase) {
+        (true, Phase::NotStarted) => RestoreAction::CheckAndCopy,
+        (true, Phase::CopyMade) => RestoreAction::CheckAndExchange,
+        (true, Phase::Exchanged) => RestoreAction::Finish,
+        (true, Phase::Stale) => RestoreAction::DeleteSwap,
+        (true, Phase::LiveMissing { .. }) => RestoreAction::RefuseLiveMissing,
+        // No request (any more): the request is removed only after the exchange is durable,
+        // so whatever is under the swap name is the replaced subvolume or an abandoned copy.
+        (false, Phase::CopyMade | Phase::Exchanged | Phase::Stale) => RestoreAction::DeleteSwap,
+        (false, Phase::NotStarted) => RestoreAction::Nothing,
+        // Never delete anything when the live name is gone: the swap name may hold the data.
+        (false, Phase::LiveMissing { .. }) => RestoreAction::Nothing,
+    }
+}
+
+/// What a wipe of `@root` does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WipeAction {
+    /// Copy the blank root to the swap name.
+    Copy,
+    /// `@root` is missing: copy the blank root straight to `@root`.
+    CopyToLive,
+    Exchange,
+    DeleteSwap,
+    Nothing,
+}
+
+/// The wipe's state machine. `fresh` is true once this run exchanged in a fresh copy, or
+/// found one exchanged in by a run that was cut short (nothing runs between the two).
+pub fn plan_wipe(phase: Phase, fresh: bool) -> WipeAction {
+    match phase {
+        Phase::NotStarted if fresh => WipeAction::Nothing,
+        Phase::NotStarted => WipeAction::Copy,
+        Phase::CopyMade => WipeAction::Exchange,
+        Phase::Exchanged | Phase::Stale => WipeAction::DeleteSwap,
+        Phase::LiveMissing { swap_present: true } => WipeAction::DeleteSwap,
+        Phase::LiveMissing {
+            swap_present: false,
+        } => WipeAction::CopyToLive,
+    }
+}
+
+/// The swap name for a live name: beside it at the top level, never a layout name.
+pub fn swap_name(live: &str) -> String {
+    format!("{live}.tacid-swap")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is how a test reports
+mod tests {
+    use super::*;
+
+    fn sv(id: u64, uuid: u128, parent: Option<u128>) -> Subvol {
+        Subvol {
+            id,
+            uuid: Uuid::from_u128(uuid),
+            parent_uuid: parent.map(Uuid::from_u128),
+            readonly: false,
+        }
+    }
+
+    const SRC: u128 = 99;
+
+    #[test]
+    fn phases_from_ids_and_parents() {
+        let src = Uuid::from_u128(SRC);
+        let live = sv(256, 1, None);
+        let copy = sv(300, 2, Some(SRC));
+        let st = |live, swap| SwapState { live, swap };
+        assert_eq!(Phase::of(&st(Some(live), None), src), Phase::NotStarted);
+        assert_eq!(Phase::of(&st(Some(live), Some(copy)), src), Phase::CopyMade);
+        assert_eq!(
+            Phase::of(&st(Some(copy), Some(live)), src),
+            Phase::Exchanged
+        );
+        // A copy of another source, either way round, is a leftover.
+        let other = sv(300, 3, Some(7));
+        assert_eq!(Phase::of(&st(Some(live), Some(other)), src), Phase::Stale);
+        assert_eq!(Phase::of(&st(Some(other), Some(live)), src), Phase::Stale);
+        assert_eq!(
+            Phase::of(&st(None, Some(copy)), src),
+            Phase::LiveMissing { swap_present: true }
+        );
+    }
+
+    #[test]
+    fn restoring_the_same_snapshot_again_is_told_apart_by_ids() {
+        // The live subvolume was itself made from SRC by an earlier restore.
+        let src = Uuid::from_u128(SRC);
+        let live = sv(256, 1, Some(SRC));
+        let copy = sv(300, 2, Some(SRC));
+        let st = |live, swap| SwapState {
+            live: Some(live),
+            swap: Some(swap),
+        };
+        assert_eq!(Phase::of(&st(live, copy), src), Phase::CopyMade);
+        assert_eq!(Phase::of(&st(copy, live), src), Phase::Exchanged);
+    }
+
+    #[test]
+    fn nothing_is_deleted_when_the_live_name_is_gone() {
+        for requested in [true, false] {
+            let action = plan_restore(requested, Phase::LiveMissing { swap_present: true });
+            assert_ne!(action, RestoreAction::DeleteSwap);
+        }
+        assert_eq!(swap_name("@home"), "@home.tacid-swap");
+    }
+}

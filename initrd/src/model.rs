@@ -1,0 +1,744 @@
+//! A model of the disk for the property tests: subvolumes by name with ids, UUIDs, parent
+//! UUIDs and contents, and a power cut that keeps what was committed, any prefix of what was
+//! not (a Btrfs transaction commits in order), and whatever was fsynced through the log.
+//!
+//! The driver under test is the real one (`crate::driver`); only the disk is modelled.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use btrfs::FileKind;
+use layout::{Outcome, SubvolumeName};
+use uuid::Uuid;
+
+use crate::disk::{Disk, FileFacts, RequestFile, SnapshotFacts, Source};
+use crate::machine::Subvol;
+
+/// One subvolume; `content` is the history of writes it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MSub {
+    pub id: u64,
+    pub uuid: Uuid,
+    pub parent_uuid: Option<Uuid>,
+    pub readonly: bool,
+    pub content: Vec<u32>,
+    pub dirs: BTreeSet<String>,
+    pub nested: Vec<MSub>,
+}
+
+impl MSub {
+    pub fn info(&self) -> Subvol {
+        Subvol {
+            id: self.id,
+            uuid: self.uuid,
+            parent_uuid: self.parent_uuid,
+            readonly: self.readonly,
+        }
+    }
+}
+
+/// The request file as the model holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MFile {
+    pub bytes: Vec<u8>,
+    pub uid: u32,
+    pub mode: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    pub top: BTreeMap<String, MSub>,
+    pub store: BTreeMap<String, MSub>,
+    pub request: Option<MFile>,
+    pub refused: Option<MFile>,
+    pub outcome: Option<String>,
+    pub next_id: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Copy {
+        from_store: bool,
+        source: String,
+        dest: String,
+        uuid: Uuid,
+    },
+    EnsureDir {
+        subvolume: String,
+        path: String,
+    },
+    Exchange {
+        a: String,
+        b: String,
+    },
+    WriteOutcome(String),
+    RemoveRequest,
+    MoveAside,
+    DeleteDeepest {
+        name: String,
+    },
+    DeleteTop {
+        name: String,
+    },
+}
+
+impl Op {
+    /// Made durable by the operation itself (fsync through the log tree).
+    fn fsynced(&self) -> bool {
+        matches!(self, Op::WriteOutcome(_))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelError {
+    /// The power went off: the driver stops here.
+    Crash,
+    /// An injected I/O error (ENOSPC, EIO): the driver stops, the boot goes on.
+    Injected,
+    /// The driver asked for something the filesystem would refuse: a driver bug.
+    Refused(String),
+}
+
+impl fmt::Display for ModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+fn refused<T>(what: String) -> Result<T, ModelError> {
+    Err(ModelError::Refused(what))
+}
+
+fn apply(state: &mut State, op: &Op) -> Result<(), ModelError> {
+    match op {
+        Op::Copy {
+            from_store,
+            source,
+            dest,
+            uuid,
+        } => {
+            let src = if *from_store {
+                state.store.get(source)
+            } else {
+                state.top.get(source)
+            };
+            let Some(src) = src else {
+                return refused(format!("copy: no {source}"));
+            };
+            if state.top.contains_key(dest) {
+                return refused(format!("copy: {dest} exists"));
+            }
+            let copy = MSub {
+                id: state.next_id,
+                uuid: *uuid,
+                parent_uuid: Some(src.uuid),
+                readonly: false,
+                content: src.content.clone(),
+                dirs: src.dirs.clone(),
+                nested: Vec::new(),
+            };
+            state.next_id += 1;
+            state.top.insert(dest.clone(), copy);
+        }
+        Op::EnsureDir { subvolume, path } => {
+            let Some(s) = state.top.get_mut(subvolume) else {
+                return refused(format!("mkdir: no {subvolume}"));
+            };
+            s.dirs.insert(path.clone());
+        }
+        Op::Exchange { a, b } => {
+            let (Some(x), Some(y)) = (state.top.remove(a), state.top.remove(b)) else {
+                return refused(format!("exchange: {a} or {b} missing"));
+            };
+            state.top.insert(a.clone(), y);
+            state.top.insert(b.clone(), x);
+        }
+        Op::WriteOutcome(text) => state.outcome = Some(text.clone()),
+        Op::RemoveRequest => {
+            if state.request.take().is_none() {
+                return refused("remove: no request".into());
+            }
+        }
+        Op::MoveAside => match state.request.take() {
+            Some(r) => state.refused = Some(r),
+            None => return refused("move aside: no request".into()),
+        },
+        Op::DeleteDeepest { name } => {
+            let Some(s) = state.top.get_mut(name) else {
+                return refused(format!("delete: no {name}"));
+            };
+            fn remove_leaf(s: &mut MSub) -> bool {
+                let Some(last) = s.nested.last_mut() else {
+                    return false;
+                };
+                if !remove_leaf(last) {
+                    s.nested.pop();
+                }
+                true
+            }
+            if !remove_leaf(s) {
+                return refused(format!("delete nested: {name} has none"));
+            }
+        }
+        Op::DeleteTop { name } => match state.top.get(name) {
+            Some(s) if !s.nested.is_empty() => return refused(format!("delete {name}: not empty")),
+            Some(_) => {
+                state.top.remove(name);
+            }
+            None => return refused(format!("delete: no {name}")),
+        },
+    }
+    Ok(())
+}
+
+/// The model disk, with a crash or an error armed after a number of changes.
+#[derive(Debug)]
+pub struct Model {
+    pub durable: State,
+    pub current: State,
+    pending: Vec<Op>,
+    /// Changes (and commits) still allowed before the armed fault.
+    budget: Option<usize>,
+    fault: ModelError,
+    uuid_counter: u128,
+    /// Names that must exist in every state, crash states included.
+    pub guarded: BTreeSet<String>,
+    /// Every state the disk could be found in after a crash, checked as it happens.
+    pub states_checked: usize,
+}
+
+impl Model {
+    pub fn new(state: State) -> Model {
+        let guarded = state
+            .top
+            .keys()
+            .filter(|k| !k.contains(".tacid-"))
+            .cloned()
+            .collect();
+        Model {
+            durable: state.clone(),
+            current: state,
+            pending: Vec::new(),
+            budget: None,
+            fault: ModelError::Crash,
+            uuid_counter: 0xfeed_0000,
+            guarded,
+            states_checked: 0,
+        }
+    }
+
+    /// The next `budget` changes succeed; the one after fails with `fault`.
+    pub fn arm(&mut self, budget: usize, fault: ModelError) {
+        self.budget = Some(budget);
+        self.fault = fault;
+    }
+
+    pub fn disarm(&mut self) {
+        self.budget = None;
+    }
+
+    fn check(&mut self, state: &State, when: &str) {
+        for name in &self.guarded {
+            assert!(
+                state.top.contains_key(name),
+                "{name} is missing {when}: {state:#?}"
+            );
+        }
+        self.states_checked += 1;
+    }
+
+    fn spend(&mut self) -> Result<(), ModelError> {
+        match self.budget {
+            Some(0) => Err(self.fault.clone()),
+            Some(n) => {
+                self.budget = Some(n - 1);
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn change(&mut self, op: Op) -> Result<(), ModelError> {
+        self.spend()?;
+        apply(&mut self.current, &op)?;
+        self.pending.push(op);
+        let current = self.current.clone();
+        self.check(&current, "after a change");
+        Ok(())
+    }
+
+    /// The power goes off: committed changes stay, of the rest the first `keep` (a background
+    /// commit may have caught them) and every fsynced one.
+    pub fn crash(&mut self, keep: usize) {
+        let mut state = self.durable.clone();
+        for (i, op) in std::mem::take(&mut self.pending).iter().enumerate() {
+            if i < keep || op.fsynced() {
+                apply(&mut state, op).expect("a change that applied once applies again");
+            }
+        }
+        self.check(&state, "after a power cut");
+        self.durable = state.clone();
+        self.current = state;
+        self.budget = None;
+    }
+
+    /// The machine booted and shut down cleanly: everything is committed.
+    pub fn settle(&mut self) {
+        self.pending.clear();
+        self.durable = self.current.clone();
+        self.budget = None;
+    }
+
+    /// Somebody writes to the live subvolume `name` of the booted machine.
+    pub fn user_write(&mut self, name: &str, write: u32) {
+        self.settle();
+        let s = self
+            .current
+            .top
+            .get_mut(name)
+            .expect("the live subvolume exists at boot");
+        s.content.push(write);
+        self.durable = self.current.clone();
+    }
+}
+
+impl Disk for Model {
+    type Error = ModelError;
+
+    fn request(&mut self) -> Result<RequestFile, ModelError> {
+        Ok(match &self.current.request {
+            None => RequestFile::Absent,
+            Some(f) => RequestFile::Present {
+                facts: FileFacts {
+                    kind: FileKind::Regular,
+                    uid: f.uid,
+                    mode: f.mode,
+                    size: f.bytes.len() as u64,
+                },
+                bytes: Ok(f.bytes.clone()),
+            },
+        })
+    }
+
+    fn top_subvolume(&mut self, name: &str) -> Result<Option<Subvol>, ModelError> {
+        Ok(self.current.top.get(name).map(MSub::info))
+    }
+
+    fn snapshot(&mut self, name: &str) -> Result<SnapshotFacts, ModelError> {
+        Ok(match self.current.store.get(name) {
+            Some(s) => SnapshotFacts::Subvolume(s.info()),
+            None => SnapshotFacts::Missing,
+        })
+    }
+
+    fn store(&mut self) -> Result<Vec<(String, Subvol)>, ModelError> {
+        Ok(self
+            .current
+            .store
+            .iter()
+            .map(|(n, s)| (n.clone(), s.info()))
+            .collect())
+    }
+
+    fn copy(&mut self, source: Source<'_>, dest: &str) -> Result<(), ModelError> {
+        self.uuid_counter += 1;
+        let (from_store, source) = match source {
+            Source::Snapshot(n) => (true, n),
+            Source::Top(n) => (false, n),
+        };
+        let op = Op::Copy {
+            from_store,
+            source: source.to_owned(),
+            dest: dest.to_owned(),
+            uuid: Uuid::from_u128(self.uuid_counter),
+        };
+        self.change(op)
+    }
+
+    fn ensure_dir(&mut self, subvolume: &str, path: &str) -> Result<(), ModelError> {
+        self.change(Op::EnsureDir {
+            subvolume: subvolume.to_owned(),
+            path: path.to_owned(),
+        })
+    }
+
+    fn exchange(&mut self, a: &str, b: &str) -> Result<(), ModelError> {
+        self.change(Op::Exchange {
+            a: a.to_owned(),
+            b: b.to_owned(),
+        })
+    }
+
+    fn commit(&mut self) -> Result<(), ModelError> {
+        self.spend()?;
+        self.settle();
+        Ok(())
+    }
+
+    fn write_outcome(&mut self, outcome: &Outcome) -> Result<(), ModelError> {
+        self.change(Op::WriteOutcome(outcome.render()))
+    }
+
+    fn remove_request(&mut self) -> Result<(), ModelError> {
+        self.change(Op::RemoveRequest)
+    }
+
+    fn move_request_aside(&mut self) -> Result<(), ModelError> {
+        self.change(Op::MoveAside)
+    }
+
+    fn delete_tree(&mut self, name: &str) -> Result<(), ModelError> {
+        while self
+            .current
+            .top
+            .get(name)
+            .is_some_and(|s| !s.nested.is_empty())
+        {
+            self.change(Op::DeleteDeepest {
+                name: name.to_owned(),
+            })?;
+        }
+        self.change(Op::DeleteTop {
+            name: name.to_owned(),
+        })
+    }
+}
+
+/// A laid-out machine: every layout subvolume, ids from 256 in table order, contents tagged
+/// by id; `@root-blank` read-only and empty.
+pub fn laid_out() -> State {
+    let mut top = BTreeMap::new();
+    let mut id = 256;
+    for row in layout::SUBVOLUMES {
+        let blank = row.name == layout::ROOT_BLANK_SUBVOLUME;
+        top.insert(
+            row.name.to_owned(),
+            MSub {
+                id,
+                uuid: Uuid::from_u128(u128::from(id)),
+                parent_uuid: None,
+                readonly: blank,
+                content: if blank { Vec::new() } else { vec![id as u32] },
+                dirs: BTreeSet::new(),
+                nested: Vec::new(),
+            },
+        );
+        id += 1;
+    }
+    State {
+        top,
+        store: BTreeMap::new(),
+        request: None,
+        refused: None,
+        outcome: None,
+        next_id: id,
+    }
+}
+
+/// Take a read-only snapshot of the live `subvolume` into the store under `name`.
+pub fn take_snapshot(state: &mut State, subvolume: SubvolumeName, name: &str) -> Uuid {
+    let live = &state.top[subvolume.as_str()];
+    let uuid = Uuid::from_u128(0x5_0000 + u128::from(state.next_id));
+    let snap = MSub {
+        id: state.next_id,
+        uuid,
+        parent_uuid: Some(live.uuid),
+        readonly: true,
+        content: live.content.clone(),
+        dirs: live.dirs.clone(),
+        nested: Vec::new(),
+    };
+    state.next_id += 1;
+    state.store.insert(name.to_owned(), snap);
+    uuid
+}
+
+/// A nested subvolume (with `depth` more inside it) for the live `name`.
+pub fn nest(state: &mut State, name: &str, depth: usize) {
+    let mut inner: Option<MSub> = None;
+    for _ in 0..=depth {
+        let id = state.next_id;
+        state.next_id += 1;
+        let mut s = MSub {
+            id,
+            uuid: Uuid::from_u128(0x6_0000 + u128::from(id)),
+            parent_uuid: None,
+            readonly: false,
+            content: vec![id as u32],
+            dirs: BTreeSet::new(),
+            nested: Vec::new(),
+        };
+        s.nested.extend(inner.take());
+        inner = Some(s);
+    }
+    state.top.get_mut(name).expect("live").nested.extend(inner);
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is how a test reports
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use layout::{OutcomeResult, RestoreRequest, SnapshotName};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::driver::{restore_data, wipe_root, Observer, RestoreReport, RunError};
+    use crate::machine::swap_name;
+    use crate::steps::Step;
+
+    #[derive(Default)]
+    struct Steps(Vec<Step>);
+
+    impl Observer for Steps {
+        fn log(&mut self, _line: &str) {}
+        fn after(&mut self, step: Step) {
+            self.0.push(step);
+        }
+    }
+
+    const RESTORABLE: [&str; 3] = ["@persist", "@log", "@home"];
+
+    fn now() -> std::time::SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+    }
+
+    /// A machine with a snapshot of `sub` and a request for it staged. With `again`, the live
+    /// subvolume was itself made from that snapshot by an earlier restore (and written to).
+    fn staged(sub: &str, nested: usize, again: bool) -> (State, RestoreRequest) {
+        let mut state = laid_out();
+        let name = SubvolumeName::parse(sub).unwrap();
+        let snap =
+            SnapshotName::new(name, UNIX_EPOCH + Duration::from_secs(1_700_000_000)).unwrap();
+        let uuid = take_snapshot(&mut state, name, &snap.to_string());
+        if again {
+            let id = state.next_id;
+            state.next_id += 1;
+            let live = state.top.get_mut(sub).unwrap();
+            live.id = id;
+            live.uuid = Uuid::from_u128(0x7_0000);
+            live.parent_uuid = Some(uuid);
+            live.content.push(5);
+        }
+        for depth in 0..nested {
+            nest(&mut state, sub, depth);
+        }
+        let request = RestoreRequest::new(name, snap, uuid).unwrap();
+        state.request = Some(MFile {
+            bytes: request.render().into_bytes(),
+            uid: 0,
+            mode: 0o600,
+        });
+        (state, request)
+    }
+
+    /// Run the driver under the fault schedule, with people writing to the booted machine
+    /// between runs that did not lose power; return the writes made to the restored subvolume.
+    fn run_schedule(
+        m: &mut Model,
+        sub: &str,
+        schedule: &[(usize, usize, bool)],
+        job: impl Fn(&mut Model) -> Result<(), RunError<ModelError>>,
+    ) -> (Vec<u32>, BTreeSet<Uuid>) {
+        let original = m.current.top.get(sub).map(|s| s.uuid);
+        let mut after_restore = Vec::new();
+        let mut seen_at_boot = BTreeSet::new();
+        for (i, &(budget, keep, fail)) in schedule.iter().enumerate() {
+            let fault = if fail {
+                ModelError::Injected
+            } else {
+                ModelError::Crash
+            };
+            m.arm(budget, fault);
+            match job(m) {
+                Err(RunError::Disk(ModelError::Crash)) => {
+                    m.crash(keep);
+                    continue;
+                }
+                Ok(()) | Err(RunError::Disk(ModelError::Injected)) => {}
+                Err(other) => {
+                    panic!("the driver failed for a reason the model did not inject: {other}")
+                }
+            }
+            // The machine boots (the units' failure does not stop it) and is used.
+            let write = 1000 + i as u32;
+            m.user_write(sub, write);
+            let live = m.current.top[sub].uuid;
+            seen_at_boot.insert(live);
+            if Some(live) != original {
+                after_restore.push(write);
+            }
+        }
+        m.disarm();
+        job(m).expect("a run without faults finishes");
+        (after_restore, seen_at_boot)
+    }
+
+    fn schedule() -> impl Strategy<Value = Vec<(usize, usize, bool)>> {
+        proptest::collection::vec(
+            (0usize..24, 0usize..4, proptest::bool::weighted(0.25)),
+            0..6,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn a_restore_happens_exactly_once_whatever_the_power_does(
+            which in 0usize..3,
+            nested in 0usize..3,
+            again in any::<bool>(),
+            leftover in any::<bool>(),
+            faults in schedule(),
+        ) {
+            let sub = RESTORABLE[which];
+            let (mut state, request) = staged(sub, nested, again);
+            let other = RESTORABLE[(which + 1) % 3];
+            if leftover {
+                // An abandoned swap of another subvolume, from a request that was withdrawn.
+                let mut stale = state.top[other].clone();
+                stale.id = state.next_id;
+                stale.uuid = Uuid::from_u128(0x8_0000);
+                state.next_id += 1;
+                state.top.insert(swap_name(other), stale);
+            }
+            let initial = state.clone();
+            let snapshot = request.snapshot().to_string();
+            let mut m = Model::new(state);
+            let job = |m: &mut Model| restore_data(m, &mut Steps::default(), now()).map(|_| ());
+            let (after_restore, seen) = run_schedule(&mut m, sub, &faults, job);
+
+            let end = &m.current;
+            let live = &end.top[sub];
+            // Restored: a copy of the snapshot, holding exactly what was written since.
+            prop_assert_eq!(live.parent_uuid, Some(request.uuid()));
+            prop_assert_ne!(live.uuid, initial.top[sub].uuid);
+            let mut expected = initial.store[&snapshot].content.clone();
+            expected.extend(&after_restore);
+            prop_assert_eq!(&live.content, &expected, "a write after the restore was lost: restored twice");
+            prop_assert!(seen.len() <= 2, "people saw {} different {sub}s", seen.len());
+            prop_assert!(live.nested.is_empty());
+            if sub == "@persist" {
+                prop_assert!(live.dirs.contains(".snapshots"));
+            }
+            // Clean: no swap names, no request, an outcome saying done.
+            prop_assert!(end.top.keys().all(|k| !k.contains(".tacid-")), "{:?}", end.top.keys());
+            prop_assert_eq!(&end.request, &None);
+            prop_assert_eq!(&end.refused, &None);
+            let outcome = Outcome::parse(end.outcome.as_deref().unwrap().as_bytes()).unwrap();
+            prop_assert_eq!(outcome.result, OutcomeResult::Done);
+            prop_assert_eq!(outcome.request, Some(request));
+            // Nothing else changed.
+            prop_assert_eq!(&end.store, &initial.store);
+            for (name, s) in &initial.top {
+                if name != sub && !name.contains(".tacid-") {
+                    prop_assert_eq!(&end.top[name], s);
+                }
+            }
+            // And the next boots do nothing more.
+            m.user_write(sub, 7777);
+            let report = restore_data(&mut m, &mut Steps::default(), now()).unwrap();
+            prop_assert_eq!(report, RestoreReport::NothingStaged);
+            prop_assert_eq!(m.current.top[sub].content.last(), Some(&7777));
+            prop_assert!(m.states_checked > 0);
+        }
+
+        #[test]
+        fn a_refused_request_changes_no_subvolume_whatever_the_power_does(
+            which in 0usize..3,
+            flaw in 0usize..4,
+            faults in schedule(),
+        ) {
+            let sub = RESTORABLE[which];
+            let (mut state, request) = staged(sub, 1, false);
+            let snapshot = request.snapshot().to_string();
+            match flaw {
+                0 => state.store.get_mut(&snapshot).unwrap().readonly = false,
+                1 => state.store.get_mut(&snapshot).unwrap().uuid = Uuid::from_u128(0x9_9999),
+                2 => { state.store.remove(&snapshot); }
+                _ => state.request.as_mut().unwrap().uid = 1000,
+            }
+            let initial = state.clone();
+            let mut m = Model::new(state);
+            let job = |m: &mut Model| restore_data(m, &mut Steps::default(), now()).map(|_| ());
+            run_schedule(&mut m, sub, &faults, job);
+            let end = &m.current;
+            let ids = |s: &State| s.top.iter().map(|(n, s)| (n.clone(), s.id, s.uuid)).collect::<Vec<_>>();
+            prop_assert_eq!(ids(end), ids(&initial));
+            prop_assert_eq!(&end.store, &initial.store);
+            prop_assert_eq!(&end.request, &None);
+            prop_assert_eq!(&end.refused, &initial.request);
+            let outcome = Outcome::parse(end.outcome.as_deref().unwrap().as_bytes()).unwrap();
+            prop_assert_eq!(outcome.result, OutcomeResult::Refused);
+        }
+
+        #[test]
+        fn a_wipe_leaves_a_fresh_root_whatever_the_power_does(
+            nested in 0usize..3,
+            faults in schedule(),
+        ) {
+            let mut state = laid_out();
+            for depth in 0..nested {
+                nest(&mut state, layout::ROOT_SUBVOLUME, depth);
+            }
+            let initial = state.clone();
+            let mut m = Model::new(state);
+            let job = |m: &mut Model| wipe_root(m, &mut Steps::default()).map(|_| ());
+            run_schedule(&mut m, layout::ROOT_SUBVOLUME, &faults, job);
+            let end = &m.current;
+            let root = &end.top[layout::ROOT_SUBVOLUME];
+            let blank = &initial.top[layout::ROOT_BLANK_SUBVOLUME];
+            prop_assert_eq!(root.parent_uuid, Some(blank.uuid));
+            prop_assert!(root.content.is_empty() && root.nested.is_empty(), "{root:?}");
+            prop_assert!(end.top.keys().all(|k| !k.contains(".tacid-")));
+            for (name, s) in &initial.top {
+                if name != layout::ROOT_SUBVOLUME {
+                    prop_assert_eq!(&end.top[name], s);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_honoured_restore_goes_through_every_step_in_order() {
+        let (state, request) = staged("@persist", 2, false);
+        let mut m = Model::new(state);
+        let mut steps = Steps::default();
+        let report = restore_data(&mut m, &mut steps, now()).unwrap();
+        assert_eq!(report, RestoreReport::Restored(request));
+        assert_eq!(steps.0, Step::RESTORE);
+    }
+
+    #[test]
+    fn a_missing_root_is_made_from_blank() {
+        let mut state = laid_out();
+        state.top.remove(layout::ROOT_SUBVOLUME);
+        let mut m = Model::new(state);
+        let mut steps = Steps::default();
+        assert_eq!(
+            wipe_root(&mut m, &mut steps).unwrap(),
+            crate::driver::WipeReport::Created
+        );
+        assert_eq!(steps.0, [Step::WipeCopy, Step::WipeCommitCopy]);
+        let root = &m.current.top[layout::ROOT_SUBVOLUME];
+        assert_eq!(
+            root.parent_uuid,
+            Some(m.current.top[layout::ROOT_BLANK_SUBVOLUME].uuid)
+        );
+        let mut steps = Steps::default();
+        wipe_root(&mut m, &mut steps).unwrap();
+        assert_eq!(steps.0, Step::WIPE);
+    }
+
+    #[test]
+    fn a_missing_blank_is_an_error_and_changes_nothing() {
+        let mut state = laid_out();
+        state.top.remove(layout::ROOT_BLANK_SUBVOLUME);
+        let before = state.clone();
+        let mut m = Model::new(state);
+        let err = wipe_root(&mut m, &mut Steps::default()).unwrap_err();
+        assert!(matches!(err, RunError::BlankMissing), "{err}");
+        assert_eq!(m.current, before);
+    }
+}

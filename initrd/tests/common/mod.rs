@@ -1,0 +1,181 @@
+//! Shared by the `loop_` tests: a laid-out loop-device Btrfs, snapshots and requests made
+//! with the `btrfs` tool and plain files (independent of the code under test), and the real
+//! `tacid-initrd` binary run against it with `--top`.
+
+#![allow(dead_code)] // each test file uses its own part
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, UNIX_EPOCH};
+
+use layout::{Outcome, RestoreRequest, SnapshotName, SubvolumeName, SNAPSHOTS_SUBVOLUME};
+use testbed::LoopFs;
+use uuid::Uuid;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_tacid-initrd");
+
+/// A laid-out machine, or `None` (already reported loudly; fails under CI=true).
+pub fn machine() -> Option<LoopFs> {
+    LoopFs::with_layout(512 << 20).expect("make a loop-device Btrfs")
+}
+
+pub fn sh(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn path(fs: &LoopFs, rel: &str) -> String {
+    fs.top().join(rel).to_str().expect("utf-8 path").to_owned()
+}
+
+/// A snapshot name for `sub`, `n` seconds into 2025 (distinct per `n`).
+pub fn snapshot_name(sub: &str, n: u64) -> SnapshotName {
+    let sv = SubvolumeName::parse(sub).expect("layout name");
+    SnapshotName::new(sv, UNIX_EPOCH + Duration::from_secs(1_735_689_600 + n)).expect("name")
+}
+
+/// Snapshot the live `sub` (read-only unless `writable`) into the store as `name`; its UUID.
+pub fn snapshot_as(fs: &LoopFs, sub: &str, name: &str, writable: bool) -> Uuid {
+    let dest = path(fs, &format!("{SNAPSHOTS_SUBVOLUME}/{name}"));
+    let mut args = vec!["-q", "subvolume", "snapshot"];
+    if !writable {
+        args.push("-r");
+    }
+    let src = path(fs, sub);
+    args.extend([src.as_str(), dest.as_str()]);
+    sh("btrfs", &args);
+    uuid_of(fs, &format!("{SNAPSHOTS_SUBVOLUME}/{name}"))
+}
+
+pub fn uuid_of(fs: &LoopFs, rel: &str) -> Uuid {
+    let show = fs.show(rel).expect("btrfs subvolume show");
+    Uuid::parse_str(&show["UUID"]).expect("uuid")
+}
+
+pub fn parent_uuid_of(fs: &LoopFs, rel: &str) -> Option<Uuid> {
+    let show = fs.show(rel).expect("btrfs subvolume show");
+    show.get("Parent UUID")
+        .and_then(|u| Uuid::parse_str(u).ok())
+}
+
+/// Snapshot `sub` (read-only) and return the request that names it.
+pub fn snapshot(fs: &LoopFs, sub: &str, n: u64) -> RestoreRequest {
+    let name = snapshot_name(sub, n);
+    let uuid = snapshot_as(fs, sub, &name.to_string(), false);
+    RestoreRequest::new(name.subvolume(), name, uuid).expect("request")
+}
+
+pub fn request_path(fs: &LoopFs) -> std::path::PathBuf {
+    fs.top()
+        .join(SNAPSHOTS_SUBVOLUME)
+        .join(layout::REQUEST_FILE_NAME)
+}
+
+/// Stage raw bytes as the request (root-owned, 0600), as the stem would.
+pub fn stage_bytes(fs: &LoopFs, bytes: &[u8]) {
+    let p = request_path(fs);
+    fs::write(&p, bytes).expect("write request");
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).expect("chmod");
+}
+
+pub fn stage(fs: &LoopFs, request: &RestoreRequest) {
+    stage_bytes(fs, request.render().as_bytes());
+}
+
+/// Run `tacid-initrd JOB --top <top>` with extra environment.
+pub fn run(fs: &LoopFs, job: &str, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args([job, "--top", &path(fs, "")]);
+    cmd.env_remove("TACID_TEST_STOP_AFTER");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run tacid-initrd")
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Run and require exit 0, every line prefixed.
+pub fn run_ok(fs: &LoopFs, job: &str) -> String {
+    let out = run(fs, job, &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{job} failed:\n{err}");
+    for line in err.lines() {
+        assert!(
+            line.starts_with("tacid-initrd: "),
+            "unprefixed line {line:?}"
+        );
+    }
+    err
+}
+
+pub fn outcome(fs: &LoopFs) -> Outcome {
+    let p = fs
+        .top()
+        .join(SNAPSHOTS_SUBVOLUME)
+        .join(layout::OUTCOME_FILE_NAME);
+    let bytes = fs::read(&p).unwrap_or_else(|e| panic!("read {p:?}: {e}"));
+    Outcome::parse(&bytes).expect("the outcome parses")
+}
+
+/// Write a file (creating directories) inside the top level.
+pub fn write(fs: &LoopFs, rel: &str, text: &str) {
+    let p = fs.top().join(rel);
+    fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    fs::write(&p, text).expect("write");
+}
+
+pub fn exists(fs: &LoopFs, rel: &str) -> bool {
+    fs.top().join(rel).symlink_metadata().is_ok()
+}
+
+pub fn read(fs: &LoopFs, rel: &str) -> String {
+    fs::read_to_string(fs.top().join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
+}
+
+/// Every name at the top level with `.tacid-` in it (swap names left behind).
+pub fn swap_names(fs: &LoopFs) -> Vec<String> {
+    fs::read_dir(fs.top())
+        .expect("readdir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tacid-"))
+        .collect()
+}
+
+pub fn is_dir(p: &Path) -> bool {
+    p.symlink_metadata().map(|m| m.is_dir()).unwrap_or(false)
+}
+
+/// A story every restore test shares: @home had `kept` when the snapshot was taken, then
+/// `kept` was changed and `lost` written. Returns the request for that snapshot.
+pub fn home_story(fs: &LoopFs) -> RestoreRequest {
+    write(fs, "@home/alice/kept", "tuesday");
+    let request = snapshot(fs, "@home", 1);
+    write(fs, "@home/alice/kept", "wednesday");
+    write(fs, "@home/alice/lost", "written after the snapshot");
+    request
+}
+
+/// The story's end: @home is the snapshot's copy, the outcome says done, nothing left over.
+pub fn assert_home_restored(fs: &LoopFs, request: &RestoreRequest) {
+    assert_eq!(read(fs, "@home/alice/kept"), "tuesday");
+    assert!(!exists(fs, "@home/alice/lost"));
+    assert_eq!(parent_uuid_of(fs, "@home"), Some(request.uuid()));
+    assert!(!request_path(fs).exists(), "the request is removed");
+    assert!(swap_names(fs).is_empty(), "left over: {:?}", swap_names(fs));
+    let o = outcome(fs);
+    assert_eq!(o.result, layout::OutcomeResult::Done, "{o}");
+    assert_eq!(o.request, Some(*request));
+}
