@@ -39,13 +39,12 @@ in
 
     specialisation =
       let
-        tacidOn = marker: { config, lib, ... }: {
+        tacidOn = marker: { config, ... }: {
           services.tacid.enable = true;
-          # NixOS VM tests replace fileSystems with virtualisation.fileSystems; put the
-          # layout's mounts back over them, exactly as the module declares them.
-          fileSystems = lib.mkVMOverride (
-            lib.mapAttrs (_: lib.mapAttrs (_: lib.mkForce)) config.services.tacid.fileSystems
-          );
+          # NixOS VM tests replace fileSystems with virtualisation.fileSystems; give them
+          # the layout's mounts, exactly as the module declares them.
+          virtualisation.useDefaultFilesystems = false;
+          virtualisation.fileSystems = config.services.tacid.fileSystems;
           environment.etc."tacid-test-configuration".text = marker;
         };
       in
@@ -82,11 +81,21 @@ in
           machine.wait_for_unit("multi-user.target")
           machine.succeed("make-disk-layout /dev/vdb")
           machine.fail("make-disk-layout /dev/vdb")  # it holds a filesystem now
-          machine.succeed("bootctl set-default nixos-generation-1-specialisation-tacid.conf")
+
+      with subtest("the first switch to tacid takes no snapshot, and says why"):
+          out = machine.succeed("${first.system.build.toplevel}/bin/switch-to-configuration boot 2>&1")
+          assert "no snapshot before this switch" in out, out
+          # Boot the tacid configuration by default from now on.
+          machine.succeed(
+              "entry=$(grep -lF -- '${first.system.build.toplevel}/init' /boot/loader/entries/*.conf | head -n1); "
+              "test -n \"$entry\"; "
+              "sed -i \"s|^default .*|default $(basename \"$entry\")|\" /boot/loader/loader.conf"
+          )
           machine.succeed("sync")
 
       with subtest("boot the layout: systemd initrd, the root made again from its blank"):
           reboot()
+          machine.succeed("test \"$(readlink -f /run/current-system)\" = ${first.system.build.toplevel}")
           assert "(initrd)" in machine.succeed("systemd-analyze")
           machine.succeed("findmnt -n -o FSTYPE,OPTIONS / | grep -E 'btrfs.*subvol=/?${layout.root_subvolume}(,|$)'")
           for mount_point in ${builtins.toJSON mountPoints}:
