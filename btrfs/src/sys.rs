@@ -1,5 +1,8 @@
-//! The Btrfs ioctls, each a small safe function over `rustix::ioctl`. The only module with
-//! `unsafe`: every block is an ioctl whose argument is a plain-data struct of the exact
+//! The Btrfs ioctls, each a small safe function over `rustix::ioctl`: the floor that
+//! benchmarks measure [`crate::Dir`] against. Production code uses [`crate::Dir`], which
+//! checks names and sources and classifies errors; these return the bare errno.
+//!
+//! The only module with `unsafe`: every block is an ioctl whose argument is a plain-data struct of the exact
 //! type and size the kernel expects for that opcode (the opcode is computed from that very
 //! type), owned by the caller for the duration of the call.
 #![allow(unsafe_code)]
@@ -35,13 +38,19 @@ unsafe fn zeroed<T>() -> T {
     unsafe { std::mem::zeroed() }
 }
 
-/// Copy `name` into a C string field; the caller has checked it is at most 255 bytes with
-/// no NUL, far below every field used here.
-fn put_name(field: &mut [std::ffi::c_char], name: &str) {
+/// Copy `name`, one path component, into a C string field (all far longer than 255).
+fn put_name(field: &mut [std::ffi::c_char], name: &str) -> Result<(), Errno> {
+    if name.len() > crate::NAME_MAX || name.len() >= field.len() {
+        return Err(Errno::NAMETOOLONG);
+    }
+    if name.is_empty() || name.contains(['/', '\0']) {
+        return Err(Errno::INVAL);
+    }
     for (dst, src) in field.iter_mut().zip(name.as_bytes()) {
         *dst = *src as std::ffi::c_char;
     }
     field[name.len()] = 0;
+    Ok(())
 }
 
 /// The id of the subvolume (tree) holding `fd` (`BTRFS_IOC_INO_LOOKUP` with treeid 0 and
@@ -78,7 +87,7 @@ pub fn snap_create(
     args.fd = i64::from(source.as_raw_fd());
     args.flags = flags;
     // SAFETY: writing a field of a union of plain-data members.
-    put_name(unsafe { &mut args.__bindgen_anon_2.name }, name);
+    put_name(unsafe { &mut args.__bindgen_anon_2.name }, name)?;
     // SAFETY: SNAP_CREATE_V2 reads a `btrfs_ioctl_vol_args_v2`; `source` stays open.
     unsafe { ioctl(dest, Updater::<SNAP_CREATE_V2, _>::new(&mut args)) }
 }
@@ -87,7 +96,7 @@ pub fn snap_create(
 pub fn subvol_create(dir: BorrowedFd<'_>, name: &str) -> Result<(), Errno> {
     // SAFETY: all-zero is valid for this plain-data struct.
     let mut args: btrfs_ioctl_vol_args = unsafe { zeroed() };
-    put_name(&mut args.name, name);
+    put_name(&mut args.name, name)?;
     // SAFETY: SUBVOL_CREATE reads a `btrfs_ioctl_vol_args`.
     unsafe { ioctl(dir, Updater::<SUBVOL_CREATE, _>::new(&mut args)) }
 }
