@@ -457,14 +457,30 @@ mod tests {
                 i.to_string()
             );
         }
-        let dirs: Vec<PathBuf> = made
-            .iter()
-            .map(|(_, fs)| fs.scratch().to_owned())
-            .collect();
+        let dirs: Vec<PathBuf> = made.iter().map(|(_, fs)| fs.scratch().to_owned()).collect();
         drop(made);
         for dir in &dirs {
             assert!(!dir.exists(), "{dir:?} was removed on drop");
         }
+    }
+
+    #[test]
+    fn loop_drop_while_busy_still_cleans_up() {
+        let Some(fs) = LoopFs::new(MIN_SIZE).expect("make a loop Btrfs") else {
+            return;
+        };
+        let scratch = fs.scratch().to_owned();
+        let device = fs.device().display().to_string();
+        let held = fs::File::create(fs.top().join("held")).expect("create");
+        drop(fs); // busy: unmounted lazily
+        assert!(!scratch.exists(), "{scratch:?} was removed on drop");
+        drop(held);
+        let attached = run("losetup", &["-a"]).expect("losetup -a");
+        let scratch = scratch.display().to_string();
+        assert!(
+            !attached.contains(&scratch),
+            "{device} still attached to {scratch}: {attached}"
+        );
     }
 
     #[test]
