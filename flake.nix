@@ -16,9 +16,11 @@
         pname = "tacid";
         inherit (workspace) version;
         src = lib.cleanSource ./.;
-        # The whole workspace: tacid-stem, tacid-keeper, tacid, tacid-initrd. rusqlite is
+        # The workspace's tacid-stem, tacid-keeper, tacid and tacid-initrd. rusqlite is
         # bundled (SQLite compiled in), so no system sqlite is needed.
         cargoLock.lockFile = ./Cargo.lock;
+        # Only the binaries a machine runs (not the test and doc tools of the workspace).
+        cargoBuildFlags = lib.concatMap (b: [ "--bin" b.name ]) (builtins.attrValues tacidLib.shipped.binaries);
         nativeBuildInputs = [ pkgs.installShellFiles ];
         # The tests need root, loop devices and a system-like bus; they run in the
         # project's CI tiers and, on NixOS, as checks.install. Not in the build sandbox.

@@ -112,7 +112,7 @@ in
       subvolumes = lib.mkOption {
         type = lib.types.listOf lib.types.str;
         default = tacidLib.snapshotByDefault;
-        defaultText = lib.literalExpression (builtins.toJSON tacidLib.snapshotByDefault);
+        defaultText = lib.literalExpression "[ ${lib.concatMapStringsSep " " (n: "\"${n}\"") tacidLib.snapshotByDefault} ]";
         description = ''
           The subvolumes in the snapshot set taken before a switch. These can be
           snapshotted: ${lib.concatStringsSep ", " tacidLib.snapshottable}.

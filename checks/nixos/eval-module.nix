@@ -33,19 +33,19 @@ let
   };
 
   package = "/nix/store/00000000000000000000000000000000-tacid";
-  cfg = {
+  cfgWith = device: {
     enable = true;
-    inherit package;
-    device = layout.default_device;
+    inherit package device;
     approverGroup = layout.default_approver_group;
     preSwitchSnapshot = {
       enable = true;
       subvolumes = tacidLib.snapshotByDefault;
     };
-    fileSystems = tacidLib.fileSystemsFor layout.default_device;
+    fileSystems = tacidLib.fileSystemsFor device;
   };
+  cfg = cfgWith layout.default_device;
 
-  module = import ../../nixos-modules/tacid.nix {
+  moduleWith = cfg: import ../../nixos-modules/tacid.nix {
     lib = stubLib;
     utils.escapeSystemdPath = p: builtins.replaceStrings [ "/" "-" ] [ "-" "\\x2d" ] (builtins.substring 1 (-1) p);
     pkgs = {
@@ -62,6 +62,8 @@ let
       };
     };
   };
+  module = moduleWith cfg;
+  other = (moduleWith (cfgWith "/dev/vdb")).config;
   c = module.config;
   options = module.options.services.tacid;
 
@@ -100,6 +102,13 @@ all (x: x) [
     (builtins.match ".*/run/current-system/sw/bin/${shipped.binaries.cli.name} data snapshot --pre-switch ${builtins.concatStringsSep " " (map (n: "'${n}'") cfg.preSwitchSnapshot.subvolumes)} --reason.*" c.system.preSwitchChecks.tacid != null))
   (check "no kernel parameter for the default device"
     (c.boot.kernelParams == [ ]))
+  (check "another device goes to the initrd on the kernel command line, and into every mount"
+    (other.boot.kernelParams == [ "${layout.kernel_device_key}=/dev/vdb" ]
+      && all (f: f.device == "/dev/vdb") (builtins.attrValues other.fileSystems)
+      && filter (a: !a.assertion) other.assertions == [ ]))
+  (check "the documented default of the pre-switch set is a Nix list of it"
+    (options.preSwitchSnapshot.subvolumes.defaultText._literal
+      == "[ ${builtins.concatStringsSep " " (map (n: "\"${n}\"") tacidLib.snapshotByDefault)} ]"))
   (check "the root is mounted from the root subvolume"
     ((head (filter (s: s.name == layout.root_subvolume) layout.subvolumes)).mount_point == "/"))
 ]
