@@ -292,8 +292,22 @@ impl RootItem {
     fn parse(data: &[u8]) -> RootItem {
         use linux_raw_sys::btrfs::{btrfs_root_item as R, btrfs_timespec as T};
         let otime = offset_of!(R, otime);
+        let generation = le::<8>(data, offset_of!(R, generation));
+        // An item last written by a kernel that predates the UUID fields has a stale
+        // generation_v2; the kernel then treats those fields as zero, and so do we.
+        if le::<8>(data, offset_of!(R, generation_v2)) != generation {
+            return RootItem {
+                generation,
+                flags: le::<8>(data, offset_of!(R, flags)),
+                refs: le::<4>(data, offset_of!(R, refs)),
+                uuid: [0; 16],
+                parent_uuid: [0; 16],
+                otransid: 0,
+                otime: (0, 0),
+            };
+        }
         RootItem {
-            generation: le::<8>(data, offset_of!(R, generation)),
+            generation,
             flags: le::<8>(data, offset_of!(R, flags)),
             refs: le::<4>(data, offset_of!(R, refs)),
             uuid: bytes16(data, offset_of!(R, uuid)),
@@ -955,6 +969,44 @@ mod tests {
         let item = RootItem::parse(&[0u8; 200]);
         assert_eq!(item.uuid, [0; 16]);
         assert_eq!(uuid_or_none(item.parent_uuid), None);
+    }
+
+    #[test]
+    fn root_item_fields_are_read_and_stale_uuids_ignored() {
+        use linux_raw_sys::btrfs::btrfs_root_item as R;
+        let mut data = vec![0u8; std::mem::size_of::<R>()];
+        let put = |data: &mut Vec<u8>, at: usize, bytes: &[u8]| {
+            data[at..at + bytes.len()].copy_from_slice(bytes)
+        };
+        put(&mut data, offset_of!(R, generation), &7u64.to_le_bytes());
+        put(&mut data, offset_of!(R, generation_v2), &7u64.to_le_bytes());
+        put(
+            &mut data,
+            offset_of!(R, flags),
+            &ROOT_SUBVOL_RDONLY.to_le_bytes(),
+        );
+        put(&mut data, offset_of!(R, uuid), &[0xab; 16]);
+        put(&mut data, offset_of!(R, otransid), &5u64.to_le_bytes());
+        put(
+            &mut data,
+            offset_of!(R, otime),
+            &1_700_000_000u64.to_le_bytes(),
+        );
+        let info = RootItem::parse(&data).info(300, 256, 256);
+        assert_eq!(info.uuid, Uuid::from_bytes([0xab; 16]));
+        assert_eq!(
+            (info.generation, info.created_generation, info.readonly),
+            (7, 5, true)
+        );
+        assert_eq!(
+            info.created,
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)
+        );
+
+        put(&mut data, offset_of!(R, generation_v2), &3u64.to_le_bytes());
+        let stale = RootItem::parse(&data).info(300, 256, 256);
+        assert!(stale.uuid.is_nil());
+        assert_eq!(stale.created_generation, 0);
     }
 
     #[test]
