@@ -360,9 +360,9 @@ impl Journal {
         self.requests_where("action = 'snapshot' AND state = 'pending'", [])
     }
 
-    /// Restore requests left pending (the keeper stopped before the stem answered).
-    pub fn pending_restores(&self) -> Result<Vec<RequestRow>, JournalError> {
-        self.requests_where("action = 'restore' AND state = 'pending'", [])
+    /// Requests of `action` left pending (the keeper stopped before the stem answered).
+    pub fn pending(&self, action: &str) -> Result<Vec<RequestRow>, JournalError> {
+        self.requests_where("action = ?1 AND state = 'pending'", [action])
     }
 
     /// Record a snapshot found on disk that no request made.

@@ -5,6 +5,8 @@
 //! and asks the stem ([`stem_client`]). [`keeper1`] serves it on the bus; [`wire`] is what
 //! crosses the bus to the CLI, which builds this crate without the `daemon` feature.
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 pub mod wire;
 pub mod words;
 

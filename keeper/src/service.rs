@@ -22,6 +22,22 @@ use crate::words::{self, from_micros, to_micros};
 /// How long the words of a preview stay good for a confirmation.
 pub const CONSENT_WINDOW: Duration = Duration::from_secs(15 * 60);
 
+/// In a `test-hooks` build, stop for good at `point` when `TACID_KEEPER_PAUSE_AT` names it,
+/// so the bus tier can SIGKILL the keeper exactly there. Nothing in other builds.
+async fn test_pause(point: &str) {
+    #[cfg(feature = "test-hooks")]
+    {
+        if std::env::var("TACID_KEEPER_PAUSE_AT").as_deref() == Ok(point) {
+            eprintln!("tacid-keeper: TEST BUILD: paused at {point}");
+            loop {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+        }
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    let _ = point;
+}
+
 /// The keeper: journal, authority and the stem.
 #[derive(Debug)]
 pub struct Keeper {
@@ -175,7 +191,15 @@ impl Keeper {
                 tracing::info!(snapshot = %m.name, "snapshot of unknown origin found on disk");
             }
             // A restore the keeper asked for but never heard back about: the disk says.
-            for r in j.pending_restores()? {
+            for r in j.pending(action::CANCEL)? {
+                let outcome = if staged.is_none() {
+                    "withdrawn or never staged: nothing is staged now (the keeper stopped before the stem answered)"
+                } else {
+                    "failed: the keeper stopped before the stem answered; a restore is still staged"
+                };
+                j.finish(r.id, if staged.is_none() { state::WITHDRAWN } else { state::FAILED }, outcome)?;
+            }
+            for r in j.pending(action::RESTORE)? {
                 let staged_it = staged.as_ref().is_some_and(|s| s.snapshot == r.subject);
                 let (st, outcome) = if staged_it {
                     (
@@ -343,8 +367,10 @@ impl Keeper {
                 "",
             )
         })?;
+        test_pause("set-pending").await;
         match self.stem.take_set(&names).await {
             Ok(members) => {
+                test_pause("set-taken").await;
                 let outcome = format!(
                     "complete: {}",
                     members
@@ -500,8 +526,10 @@ impl Keeper {
                 "",
             )
         })?;
+        test_pause("restore-pending").await;
         match self.stem.stage_restore(name).await {
             Ok((_request, already, _stem_message)) => {
+                test_pause("restore-staged").await;
                 let path = snap.subvolume().display_path();
                 let (st, message) = if already {
                     (state::ALREADY_STAGED, format!("already staged: {path} goes back to {name} at the next reboot; nothing changed"))

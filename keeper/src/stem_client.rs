@@ -100,6 +100,17 @@ fn classify(e: stem1::Error) -> StemError {
                 }
             }
         }
+        stem1::Error::ZBus(zbus::Error::FDO(fdo)) => match *fdo {
+            // Nobody owns the stem's name (and activation could not start it), or it went
+            // away before answering.
+            zbus::fdo::Error::ServiceUnknown(_)
+            | zbus::fdo::Error::NameHasNoOwner(_)
+            | zbus::fdo::Error::NoReply(_)
+            | zbus::fdo::Error::Disconnected(_)
+            | zbus::fdo::Error::SpawnServiceNotFound(_)
+            | zbus::fdo::Error::SpawnFailed(_) => StemError::NotRunning,
+            other => StemError::Bus(other.to_string()),
+        },
         stem1::Error::ZBus(other) => StemError::Bus(other.to_string()),
         named => {
             let full = named.name().to_string();

@@ -64,6 +64,31 @@ fn classify(e: KeeperError) -> Failure {
                 message: m.clone().unwrap_or_default(),
             };
         }
+        KeeperError::ZBus(zbus::Error::FDO(fdo)) => match **fdo {
+            zbus::fdo::Error::ServiceUnknown(_)
+            | zbus::fdo::Error::NameHasNoOwner(_)
+            | zbus::fdo::Error::SpawnServiceNotFound(_)
+            | zbus::fdo::Error::SpawnFailed(_) => {
+                return Failure {
+                    code: exit::KEEPER_UNREACHABLE,
+                    name: "ServiceUnknown".into(),
+                    message: "the keeper is not running; start tacid-keeper.service \
+                              (`systemctl start tacid-keeper.service`) and try again"
+                        .into(),
+                }
+            }
+            zbus::fdo::Error::AccessDenied(ref m) => {
+                return Failure {
+                    code: exit::NOT_AUTHORIZED,
+                    name: "AccessDenied".into(),
+                    message: format!("the bus refused the call: {m}"),
+                }
+            }
+            zbus::fdo::Error::NoReply(_) | zbus::fdo::Error::Disconnected(_) => {
+                (exit::KEEPER_UNREACHABLE, "NoReply")
+            }
+            _ => (exit::FAILED, ""),
+        },
         KeeperError::ZBus(_) => (exit::KEEPER_UNREACHABLE, ""),
     };
     Failure {

@@ -1,0 +1,410 @@
+//! The bus tier for the keeper: real dbus-daemon with the shipped policies, the stem as
+//! root, the keeper as `tacid-keeper`, the CLI as an approver (in wheel) and a stranger.
+//!
+//! Run: `cargo build -p stem -p tacid-cli -p initrd --bins && cargo test -p keeper
+//! --features test-hooks --test bus_keeper` (root; loop devices).
+
+mod common;
+
+use std::collections::HashSet;
+
+use common::{uid_of, World, APPROVER, STRANGER};
+use keeper::journal::{action, state};
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+fn snapshot_home(w: &World) -> String {
+    let (code, out, err) = w.tacid(
+        APPROVER,
+        &[
+            "data",
+            "snapshot",
+            "/home",
+            "--reason",
+            "before the test",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "snapshot failed: {err}");
+    json(&out)["snapshots"][0]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned()
+}
+
+fn request_file(w: &World) -> Option<String> {
+    std::fs::read_to_string(
+        w.top()
+            .join(layout::SNAPSHOTS_SUBVOLUME)
+            .join(layout::REQUEST_FILE_NAME),
+    )
+    .ok()
+}
+
+#[test]
+fn bus_a_stranger_is_refused_and_journalled_an_approver_stages() {
+    let Some(w) = World::start() else { return };
+    let name = snapshot_home(&w);
+
+    // The stranger may look, but not restore, snapshot or cancel.
+    let (code, _, err) = w.tacid(STRANGER, &["data", "restore", &name, "--yes"]);
+    assert_eq!(code, 4, "stranger restore: {err}");
+    assert!(
+        err.contains(&format!(
+            "{STRANGER} (uid {}) is not in the group \"wheel\"",
+            uid_of(STRANGER)
+        )),
+        "{err}"
+    );
+    assert!(err.contains("gpasswd -a USER wheel"), "{err}");
+    assert_eq!(w.tacid(STRANGER, &["data", "snapshot"]).0, 4);
+    assert_eq!(w.tacid(STRANGER, &["data", "cancel"]).0, 4);
+    let (code, out, _) = w.tacid(STRANGER, &["data", "list"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains(&name) && out.contains("asked by tacid-approver"),
+        "{out}"
+    );
+    assert!(
+        request_file(&w).is_none(),
+        "a refused restore staged something"
+    );
+
+    let (requests, _) = w.journal_rows();
+    let refused: Vec<_> = requests
+        .iter()
+        .filter(|r| r.state == state::REFUSED)
+        .collect();
+    assert_eq!(refused.len(), 3, "{requests:#?}");
+    let r = refused[0];
+    assert_eq!(
+        (
+            r.action.as_str(),
+            r.uid,
+            r.user_name.as_str(),
+            r.subject.as_str()
+        ),
+        (action::RESTORE, uid_of(STRANGER), STRANGER, name.as_str())
+    );
+    assert!(r.outcome.contains("is not in the group \"wheel\""), "{r:?}");
+    assert!(
+        r.words_shown.starts_with("This puts /home back to"),
+        "{r:?}"
+    );
+
+    // The approver: a preview changes nothing and exits 3; --yes stages; never "restored".
+    let (code, out, _) = w.tacid(APPROVER, &["data", "restore", &name]);
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.starts_with("This puts /home back to ")
+            && out.contains(
+                "Everything written to /home since then is deleted. It happens at the next reboot."
+            ),
+        "{out}"
+    );
+    assert!(request_file(&w).is_none());
+    let (code, out, err) = w.tacid(APPROVER, &["data", "restore", &name, "--yes"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("Staged. Nothing is put back yet: reboot"),
+        "{out}"
+    );
+    assert!(!out.to_lowercase().contains("restored"), "{out}");
+    let request = request_file(&w).expect("the request is staged");
+    assert!(request.starts_with(&format!("@home {name} ")), "{request}");
+    let (code, out, _) = w.tacid(APPROVER, &["data", "restore", &name, "--yes", "--json"]);
+    assert_eq!(code, 0);
+    let v = json(&out);
+    assert_eq!(
+        (
+            v["staged"]["already_staged"].as_bool(),
+            v["staged"]["reboot_needed"].as_bool()
+        ),
+        (Some(true), Some(true))
+    );
+
+    let (code, out, _) = w.tacid(STRANGER, &["data", "status", "--json"]);
+    assert_eq!(code, 0);
+    let status = json(&out);
+    assert_eq!(status["staged_snapshot"], name.as_str());
+    assert_eq!(status["staged_by"], APPROVER);
+    assert!(status["staged_words"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("This puts /home back to")));
+    let (_, out, _) = w.tacid(APPROVER, &["data", "list", "--json"]);
+    let list = json(&out);
+    assert_eq!(list[0]["name"], name.as_str());
+    assert_eq!(
+        (list[0]["pinned"].as_bool(), list[0]["reason"].as_str()),
+        (Some(true), Some("before the test"))
+    );
+
+    let (requests, _) = w.journal_rows();
+    let staged: Vec<_> = requests
+        .iter()
+        .filter(|r| r.action == action::RESTORE && r.uid == uid_of(APPROVER))
+        .collect();
+    assert_eq!(
+        staged.iter().map(|r| r.state.as_str()).collect::<Vec<_>>(),
+        [state::STAGED, state::ALREADY_STAGED]
+    );
+    assert_eq!(
+        staged[0].words_shown,
+        status["staged_words"].as_str().unwrap_or_default()
+    );
+
+    // Words not shown by the keeper are not consent.
+    let (code, _, err) = w.tacid(APPROVER, &["data", "cancel"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(request_file(&w).is_none());
+    let (code, out, _) = w.tacid(APPROVER, &["data", "cancel"]);
+    assert_eq!(
+        (code, out.trim()),
+        (0, "no restore was staged; nothing changed")
+    );
+}
+
+#[test]
+fn bus_fifty_concurrent_snapshots_all_complete_unique_and_journalled() {
+    let Some(w) = World::start() else { return };
+    let children: Vec<_> = (0..50)
+        .map(|_| w.spawn_tacid(APPROVER, &["data", "snapshot", "/home", "--json"]))
+        .collect();
+    let mut names = HashSet::new();
+    for c in children {
+        let out = c.wait_with_output().expect("tacid runs");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v = json(&String::from_utf8_lossy(&out.stdout));
+        names.insert(v["snapshots"][0]["name"].as_str().expect("name").to_owned());
+    }
+    assert_eq!(names.len(), 50, "names are not unique");
+    let (requests, snapshots) = w.journal_rows();
+    let complete = requests
+        .iter()
+        .filter(|r| r.action == action::SNAPSHOT && r.state == state::COMPLETE)
+        .count();
+    assert_eq!(complete, 50);
+    let journalled: HashSet<_> = snapshots
+        .iter()
+        .filter(|s| s.request.is_some())
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(journalled, names);
+    let (on_disk, temps) = w.disk_snapshots();
+    assert_eq!(on_disk.into_iter().collect::<HashSet<_>>(), names);
+    assert!(temps.is_empty(), "{temps:?}");
+}
+
+#[test]
+fn bus_the_stem_going_away_and_back_is_survived() {
+    let Some(mut w) = World::start() else { return };
+    snapshot_home(&w);
+    w.kill_stem();
+    let (code, _, err) = w.tacid(APPROVER, &["data", "snapshot", "/home"]);
+    assert_eq!(code, 7, "{err}");
+    assert!(
+        err.contains("the stem is not running; start tacid-stem.service"),
+        "{err}"
+    );
+    let (code, out, _) = w.tacid(APPROVER, &["data", "status", "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(json(&out)["stem_running"], false);
+    w.start_stem();
+    snapshot_home(&w);
+    let (code, out, _) = w.tacid(APPROVER, &["data", "status", "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(json(&out)["stem_running"], true);
+    // The set asked for while the stem was away is settled, not left pending.
+    let (requests, _) = w.journal_rows();
+    let states: Vec<_> = requests
+        .iter()
+        .filter(|r| r.action == action::SNAPSHOT)
+        .map(|r| r.state.as_str())
+        .collect();
+    assert_eq!(
+        states,
+        [state::COMPLETE, state::FAILED, state::COMPLETE],
+        "{requests:#?}"
+    );
+}
+
+/// SIGKILL at named points of a request (a `test-hooks` build stops there first); then a
+/// restart must leave no half-made snapshot, lose no acknowledged row, and reconcile.
+#[test]
+fn bus_the_keeper_killed_mid_request_loses_nothing_acknowledged() {
+    if !cfg!(feature = "test-hooks") {
+        common::skip(
+            "built without --features test-hooks: the keeper cannot be stopped at a named point",
+        );
+        return;
+    }
+    let Some(mut w) = World::start() else { return };
+    let acknowledged = [snapshot_home(&w), snapshot_home(&w)];
+
+    for (point, expect) in [
+        ("set-pending", state::FAILED),
+        ("set-taken", state::COMPLETE),
+    ] {
+        w.kill_keeper();
+        w.start_keeper(Some(point));
+        let cli = w.spawn_tacid(
+            APPROVER,
+            &["data", "snapshot", "/home", "/var/log", "--json"],
+        );
+        w.wait_keeper_log(&format!("paused at {point}"));
+        w.kill_keeper();
+        let out = cli.wait_with_output().expect("tacid ends");
+        assert_ne!(
+            out.status.code(),
+            Some(0),
+            "a request the keeper died in was acknowledged"
+        );
+        w.start_keeper(None);
+        let (code, out, _) = w.tacid(APPROVER, &["data", "status", "--json"]);
+        assert_eq!(code, 0);
+        assert_eq!(json(&out)["unknown_origin"], 0, "after {point}");
+
+        let (requests, snapshots) = w.journal_rows();
+        assert!(
+            requests.iter().all(|r| r.state != state::PENDING),
+            "pending after {point}: {requests:#?}"
+        );
+        let last = requests
+            .iter()
+            .rfind(|r| r.action == action::SNAPSHOT)
+            .expect("the killed set");
+        assert_eq!(last.state, expect, "after {point}: {last:?}");
+        let members = snapshots
+            .iter()
+            .filter(|s| s.request.as_ref().is_some_and(|r| r.id == last.id))
+            .count();
+        assert_eq!(
+            members,
+            if expect == state::COMPLETE { 2 } else { 0 },
+            "after {point}"
+        );
+        for name in &acknowledged {
+            let row = snapshots
+                .iter()
+                .find(|s| &s.name == name)
+                .expect("an acknowledged snapshot is journalled");
+            assert_eq!(
+                row.request.as_ref().map(|r| r.state.as_str()),
+                Some(state::COMPLETE)
+            );
+        }
+        // The disk agrees with the journal, and nothing half-made is left.
+        let (on_disk, temps) = w.disk_snapshots();
+        assert!(temps.is_empty(), "{temps:?}");
+        let present: HashSet<_> = snapshots
+            .iter()
+            .filter(|s| s.state == "present")
+            .map(|s| s.name.clone())
+            .collect();
+        assert_eq!(
+            on_disk.into_iter().collect::<HashSet<_>>(),
+            present,
+            "after {point}"
+        );
+    }
+
+    let name = acknowledged[0].clone();
+    for (point, staged) in [("restore-pending", false), ("restore-staged", true)] {
+        w.kill_keeper();
+        w.start_keeper(Some(point));
+        assert_eq!(w.tacid(APPROVER, &["data", "restore", &name]).0, 3);
+        let cli = w.spawn_tacid(APPROVER, &["data", "restore", &name, "--yes"]);
+        w.wait_keeper_log(&format!("paused at {point}"));
+        w.kill_keeper();
+        let _ = cli.wait_with_output();
+        w.start_keeper(None);
+        assert_eq!(w.tacid(APPROVER, &["data", "status"]).0, 0);
+        let (requests, _) = w.journal_rows();
+        let last = requests
+            .iter()
+            .rfind(|r| r.action == action::RESTORE)
+            .expect("the killed restore");
+        assert_eq!(
+            last.state,
+            if staged { state::STAGED } else { state::FAILED },
+            "after {point}: {last:?}"
+        );
+        assert_eq!(request_file(&w).is_some(), staged, "after {point}");
+        assert!(last.words_shown.starts_with("This puts /home back to"));
+    }
+}
+
+/// The journal lives on @snapshots: putting @persist back (by the initrd's own binary)
+/// leaves every row, and the boot's outcome is journalled and reported once.
+#[test]
+fn bus_a_restore_of_persist_leaves_the_journal_whole_and_its_outcome_is_reported_once() {
+    let Some(mut w) = World::start() else { return };
+    let (code, out, err) = w.tacid(APPROVER, &["data", "snapshot", "/persist", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let name = json(&out)["snapshots"][0]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let marker = w.top().join("@persist").join("written-after-the-snapshot");
+    std::fs::write(&marker, "lost at the restore").expect("write");
+    assert_eq!(w.tacid(APPROVER, &["data", "restore", &name]).0, 3);
+    assert_eq!(w.tacid(APPROVER, &["data", "restore", &name, "--yes"]).0, 0);
+    let (before, _) = w.journal_rows();
+
+    // "Reboot": the keeper stops, the initrd honours the request, the keeper starts again.
+    w.stop_keeper();
+    let out = std::process::Command::new(common::bin("tacid-initrd"))
+        .args(["restore-data", "--top"])
+        .arg(w.top())
+        .output()
+        .expect("tacid-initrd runs");
+    assert!(
+        out.status.success(),
+        "tacid-initrd: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!marker.exists(), "the restore did not put @persist back");
+    w.start_keeper(None);
+
+    let (code, out, _) = w.tacid(APPROVER, &["data", "status", "--json"]);
+    assert_eq!(code, 0);
+    let status = json(&out);
+    assert_eq!(
+        (
+            status["outcome_result"].as_str(),
+            status["outcome_new"].as_bool()
+        ),
+        (Some("done"), Some(true)),
+        "{status}"
+    );
+    assert!(status["outcome_request"]
+        .as_str()
+        .is_some_and(|r| r.contains(&name)));
+    assert_eq!(status["staged_snapshot"], "");
+    let (_, out, _) = w.tacid(APPROVER, &["data", "status", "--json"]);
+    assert_eq!(
+        json(&out)["outcome_new"],
+        false,
+        "an outcome is new only once"
+    );
+    let (code, out, _) = w.tacid(APPROVER, &["data", "status"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("the staged restore was put back") && !out.contains("NEW:"),
+        "{out}"
+    );
+
+    let (after, _) = w.journal_rows();
+    assert_eq!(
+        &after[..before.len()],
+        &before[..],
+        "rows changed or were lost across the restore"
+    );
+}

@@ -1,0 +1,489 @@
+//! The bus tier's world: a loop-device Btrfs with the tacid layout, a private dbus-daemon
+//! with the shipped policies, the stem as root (its real binary), the keeper as its own
+//! user (setpriv), and the CLI as an approver or a stranger. Real users, made here.
+//!
+//! Needs root, loop devices, dbus-daemon and setpriv; without them the tests say so loudly
+//! and return, and under CI=true they fail instead.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::{BufRead as _, BufReader};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use keeper::journal::{Journal, RequestRow, SnapshotRow};
+use layout::names;
+
+pub const APPROVER: &str = "tacid-approver";
+pub const STRANGER: &str = "tacid-stranger";
+pub const APPROVER_GROUP: &str = "wheel";
+
+pub fn skip(why: &str) -> bool {
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("bus tier cannot run under CI=true: {why}");
+    }
+    eprintln!("\n!!!!!!!!!!\n!!! SKIPPED bus tier: {why}\n!!!!!!!!!!\n");
+    true
+}
+
+fn run(cmd: &str, args: &[&str]) -> Output {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd} {args:?}: {e}"))
+}
+
+fn ok(cmd: &str, args: &[&str]) {
+    let out = run(cmd, args);
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn exists(db: &str, key: &str) -> bool {
+    run("getent", &[db, key]).status.success()
+}
+
+/// Users and groups the story needs: the keeper's user, an approver in wheel, a stranger.
+fn ensure_users() {
+    static USERS: Once = Once::new();
+    USERS.call_once(|| {
+        if !exists("group", APPROVER_GROUP) {
+            ok("groupadd", &["--system", APPROVER_GROUP]);
+        }
+        if !exists("passwd", names::KEEPER_USER) {
+            ok(
+                "useradd",
+                &[
+                    "--system",
+                    "--user-group",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    names::KEEPER_USER,
+                ],
+            );
+        }
+        if !exists("passwd", APPROVER) {
+            ok(
+                "useradd",
+                &[
+                    "--user-group",
+                    "--no-create-home",
+                    "--groups",
+                    APPROVER_GROUP,
+                    APPROVER,
+                ],
+            );
+        }
+        ok(
+            "usermod",
+            &["--append", "--groups", APPROVER_GROUP, APPROVER],
+        );
+        if !exists("passwd", STRANGER) {
+            ok("useradd", &["--user-group", "--no-create-home", STRANGER]);
+        }
+    });
+}
+
+pub fn uid_of(user: &str) -> u32 {
+    let out = run("id", &["-u", user]);
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a uid")
+}
+
+/// The workspace's binaries, next to this crate's (built first if missing).
+pub fn bin(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_tacid-keeper"))
+        .parent()
+        .expect("target dir")
+        .to_owned();
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace's binaries first: `cargo build -p stem -p tacid-cli -p initrd --bins`",
+        path.display()
+    );
+    path
+}
+
+fn bus_config(dir: &Path, socket: &Path) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace");
+    let keeper = root.join("keeper/dbus/org.tacid.Keeper1.conf");
+    let stem = root.join("stem/dbus/org.tacid.Stem1.conf");
+    assert!(
+        stem.exists(),
+        "{} is missing: the stem's bus policy is part of this tier",
+        stem.display()
+    );
+    // The defaults of a system bus (as Debian's /usr/share/dbus-1/system.conf): nobody owns
+    // a name and no method call is delivered unless a policy file says so.
+    format!(
+        r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={socket}</listen>
+  <auth>EXTERNAL</auth>
+  <pidfile>{dir}/bus.pid</pidfile>
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
+    <deny send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus" send_member="UpdateActivationEnvironment"/>
+    <deny send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Debug.Stats"/>
+  </policy>
+  <include>{keeper}</include>
+  <include>{stem}</include>
+</busconfig>
+"#,
+        socket = socket.display(),
+        dir = dir.display(),
+        keeper = keeper.display(),
+        stem = stem.display(),
+    )
+}
+
+/// One private world per test.
+pub struct World {
+    pub fs: testbed::LoopFs,
+    pub dir: PathBuf,
+    pub address: String,
+    pub state: PathBuf,
+    pub journal: PathBuf,
+    bus: Child,
+    stem: Option<Child>,
+    keeper: Option<Child>,
+    keeper_starts: u32,
+}
+
+impl World {
+    /// `None` when this machine cannot run the tier (already reported loudly).
+    pub fn start() -> Option<World> {
+        if !rustix::process::geteuid().is_root() {
+            skip("not root");
+            return None;
+        }
+        for tool in ["/usr/bin/dbus-daemon", "/usr/bin/setpriv"] {
+            if !Path::new(tool).exists() {
+                skip(&format!(
+                    "{tool} is missing (apt-get install dbus util-linux)"
+                ));
+                return None;
+            }
+        }
+        ensure_users();
+        let fs = testbed::LoopFs::with_layout(512 << 20).expect("loop Btrfs")?;
+        // A directory the unprivileged processes can reach (the loop fs's is root-only).
+        let dir = PathBuf::from(format!(
+            "/tmp/tacid-bus-{}-{}",
+            std::process::id(),
+            next_id()
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("dir");
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
+        let socket = dir.join("bus.sock");
+        let config = dir.join("bus.conf");
+        fs::write(&config, bus_config(&dir, &socket)).expect("bus config");
+        let mut bus = Command::new("/usr/bin/dbus-daemon")
+            .arg(format!("--config-file={}", config.display()))
+            .args(["--nofork", "--nopidfile", "--print-address=1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("dbus-daemon starts");
+        let mut line = String::new();
+        BufReader::new(bus.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("address");
+        let address = line.trim().to_owned();
+        assert!(
+            address.starts_with("unix:"),
+            "dbus-daemon printed {address:?}"
+        );
+
+        // The keeper's own directory on @snapshots, bound where the keeper can reach it,
+        // as the unit's BindPaths does.
+        let keeper_dir = fs
+            .top()
+            .join(layout::SNAPSHOTS_SUBVOLUME)
+            .join(layout::KEEPER_DIR_NAME);
+        fs::create_dir_all(&keeper_dir).expect("keeper dir");
+        ok(
+            "chown",
+            &[
+                &format!("{0}:{0}", names::KEEPER_USER),
+                keeper_dir.to_str().expect("utf-8"),
+            ],
+        );
+        fs::set_permissions(&keeper_dir, fs::Permissions::from_mode(0o700)).expect("chmod");
+        let state = dir.join("state");
+        fs::create_dir_all(&state).expect("state");
+        ok(
+            "mount",
+            &[
+                "--bind",
+                keeper_dir.to_str().expect("utf-8"),
+                state.to_str().expect("utf-8"),
+            ],
+        );
+        let journal = state.join(layout::JOURNAL_FILE_NAME);
+        let mut w = World {
+            fs,
+            dir,
+            address,
+            state,
+            journal,
+            bus,
+            stem: None,
+            keeper: None,
+            keeper_starts: 0,
+        };
+        w.start_stem();
+        w.start_keeper(None);
+        Some(w)
+    }
+
+    pub fn top(&self) -> &Path {
+        self.fs.top()
+    }
+
+    pub fn has_owner(&self, name: &str) -> bool {
+        let out = Command::new("/usr/bin/dbus-send")
+            .args([
+                &format!("--bus={}", self.address),
+                "--print-reply",
+                "--dest=org.freedesktop.DBus",
+                "/org/freedesktop/DBus",
+                "org.freedesktop.DBus.NameHasOwner",
+                &format!("string:{name}"),
+            ])
+            .output()
+            .expect("dbus-send");
+        String::from_utf8_lossy(&out.stdout).contains("boolean true")
+    }
+
+    fn wait_owner(&self, name: &str, owned: bool, log: &Path) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.has_owner(name) != owned {
+            assert!(
+                Instant::now() < deadline,
+                "{name} {} within 20 s; log:\n{}",
+                if owned {
+                    "never appeared"
+                } else {
+                    "never went away"
+                },
+                fs::read_to_string(log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stem_log(&self) -> PathBuf {
+        self.dir.join("stem.log")
+    }
+
+    pub fn keeper_log(&self) -> PathBuf {
+        self.dir.join("keeper.log")
+    }
+
+    fn log_file(&self, path: &Path) -> fs::File {
+        fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("log")
+    }
+
+    pub fn start_stem(&mut self) {
+        let log = self.log_file(&self.stem_log());
+        let child = Command::new(bin("tacid-stem"))
+            .arg("--top")
+            .arg(self.top())
+            .args(["--bus", &self.address, "--keeper-user", names::KEEPER_USER])
+            .env("RUST_LOG", "debug")
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("tacid-stem starts");
+        self.stem = Some(child);
+        self.wait_owner(names::STEM_BUS_NAME, true, &self.stem_log());
+    }
+
+    pub fn kill_stem(&mut self) {
+        if let Some(mut c) = self.stem.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.wait_owner(names::STEM_BUS_NAME, false, &self.stem_log());
+    }
+
+    /// Start the keeper as its own user; with `pause_at`, a test-hooks build stops there.
+    pub fn start_keeper(&mut self, pause_at: Option<&str>) {
+        self.keeper_starts += 1;
+        let log = self.log_file(&self.keeper_log());
+        let mut cmd = Command::new("/usr/bin/setpriv");
+        cmd.args([
+            &format!("--reuid={}", names::KEEPER_USER),
+            &format!("--regid={}", names::KEEPER_USER),
+            "--init-groups",
+        ])
+        .arg(env!("CARGO_BIN_EXE_tacid-keeper"))
+        .arg("--journal")
+        .arg(&self.journal)
+        .args(["--bus", &self.address, "--approver-group", APPROVER_GROUP])
+        .env("TACID_LOG", "debug")
+        .env_remove("TACID_KEEPER_PAUSE_AT")
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log);
+        if let Some(p) = pause_at {
+            cmd.env("TACID_KEEPER_PAUSE_AT", p);
+        }
+        self.keeper = Some(cmd.spawn().expect("tacid-keeper starts"));
+        self.wait_owner(names::KEEPER_BUS_NAME, true, &self.keeper_log());
+    }
+
+    /// SIGKILL the keeper (setpriv execs it, so the child is the keeper itself).
+    pub fn kill_keeper(&mut self) {
+        if let Some(mut c) = self.keeper.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.wait_owner(names::KEEPER_BUS_NAME, false, &self.keeper_log());
+    }
+
+    /// Stop the keeper the way systemd does (SIGTERM), and wait for it.
+    pub fn stop_keeper(&mut self) {
+        if let Some(mut c) = self.keeper.take() {
+            let pid = rustix::process::Pid::from_child(&c);
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            let _ = c.wait();
+        }
+        self.wait_owner(names::KEEPER_BUS_NAME, false, &self.keeper_log());
+    }
+
+    /// Wait until the keeper's log says `text` (e.g. a test pause).
+    pub fn wait_keeper_log(&self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let log = fs::read_to_string(self.keeper_log()).unwrap_or_default();
+            if log.contains(text) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "keeper never logged {text:?}; log:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The CLI as `user`, started (for concurrency).
+    pub fn spawn_tacid(&self, user: &str, args: &[&str]) -> Child {
+        Command::new("/usr/bin/setpriv")
+            .args([
+                &format!("--reuid={user}"),
+                &format!("--regid={user}"),
+                "--init-groups",
+            ])
+            .arg(bin("tacid"))
+            .args(args)
+            .env("TACID_BUS_ADDRESS", &self.address)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tacid starts")
+    }
+
+    /// The CLI as `user`: (exit code, stdout, stderr).
+    pub fn tacid(&self, user: &str, args: &[&str]) -> (i32, String, String) {
+        let out = self
+            .spawn_tacid(user, args)
+            .wait_with_output()
+            .expect("tacid runs");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// The journal's rows, read directly (as root; ownership given back to the keeper).
+    pub fn journal_rows(&self) -> (Vec<RequestRow>, Vec<SnapshotRow>) {
+        let j = Journal::open(&self.journal).expect("journal opens");
+        let rows = (
+            j.requests().expect("requests"),
+            j.snapshots().expect("snapshots"),
+        );
+        drop(j);
+        for entry in fs::read_dir(&self.state).expect("state dir").flatten() {
+            ok(
+                "chown",
+                &[
+                    &format!("{0}:{0}", names::KEEPER_USER),
+                    entry.path().to_str().expect("utf-8"),
+                ],
+            );
+        }
+        rows
+    }
+
+    /// Names of the snapshots on disk (the btrfs CLI as oracle), and any temporary names.
+    pub fn disk_snapshots(&self) -> (Vec<String>, Vec<String>) {
+        let prefix = format!("{}/", layout::SNAPSHOTS_SUBVOLUME);
+        let mut snaps = Vec::new();
+        let mut temps = Vec::new();
+        for (path, _, _) in self.fs.subvolumes_snapshot().expect("btrfs subvolume list") {
+            if let Some(name) = path.strip_prefix(&prefix) {
+                if name.starts_with(layout::TEMP_PREFIX) {
+                    temps.push(name.to_owned());
+                } else {
+                    snaps.push(name.to_owned());
+                }
+            }
+        }
+        (snaps, temps)
+    }
+}
+
+fn next_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for c in [self.keeper.take(), self.stem.take()].into_iter().flatten() {
+            let mut c = c;
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = self.bus.kill();
+        let _ = self.bus.wait();
+        let _ = Command::new("umount").arg(&self.state).status();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
