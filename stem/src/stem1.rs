@@ -268,7 +268,12 @@ impl Stem1 {
     ) -> Result<T, Error> {
         match self.worker.run(act).await {
             Ok(Ok(answer)) => {
-                tracing::info!("{what}: done");
+                // Reads are frequent and change nothing: kept out of the journal by default.
+                if what.starts_with("list") || what.starts_with("read ") {
+                    tracing::debug!("{what}: done");
+                } else {
+                    tracing::info!("{what}: done");
+                }
                 Ok(answer)
             }
             Ok(Err(e)) => {

@@ -1,6 +1,7 @@
 //! `tacid-stem`: the stem daemon. Serves `org.tacid.Stem1` on the system bus (or on the bus
 //! at an address, for tests) over the top-level mount of the tacid filesystem.
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -96,7 +97,11 @@ fn init_logging() {
             .with(journald.with_syslog_identifier("tacid-stem".into()))
             .init(),
         _ => registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(std::io::stderr().is_terminal())
+                    .with_writer(std::io::stderr),
+            )
             .init(),
     }
 }
