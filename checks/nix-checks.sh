@@ -35,9 +35,11 @@ step() { echo "== $*"; }
 export PATH="$HOME/.cargo/bin:$PATH"
 
 step "tools"
-if ! command -v nix-instantiate >/dev/null; then
-  apt-get install -y -qq nix-bin >/dev/null || fail "cannot install nix-bin (apt-get install nix-bin)"
-fi
+for pair in nix-instantiate:nix-bin jq:jq; do
+  if ! command -v "${pair%%:*}" >/dev/null; then
+    apt-get install -y -qq "${pair#*:}" >/dev/null || fail "cannot install ${pair#*:} (apt-get install ${pair#*:})"
+  fi
+done
 for tool in nixpkgs-fmt deadnix; do
   if ! command -v "$tool" >/dev/null; then
     cargo install --locked -q "$tool" || fail "cannot install $tool (cargo install --locked $tool)"
@@ -81,7 +83,7 @@ nix-instantiate --eval --strict --json -E "
     coreutils = \"$coreutils_prefix\";
     skipFile = \"$work/skip\";
     snapshotArgs = [ \"@persist\" \"@home\" ];
-  }" | python3 -c 'import json,sys; print(json.load(sys.stdin))' >"$work/fragment.sh"
+  }" | jq -r . >"$work/fragment.sh"
 # Wrapped the way nixpkgs' pre-switch-check.nix wraps each fragment.
 {
   echo '('
@@ -137,11 +139,11 @@ echo "pre-switch check: skips, snapshots, stops, overrides once, first switch: o
 
 step "the package's install steps (shipped.json) against the repository"
 install_commands="$(nix-instantiate --eval --strict --json -E '(import ./nixos-modules/lib.nix).installCommands' |
-  python3 -c 'import json,sys; print(json.load(sys.stdin))')"
+  jq -r .)"
 rewrite_commands="$(nix-instantiate --eval --strict --json -E '
   let l = import ./nixos-modules/lib.nix; in
   l.rewriteUnitPaths (builtins.mapAttrs (tool: _: "/TOOLS/${tool}") l.shipped.unit_paths.tools)' |
-  python3 -c 'import json,sys; print(json.load(sys.stdin))')"
+  jq -r .)"
 if out="$work/package" bash -euo pipefail -c "$install_commands" 2>"$work/install-err"; then
   echo "installs $(find "$work/package" -type f | wc -l) files"
   if ! out="$work/package" bash -euo pipefail -c "$rewrite_commands" 2>"$work/install-err"; then
@@ -168,7 +170,7 @@ for case in "keeper_unit --approver-group admins" "stem_unit --device /dev/vdb";
   fi
   nix-instantiate --eval --strict --json -E "
     (import ./nixos-modules/lib.nix).execStartDropIn { unit = \"$source\"; flag = \"$flag\"; value = \"$value\"; }" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin))' >"$work/drop-in.sh"
+    jq -r . >"$work/drop-in.sh"
   if ! bash -euo pipefail "$work/drop-in.sh" >"$work/drop-in" 2>&1; then
     fail "drop-in for $unit: $(cat "$work/drop-in")"
   else
@@ -213,20 +215,24 @@ else
         fail "make-disk-layout's refusal must say how to proceed: $(cat "$work/mdl-out")"
       fi
       # Without jq, through python3.
-      mkdir "$work/nojq"
-      for t in bash mkfs.btrfs btrfs blkid mount umount mountpoint mktemp readlink grep sync sed rmdir mkdir chmod dirname cat; do
-        ln -s "$(command -v "$t")" "$work/nojq/$t"
-      done
-      # The real interpreter, not a version manager's shim.
-      ln -s "$(python3 -c 'import sys; print(sys.executable)')" "$work/nojq/python3"
-      if ! PATH="$work/nojq" scripts/make-disk-layout.sh --force "$loop_dev" >"$work/mdl-out" 2>&1; then
-        fail "make-disk-layout --force (python3, no jq): $(cat "$work/mdl-out")"
+      if ! command -v python3 >/dev/null; then
+        skip "make-disk-layout without jq needs python3"
       else
-        mount -o subvolid=5 "$loop_dev" "$work/top"
-        actual="$(btrfs subvolume list -o "$work/top" | awk '{print $NF}' | sort)"
-        [ "$expected" = "$actual" ] || fail "make-disk-layout --force: subvolumes are [$actual]"
-        [ -z "$(find "$work/top" -name precious)" ] || fail "make-disk-layout --force kept old data"
-        umount "$work/top"
+        mkdir "$work/nojq"
+        for t in bash mkfs.btrfs btrfs blkid mount umount mountpoint mktemp readlink grep sync sed rmdir mkdir chmod dirname cat; do
+          ln -s "$(command -v "$t")" "$work/nojq/$t"
+        done
+        # The real interpreter, not a version manager's shim.
+        ln -s "$(python3 -c 'import sys; print(sys.executable)')" "$work/nojq/python3"
+        if ! PATH="$work/nojq" scripts/make-disk-layout.sh --force "$loop_dev" >"$work/mdl-out" 2>&1; then
+          fail "make-disk-layout --force (python3, no jq): $(cat "$work/mdl-out")"
+        else
+          mount -o subvolid=5 "$loop_dev" "$work/top"
+          actual="$(btrfs subvolume list -o "$work/top" | awk '{print $NF}' | sort)"
+          [ "$expected" = "$actual" ] || fail "make-disk-layout --force: subvolumes are [$actual]"
+          [ -z "$(find "$work/top" -name precious)" ] || fail "make-disk-layout --force kept old data"
+          umount "$work/top"
+        fi
       fi
       echo "make-disk-layout: layout made, refusal without --force, --force without jq: checked"
     fi
