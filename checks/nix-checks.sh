@@ -159,6 +159,39 @@ else
   fail "the package would not build: $(cat "$work/install-err")"
 fi
 
+step "the module's tmpfiles rules, applied by systemd-tmpfiles to a stand-in root"
+if ! command -v systemd-tmpfiles >/dev/null; then
+  skip "systemd-tmpfiles is not installed"
+else
+  keeper_user="$(jq -r .keeper_user nixos-modules/layout.json)"
+  keeper_dir="$(jq -r '.snapshots_mount_point + "/" + .keeper_dir' nixos-modules/layout.json)"
+  store="$(jq -r .snapshots_mount_point nixos-modules/layout.json)"
+  root="$work/tmpfiles-root"
+  mkdir -p "$root/etc" "$root$keeper_dir"
+  echo "root:x:0:0::/root:/bin/sh" >"$root/etc/passwd"
+  echo "$keeper_user:x:4321:4321::/:/bin/false" >>"$root/etc/passwd"
+  printf 'root:x:0:
+%s:x:4321:
+' "$keeper_user" >"$root/etc/group"
+  # A journal left by an earlier uid of the keeper.
+  echo journal >"$root$keeper_dir/journal"
+  chmod 0600 "$root$keeper_dir/journal"
+  chown -R 1234:1234 "$root$keeper_dir"
+  chmod 0755 "$root$store"
+  nix-instantiate --eval --strict --json -E '(import ./nixos-modules/lib.nix).tmpfilesRules' |
+    jq -r '.[]' >"$work/tacid.conf"
+  if ! systemd-tmpfiles --create --root="$root" "$work/tacid.conf" 2>"$work/tmpfiles-err" ||
+    [ -s "$work/tmpfiles-err" ]; then
+    fail "systemd-tmpfiles on the module's rules: $(cat "$work/tmpfiles-err")"
+  elif [ "$(stat -c '%a %u' "$root$store")" != "700 0" ] ||
+    [ "$(stat -c '%a %u %g' "$root$keeper_dir")" != "700 4321 4321" ] ||
+    [ "$(stat -c '%a %u' "$root$keeper_dir/journal")" != "600 4321" ]; then
+    fail "tmpfiles: store $(stat -c '%a %u' "$root$store"), keeper dir $(stat -c '%a %u %g' "$root$keeper_dir"), journal $(stat -c '%a %u' "$root$keeper_dir/journal")"
+  else
+    echo "tmpfiles: the store is root's (0700); the keeper's directory and journal are the keeper's"
+  fi
+fi
+
 step "the module's drop-ins keep the shipped ExecStart but one value"
 for case in "keeper_unit --approver-group admins" "stem_unit --device /dev/vdb"; do
   read -r key flag value <<<"$case"

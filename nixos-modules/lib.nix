@@ -102,9 +102,12 @@ let
   # The snapshot store stays root-only (it holds old copies of everybody's files); the
   # keeper's journal lives in its own directory there, bound into the keeper's state
   # directory by the keeper's unit, so no restore replaces it.
+  # `Z` gives the keeper back its journal when its uid changed: an ephemeral root forgets
+  # NixOS's uid map (/var/lib/nixos) unless it is kept on /persist.
   tmpfilesRules = [
     "d ${layout.snapshots_mount_point} 0700 root root -"
     "d ${layout.snapshots_mount_point}/${layout.keeper_dir} 0700 ${layout.keeper_user} ${layout.keeper_user} -"
+    "Z ${layout.snapshots_mount_point}/${layout.keeper_dir} - ${layout.keeper_user} ${layout.keeper_user} -"
   ];
 
   # The initrd finds the filesystem by the default device unless told otherwise.
