@@ -13,6 +13,8 @@
 //! a directory only root can enter. One whose parent is known to be *another* subvolume is
 //! refused, whatever its name says.
 
+use std::collections::HashMap;
+
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -53,15 +55,41 @@ pub enum Verdict {
     Contradicts { by_name: SubvolumeName, by_parent: SubvolumeName },
 }
 
-/// The UUIDs known to be (earlier or present) `live`.
-fn lineage(live: &LiveSubvolume, store: &[StoredSnapshot]) -> Vec<Uuid> {
-    let mut known = vec![live.uuid];
-    if let Some(from) = live.parent_uuid {
-        if let Some(made_from) = store.iter().find(|s| s.uuid == from) {
-            known.extend(made_from.parent_uuid);
+/// Which subvolume each known UUID was: the live subvolumes' own, and the ones each live
+/// subvolume replaced. Built once per look at the disk; each question is then a lookup.
+#[derive(Debug, Clone, Default)]
+pub struct Lineages {
+    by_uuid: HashMap<Uuid, SubvolumeName>,
+}
+
+impl Lineages {
+    pub fn new(lives: &[LiveSubvolume], store: &[StoredSnapshot]) -> Self {
+        let store_by_uuid: HashMap<Uuid, &StoredSnapshot> =
+            store.iter().map(|s| (s.uuid, s)).collect();
+        let mut by_uuid = HashMap::new();
+        for live in lives {
+            by_uuid.entry(live.uuid).or_insert(live.name);
+            let replaced = live
+                .parent_uuid
+                .and_then(|from| store_by_uuid.get(&from))
+                .and_then(|made_from| made_from.parent_uuid);
+            if let Some(replaced) = replaced {
+                by_uuid.entry(replaced).or_insert(live.name);
+            }
+        }
+        Lineages { by_uuid }
+    }
+
+    /// What `snapshot` is a snapshot of.
+    pub fn origin_of(&self, snapshot: &StoredSnapshot) -> Verdict {
+        let by_name = snapshot.name.subvolume();
+        let by_parent = snapshot.parent_uuid.and_then(|p| self.by_uuid.get(&p).copied());
+        match by_parent {
+            Some(by_parent) if by_parent == by_name => Verdict::Of(by_name, Origin::ParentUuid),
+            Some(by_parent) => Verdict::Contradicts { by_name, by_parent },
+            None => Verdict::Of(by_name, Origin::NameOnly),
         }
     }
-    known
 }
 
 /// What `snapshot` is a snapshot of, given every live subvolume and the whole store.
@@ -70,15 +98,7 @@ pub fn origin_of(
     lives: &[LiveSubvolume],
     store: &[StoredSnapshot],
 ) -> Verdict {
-    let by_name = snapshot.name.subvolume();
-    let by_parent = snapshot.parent_uuid.and_then(|parent| {
-        lives.iter().find(|live| lineage(live, store).contains(&parent)).map(|live| live.name)
-    });
-    match by_parent {
-        Some(by_parent) if by_parent == by_name => Verdict::Of(by_name, Origin::ParentUuid),
-        Some(by_parent) => Verdict::Contradicts { by_name, by_parent },
-        None => Verdict::Of(by_name, Origin::NameOnly),
-    }
+    Lineages::new(lives, store).origin_of(snapshot)
 }
 
 #[cfg(test)]
