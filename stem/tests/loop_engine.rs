@@ -31,29 +31,46 @@ fn store(fs: &LoopFs) -> std::path::PathBuf {
 
 #[test]
 fn loop_take_list_and_what_each_is_of() {
-    let Some((fs, engine)) = machine() else { return };
+    let Some((fs, engine)) = machine() else {
+        return;
+    };
     fs::write(fs.top().join("@home/file"), "monday").unwrap();
     let home = engine.take(sv("@home")).unwrap();
     let log = engine.take(sv("@log")).unwrap();
     assert_eq!(home.of, sv("@home"));
     assert!(home.readonly);
-    assert_eq!(fs::read_to_string(store(&fs).join(home.name.to_string()).join("file")).unwrap(), "monday");
+    assert_eq!(
+        fs::read_to_string(store(&fs).join(home.name.to_string()).join("file")).unwrap(),
+        "monday"
+    );
 
-    let oracle = fs.show(&format!("{SNAPSHOTS_SUBVOLUME}/{}", home.name)).unwrap();
-    assert_eq!(oracle.get("UUID").map(String::as_str), Some(home.uuid.to_string().as_str()));
+    let oracle = fs
+        .show(&format!("{SNAPSHOTS_SUBVOLUME}/{}", home.name))
+        .unwrap();
+    assert_eq!(
+        oracle.get("UUID").map(String::as_str),
+        Some(home.uuid.to_string().as_str())
+    );
 
     let listed = engine.list().unwrap();
     let names: Vec<_> = listed.iter().map(|s| s.name).collect();
     assert_eq!(names, vec![log.name, home.name], "newest first");
-    assert!(listed.iter().all(|s| s.origin == Origin::ParentUuid && !s.staged));
+    assert!(listed
+        .iter()
+        .all(|s| s.origin == Origin::ParentUuid && !s.staged));
     assert_eq!(listed[1].of, sv("@home"));
 }
 
 #[test]
 fn loop_snapshots_of_what_is_not_snapshotted_are_refused() {
-    let Some((fs, engine)) = machine() else { return };
+    let Some((fs, engine)) = machine() else {
+        return;
+    };
     for name in ["@root", "@root-blank", "@snapshots"] {
-        assert!(matches!(engine.take(sv(name)), Err(EngineError::NotSnapshottable(_))), "{name}");
+        assert!(
+            matches!(engine.take(sv(name)), Err(EngineError::NotSnapshottable(_))),
+            "{name}"
+        );
     }
     assert!(engine.list().unwrap().is_empty());
     drop(fs);
@@ -61,7 +78,9 @@ fn loop_snapshots_of_what_is_not_snapshotted_are_refused() {
 
 #[test]
 fn loop_the_store_must_be_a_root_only_subvolume() {
-    let Some((fs, engine)) = machine() else { return };
+    let Some((fs, engine)) = machine() else {
+        return;
+    };
     let st = store(&fs);
 
     fs::set_permissions(&st, fs::Permissions::from_mode(0o777)).unwrap();
@@ -70,13 +89,19 @@ fn loop_the_store_must_be_a_root_only_subvolume() {
         other => panic!("mode 0777 accepted: {other:?}"),
     }
     fs::set_permissions(&st, fs::Permissions::from_mode(0o750)).unwrap();
-    assert!(matches!(engine.list(), Err(EngineError::Store(StoreProblem::ModeTooOpen { .. }))));
+    assert!(matches!(
+        engine.list(),
+        Err(EngineError::Store(StoreProblem::ModeTooOpen { .. }))
+    ));
     fs::set_permissions(&st, fs::Permissions::from_mode(0o700)).unwrap();
 
     std::os::unix::fs::chown(&st, Some(1000), None).unwrap();
     assert!(matches!(
         engine.take(sv("@home")),
-        Err(EngineError::Store(StoreProblem::NotOwnedByRoot { uid: 1000, .. }))
+        Err(EngineError::Store(StoreProblem::NotOwnedByRoot {
+            uid: 1000,
+            ..
+        }))
     ));
     std::os::unix::fs::chown(&st, Some(0), None).unwrap();
     engine.check_store().unwrap();
@@ -88,45 +113,73 @@ fn loop_the_store_must_be_a_root_only_subvolume() {
     fs::rename(&st, fs.top().join("moved-away")).unwrap();
     symlink("elsewhere", &st).unwrap();
     let err = engine.take(sv("@home")).unwrap_err();
-    assert!(matches!(err, EngineError::Store(StoreProblem::Symlink { .. })), "{err:?}");
+    assert!(
+        matches!(err, EngineError::Store(StoreProblem::Symlink { .. })),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("symlink"), "{err}");
-    assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing written through the link");
+    assert_eq!(
+        fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "nothing written through the link"
+    );
 
     // Replaced by a plain directory.
     fs::remove_file(&st).unwrap();
     fs::create_dir(&st).unwrap();
     fs::set_permissions(&st, fs::Permissions::from_mode(0o700)).unwrap();
     let err = engine.take(sv("@home")).unwrap_err();
-    assert!(matches!(err, EngineError::Store(StoreProblem::NotASubvolume { .. })), "{err:?}");
+    assert!(
+        matches!(err, EngineError::Store(StoreProblem::NotASubvolume { .. })),
+        "{err:?}"
+    );
 
     fs::remove_dir(&st).unwrap();
-    assert!(matches!(engine.list(), Err(EngineError::Store(StoreProblem::Missing { .. }))));
+    assert!(matches!(
+        engine.list(),
+        Err(EngineError::Store(StoreProblem::Missing { .. }))
+    ));
 }
 
 #[test]
 fn loop_a_live_subvolume_replaced_by_a_plain_directory_is_refused() {
-    let Some((fs, engine)) = machine() else { return };
+    let Some((fs, engine)) = machine() else {
+        return;
+    };
     let home = fs.top().join("@home");
-    std::process::Command::new("btrfs").args(["-q", "subvolume", "delete"]).arg(&home).status().unwrap();
+    std::process::Command::new("btrfs")
+        .args(["-q", "subvolume", "delete"])
+        .arg(&home)
+        .status()
+        .unwrap();
     fs::create_dir(&home).unwrap();
     let err = engine.take(sv("@home")).unwrap_err();
     assert!(matches!(err, EngineError::LiveSubvolume { .. }), "{err:?}");
     assert!(engine.list().unwrap().is_empty(), "nothing made");
 
     // A set fails at that member, names it, and leaves none of the others behind.
-    let err = engine.take_set(&SubvolumeName::default_snapshot_set()).unwrap_err();
+    let err = engine
+        .take_set(&SubvolumeName::default_snapshot_set())
+        .unwrap_err();
     match &err {
         EngineError::SetMember { member, .. } => assert_eq!(*member, sv("@home")),
         other => panic!("{other:?}"),
     }
     assert!(err.to_string().contains("@home"), "{err}");
-    assert!(engine.list().unwrap().is_empty(), "members already taken were removed");
+    assert!(
+        engine.list().unwrap().is_empty(),
+        "members already taken were removed"
+    );
 }
 
 #[test]
 fn loop_a_set_is_whole() {
-    let Some((_fs, engine)) = machine() else { return };
-    let set = engine.take_set(&SubvolumeName::default_snapshot_set()).unwrap();
+    let Some((_fs, engine)) = machine() else {
+        return;
+    };
+    let set = engine
+        .take_set(&SubvolumeName::default_snapshot_set())
+        .unwrap();
     let of: BTreeSet<_> = set.iter().map(|s| s.of.as_str()).collect();
     assert_eq!(of, BTreeSet::from(["@home", "@log", "@persist"]));
     assert_eq!(engine.list().unwrap().len(), 3);
@@ -134,9 +187,19 @@ fn loop_a_set_is_whole() {
 
 #[test]
 fn loop_names_that_are_not_snapshot_names_never_reach_the_disk() {
-    let Some((fs, engine)) = machine() else { return };
+    let Some((fs, engine)) = machine() else {
+        return;
+    };
     let long = "a".repeat(300);
-    for bad in ["@home/..", "..", "../@home", "@home.2025-12-01T140200.123456Z/x", "a\0b", "a\nb", &long] {
+    for bad in [
+        "@home/..",
+        "..",
+        "../@home",
+        "@home.2025-12-01T140200.123456Z/x",
+        "a\0b",
+        "a\nb",
+        &long,
+    ] {
         assert!(SnapshotName::parse(bad).is_err(), "{bad:?}");
     }
     // Something in the store that is not a canonical name is not a snapshot.
@@ -150,15 +213,24 @@ fn loop_names_that_are_not_snapshot_names_never_reach_the_disk() {
 
 #[test]
 fn loop_eight_threads_take_at_once() {
-    let Some((_fs, engine)) = machine() else { return };
+    let Some((_fs, engine)) = machine() else {
+        return;
+    };
     let engine = Arc::new(engine);
     let threads: Vec<_> = (0..8)
         .map(|_| {
             let engine = Arc::clone(&engine);
-            std::thread::spawn(move || (0..5).map(|_| engine.take(sv("@home")).unwrap().name).collect::<Vec<_>>())
+            std::thread::spawn(move || {
+                (0..5)
+                    .map(|_| engine.take(sv("@home")).unwrap().name)
+                    .collect::<Vec<_>>()
+            })
         })
         .collect();
-    let taken: Vec<SnapshotName> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let taken: Vec<SnapshotName> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
     let unique: BTreeSet<_> = taken.iter().copied().collect();
     assert_eq!(unique.len(), 40, "unique names");
     let listed: BTreeSet<_> = engine.list().unwrap().into_iter().map(|s| s.name).collect();
@@ -167,7 +239,9 @@ fn loop_eight_threads_take_at_once() {
 
 #[test]
 fn loop_stage_withdraw_and_the_pin() {
-    let Some((mut fs, engine)) = machine() else { return };
+    let Some((mut fs, engine)) = machine() else {
+        return;
+    };
     let older = engine.take(sv("@home")).unwrap();
     let newer = engine.take(sv("@home")).unwrap();
     assert_eq!(engine.staged().unwrap(), None);
@@ -177,10 +251,16 @@ fn loop_stage_withdraw_and_the_pin() {
         other => panic!("{other:?}"),
     };
     assert_eq!(staged.uuid(), older.uuid);
-    assert_eq!(engine.stage_restore(older.name).unwrap(), Staged::AlreadyStaged(staged));
+    assert_eq!(
+        engine.stage_restore(older.name).unwrap(),
+        Staged::AlreadyStaged(staged)
+    );
     match engine.stage_restore(newer.name) {
         Err(e @ EngineError::AnotherRestoreStaged { .. }) => {
-            assert!(e.to_string().contains(&older.name.to_string()), "names the staged one: {e}")
+            assert!(
+                e.to_string().contains(&older.name.to_string()),
+                "names the staged one: {e}"
+            )
         }
         other => panic!("{other:?}"),
     }
@@ -196,12 +276,22 @@ fn loop_stage_withdraw_and_the_pin() {
     assert_eq!(engine.staged().unwrap(), Some(staged));
     let on_disk = fs::read(store(&fs).join(REQUEST_FILE_NAME)).unwrap();
     assert_eq!(on_disk, staged.render().into_bytes());
-    assert_eq!(fs::metadata(store(&fs).join(REQUEST_FILE_NAME)).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        fs::metadata(store(&fs).join(REQUEST_FILE_NAME))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
 
     assert_eq!(engine.withdraw().unwrap(), Some(staged));
     assert_eq!(engine.withdraw().unwrap(), None);
     engine.delete(older.name).unwrap();
-    assert!(matches!(engine.delete(older.name), Err(EngineError::NoSuchSnapshot(_))));
+    assert!(matches!(
+        engine.delete(older.name),
+        Err(EngineError::NoSuchSnapshot(_))
+    ));
     let left: Vec<_> = engine.list().unwrap().into_iter().map(|s| s.name).collect();
     assert_eq!(left, vec![newer.name]);
     assert!(!store(&fs).join(older.name.to_string()).exists());
@@ -209,33 +299,61 @@ fn loop_stage_withdraw_and_the_pin() {
 
 #[test]
 fn loop_only_a_read_only_snapshot_of_that_subvolume_is_staged() {
-    let Some((fs, engine)) = machine() else { return };
+    let Some((fs, engine)) = machine() else {
+        return;
+    };
     let now = std::time::SystemTime::now();
     // A writable subvolume under a snapshot's name.
     let writable = SnapshotName::new(sv("@home"), now).unwrap();
-    btrfs_cli(&["subvolume", "snapshot"], &fs.top().join("@home"), &store(&fs).join(writable.to_string()));
-    assert!(matches!(engine.stage_restore(writable), Err(EngineError::NotReadOnly(_))));
+    btrfs_cli(
+        &["subvolume", "snapshot"],
+        &fs.top().join("@home"),
+        &store(&fs).join(writable.to_string()),
+    );
+    assert!(matches!(
+        engine.stage_restore(writable),
+        Err(EngineError::NotReadOnly(_))
+    ));
 
     // A snapshot of @log wearing an @home name.
     let liar = writable.next();
-    btrfs_cli(&["subvolume", "snapshot", "-r"], &fs.top().join("@log"), &store(&fs).join(liar.to_string()));
+    btrfs_cli(
+        &["subvolume", "snapshot", "-r"],
+        &fs.top().join("@log"),
+        &store(&fs).join(liar.to_string()),
+    );
     match engine.stage_restore(liar) {
         Err(EngineError::OfAnotherSubvolume { actual, .. }) => assert_eq!(actual, sv("@log")),
         other => panic!("{other:?}"),
     }
     let missing = liar.next();
-    assert!(matches!(engine.stage_restore(missing), Err(EngineError::NoSuchSnapshot(_))));
+    assert!(matches!(
+        engine.stage_restore(missing),
+        Err(EngineError::NoSuchSnapshot(_))
+    ));
     let nix = engine.take(sv("@nix")).unwrap();
-    assert!(matches!(engine.stage_restore(nix.name), Err(EngineError::NotRestorable(_))));
-    assert_eq!(engine.staged().unwrap(), None, "nothing staged by any of that");
+    assert!(matches!(
+        engine.stage_restore(nix.name),
+        Err(EngineError::NotRestorable(_))
+    ));
+    assert_eq!(
+        engine.staged().unwrap(),
+        None,
+        "nothing staged by any of that"
+    );
     assert!(!Path::new(&store(&fs).join(REQUEST_FILE_NAME)).exists());
 }
 
 #[test]
 fn loop_a_full_filesystem_gives_a_clean_error_and_nothing_half_made() {
-    let Some(fs) = LoopFs::create(testbed::MIN_SIZE, testbed::Options { layout: true, mixed: true })
-        .expect("make a loop Btrfs")
-    else {
+    let Some(fs) = LoopFs::create(
+        testbed::MIN_SIZE,
+        testbed::Options {
+            layout: true,
+            mixed: true,
+        },
+    )
+    .expect("make a loop Btrfs") else {
         return;
     };
     let engine = Engine::open(fs.top()).unwrap();
@@ -249,7 +367,10 @@ fn loop_a_full_filesystem_gives_a_clean_error_and_nothing_half_made() {
             Ok(set) => taken.extend(set.into_iter().map(|s| s.name)),
             Err(e) => break e,
         }
-        assert!(taken.len() < 3000, "the full filesystem never refused a snapshot");
+        assert!(
+            taken.len() < 3000,
+            "the full filesystem never refused a snapshot"
+        );
     };
     match &err {
         EngineError::SetMember { source, .. } => {
@@ -260,10 +381,20 @@ fn loop_a_full_filesystem_gives_a_clean_error_and_nothing_half_made() {
     }
     assert!(err.to_string().contains("no space"), "{err}");
     let listed: BTreeSet<_> = engine.list().unwrap().into_iter().map(|s| s.name).collect();
-    assert_eq!(listed, taken.into_iter().collect(), "exactly the whole snapshots, no half-made one");
+    assert_eq!(
+        listed,
+        taken.into_iter().collect(),
+        "exactly the whole snapshots, no half-made one"
+    );
 }
 
 fn btrfs_cli(args: &[&str], from: &Path, to: &Path) {
-    let ok = std::process::Command::new("btrfs").arg("-q").args(args).arg(from).arg(to).status().unwrap();
+    let ok = std::process::Command::new("btrfs")
+        .arg("-q")
+        .args(args)
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
     assert!(ok.success());
 }
