@@ -52,7 +52,10 @@ pub enum Verdict {
     /// It is a snapshot of this subvolume, known this way.
     Of(SubvolumeName, Origin),
     /// Its name says one subvolume, its parent UUID proves another.
-    Contradicts { by_name: SubvolumeName, by_parent: SubvolumeName },
+    Contradicts {
+        by_name: SubvolumeName,
+        by_parent: SubvolumeName,
+    },
 }
 
 /// Which subvolume each known UUID was: the live subvolumes' own, and the ones each live
@@ -83,7 +86,9 @@ impl Lineages {
     /// What `snapshot` is a snapshot of.
     pub fn origin_of(&self, snapshot: &StoredSnapshot) -> Verdict {
         let by_name = snapshot.name.subvolume();
-        let by_parent = snapshot.parent_uuid.and_then(|p| self.by_uuid.get(&p).copied());
+        let by_parent = snapshot
+            .parent_uuid
+            .and_then(|p| self.by_uuid.get(&p).copied());
         match by_parent {
             Some(by_parent) if by_parent == by_name => Verdict::Of(by_name, Origin::ParentUuid),
             Some(by_parent) => Verdict::Contradicts { by_name, by_parent },
@@ -132,15 +137,27 @@ mod tests {
         let c = snap("@home", 30, 102, 2);
         let store = [a, b, c];
         let lives = [live("@home", 3, Some(101)), live("@log", 50, None)];
-        assert_eq!(origin_of(&a, &lives, &store), Verdict::Of(home, Origin::ParentUuid));
-        assert_eq!(origin_of(&b, &lives, &store), Verdict::Of(home, Origin::ParentUuid));
-        assert_eq!(origin_of(&c, &lives, &store), Verdict::Of(home, Origin::NameOnly));
+        assert_eq!(
+            origin_of(&a, &lives, &store),
+            Verdict::Of(home, Origin::ParentUuid)
+        );
+        assert_eq!(
+            origin_of(&b, &lives, &store),
+            Verdict::Of(home, Origin::ParentUuid)
+        );
+        assert_eq!(
+            origin_of(&c, &lives, &store),
+            Verdict::Of(home, Origin::NameOnly)
+        );
     }
 
     #[test]
     fn a_name_that_lies_is_caught() {
         let liar = snap("@home", 10, 100, 50);
         let lives = [live("@home", 3, None), live("@log", 50, None)];
-        assert!(matches!(origin_of(&liar, &lives, &[liar]), Verdict::Contradicts { .. }));
+        assert!(matches!(
+            origin_of(&liar, &lives, &[liar]),
+            Verdict::Contradicts { .. }
+        ));
     }
 }

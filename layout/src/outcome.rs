@@ -106,7 +106,12 @@ impl Outcome {
         let finished = Stamp::from_system_time(finished)
             .map(|s| s.to_system_time())
             .unwrap_or(std::time::UNIX_EPOCH);
-        Outcome { result, finished, request, reason }
+        Outcome {
+            result,
+            finished,
+            request,
+            reason,
+        }
     }
 
     /// The file's canonical content.
@@ -118,7 +123,10 @@ impl Outcome {
         let finished = Stamp::from_system_time(self.finished)
             .map(|s| s.to_string())
             .unwrap_or_else(|_| "1970-01-01T000000.000000Z".into());
-        let request = self.request.map(|r| r.to_string()).unwrap_or_else(|| "-".into());
+        let request = self
+            .request
+            .map(|r| r.to_string())
+            .unwrap_or_else(|| "-".into());
         format!(
             "{MAGIC}\nresult {result}\nfinished {finished}\nrequest {request}\nreason {}\n",
             self.reason.0
@@ -154,8 +162,8 @@ impl Outcome {
         if stamp.len() != 25 {
             return Err(OutcomeError::Line(3));
         }
-        let finished =
-            Stamp(parse_stamp(stamp.as_bytes()).map_err(|_| OutcomeError::Line(3))?).to_system_time();
+        let finished = Stamp(parse_stamp(stamp.as_bytes()).map_err(|_| OutcomeError::Line(3))?)
+            .to_system_time();
         let request = match value(3, "request")? {
             "-" => None,
             r => Some(RestoreRequest::parse(format!("{r}\n").as_bytes())?),
@@ -164,7 +172,12 @@ impl Outcome {
             return Err(OutcomeError::Line(4));
         }
         let reason = value(4, "reason")?;
-        let outcome = Outcome { result, finished, request, reason: Reason::new(reason) };
+        let outcome = Outcome {
+            result,
+            finished,
+            request,
+            reason: Reason::new(reason),
+        };
         if outcome.render().as_bytes() != bytes {
             return Err(OutcomeError::Line(5));
         }
@@ -173,7 +186,9 @@ impl Outcome {
 
     /// A stable identity for "report each outcome once": its finishing time.
     pub fn id(&self) -> String {
-        Stamp::from_system_time(self.finished).map(|s| s.to_string()).unwrap_or_default()
+        Stamp::from_system_time(self.finished)
+            .map(|s| s.to_string())
+            .unwrap_or_default()
     }
 }
 
@@ -224,7 +239,12 @@ mod tests {
 
     #[test]
     fn refused_without_request_is_fine_done_without_is_not() {
-        let o = Outcome::new(OutcomeResult::Refused, UNIX_EPOCH, None, Reason::new("empty"));
+        let o = Outcome::new(
+            OutcomeResult::Refused,
+            UNIX_EPOCH,
+            None,
+            Reason::new("empty"),
+        );
         assert_eq!(Outcome::parse(o.render().as_bytes()).unwrap(), o);
         let bad = o.render().replace("refused", "done");
         assert!(Outcome::parse(bad.as_bytes()).is_err());

@@ -46,7 +46,9 @@ pub enum RequestError {
     MissingNewline,
     #[error("the request has more than one line")]
     ExtraLines,
-    #[error("the request must be three fields separated by single spaces: subvolume, snapshot, UUID")]
+    #[error(
+        "the request must be three fields separated by single spaces: subvolume, snapshot, UUID"
+    )]
     Fields,
     #[error("the subvolume: {0}")]
     Subvolume(#[from] SubvolumeNameError),
@@ -55,13 +57,20 @@ pub enum RequestError {
     #[error("the snapshot name: {0}")]
     Snapshot(#[from] SnapshotNameError),
     #[error("snapshot {snapshot} is of {}, not of {subvolume}", snapshot.subvolume())]
-    SnapshotOfOther { subvolume: SubvolumeName, snapshot: SnapshotName },
+    SnapshotOfOther {
+        subvolume: SubvolumeName,
+        snapshot: SnapshotName,
+    },
     #[error("the UUID must be lowercase and hyphenated (8-4-4-4-12 hex digits), and not nil")]
     Uuid,
 }
 
 fn restorable_list() -> String {
-    SubvolumeName::restorable().iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+    SubvolumeName::restorable()
+        .iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl RestoreRequest {
@@ -75,12 +84,19 @@ impl RestoreRequest {
             return Err(RequestError::NotRestorable(subvolume));
         }
         if snapshot.subvolume() != subvolume {
-            return Err(RequestError::SnapshotOfOther { subvolume, snapshot });
+            return Err(RequestError::SnapshotOfOther {
+                subvolume,
+                snapshot,
+            });
         }
         if uuid.is_nil() {
             return Err(RequestError::Uuid);
         }
-        Ok(RestoreRequest { subvolume, snapshot, uuid })
+        Ok(RestoreRequest {
+            subvolume,
+            snapshot,
+            uuid,
+        })
     }
 
     /// Parse a request file's whole content.
@@ -94,11 +110,17 @@ impl RestoreRequest {
         if bytes.contains(&b'\r') {
             return Err(RequestError::CarriageReturn);
         }
-        let body = bytes.strip_suffix(b"\n").ok_or(RequestError::MissingNewline)?;
+        let body = bytes
+            .strip_suffix(b"\n")
+            .ok_or(RequestError::MissingNewline)?;
         if body.contains(&b'\n') {
             return Err(RequestError::ExtraLines);
         }
-        if let Some((i, &b)) = body.iter().enumerate().find(|(_, &b)| !(b' '..=b'~').contains(&b)) {
+        if let Some((i, &b)) = body
+            .iter()
+            .enumerate()
+            .find(|(_, &b)| !(b' '..=b'~').contains(&b))
+        {
             return Err(RequestError::NotText(b, i));
         }
         let text = std::str::from_utf8(body).expect("printable ASCII is UTF-8");
@@ -119,7 +141,12 @@ impl RestoreRequest {
 
     /// The file's canonical content, newline included.
     pub fn render(&self) -> String {
-        format!("{} {} {}\n", self.subvolume, self.snapshot, self.uuid.hyphenated())
+        format!(
+            "{} {} {}\n",
+            self.subvolume,
+            self.snapshot,
+            self.uuid.hyphenated()
+        )
     }
 
     /// The subvolume to put back.
@@ -157,7 +184,13 @@ pub(crate) fn parse_uuid(s: &str) -> Result<Uuid, RequestError> {
 
 impl fmt::Display for RestoreRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {} {}", self.subvolume, self.snapshot, self.uuid.hyphenated())
+        write!(
+            f,
+            "{} {} {}",
+            self.subvolume,
+            self.snapshot,
+            self.uuid.hyphenated()
+        )
     }
 }
 
@@ -167,7 +200,8 @@ mod tests {
     use proptest::prelude::*;
     use std::time::{Duration, UNIX_EPOCH};
 
-    const GOOD: &str = "@home @home.2025-12-01T140200.123456Z 0b7c0f3e-9f4a-4e8e-8a55-3c1d2f6b9a01\n";
+    const GOOD: &str =
+        "@home @home.2025-12-01T140200.123456Z 0b7c0f3e-9f4a-4e8e-8a55-3c1d2f6b9a01\n";
 
     fn request(sub: &str, micros: u64, uuid: u128) -> RestoreRequest {
         let sv = SubvolumeName::parse(sub).unwrap();
@@ -190,34 +224,83 @@ mod tests {
         let cases: Vec<(Vec<u8>, fn(&RequestError) -> bool)> = vec![
             (b"".to_vec(), |e| *e == E::Empty),
             (vec![b'a'; 1 << 20], |e| matches!(e, E::TooLarge(_))),
-            (GOOD.replace('\n', "\r\n").into_bytes(), |e| *e == E::CarriageReturn),
-            (GOOD.trim_end().as_bytes().to_vec(), |e| *e == E::MissingNewline),
-            (format!("{GOOD}{GOOD}").into_bytes(), |e| *e == E::ExtraLines),
+            (GOOD.replace('\n', "\r\n").into_bytes(), |e| {
+                *e == E::CarriageReturn
+            }),
+            (GOOD.trim_end().as_bytes().to_vec(), |e| {
+                *e == E::MissingNewline
+            }),
+            (format!("{GOOD}{GOOD}").into_bytes(), |e| {
+                *e == E::ExtraLines
+            }),
             (format!("{GOOD}\n").into_bytes(), |e| *e == E::ExtraLines),
-            (GOOD.replacen(' ', "\0", 1).into_bytes(), |e| matches!(e, E::NotText(0, 5))),
-            (GOOD.replacen(' ', "\t", 1).into_bytes(), |e| matches!(e, E::NotText(b'\t', _))),
+            (GOOD.replacen(' ', "\0", 1).into_bytes(), |e| {
+                matches!(e, E::NotText(0, 5))
+            }),
+            (GOOD.replacen(' ', "\t", 1).into_bytes(), |e| {
+                matches!(e, E::NotText(b'\t', _))
+            }),
             (b"\xff\xfe\n".to_vec(), |e| matches!(e, E::NotText(0xff, 0))),
-            (GOOD.replacen(' ', "  ", 1).into_bytes(), |e| *e == E::Fields),
+            (GOOD.replacen(' ', "  ", 1).into_bytes(), |e| {
+                *e == E::Fields
+            }),
             (format!(" {GOOD}").into_bytes(), |e| *e == E::Fields),
             (format!("@home {s}\n").into_bytes(), |e| *e == E::Fields),
-            (format!("@home {s} {u} extra\n").into_bytes(), |e| *e == E::Fields),
-            (format!("@nope {s} {u}\n").into_bytes(), |e| matches!(e, E::Subvolume(_))),
-            (format!("/home {s} {u}\n").into_bytes(), |e| matches!(e, E::Subvolume(_))),
-            (format!("../@home {s} {u}\n").into_bytes(), |e| matches!(e, E::Subvolume(_))),
-            (format!("@nix @nix.2025-12-01T140200.123456Z {u}\n").into_bytes(), |e| matches!(e, E::NotRestorable(_))),
-            (format!("@root {s} {u}\n").into_bytes(), |e| matches!(e, E::NotRestorable(_))),
-            (format!("@snapshots {s} {u}\n").into_bytes(), |e| matches!(e, E::NotRestorable(_))),
-            (format!("@home ../{s} {u}\n").into_bytes(), |e| matches!(e, E::Snapshot(_))),
-            (format!("@home {s}/.. {u}\n").into_bytes(), |e| matches!(e, E::Snapshot(_))),
-            (format!("@home @log.2025-12-01T140200.123456Z {u}\n").into_bytes(), |e| matches!(e, E::SnapshotOfOther { .. })),
-            (format!("@home {s} {}\n", u.to_uppercase()).into_bytes(), |e| *e == E::Uuid),
-            (format!("@home {s} {}\n", u.replace('-', "")).into_bytes(), |e| *e == E::Uuid),
-            (format!("@home {s} {{{u}}}\n").into_bytes(), |e| *e == E::Uuid),
-            (format!("@home {s} 00000000-0000-0000-0000-000000000000\n").into_bytes(), |e| *e == E::Uuid),
+            (format!("@home {s} {u} extra\n").into_bytes(), |e| {
+                *e == E::Fields
+            }),
+            (format!("@nope {s} {u}\n").into_bytes(), |e| {
+                matches!(e, E::Subvolume(_))
+            }),
+            (format!("/home {s} {u}\n").into_bytes(), |e| {
+                matches!(e, E::Subvolume(_))
+            }),
+            (format!("../@home {s} {u}\n").into_bytes(), |e| {
+                matches!(e, E::Subvolume(_))
+            }),
+            (
+                format!("@nix @nix.2025-12-01T140200.123456Z {u}\n").into_bytes(),
+                |e| matches!(e, E::NotRestorable(_)),
+            ),
+            (format!("@root {s} {u}\n").into_bytes(), |e| {
+                matches!(e, E::NotRestorable(_))
+            }),
+            (format!("@snapshots {s} {u}\n").into_bytes(), |e| {
+                matches!(e, E::NotRestorable(_))
+            }),
+            (format!("@home ../{s} {u}\n").into_bytes(), |e| {
+                matches!(e, E::Snapshot(_))
+            }),
+            (format!("@home {s}/.. {u}\n").into_bytes(), |e| {
+                matches!(e, E::Snapshot(_))
+            }),
+            (
+                format!("@home @log.2025-12-01T140200.123456Z {u}\n").into_bytes(),
+                |e| matches!(e, E::SnapshotOfOther { .. }),
+            ),
+            (
+                format!("@home {s} {}\n", u.to_uppercase()).into_bytes(),
+                |e| *e == E::Uuid,
+            ),
+            (
+                format!("@home {s} {}\n", u.replace('-', "")).into_bytes(),
+                |e| *e == E::Uuid,
+            ),
+            (format!("@home {s} {{{u}}}\n").into_bytes(), |e| {
+                *e == E::Uuid
+            }),
+            (
+                format!("@home {s} 00000000-0000-0000-0000-000000000000\n").into_bytes(),
+                |e| *e == E::Uuid,
+            ),
         ];
         for (input, expected) in cases {
             let err = RestoreRequest::parse(&input).expect_err(&String::from_utf8_lossy(&input));
-            assert!(expected(&err), "{:?} gave {err:?}", String::from_utf8_lossy(&input));
+            assert!(
+                expected(&err),
+                "{:?} gave {err:?}",
+                String::from_utf8_lossy(&input)
+            );
             assert!(!err.to_string().is_empty());
         }
     }

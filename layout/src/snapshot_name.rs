@@ -30,7 +30,9 @@ pub struct SnapshotName {
 pub enum SnapshotNameError {
     #[error("a snapshot name is at most {MAX_NAME_BYTES} bytes")]
     TooLong,
-    #[error("a snapshot name looks like @home.2026-12-01T140200.123456Z (subvolume, '.', UTC time)")]
+    #[error(
+        "a snapshot name looks like @home.2026-12-01T140200.123456Z (subvolume, '.', UTC time)"
+    )]
     Shape,
     #[error(transparent)]
     Subvolume(#[from] SubvolumeNameError),
@@ -46,12 +48,18 @@ impl SnapshotName {
         if !subvolume.subvolume().snapshottable() {
             return Err(SnapshotNameError::NotSnapshottable(subvolume));
         }
-        Ok(SnapshotName { subvolume, taken: Stamp::from_system_time(when)?.0 })
+        Ok(SnapshotName {
+            subvolume,
+            taken: Stamp::from_system_time(when)?.0,
+        })
     }
 
     /// The same subvolume, one microsecond later: the next name to try on a collision.
     pub fn next(&self) -> Self {
-        SnapshotName { subvolume: self.subvolume, taken: self.taken + Duration::from_micros(1) }
+        SnapshotName {
+            subvolume: self.subvolume,
+            taken: self.taken + Duration::from_micros(1),
+        }
     }
 
     /// Parse the canonical spelling; anything else is rejected.
@@ -177,7 +185,9 @@ impl fmt::Debug for SnapshotName {
 /// Oldest first by time; the subvolume breaks ties, so the order is total.
 impl Ord for SnapshotName {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.taken.cmp(&other.taken).then(self.subvolume.cmp(&other.subvolume))
+        self.taken
+            .cmp(&other.taken)
+            .then(self.subvolume.cmp(&other.subvolume))
     }
 }
 
@@ -252,7 +262,10 @@ mod tests {
         ] {
             assert!(SnapshotName::parse(bad).is_err(), "{bad:?} parsed");
         }
-        assert_eq!(SnapshotName::parse(&"x".repeat(300)), Err(SnapshotNameError::TooLong));
+        assert_eq!(
+            SnapshotName::parse(&"x".repeat(300)),
+            Err(SnapshotNameError::TooLong)
+        );
     }
 
     #[test]

@@ -96,7 +96,11 @@ pub enum SubvolumeNameError {
 }
 
 fn known_names() -> String {
-    SUBVOLUMES.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+    SUBVOLUMES
+        .iter()
+        .map(|s| s.name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl SubvolumeName {
@@ -111,7 +115,11 @@ impl SubvolumeName {
 
     /// The subvolume's name or its mount point (`@home` or `/home`), for people.
     pub fn from_name_or_mount_point(input: &str) -> Result<Self, SubvolumeNameError> {
-        let trimmed = if input.len() > 1 { input.trim_end_matches('/') } else { input };
+        let trimmed = if input.len() > 1 {
+            input.trim_end_matches('/')
+        } else {
+            input
+        };
         SUBVOLUMES
             .iter()
             .find(|s| s.name == input || s.mount_point == Some(trimmed))
@@ -192,24 +200,40 @@ mod tests {
 
     #[test]
     fn restorable_set_is_persist_log_home() {
-        let r: Vec<_> = SubvolumeName::restorable().iter().map(|s| s.as_str()).collect();
+        let r: Vec<_> = SubvolumeName::restorable()
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
         assert_eq!(r, ["@persist", "@log", "@home"]);
-        assert_eq!(SubvolumeName::default_snapshot_set(), SubvolumeName::restorable());
+        assert_eq!(
+            SubvolumeName::default_snapshot_set(),
+            SubvolumeName::restorable()
+        );
     }
 
     #[test]
     fn nothing_outside_the_table_parses() {
-        for bad in ["", "home", "/home", "@home/", "@HOME", "@home\0", "..", "@nix/..", "@"] {
+        for bad in [
+            "", "home", "/home", "@home/", "@HOME", "@home\0", "..", "@nix/..", "@",
+        ] {
             assert!(SubvolumeName::parse(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(SubvolumeName::parse("@home").unwrap().display_path(), "/home");
+        assert_eq!(
+            SubvolumeName::parse("@home").unwrap().display_path(),
+            "/home"
+        );
     }
 
     #[test]
     fn people_may_say_the_mount_point() {
         let h = SubvolumeName::from_name_or_mount_point("/home/").unwrap();
         assert_eq!(h.as_str(), "@home");
-        assert_eq!(SubvolumeName::from_name_or_mount_point("/var/log").unwrap().as_str(), "@log");
+        assert_eq!(
+            SubvolumeName::from_name_or_mount_point("/var/log")
+                .unwrap()
+                .as_str(),
+            "@log"
+        );
         assert!(SubvolumeName::from_name_or_mount_point("/etc").is_err());
     }
 }

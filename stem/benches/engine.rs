@@ -29,8 +29,15 @@ fn time<T>(f: impl FnOnce() -> T) -> (Duration, T) {
 }
 
 fn run(cmd: &str, args: &[&str]) {
-    let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e}"));
-    assert!(out.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn ms(d: Duration) -> String {
@@ -74,7 +81,9 @@ impl Snapper {
 impl Drop for Snapper {
     fn drop(&mut self) {
         if self.ok {
-            let _ = Command::new("snapper").args(["--no-dbus", "-c", SNAPPER_CONFIG, "delete-config"]).status();
+            let _ = Command::new("snapper")
+                .args(["--no-dbus", "-c", SNAPPER_CONFIG, "delete-config"])
+                .status();
         }
     }
 }
@@ -86,7 +95,11 @@ fn main() {
     // TACID_BENCH_QUICK=1: fewer rounds and counts, for a run inside the test suite.
     let quick = std::env::var_os("TACID_BENCH_QUICK").is_some();
     let rounds = if quick { 11 } else { 31 };
-    let counts: &[usize] = if quick { &[10, 100, 1000] } else { &[10, 100, 1000, 5000] };
+    let counts: &[usize] = if quick {
+        &[10, 100, 1000]
+    } else {
+        &[10, 100, 1000, 5000]
+    };
     let snapper_max = if quick { 100 } else { 1000 };
     let Some(fs) = testbed::LoopFs::with_layout(4 << 30).expect("make a loop Btrfs") else {
         return;
@@ -96,12 +109,19 @@ fn main() {
     let home = SubvolumeName::parse("@home").expect("layout name");
     // Some content, so a snapshot is of something; written and committed before timing.
     for i in 0..2000 {
-        std::fs::write(top.join(format!("@home/file-{i}")), format!("content {i}\n")).expect("write");
+        std::fs::write(
+            top.join(format!("@home/file-{i}")),
+            format!("content {i}\n"),
+        )
+        .expect("write");
     }
     run("sync", &[]);
 
     let btrfs_top = btrfs::Top::open(top).expect("top");
-    let store = btrfs_top.dir().open_dir(SNAPSHOTS_SUBVOLUME).expect("store");
+    let store = btrfs_top
+        .dir()
+        .open_dir(SNAPSHOTS_SUBVOLUME)
+        .expect("store");
     let live = btrfs_top.dir().open_dir("@home").expect("live");
     let cli_store = top.join(SNAPSHOTS_SUBVOLUME);
     let snapper = Snapper::new(&top.join("@persist"));
@@ -114,11 +134,22 @@ fn main() {
         for which in (0..4).map(|k| (k + round) % 4) {
             match which {
                 0 => {
-                    let name = SnapshotName::new(home, SystemTime::now()).expect("name").to_string() + ".floor";
-                    let (d, r) = time(|| btrfs::sys::snap_create(store.as_fd(), live.as_fd(), &name, 1 << 1));
+                    let name = SnapshotName::new(home, SystemTime::now())
+                        .expect("name")
+                        .to_string()
+                        + ".floor";
+                    let (d, r) = time(|| {
+                        btrfs::sys::snap_create(store.as_fd(), live.as_fd(), &name, 1 << 1)
+                    });
                     r.expect("raw snapshot ioctl");
                     floor.push(d);
-                    floor_ids.push(store.open_dir(&name).and_then(|d| d.subvolume_info()).expect("info").id);
+                    floor_ids.push(
+                        store
+                            .open_dir(&name)
+                            .and_then(|d| d.subvolume_info())
+                            .expect("info")
+                            .id,
+                    );
                 }
                 1 => take.push(time(|| engine.take(home).expect("engine take")).0),
                 2 => {
@@ -126,7 +157,15 @@ fn main() {
                     let cli_name = cli_name.to_str().expect("utf-8");
                     let src = top.join("@home");
                     let src = src.to_str().expect("utf-8");
-                    cli.push(time(|| run("btrfs", &["-q", "subvolume", "snapshot", "-r", src, cli_name])).0);
+                    cli.push(
+                        time(|| {
+                            run(
+                                "btrfs",
+                                &["-q", "subvolume", "snapshot", "-r", src, cli_name],
+                            )
+                        })
+                        .0,
+                    );
                 }
                 _ => snap.extend(snapper.cmd(&["create", "--description", "bench"])),
             }
@@ -136,12 +175,21 @@ fn main() {
     println!("take a snapshot (median of {rounds}, interleaved, rotating order)");
     println!("  raw ioctl (F)            {}  {}", ms(f), ratio(f, f));
     let t = median(take);
-    println!("  engine take              {}  {}   target ≤ 1.30×", ms(t), ratio(t, f));
+    println!(
+        "  engine take              {}  {}   target ≤ 1.30×",
+        ms(t),
+        ratio(t, f)
+    );
     let c = median(cli);
     println!("  btrfs subvolume snapshot {}  {}", ms(c), ratio(c, f));
     if !snap.is_empty() {
         let s = median(snap);
-        println!("  snapper create           {}  {}   engine is {:.1}× faster (target ≥ 5×)", ms(s), ratio(s, f), s.as_secs_f64() / t.as_secs_f64());
+        println!(
+            "  snapper create           {}  {}   engine is {:.1}× faster (target ≥ 5×)",
+            ms(s),
+            ratio(s, f),
+            s.as_secs_f64() / t.as_secs_f64()
+        );
     }
 
     // List at growing counts: fill the store with raw snapshots up to each count.
@@ -169,7 +217,15 @@ fn main() {
             raw.push(time(|| store.list_subvolumes().expect("tree search")).0);
             list.push(time(|| engine.list().expect("engine list")).0);
             if target <= 1000 || list.len() <= 5 {
-                cli.push(time(|| run("btrfs", &["subvolume", "list", "-s", &top.to_string_lossy()])).0);
+                cli.push(
+                    time(|| {
+                        run(
+                            "btrfs",
+                            &["subvolume", "list", "-s", &top.to_string_lossy()],
+                        )
+                    })
+                    .0,
+                );
                 if snapper_here {
                     snap.extend(snapper.cmd(&["list"]));
                 }
@@ -178,20 +234,41 @@ fn main() {
         let r = median(raw);
         let l = median(list);
         let c = median(cli);
-        print!("  {target:>5}: tree search {}  engine {} {}  btrfs list {} {}", ms(r), ms(l), ratio(l, r), ms(c), ratio(c, r));
+        print!(
+            "  {target:>5}: tree search {}  engine {} {}  btrfs list {} {}",
+            ms(r),
+            ms(l),
+            ratio(l, r),
+            ms(c),
+            ratio(c, r)
+        );
         if !snap.is_empty() {
             let s = median(snap);
-            print!("  snapper list {} {} (engine {:.0}× faster)", ms(s), ratio(s, r), s.as_secs_f64() / l.as_secs_f64());
+            print!(
+                "  snapper list {} {} (engine {:.0}× faster)",
+                ms(s),
+                ratio(s, r),
+                s.as_secs_f64() / l.as_secs_f64()
+            );
         }
         println!();
     }
 
     // Delete, interleaved: the raw destroy ioctl against the engine's delete (which checks
     // the pin and commits).
-    let taken: Vec<_> = engine.list().expect("list").into_iter().filter(|s| !s.staged).take(rounds * 2).collect();
+    let taken: Vec<_> = engine
+        .list()
+        .expect("list")
+        .into_iter()
+        .filter(|s| !s.staged)
+        .take(rounds * 2)
+        .collect();
     let (mut raw, mut del) = (vec![], vec![]);
     for (pair, floor_id) in taken.chunks(2).zip(floor_ids) {
-        raw.push(time(|| btrfs::sys::snap_destroy_by_id(store.as_fd(), floor_id).expect("raw destroy")).0);
+        raw.push(
+            time(|| btrfs::sys::snap_destroy_by_id(store.as_fd(), floor_id).expect("raw destroy"))
+                .0,
+        );
         del.push(time(|| engine.delete(pair[0].name).expect("engine delete")).0);
     }
     let r = median(raw);

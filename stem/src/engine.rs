@@ -424,9 +424,7 @@ impl Engine {
             uuid: info.uuid,
             parent_uuid: info.parent_uuid,
         };
-        if let Verdict::Contradicts { by_parent, .. } =
-            view.lineages.origin_of(&stored)
-        {
+        if let Verdict::Contradicts { by_parent, .. } = view.lineages.origin_of(&stored) {
             return Err(EngineError::OfAnotherSubvolume {
                 snapshot: name,
                 expected: subvolume,
