@@ -145,16 +145,25 @@ in
           assert len({s["set_id"] for s in taken}) == 1, taken
 
       with subtest("a failed pre-switch snapshot stops the switch; the override lets one through"):
-          machine.succeed("systemctl mask --runtime ${layout.keeper_unit}")
-          machine.succeed("systemctl stop ${layout.keeper_unit}")
+          # Break the keeper for now: a runtime drop-in (units live read-only in the store).
+          machine.succeed(
+              "mkdir -p /run/systemd/system/${layout.keeper_unit}.d && "
+              "printf '[Service]\\nExecStart=\\nExecStart=/run/current-system/sw/bin/false\\n' "
+              ">/run/systemd/system/${layout.keeper_unit}.d/break.conf && "
+              "systemctl daemon-reload && systemctl stop ${layout.keeper_unit}"
+          )
           status, out = machine.execute("${first.system.build.toplevel}/bin/switch-to-configuration test 2>&1")
           assert status != 0, out
           assert "touch ${tacidLib.preSwitchSkipFile}" in out, out
           machine.succeed("grep -qx next /etc/tacid-test-configuration")  # nothing changed
           machine.succeed("touch ${tacidLib.preSwitchSkipFile}")
-          machine.succeed("${first.system.build.toplevel}/bin/switch-to-configuration test")
+          out = machine.succeed("${first.system.build.toplevel}/bin/switch-to-configuration test 2>&1")
+          assert "NO snapshot before this switch" in out, out
           machine.succeed("grep -qx first /etc/tacid-test-configuration")
           machine.fail("test -e ${tacidLib.preSwitchSkipFile}")  # used up
-          machine.succeed("systemctl unmask --runtime ${layout.keeper_unit}")
+          machine.succeed(
+              "rm -r /run/systemd/system/${layout.keeper_unit}.d && systemctl daemon-reload"
+          )
+          tacid_json("data status")  # the keeper answers again
     '';
 }
