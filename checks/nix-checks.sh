@@ -3,7 +3,9 @@
 #   1. every .nix file parses (nix-instantiate --parse, Debian's nix-bin);
 #   2. every .nix file is formatted (nixpkgs-fmt --check) and has no dead code (deadnix);
 #   3. what the module derives from layout.json evaluates to what the JSON says
-#      (checks/nixos/eval-lib.nix, checks/nixos/eval-module.nix);
+#      (checks/nixos/eval-lib.nix, checks/nixos/eval-module.nix), and the flake's outputs
+#      against a stand-in nixpkgs (checks/nixos/eval-flake.nix), whose rendering of the
+#      VM test's Python must pass pyflakes;
 #   4. the pre-switch check behaves: skips, snapshots, stops the switch, lets it through
 #      once when told to, run in bash against a stand-in CLI;
 #   5. the package's install steps find every file they ship;
@@ -35,7 +37,7 @@ step() { echo "== $*"; }
 export PATH="$HOME/.cargo/bin:$PATH"
 
 step "tools"
-for pair in nix-instantiate:nix-bin jq:jq; do
+for pair in nix-instantiate:nix-bin jq:jq pyflakes3:pyflakes3; do
   if ! command -v "${pair%%:*}" >/dev/null; then
     apt-get install -y -qq "${pair#*:}" >/dev/null || fail "cannot install ${pair#*:} (apt-get install ${pair#*:})"
   fi
@@ -67,7 +69,6 @@ for f in checks/nixos/eval-lib.nix checks/nixos/eval-module.nix; do
   if [ "$result" != true ]; then fail "$f: $result"; else echo "$f: true"; fi
 done
 
-step "the pre-switch check, run against a stand-in CLI"
 work="$(mktemp -d)"
 loop_dev=""
 cleanup() {
@@ -75,6 +76,26 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+
+step "evaluate the flake against a stand-in nixpkgs; lint the VM test's Python"
+if ! nix-instantiate --eval --strict --json checks/nixos/eval-flake.nix >"$work/flake.json" 2>"$work/flake-err"; then
+  fail "checks/nixos/eval-flake.nix: $(cat "$work/flake-err")"
+elif [ "$(jq -r .checks "$work/flake.json")" != true ]; then
+  fail "checks/nixos/eval-flake.nix: checks are not true"
+else
+  {
+    echo 'machine = subtest = None  # the NixOS test driver provides these'
+    jq -r .testScript "$work/flake.json"
+  } >"$work/testScript.py"
+  # The NixOS test driver lints the script too (pyflakes); a failure there costs a VM build.
+  if pyflakes3 "$work/testScript.py"; then
+    echo "flake outputs: as expected; the VM test's Python: parses, pyflakes-clean"
+  else
+    fail "the VM test's Python (checks/nixos/install.nix) does not pass pyflakes"
+  fi
+fi
+
+step "the pre-switch check, run against a stand-in CLI"
 mkdir -p "$work/bin" "$work/incoming"
 coreutils_prefix="$(dirname "$(dirname "$(command -v readlink)")")"
 nix-instantiate --eval --strict --json -E "
