@@ -45,7 +45,19 @@
       };
     in
     {
-      packages.${system}.default = tacid;
+      packages.${system} = {
+        default = tacid;
+        # scripts/make-disk-layout.sh with what it needs, for an installer:
+        #   nix run .#make-disk-layout -- /dev/DISK
+        make-disk-layout = pkgs.writeShellApplication {
+          name = "make-disk-layout";
+          runtimeInputs = with pkgs; [ btrfs-progs util-linux jq coreutils gnugrep gnused ];
+          text = ''
+            export TACID_LAYOUT_JSON=${./nixos-modules/layout.json}
+            exec ${pkgs.bash}/bin/bash ${./scripts/make-disk-layout.sh} "$@"
+          '';
+        };
+      };
 
       nixosModules.default = { lib, pkgs, ... }: {
         imports = [ ./nixos-modules/tacid.nix ];
@@ -54,14 +66,7 @@
 
       checks.${system}.install = pkgs.testers.runNixOSTest (import ./checks/nixos/install.nix {
         tacidModule = self.nixosModules.default;
-        makeDiskLayout = pkgs.writeShellApplication {
-          name = "make-disk-layout";
-          runtimeInputs = with pkgs; [ btrfs-progs util-linux jq coreutils gnugrep gnused ];
-          text = ''
-            export TACID_LAYOUT_JSON=${./nixos-modules/layout.json}
-            exec ${pkgs.bash}/bin/bash ${./scripts/make-disk-layout.sh} "$@"
-          '';
-        };
+        makeDiskLayout = self.packages.${system}.make-disk-layout;
       });
 
       devShells.${system}.default = pkgs.mkShell {

@@ -82,6 +82,9 @@ in
     (check "the package's CLI is its main program" (package.meta.mainProgram == shipped.binaries.cli.name))
     (check "the flake exports the module, the package, the check, a shell and a formatter"
       (attrNames outputs == [ "checks" "devShells" "formatter" "nixosModules" "packages" ]))
+    (check "the disk script is a package of its own, given the committed layout"
+      (outputs.packages.x86_64-linux.make-disk-layout.name == "make-disk-layout"
+        && builtins.match ".*TACID_LAYOUT_JSON=.*layout.json.*" outputs.packages.x86_64-linux.make-disk-layout.text != null))
     (check "the VM test has one machine and is named"
       (attrNames test.nodes == [ "machine" ] && test.name == "tacid-install"))
     (check "the test names the next configuration's toplevel"
