@@ -14,6 +14,7 @@ TACID_DEBIAN_PACKAGES=(
     cpio zstd kmod
     nix-bin              # parsing and evaluating the Nix files offline
     jq
+    pyflakes3            # lints the NixOS test script the flake renders
 )
 
 install_debian_packages() {
