@@ -40,8 +40,11 @@ struct Target {
     /// Use this already mounted top level (subvolid=5) of the Btrfs filesystem. Without it,
     /// the device named by `tacid.device=` on the kernel command line (default
     /// /dev/disk/by-label/tacid) is mounted under /run/tacid-initrd and unmounted afterwards.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "device")]
     top: Option<PathBuf>,
+    /// Mount this device instead of the one the kernel command line names.
+    #[arg(long, value_name = "DEVICE")]
+    device: Option<PathBuf>,
 }
 
 fn say(line: &str) {
@@ -148,11 +151,11 @@ fn main() -> ExitCode {
                 ));
                 return ExitCode::SUCCESS;
             }
-            let device = cmdline
-                .value(KERNEL_DEVICE_KEY)
-                .unwrap_or(DEFAULT_DEVICE)
-                .to_owned();
-            match Mounted::new(Path::new(&device), name) {
+            let device = match &target.device {
+                Some(device) => device.clone(),
+                None => PathBuf::from(cmdline.value(KERNEL_DEVICE_KEY).unwrap_or(DEFAULT_DEVICE)),
+            };
+            match Mounted::new(&device, name) {
                 Ok(mounted) => {
                     let status = run(&cli.job, &mounted.path, &mut console);
                     drop(mounted);

@@ -511,3 +511,34 @@ fn loop_the_fault_switch_is_not_in_user_builds() {
     assert!(!stderr(&out).contains("test stop"));
     assert_home_restored(&fs, &request);
 }
+
+#[test]
+fn loop_without_top_the_device_is_mounted_and_unmounted() {
+    let Some(mut fs) = machine() else { return };
+    let request = home_story(&fs);
+    stage(&fs, &request);
+    write(&fs, "@root/etc/hostname", "old");
+    fs.unmount().expect("unmount");
+    let device = fs.device().to_str().expect("utf-8").to_owned();
+    for job in ["restore-data", "wipe-root"] {
+        let out = std::process::Command::new(BIN)
+            .args([job, "--device", &device])
+            .output()
+            .expect("run");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{job}: {err}");
+        assert!(
+            err.contains(&format!(
+                "mounted {device} (subvolid=5) at /run/tacid-initrd/{job}"
+            )),
+            "{err}"
+        );
+        assert!(
+            !std::path::Path::new("/run/tacid-initrd").join(job).exists(),
+            "unmounted and removed"
+        );
+    }
+    fs.mount().expect("mount");
+    assert_home_restored(&fs, &request);
+    assert!(!exists(&fs, "@root/etc/hostname"));
+}
