@@ -582,7 +582,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
 
         #[test]
         fn a_restore_happens_exactly_once_whatever_the_power_does(
