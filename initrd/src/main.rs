@@ -131,9 +131,19 @@ fn test_pause(step: Step) -> ! {
     }
 }
 
+/// The kernel command line. Test builds may take it from `TACID_TEST_CMDLINE` instead, so the
+/// loop tests can drive what only the boot tier can set for real.
+fn kernel_cmdline() -> Cmdline {
+    #[cfg(feature = "test-hooks")]
+    if let Ok(text) = std::env::var("TACID_TEST_CMDLINE") {
+        return Cmdline::parse(&text);
+    }
+    Cmdline::from_proc()
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let cmdline = Cmdline::from_proc();
+    let cmdline = kernel_cmdline();
     let mut console = Console::new(&cmdline);
     let (name, target) = match &cli.job {
         Job::RestoreData(t) => ("restore-data", t),

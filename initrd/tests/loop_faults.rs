@@ -133,3 +133,42 @@ fn loop_a_wipe_stopped_after_any_step_completes() {
         );
     }
 }
+
+/// `tacid.test_pause_after=N`: the process says so and waits (here killed, as the boot tier
+/// cuts the power); the next run finishes. The command line comes from TACID_TEST_CMDLINE.
+#[test]
+fn loop_a_pause_at_a_step_announces_itself_and_waits() {
+    use std::io::{BufRead as _, BufReader};
+    use std::process::{Command, Stdio};
+
+    let Some(fs) = machine() else { return };
+    let request = home_story(&fs);
+    stage(&fs, &request);
+    let mut child = Command::new(BIN)
+        .args(["restore-data", "--top", &path(&fs, "")])
+        .env("TACID_TEST_CMDLINE", "quiet tacid.test_pause_after=4")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = Vec::new();
+    for line in stderr.lines() {
+        let line = line.unwrap();
+        seen.push(line.clone());
+        if line.starts_with("tacid-initrd: test pause after step 4 (") {
+            break;
+        }
+    }
+    assert!(
+        seen.last()
+            .is_some_and(|l| l.contains("test pause after step 4 (restore: exchange the names)")),
+        "{seen:#?}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(child.try_wait().unwrap(), None, "it waits at the pause");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    live_exists(&fs, "@home");
+    run_ok(&fs, "restore-data");
+    assert_home_restored(&fs, &request);
+}

@@ -499,16 +499,40 @@ fn loop_not_a_btrfs_top_level_is_a_failure() {
     );
 }
 
-/// Without the `test-hooks` feature the fault switch does not exist.
+/// Without the `test-hooks` feature the fault switches do not exist: neither the stop nor the
+/// pause (whose command line a test build would take from TACID_TEST_CMDLINE) is honoured.
 #[cfg(not(feature = "test-hooks"))]
 #[test]
-fn loop_the_fault_switch_is_not_in_user_builds() {
+fn loop_the_fault_switches_are_not_in_user_builds() {
     let Some(fs) = machine() else { return };
     let request = home_story(&fs);
     stage(&fs, &request);
-    let out = run(&fs, "restore-data", &[("TACID_TEST_STOP_AFTER", "1")]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(!stderr(&out).contains("test stop"));
+    let mut child = std::process::Command::new(BIN)
+        .args(["restore-data", "--top", &path(&fs, "")])
+        .env("TACID_TEST_STOP_AFTER", "1")
+        .env("TACID_TEST_CMDLINE", "tacid.test_pause_after=1")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().expect("kill");
+            panic!("a user build paused: the fault switch is compiled in");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
+        .expect("read");
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(
+        !err.contains("test stop") && !err.contains("test pause") && !err.contains("TEST BUILD"),
+        "{err}"
+    );
     assert_home_restored(&fs, &request);
 }
 
