@@ -293,6 +293,42 @@ impl Journal {
         Ok(self.conn.last_insert_rowid())
     }
 
+    /// Record a snapshot set as pending, durable together with the commit that settles it.
+    ///
+    /// The row is committed to the WAL at once (a keeper that is killed leaves it for the
+    /// reconciliation), but without its own fsync: the completing commit, which is FULL and
+    /// comes before any answer, makes both durable. A power cut in between loses only an
+    /// unanswered request, whose snapshots then list as of unknown origin (adr/0011).
+    /// Restores are not begun this way: their consent must be on disk before the stem acts.
+    pub fn begin_set(
+        &self,
+        asker: &Asker,
+        subject: &str,
+        reason: &str,
+        pre_switch: bool,
+    ) -> Result<i64, JournalError> {
+        self.conn
+            .execute_batch("PRAGMA synchronous=NORMAL")
+            .map_err(|e| self.err(e))?;
+        let id = self.begin(
+            asker,
+            action::SNAPSHOT,
+            subject,
+            reason,
+            pre_switch,
+            "",
+            state::PENDING,
+            "",
+        );
+        let restored = self
+            .conn
+            .execute_batch("PRAGMA synchronous=FULL")
+            .map_err(|e| self.err(e));
+        let id = id?;
+        restored?;
+        Ok(id)
+    }
+
     /// Record the end of a request.
     pub fn finish(&self, id: i64, state: &str, outcome: &str) -> Result<(), JournalError> {
         self.conn
@@ -594,6 +630,19 @@ mod tests {
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
         assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn a_pending_set_leaves_the_journal_at_synchronous_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::open(&dir.path().join("j")).unwrap();
+        let id = j.begin_set(&alice(), "@home @log", "why", false).unwrap();
+        let sync: i64 = j
+            .conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(sync, 2);
+        assert_eq!(j.pending_sets().unwrap()[0].id, id);
     }
 
     #[test]

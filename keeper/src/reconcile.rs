@@ -46,7 +46,7 @@ pub fn plan(journal: &[SnapshotRow], pending: &[RequestRow], disk: &[Member]) ->
         for sub in set.subject.split_whitespace() {
             let found = unclaimed
                 .iter()
-                .position(|m| m.of_subvolume == sub && m.taken_micros >= set.asked_micros);
+                .position(|m| m.of_subvolume == sub && named_time(m) >= set.asked_micros);
             match found {
                 Some(i) => members.push(unclaimed.remove(i).clone()),
                 None => missing.push(sub.to_owned()),
@@ -60,6 +60,15 @@ pub fn plan(journal: &[SnapshotRow], pending: &[RequestRow], disk: &[Member]) ->
     }
     out.unknown_origin = unclaimed.into_iter().cloned().collect();
     out
+}
+
+/// When the stem named the snapshot (its clock, to the microsecond, read after the keeper's
+/// request arrived). Not the Btrfs creation time: that comes from the kernel's coarse clock
+/// and can read a few milliseconds earlier than the request.
+fn named_time(m: &Member) -> i64 {
+    layout::SnapshotName::parse(&m.name)
+        .map(|n| n.taken_unix_micros())
+        .unwrap_or(m.taken_micros)
 }
 
 #[cfg(test)]
@@ -146,5 +155,18 @@ mod tests {
             )]
         );
         assert!(p.unknown_origin.is_empty());
+    }
+
+    #[test]
+    fn members_are_matched_by_the_time_in_their_name_not_the_coarse_creation_time() {
+        // Named 2026-12-01T14:02:00.000500Z, but Btrfs says it was made 4 ms earlier.
+        let named = 1_796_133_720_000_500;
+        let snap = m("@home.2026-12-01T140200.000500Z", "@home", named - 4_000);
+        let p = plan(
+            &[],
+            &[pending(1, "@home", named - 100)],
+            std::slice::from_ref(&snap),
+        );
+        assert_eq!(p.complete, [(1, vec![snap])]);
     }
 }

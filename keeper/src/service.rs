@@ -256,8 +256,11 @@ impl Keeper {
     /// Every snapshot, newest first, with what the journal knows of each.
     pub async fn list(&self, _uid: u32) -> Result<Vec<SnapshotEntry>, KeeperError> {
         self.ensure_reconciled().await;
+        let started = std::time::Instant::now();
         let disk = self.stem.list().await.map_err(stem_error)?;
+        let listed = started.elapsed();
         let known = self.journal(|j| j.snapshots())?;
+        tracing::debug!(?listed, journal = ?started.elapsed(), count = disk.len(), "list timings (cumulative)");
         let known: HashMap<&str, _> = known.iter().map(|r| (r.name.as_str(), r)).collect();
         let mut out: Vec<SnapshotEntry> = disk
             .iter()
@@ -316,6 +319,7 @@ impl Keeper {
         reason: &str,
         pre_switch: bool,
     ) -> Result<SnapshotSet, KeeperError> {
+        let started = std::time::Instant::now();
         let asker = Authority::asker(uid);
         let mut set: Vec<SubvolumeName> = Vec::new();
         for s in subvolumes {
@@ -355,21 +359,13 @@ impl Keeper {
         if !self.journal(|j| j.pending_sets())?.is_empty() {
             self.resolve_with_disk().await?;
         }
-        let id = self.journal(|j| {
-            j.begin(
-                &asker,
-                action::SNAPSHOT,
-                &subject,
-                reason,
-                pre_switch,
-                "",
-                state::PENDING,
-                "",
-            )
-        })?;
+        let decided = started.elapsed();
+        let id = self.journal(|j| j.begin_set(&asker, &subject, reason, pre_switch))?;
+        let pending = started.elapsed();
         test_pause("set-pending").await;
         match self.stem.take_set(&names).await {
             Ok(members) => {
+                let taken = started.elapsed();
                 test_pause("set-taken").await;
                 let outcome = format!(
                     "complete: {}",
@@ -381,6 +377,7 @@ impl Keeper {
                 );
                 self.journal(|j| j.complete_set(id, &members, &outcome))?;
                 tracing::info!(set = id, uid, user = %asker.name, "{outcome}");
+                tracing::debug!(?decided, ?pending, ?taken, complete = ?started.elapsed(), "set timings (cumulative)");
                 let snapshots = members
                     .iter()
                     .map(|m| SnapshotEntry {

@@ -365,6 +365,24 @@ impl World {
         self.wait_owner(names::KEEPER_BUS_NAME, true, &self.keeper_log());
     }
 
+    /// The daemons' process ids (for their memory use).
+    pub fn keeper_pid(&self) -> Option<u32> {
+        self.keeper.as_ref().map(Child::id)
+    }
+
+    pub fn stem_pid(&self) -> Option<u32> {
+        self.stem.as_ref().map(Child::id)
+    }
+
+    /// The CLI as root (no setpriv in between), for timing.
+    pub fn tacid_as_root(&self, args: &[&str]) -> Output {
+        Command::new(bin("tacid"))
+            .args(args)
+            .env("TACID_BUS_ADDRESS", &self.address)
+            .output()
+            .expect("tacid runs")
+    }
+
     /// SIGKILL the keeper (setpriv execs it, so the child is the keeper itself).
     pub fn kill_keeper(&mut self) {
         if let Some(mut c) = self.keeper.take() {
