@@ -185,6 +185,22 @@ impl Boot {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// The longest silence on the console (kernel clock) and the line that ended it.
+    pub fn longest_quiet(&self) -> Option<(f64, String)> {
+        let mut last: Option<f64> = None;
+        let mut best: Option<(f64, String)> = None;
+        for line in self.console.lines() {
+            let Some(t) = kernel_time(line) else { continue };
+            if let Some(prev) = last {
+                if best.as_ref().is_none_or(|(g, _)| t - prev > *g) {
+                    best = Some((t - prev, line.to_owned()));
+                }
+            }
+            last = Some(t);
+        }
+        best
+    }
+
     /// Seconds (kernel clock) a unit spent from "Starting" to "Finished"/"Failed", from
     /// systemd's own log lines on the console (`systemd.log_target=kmsg`).
     pub fn unit_seconds(&self, unit: &str) -> Option<f64> {
@@ -207,6 +223,16 @@ impl Boot {
         };
         Some(at(&["Finished", "Failed to start"])? - at(&["Starting"])?)
     }
+}
+
+/// The kernel timestamp of a console line (`[   12.345678] ...`).
+fn kernel_time(line: &str) -> Option<f64> {
+    line.strip_prefix('[')?
+        .split(']')
+        .next()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The kernel command line of a test machine.

@@ -209,10 +209,10 @@ struct KeepOnPanic(Option<Machine>);
 
 impl Drop for KeepOnPanic {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() || std::env::var_os("BOOT_TIER_KEEP").is_some() {
             if let Some(m) = self.0.take() {
                 eprintln!(
-                    "the failed machine's disk and consoles are kept in {}",
+                    "the machine's disk and consoles are kept in {}",
                     m.keep().display()
                 );
             }
@@ -583,6 +583,7 @@ fn boot_story_a_power_cut_at_every_step_still_restores_exactly_once() {
         .map(|&s| (s, Work::Restore))
         .chain(Step::REFUSE.iter().map(|&s| (s, Work::Refusal)))
         .chain(Step::WIPE.iter().map(|&s| (s, Work::Wipe)))
+        .filter(|(s, _)| only_steps().is_none_or(|only| only.contains(&s.number())))
         .collect();
     let queue = Mutex::new(steps.into_iter());
     let failures = Mutex::new(Vec::new());
@@ -614,6 +615,12 @@ fn boot_story_a_power_cut_at_every_step_still_restores_exactly_once() {
         "power cuts that did not converge:\n{}",
         failures.join("\n\n")
     );
+}
+
+/// `BOOT_TIER_STEPS=6,7` runs the power cuts after only those steps (to look at one).
+fn only_steps() -> Option<Vec<u32>> {
+    let v = std::env::var("BOOT_TIER_STEPS").ok()?;
+    Some(v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
 }
 
 fn power_cut_at(parts: &Parts, step: Step, work: Work) {
