@@ -68,7 +68,11 @@ fn member(s: &stem1::SnapshotInfo) -> DiskSnapshot {
             name: s.name.clone(),
             uuid: s.uuid.clone(),
             of_subvolume: s.of.clone(),
-            taken_micros: s.taken_unix_micros,
+            // The time in the name: the stem's clock to the microsecond, and what the name
+            // says to people. The Btrfs creation time comes from a coarse kernel clock.
+            taken_micros: layout::SnapshotName::parse(&s.name)
+                .map(|n| n.taken_unix_micros())
+                .unwrap_or(s.taken_unix_micros),
         },
         staged: s.staged,
     }

@@ -72,6 +72,31 @@ fn bus_a_stranger_is_refused_and_journalled_an_approver_stages() {
         "a refused restore staged something"
     );
 
+    // Nobody but the keeper's user reaches the stem, not even an approver.
+    for user in [STRANGER, APPROVER] {
+        let out = std::process::Command::new("/usr/bin/setpriv")
+            .args([
+                &format!("--reuid={user}"),
+                &format!("--regid={user}"),
+                "--init-groups",
+            ])
+            .args([
+                "/usr/bin/dbus-send",
+                &format!("--bus={}", w.address),
+                "--print-reply",
+            ])
+            .arg(format!("--dest={}", layout::names::STEM_BUS_NAME))
+            .arg(layout::names::STEM_OBJECT_PATH)
+            .arg(format!("{}.List", layout::names::STEM_BUS_NAME))
+            .output()
+            .expect("dbus-send runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("AccessDenied"),
+            "{user} reached the stem: {err}"
+        );
+    }
+
     let (requests, _) = w.journal_rows();
     let refused: Vec<_> = requests
         .iter()
@@ -155,7 +180,22 @@ fn bus_a_stranger_is_refused_and_journalled_an_approver_stages() {
         status["staged_words"].as_str().unwrap_or_default()
     );
 
-    // Words not shown by the keeper are not consent.
+    // What a person reads (shown with --nocapture).
+    for args in [
+        &["data", "list"][..],
+        &["data", "status"][..],
+        &["data", "restore", &name][..],
+    ] {
+        let (_, out, _) = w.tacid(STRANGER, args);
+        eprintln!("$ tacid {}\n{out}", args.join(" "));
+    }
+    let (code, out, _) = w.tacid(STRANGER, &["data", "list"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("STAGED the next reboot puts /home back to this snapshot"),
+        "{out}"
+    );
+
     let (code, _, err) = w.tacid(APPROVER, &["data", "cancel"]);
     assert_eq!(code, 0, "{err}");
     assert!(request_file(&w).is_none());

@@ -41,7 +41,12 @@ pub fn list(all: &[SnapshotEntry], now: SystemTime) -> String {
         );
         return out;
     }
-    let _ = writeln!(out, "{} snapshots, newest first. {NO_BACKUP}\n", all.len());
+    let n = all.len();
+    let _ = writeln!(
+        out,
+        "{n} snapshot{}, newest first. {NO_BACKUP}\n",
+        if n == 1 { "" } else { "s" }
+    );
     for e in all {
         let taken = from_micros(e.taken_micros);
         let _ = writeln!(out, "{}  of {}", e.name, e.of_path);
