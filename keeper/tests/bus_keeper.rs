@@ -448,3 +448,86 @@ fn bus_a_restore_of_persist_leaves_the_journal_whole_and_its_outcome_is_reported
         "rows changed or were lost across the restore"
     );
 }
+
+/// SIGKILL at moments nobody chose, during a stream of requests: every request the CLI saw
+/// succeed is journalled complete, nothing is left pending, and disk and journal agree.
+#[test]
+fn bus_the_keeper_killed_at_random_moments_loses_nothing_acknowledged() {
+    let Some(mut w) = World::start() else { return };
+    let address = w.address.clone();
+    let tacid = common::bin("tacid");
+    let stream = std::thread::spawn(move || {
+        let mut acknowledged = Vec::new();
+        for _ in 0..30 {
+            let out = std::process::Command::new("/usr/bin/setpriv")
+                .args([
+                    &format!("--reuid={APPROVER}"),
+                    &format!("--regid={APPROVER}"),
+                    "--init-groups",
+                ])
+                .arg(&tacid)
+                .args(["data", "snapshot", "/home", "/var/log", "--json"])
+                .env("TACID_BUS_ADDRESS", &address)
+                .output()
+                .expect("tacid runs");
+            if out.status.success() {
+                let v = json(&String::from_utf8_lossy(&out.stdout));
+                acknowledged.push(v["set_id"].as_i64().expect("set id"));
+            }
+        }
+        acknowledged
+    });
+    for round in 0..4u64 {
+        // A different moment each round, from the clock (no two runs alike).
+        let nanos = u64::from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .subsec_nanos(),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(
+            20 + (nanos + round * 37) % 120,
+        ));
+        w.kill_keeper();
+        w.start_keeper(None);
+    }
+    let acknowledged = stream.join().expect("the stream ends");
+    assert!(!acknowledged.is_empty(), "no request got through at all");
+    let (code, out, _) = w.tacid(APPROVER, &["data", "status", "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(json(&out)["unknown_origin"], 0);
+    let (requests, snapshots) = w.journal_rows();
+    assert!(
+        requests.iter().all(|r| r.state != state::PENDING),
+        "{requests:#?}"
+    );
+    let settled: Vec<_> = requests
+        .iter()
+        .filter(|r| r.outcome.contains("keeper"))
+        .map(|r| r.outcome.as_str())
+        .collect();
+    eprintln!(
+        "acknowledged {} of 30; settled after a kill: {settled:#?}",
+        acknowledged.len()
+    );
+    for id in &acknowledged {
+        let row = requests
+            .iter()
+            .find(|r| r.id == *id)
+            .expect("an acknowledged set is journalled");
+        assert_eq!(row.state, state::COMPLETE, "{row:?}");
+        let members = snapshots
+            .iter()
+            .filter(|s| s.request.as_ref().is_some_and(|r| r.id == *id))
+            .count();
+        assert_eq!(members, 2, "{row:?}");
+    }
+    let (on_disk, temps) = w.disk_snapshots();
+    assert!(temps.is_empty(), "{temps:?}");
+    let present: HashSet<_> = snapshots
+        .iter()
+        .filter(|s| s.state == "present")
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(on_disk.into_iter().collect::<HashSet<_>>(), present);
+}
