@@ -1,8 +1,9 @@
 //! The bus tier for the keeper: real dbus-daemon with the shipped policies, the stem as
 //! root, the keeper as `tacid-keeper`, the CLI as an approver (in wheel) and a stranger.
 //!
-//! Run: `cargo build -p stem -p tacid-cli -p initrd --bins && cargo test -p keeper
-//! --features test-hooks --test bus_keeper` (root; loop devices).
+//! Run (root, loop devices): `cargo build -p stem -p tacid-cli -p initrd --bins &&
+//! cargo test -p keeper --test bus_keeper`. The test build has the keeper's fault switches on
+//! (a self dev-dependency with `test-hooks`); shipped builds do not.
 
 mod common;
 
