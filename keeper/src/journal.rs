@@ -49,6 +49,14 @@ const MIGRATIONS: &[&str] = &[
         read_micros INTEGER NOT NULL,
         reported_micros INTEGER
     );",
+    // 2: an outcome is reported once to each user, not once to whoever asks first (a
+    // readiness probe by root must not use up alice's news).
+    "CREATE TABLE outcome_reports (
+        outcome_id TEXT NOT NULL REFERENCES outcomes(id),
+        uid INTEGER NOT NULL,
+        reported_micros INTEGER NOT NULL,
+        PRIMARY KEY (outcome_id, uid)
+    );",
 ];
 
 /// The version a journal has after every migration.
@@ -547,14 +555,16 @@ impl Journal {
         Ok(n == 1)
     }
 
-    /// The latest outcome, and whether it had been reported before; marks it reported.
-    pub fn report_latest_outcome(&self) -> Result<Option<OutcomeRow>, JournalError> {
+    /// The latest outcome, and whether it had been reported to `uid` before; marks it
+    /// reported to `uid`.
+    pub fn report_latest_outcome(&self, uid: u32) -> Result<Option<OutcomeRow>, JournalError> {
         let row = self
             .conn
             .query_row(
-                "SELECT id, result, request, reason, finished_micros, reported_micros
-                 FROM outcomes ORDER BY finished_micros DESC LIMIT 1",
-                [],
+                "SELECT o.id, o.result, o.request, o.reason, o.finished_micros, r.reported_micros
+                 FROM outcomes o LEFT JOIN outcome_reports r ON r.outcome_id = o.id AND r.uid = ?1
+                 ORDER BY o.finished_micros DESC LIMIT 1",
+                [i64::from(uid)],
                 |r| {
                     Ok(OutcomeRow {
                         id: r.get(0)?,
@@ -570,10 +580,18 @@ impl Journal {
             .map_err(|e| self.err(e))?;
         if let Some(o) = &row {
             if !o.reported {
+                let now = to_micros(SystemTime::now());
                 self.conn
                     .execute(
-                        "UPDATE outcomes SET reported_micros = ?2 WHERE id = ?1",
-                        params![o.id, to_micros(SystemTime::now())],
+                        "INSERT OR IGNORE INTO outcome_reports (outcome_id, uid, reported_micros)
+                         VALUES (?1, ?2, ?3)",
+                        params![o.id, i64::from(uid), now],
+                    )
+                    .map_err(|e| self.err(e))?;
+                self.conn
+                    .execute(
+                        "UPDATE outcomes SET reported_micros = ?2 WHERE id = ?1 AND reported_micros IS NULL",
+                        params![o.id, now],
                     )
                     .map_err(|e| self.err(e))?;
             }
@@ -646,6 +664,27 @@ mod tests {
     }
 
     #[test]
+    fn a_version_1_journal_is_migrated_and_keeps_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.execute_batch("PRAGMA user_version = 1").unwrap();
+            conn.execute(
+                "INSERT INTO requests (asked_micros, uid, user_name, action, subject, reason, state)
+                 VALUES (1, 1000, 'alice', 'snapshot', '@home', 'old', 'complete')",
+                [],
+            )
+            .unwrap();
+        }
+        let j = Journal::open(&path).unwrap();
+        assert_eq!(j.schema_version().unwrap(), 2);
+        assert_eq!(j.requests().unwrap()[0].reason, "old");
+        assert_eq!(j.report_latest_outcome(0).unwrap(), None);
+    }
+
+    #[test]
     fn refuses_a_journal_from_the_future() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("j");
@@ -703,7 +742,10 @@ mod tests {
         };
         assert!(j.record_outcome(&o).unwrap());
         assert!(!j.record_outcome(&o).unwrap());
-        assert!(!j.report_latest_outcome().unwrap().unwrap().reported);
-        assert!(j.report_latest_outcome().unwrap().unwrap().reported);
+        assert!(!j.report_latest_outcome(1000).unwrap().unwrap().reported);
+        assert!(j.report_latest_outcome(1000).unwrap().unwrap().reported);
+        // Root reading it first does not use up another user's news.
+        assert!(!j.report_latest_outcome(0).unwrap().unwrap().reported);
+        assert!(!j.report_latest_outcome(1001).unwrap().unwrap().reported);
     }
 }

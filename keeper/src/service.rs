@@ -606,7 +606,7 @@ impl Keeper {
     }
 
     /// The staged restore, the latest outcome of a boot, and the journal's state.
-    pub async fn status(&self, _uid: u32) -> Result<Status, KeeperError> {
+    pub async fn status(&self, uid: u32) -> Result<Status, KeeperError> {
         self.ensure_reconciled().await;
         let staged = self.stem.staged().await;
         let stem_running = !matches!(staged, Err(StemError::NotRunning));
@@ -625,7 +625,7 @@ impl Keeper {
             None => None,
         };
         let (outcome, unknown, failed) = self.journal(|j| {
-            let o = j.report_latest_outcome()?;
+            let o = j.report_latest_outcome(uid)?;
             let unknown = j
                 .snapshots()?
                 .iter()

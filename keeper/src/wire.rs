@@ -98,7 +98,7 @@ pub struct Status {
     pub outcome_request: String,
     pub outcome_reason: String,
     pub outcome_finished_micros: i64,
-    /// This status is the first to report this outcome.
+    /// This is the first status that reports this outcome to this caller (by uid).
     pub outcome_new: bool,
     /// Snapshots on disk the journal does not know.
     pub unknown_origin: u32,

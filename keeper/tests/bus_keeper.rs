@@ -438,9 +438,13 @@ fn bus_a_restore_of_persist_leaves_the_journal_whole_and_its_outcome_is_reported
     let (code, out, _) = w.tacid(APPROVER, &["data", "status"]);
     assert_eq!(code, 0);
     assert!(
-        out.contains("the staged restore was put back") && !out.contains("NEW:"),
+        out.contains(&format!("/persist was put back to {name}.")) && !out.contains("NEW:"),
         "{out}"
     );
+    // Once to each person: the stranger has not been told yet.
+    let (code, out, _) = w.tacid(STRANGER, &["data", "status"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("NEW: At the boot of"), "{out}");
 
     let (after, _) = w.journal_rows();
     assert_eq!(

@@ -151,25 +151,30 @@ pub fn status(s: &Status, now: SystemTime) -> String {
         let _ = writeln!(out, "No boot has reported on a restore yet.");
     } else {
         let finished = from_micros(s.outcome_finished_micros);
-        let what = match s.outcome_result.as_str() {
-            "done" => format!("put back: {}", s.outcome_request),
-            _ => format!(
-                "refused, nothing changed ({})",
-                if s.outcome_request.is_empty() {
-                    "unreadable request"
+        let new = if s.outcome_new { "NEW: " } else { "" };
+        let when = format!("{} ({})", human_time(finished, now), ago(finished, now));
+        let mut request = s.outcome_request.split_whitespace();
+        let path = request
+            .next()
+            .and_then(|sub| layout::SubvolumeName::parse(sub).ok())
+            .map(|sub| sub.display_path());
+        match (s.outcome_result.as_str(), path, request.next()) {
+            ("done", Some(path), Some(snapshot)) => {
+                let _ = writeln!(
+                    out,
+                    "{new}At the boot of {when}, {path} was put back to {snapshot}."
+                );
+            }
+            _ => {
+                let what = if s.outcome_request.is_empty() {
+                    "an unreadable request"
                 } else {
                     &s.outcome_request
-                }
-            ),
-        };
-        let _ = writeln!(
-            out,
-            "{}At the boot of {} ({}), the staged restore was {what}: {}",
-            if s.outcome_new { "NEW: " } else { "" },
-            human_time(finished, now),
-            ago(finished, now),
-            s.outcome_reason
-        );
+                };
+                let _ = writeln!(out, "{new}At the boot of {when}, the staged restore ({what}) was refused; nothing changed.");
+            }
+        }
+        let _ = writeln!(out, "  the boot said: {}", s.outcome_reason);
     }
     if !s.stem_running {
         let _ = writeln!(out, "The stem is not running; start tacid-stem.service.");
