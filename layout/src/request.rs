@@ -52,7 +52,7 @@ pub enum RequestError {
     Fields,
     #[error("the subvolume: {0}")]
     Subvolume(#[from] SubvolumeNameError),
-    #[error("{0} is not restorable (restorable: {list})", list = restorable_list())]
+    #[error("{0} is not restorable (restorable: {list})", list = SubvolumeName::restorable_list())]
     NotRestorable(SubvolumeName),
     #[error("the snapshot name: {0}")]
     Snapshot(#[from] SnapshotNameError),
@@ -63,14 +63,6 @@ pub enum RequestError {
     },
     #[error("the UUID must be lowercase and hyphenated (8-4-4-4-12 hex digits), and not nil")]
     Uuid,
-}
-
-fn restorable_list() -> String {
-    SubvolumeName::restorable()
-        .iter()
-        .map(|s| s.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 impl RestoreRequest {

@@ -96,11 +96,11 @@ pub enum SubvolumeNameError {
 }
 
 fn known_names() -> String {
-    SUBVOLUMES
-        .iter()
-        .map(|s| s.name)
-        .collect::<Vec<_>>()
-        .join(", ")
+    join(SUBVOLUMES.iter())
+}
+
+fn join<'a>(subvolumes: impl Iterator<Item = &'a Subvolume>) -> String {
+    subvolumes.map(|s| s.name).collect::<Vec<_>>().join(", ")
 }
 
 impl SubvolumeName {
@@ -134,6 +134,16 @@ impl SubvolumeName {
             .filter(|s| s.snapshotted == Snapshotted::Yes)
             .map(|s| SubvolumeName(s.name))
             .collect()
+    }
+
+    /// "@persist, @log, @home": the restorable names, for messages.
+    pub fn restorable_list() -> String {
+        join(SUBVOLUMES.iter().filter(|s| s.restorable))
+    }
+
+    /// The names whose snapshots may be taken, for messages.
+    pub fn snapshottable_list() -> String {
+        join(SUBVOLUMES.iter().filter(|s| s.snapshottable()))
     }
 
     /// Every subvolume whose snapshots may be put back.

@@ -67,9 +67,9 @@ pub enum EngineError {
     Store(StoreProblem),
     #[error("{path} is not the top level of a Btrfs filesystem: {source}")]
     NotTopLevel { path: String, source: btrfs::Error },
-    #[error("snapshots of {0} are not taken (snapshotted: {list})", list = snapshottable_list())]
+    #[error("snapshots of {0} are not taken (snapshotted: {list})", list = SubvolumeName::snapshottable_list())]
     NotSnapshottable(SubvolumeName),
-    #[error("{0} is not restorable (restorable: {list})", list = restorable_list())]
+    #[error("{0} is not restorable (restorable: {list})", list = SubvolumeName::restorable_list())]
     NotRestorable(SubvolumeName),
     #[error("live subvolume {subvolume} is missing or not a subvolume: {source}")]
     LiveSubvolume {
@@ -105,23 +105,6 @@ pub enum EngineError {
     BadOutcomeFile(String),
     #[error(transparent)]
     Btrfs(#[from] btrfs::Error),
-}
-
-fn snapshottable_list() -> String {
-    layout::SUBVOLUMES
-        .iter()
-        .filter(|s| s.snapshottable())
-        .map(|s| s.name)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn restorable_list() -> String {
-    SubvolumeName::restorable()
-        .iter()
-        .map(|s| s.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The engine, holding the top of the filesystem open.
@@ -468,22 +451,13 @@ impl Engine {
 
     /// The initrd's record of what it did with the last request, if any.
     pub fn outcome(&self) -> Result<Option<Outcome>, EngineError> {
-        let store = self.store()?;
-        match store.read_file_limited(OUTCOME_FILE_NAME, layout::MAX_OUTCOME_BYTES) {
-            Ok(None) => Ok(None),
-            Ok(Some((st, bytes))) => {
-                if st.uid != 0 {
-                    return Err(EngineError::BadOutcomeFile(format!(
-                        "owned by uid {}, not root",
-                        st.uid
-                    )));
-                }
-                Outcome::parse(&bytes)
-                    .map(Some)
-                    .map_err(|e| EngineError::BadOutcomeFile(e.to_string()))
-            }
-            Err(e) => Err(EngineError::BadOutcomeFile(e.to_string())),
-        }
+        read_root_file(
+            &self.store()?,
+            OUTCOME_FILE_NAME,
+            layout::MAX_OUTCOME_BYTES,
+            |b| Outcome::parse(b).map_err(|e| e.to_string()),
+        )
+        .map_err(EngineError::BadOutcomeFile)
     }
 }
 
@@ -502,20 +476,25 @@ struct View {
 
 /// The staged request, read as the initrd will read it.
 fn read_request(store: &Dir) -> Result<Option<RestoreRequest>, EngineError> {
-    match store.read_file_limited(REQUEST_FILE_NAME, layout::MAX_REQUEST_BYTES) {
+    read_root_file(store, REQUEST_FILE_NAME, layout::MAX_REQUEST_BYTES, |b| {
+        RestoreRequest::parse(b).map_err(|e| e.to_string())
+    })
+    .map_err(EngineError::BadRequestFile)
+}
+
+/// A small file in the store that only root may have written (not a symlink, fifo or
+/// directory; at most `max` bytes), parsed; `None` when absent; the error says why not.
+fn read_root_file<T>(
+    store: &Dir,
+    name: &str,
+    max: usize,
+    parse: impl FnOnce(&[u8]) -> Result<T, String>,
+) -> Result<Option<T>, String> {
+    match store.read_file_limited(name, max) {
         Ok(None) => Ok(None),
-        Ok(Some((st, bytes))) => {
-            if st.uid != 0 {
-                return Err(EngineError::BadRequestFile(format!(
-                    "owned by uid {}, not root",
-                    st.uid
-                )));
-            }
-            RestoreRequest::parse(&bytes)
-                .map(Some)
-                .map_err(|e| EngineError::BadRequestFile(e.to_string()))
-        }
-        Err(e) => Err(EngineError::BadRequestFile(e.to_string())),
+        Ok(Some((st, _))) if st.uid != 0 => Err(format!("owned by uid {}, not root", st.uid)),
+        Ok(Some((_, bytes))) => parse(&bytes).map(Some),
+        Err(e) => Err(e.to_string()),
     }
 }
 
