@@ -12,8 +12,12 @@ use time::OffsetDateTime;
 pub fn human_time(when: SystemTime, now: SystemTime) -> String {
     let w = utc(when);
     let n = utc(now);
-    let weekday = &w.weekday().to_string()[..3];
-    let month = &w.month().to_string()[..3];
+    const WEEKDAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let weekday = WEEKDAYS[usize::from(w.weekday().number_days_from_monday())];
+    let month = MONTHS[usize::from(u8::from(w.month()) - 1)];
     let year = if w.year() == n.year() {
         String::new()
     } else {
