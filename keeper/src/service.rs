@@ -60,7 +60,7 @@ impl From<JournalError> for KeeperError {
 
 fn stem_error(e: StemError) -> KeeperError {
     match e {
-        StemError::NotRunning => KeeperError::StemNotRunning(e.to_string()),
+        StemError::NotRunning | StemError::WentAway => KeeperError::StemNotRunning(e.to_string()),
         StemError::Refused {
             ref name,
             ref message,
@@ -253,9 +253,27 @@ impl Keeper {
         }
     }
 
+    /// Settle rows left pending by a stem that went away mid-call, when no set is in flight.
+    async fn settle_leftovers(&self) {
+        let Ok(_sets) = self.sets.try_lock() else {
+            return;
+        };
+        let pending = self.journal(|j| {
+            Ok(!j.pending_sets()?.is_empty()
+                || !j.pending(action::RESTORE)?.is_empty()
+                || !j.pending(action::CANCEL)?.is_empty())
+        });
+        if matches!(pending, Ok(true)) {
+            if let Err(e) = self.resolve_with_disk().await {
+                tracing::warn!("settling requests left pending: {}", e.message());
+            }
+        }
+    }
+
     /// Every snapshot, newest first, with what the journal knows of each.
     pub async fn list(&self, _uid: u32) -> Result<Vec<SnapshotEntry>, KeeperError> {
         self.ensure_reconciled().await;
+        self.settle_leftovers().await;
         let started = std::time::Instant::now();
         let disk = self.stem.list().await.map_err(stem_error)?;
         let listed = started.elapsed();
@@ -545,9 +563,30 @@ impl Keeper {
                 })
             }
             Err(e) => {
-                let outcome = format!("failed: {e}");
-                self.journal(|j| j.finish(id, state::FAILED, &outcome))?;
+                self.settle_after_stem_error(id, &e).await?;
                 Err(stem_error(e))
+            }
+        }
+    }
+
+    /// Record how a restore or cancel ended when the stem did not answer yes. When it may
+    /// have acted (it went away mid-call), the row stays pending and the disk settles it.
+    async fn settle_after_stem_error(&self, id: i64, e: &StemError) -> Result<(), KeeperError> {
+        match e {
+            StemError::Refused { .. } | StemError::NotRunning => {
+                let outcome = format!("failed: {e}");
+                self.journal(|j| j.finish(id, state::FAILED, &outcome))
+            }
+            StemError::WentAway | StemError::Bus(_) => {
+                let _sets = self.sets.lock().await;
+                if let Err(again) = self.resolve_with_disk().await {
+                    tracing::warn!(
+                        request = id,
+                        "left pending until the stem is back: {}",
+                        again.message()
+                    );
+                }
+                Ok(())
             }
         }
     }
@@ -598,8 +637,7 @@ impl Keeper {
                 })
             }
             Err(e) => {
-                let outcome = format!("failed: {e}");
-                self.journal(|j| j.finish(id, state::FAILED, &outcome))?;
+                self.settle_after_stem_error(id, &e).await?;
                 Err(stem_error(e))
             }
         }
@@ -608,8 +646,9 @@ impl Keeper {
     /// The staged restore, the latest outcome of a boot, and the journal's state.
     pub async fn status(&self, uid: u32) -> Result<Status, KeeperError> {
         self.ensure_reconciled().await;
+        self.settle_leftovers().await;
         let staged = self.stem.staged().await;
-        let stem_running = !matches!(staged, Err(StemError::NotRunning));
+        let stem_running = !matches!(staged, Err(StemError::NotRunning | StemError::WentAway));
         if stem_running {
             if let Err(e) = self.read_outcome().await {
                 tracing::warn!("reading the boot's outcome: {}", e.message());
@@ -617,7 +656,7 @@ impl Keeper {
         }
         let staged = match staged {
             Ok(s) => s,
-            Err(StemError::NotRunning) => None,
+            Err(StemError::NotRunning | StemError::WentAway) => None,
             Err(e) => return Err(stem_error(e)),
         };
         let staging = match &staged {

@@ -47,8 +47,15 @@ pub struct Outcome {
 /// The stem said no, or could not be reached.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StemError {
+    /// Nobody owns the stem's name: the call was never delivered.
     #[error("{STEM_NOT_RUNNING}")]
     NotRunning,
+    /// The stem went away while the call was with it: it may have acted. Not retried; the
+    /// journal is settled from the disk.
+    #[error(
+        "{STEM_NOT_RUNNING} (it stopped while answering; `tacid data list` shows what exists)"
+    )]
+    WentAway,
     /// A named error of `org.tacid.Stem1` (`name` is the part after `Error.`).
     #[error("the stem refused: {message}")]
     Refused { name: String, message: String },
@@ -93,10 +100,11 @@ fn classify(e: stem1::Error) -> StemError {
             // The bus answers these when nobody owns the stem's name (or activation failed).
             if name == "org.freedesktop.DBus.Error.ServiceUnknown"
                 || name == "org.freedesktop.DBus.Error.NameHasNoOwner"
-                || name == "org.freedesktop.DBus.Error.NoReply"
                 || name == "org.freedesktop.DBus.Error.Spawn.ServiceNotFound"
             {
                 StemError::NotRunning
+            } else if name == "org.freedesktop.DBus.Error.NoReply" {
+                StemError::WentAway
             } else {
                 StemError::Refused {
                     name: name.rsplit('.').next().unwrap_or(name).to_owned(),
@@ -105,14 +113,13 @@ fn classify(e: stem1::Error) -> StemError {
             }
         }
         stem1::Error::ZBus(zbus::Error::FDO(fdo)) => match *fdo {
-            // Nobody owns the stem's name (and activation could not start it), or it went
-            // away before answering.
+            // Nobody owns the stem's name (and activation could not start it).
             zbus::fdo::Error::ServiceUnknown(_)
             | zbus::fdo::Error::NameHasNoOwner(_)
-            | zbus::fdo::Error::NoReply(_)
-            | zbus::fdo::Error::Disconnected(_)
             | zbus::fdo::Error::SpawnServiceNotFound(_)
             | zbus::fdo::Error::SpawnFailed(_) => StemError::NotRunning,
+            // It went away before answering.
+            zbus::fdo::Error::NoReply(_) | zbus::fdo::Error::Disconnected(_) => StemError::WentAway,
             other => StemError::Bus(other.to_string()),
         },
         stem1::Error::ZBus(other) => StemError::Bus(other.to_string()),
@@ -145,7 +152,8 @@ impl StemClient {
             .map_err(|e| StemError::Bus(e.to_string()))
     }
 
-    /// Call `f` on the proxy; when the stem is not there, wait a moment and try once more.
+    /// Call `f` on the proxy; when the stem is not there (the call was never delivered), wait
+    /// a moment and try once more, in case it is starting.
     async fn call<T, F, Fut>(&self, f: F) -> Result<T, StemError>
     where
         F: Fn(Stem1Proxy<'static>) -> Fut,
@@ -182,9 +190,12 @@ impl StemClient {
     /// Stage a restore; `(request, already_staged, message)`.
     pub async fn stage_restore(&self, name: &str) -> Result<(Request, bool, String), StemError> {
         let name = name.to_owned();
-        // Not retried: staging is idempotent, but one answer per request keeps the journal plain.
-        let proxy = self.proxy().await?;
-        let s = proxy.stage_restore(&name).await.map_err(classify)?;
+        let s = self
+            .call(|p| {
+                let name = name.clone();
+                async move { p.stage_restore(&name).await }
+            })
+            .await?;
         Ok((request(&s.request), s.already_staged, s.message))
     }
 

@@ -262,7 +262,20 @@ fn bus_the_stem_going_away_and_back_is_survived() {
     let (code, out, _) = w.tacid(APPROVER, &["data", "status", "--json"]);
     assert_eq!(code, 0);
     assert_eq!(json(&out)["stem_running"], true);
-    // The set asked for while the stem was away is settled, not left pending.
+    // The stem dies with the call in its hands: the caller is told, nothing is retried
+    // behind its back, and the set is settled from the disk once the stem is back.
+    w.freeze_stem();
+    let cli = w.spawn_tacid(APPROVER, &["data", "snapshot", "/home"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    w.kill_stem();
+    let out = cli.wait_with_output().expect("tacid ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{err}");
+    assert!(err.contains("it stopped while answering"), "{err}");
+    w.start_stem();
+    assert_eq!(w.tacid(STRANGER, &["data", "list"]).0, 0);
+
+    // Every set asked for while the stem was away or dying is settled, not left pending.
     let (requests, _) = w.journal_rows();
     let states: Vec<_> = requests
         .iter()
@@ -271,7 +284,12 @@ fn bus_the_stem_going_away_and_back_is_survived() {
         .collect();
     assert_eq!(
         states,
-        [state::COMPLETE, state::FAILED, state::COMPLETE],
+        [
+            state::COMPLETE,
+            state::FAILED,
+            state::COMPLETE,
+            state::FAILED
+        ],
         "{requests:#?}"
     );
 }

@@ -332,6 +332,16 @@ impl World {
         self.wait_owner(names::STEM_BUS_NAME, true, &self.stem_log());
     }
 
+    /// Freeze the stem (SIGSTOP): calls reach it and wait.
+    pub fn freeze_stem(&self) {
+        let pid = self
+            .stem
+            .as_ref()
+            .map(|c| rustix::process::Pid::from_child(c))
+            .expect("stem running");
+        rustix::process::kill_process(pid, rustix::process::Signal::STOP).expect("SIGSTOP");
+    }
+
     pub fn kill_stem(&mut self) {
         if let Some(mut c) = self.stem.take() {
             let _ = c.kill();
