@@ -337,7 +337,7 @@ impl World {
         let pid = self
             .stem
             .as_ref()
-            .map(|c| rustix::process::Pid::from_child(c))
+            .map(rustix::process::Pid::from_child)
             .expect("stem running");
         rustix::process::kill_process(pid, rustix::process::Signal::STOP).expect("SIGSTOP");
     }
