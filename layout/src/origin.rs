@@ -107,6 +107,7 @@ pub fn origin_of(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::time::{Duration, UNIX_EPOCH};

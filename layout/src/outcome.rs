@@ -199,6 +199,7 @@ impl fmt::Display for Outcome {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::{SnapshotName, SubvolumeName};

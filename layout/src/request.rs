@@ -187,6 +187,7 @@ impl fmt::Display for RestoreRequest {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
@@ -213,7 +214,8 @@ mod tests {
         use RequestError as E;
         let u = "0b7c0f3e-9f4a-4e8e-8a55-3c1d2f6b9a01";
         let s = "@home.2025-12-01T140200.123456Z";
-        let cases: Vec<(Vec<u8>, fn(&RequestError) -> bool)> = vec![
+        type Expected = fn(&RequestError) -> bool;
+        let cases: Vec<(Vec<u8>, Expected)> = vec![
             (b"".to_vec(), |e| *e == E::Empty),
             (vec![b'a'; 1 << 20], |e| matches!(e, E::TooLarge(_))),
             (GOOD.replace('\n', "\r\n").into_bytes(), |e| {

@@ -193,6 +193,7 @@ impl Serialize for SubvolumeName {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -314,7 +314,7 @@ impl Engine {
                 staged: staged.is_some_and(|r| r.snapshot() == stored.name),
             });
         }
-        out.sort_by(|a, b| b.name.cmp(&a.name));
+        out.sort_by_key(|s| std::cmp::Reverse(s.name));
         Ok(out)
     }
 

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 //! The stem engine on a real loop-device Btrfs laid out from the layout crate.
 //!
 //! Needs root and loop devices; elsewhere each test says SKIPPED loudly (and fails under
