@@ -185,6 +185,11 @@ impl Boot {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// The kernel clock of the console's last stamped line: how far the guest got.
+    pub fn kernel_seconds(&self) -> Option<f64> {
+        self.console.lines().filter_map(kernel_time).last()
+    }
+
     /// The longest silence on the console (kernel clock) and the line that ended it.
     pub fn longest_quiet(&self) -> Option<(f64, String)> {
         let mut last: Option<f64> = None;
