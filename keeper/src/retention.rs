@@ -1,0 +1,686 @@
+//! Retention: which snapshots go, each with the rule that chose it (adr/0013).
+//!
+//! A pure function of its input — the snapshots, the policy, the time and the free space —
+//! so `tacid data prune --dry-run` shows exactly what `prune` does, and a test can hold the
+//! rules to their word. The rules, in the order they are applied:
+//!
+//! 1. **Pre-switch sets**: the newest `pre_switch_sets` sets stay; older sets go, each whole.
+//! 2. **Timeline**: a timeline snapshot stays when it is the newest of its hour among the
+//!    last `hourly` hours that have one, or likewise of its day, week (Monday to Sunday) or
+//!    month, UTC; the others go.
+//! 3. **Manual**: stays until deleted by a person, or until older than `manual_max_age`.
+//! 4. **Free-space floor**: when the free space is below `floor_bytes`, the oldest
+//!    automatic snapshots (pre-switch sets and timeline) the rules above kept go too, one
+//!    unit (a set, or a timeline snapshot) per round: without qgroups nobody can say how
+//!    much deleting one frees, so the keeper measures again before the next round.
+//!
+//! Never chosen, whatever the rules say: a snapshot the staged restore names (pinned), one a
+//! person marked to keep, and one of unknown origin (nobody can say what it is for). A set
+//! goes whole or not at all: if any member is protected, every member stays.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+/// What made a snapshot, for retention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// A member of a set taken before a switch of configuration; `set` is the journal's id.
+    PreSwitch { set: i64 },
+    /// Taken by the timeline timer.
+    Timeline,
+    /// Asked for by a person.
+    Manual,
+    /// On disk, never taken through the keeper: never chosen automatically.
+    UnknownOrigin,
+}
+
+/// One snapshot as retention sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub name: String,
+    /// When it was taken, µs since the epoch (UTC).
+    pub taken_micros: i64,
+    pub kind: Kind,
+    /// A person marked it to keep.
+    pub kept: bool,
+    /// The staged restore names it.
+    pub pinned: bool,
+}
+
+/// The retention policy (the module's `services.tacid.retention.*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// How many of the newest pre-switch sets stay.
+    pub pre_switch_sets: usize,
+    pub hourly: usize,
+    pub daily: usize,
+    pub weekly: usize,
+    pub monthly: usize,
+    /// Manual snapshots older than this go; `None`: kept until a person deletes them.
+    pub manual_max_age: Option<Duration>,
+    /// Below this many free bytes, the oldest automatic snapshots go; 0: no floor.
+    pub floor_bytes: u64,
+    /// Below this many free bytes, a new snapshot is refused (checked by the stem).
+    pub hard_floor_bytes: u64,
+}
+
+impl Default for Policy {
+    /// The documented defaults (adr/0013).
+    fn default() -> Self {
+        Policy {
+            pre_switch_sets: 10,
+            hourly: 24,
+            daily: 7,
+            weekly: 4,
+            monthly: 6,
+            manual_max_age: None,
+            floor_bytes: 5 << 30,
+            hard_floor_bytes: 1 << 30,
+        }
+    }
+}
+
+/// Why a snapshot goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rule {
+    /// Its pre-switch set is older than the newest `keep` sets.
+    PreSwitchSets { keep: usize, set: i64 },
+    /// A timeline snapshot that none of the counts keeps.
+    Timeline {
+        hourly: usize,
+        daily: usize,
+        weekly: usize,
+        monthly: usize,
+    },
+    /// A manual snapshot older than the stated age.
+    ManualMaxAge { max_age: Duration },
+    /// The free space is below the floor; the oldest automatic snapshot goes first.
+    FreeSpaceFloor { free_bytes: u64, floor_bytes: u64 },
+}
+
+impl Rule {
+    /// A short stable name, for the journal and for programs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Rule::PreSwitchSets { .. } => "pre-switch-sets",
+            Rule::Timeline { .. } => "timeline",
+            Rule::ManualMaxAge { .. } => "manual-max-age",
+            Rule::FreeSpaceFloor { .. } => "free-space-floor",
+        }
+    }
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rule::PreSwitchSets { keep, set } => write!(
+                f,
+                "pre-switch set {set} is older than the newest {keep} pre-switch sets"
+            ),
+            Rule::Timeline {
+                hourly,
+                daily,
+                weekly,
+                monthly,
+            } => write!(
+                f,
+                "timeline: not the newest of any of the last {hourly} hours, {daily} days, \
+                 {weekly} weeks or {monthly} months"
+            ),
+            Rule::ManualMaxAge { max_age } => write!(
+                f,
+                "manual snapshot older than {} days",
+                max_age.as_secs() / 86_400
+            ),
+            Rule::FreeSpaceFloor {
+                free_bytes,
+                floor_bytes,
+            } => write!(
+                f,
+                "free space {} is below the floor of {}; the oldest automatic snapshots go first",
+                bytes(*free_bytes),
+                bytes(*floor_bytes)
+            ),
+        }
+    }
+}
+
+/// Bytes for people: `1.5 GiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// One snapshot chosen to go, and the rule that chose it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deletion {
+    pub name: String,
+    pub rule: Rule,
+}
+
+/// Why a snapshot a rule chose stays anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protection {
+    Pinned,
+    Kept,
+    /// Another member of its set is pinned or kept.
+    SetMemberProtected,
+}
+
+impl fmt::Display for Protection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protection::Pinned => "the staged restore names it",
+            Protection::Kept => "a person marked it to keep",
+            Protection::SetMemberProtected => {
+                "another member of its set is pinned or kept, and a set goes whole or not at all"
+            }
+        })
+    }
+}
+
+/// A snapshot a rule chose that stays anyway.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spared {
+    pub name: String,
+    pub rule: Rule,
+    pub protection: Protection,
+}
+
+/// What retention decided: the snapshots to delete (oldest first) and those spared.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub delete: Vec<Deletion>,
+    pub spared: Vec<Spared>,
+    /// The free space is below the floor and no automatic snapshot is left to delete.
+    pub floor_unmet: bool,
+}
+
+const HOUR: i64 = 3_600_000_000;
+const DAY: i64 = 24 * HOUR;
+
+/// Periods of one granularity a timeline snapshot can be the newest of.
+fn period(micros: i64, g: usize) -> i64 {
+    let day = micros.div_euclid(DAY);
+    match g {
+        0 => micros.div_euclid(HOUR),
+        1 => day,
+        // 1970-01-01 was a Thursday: shifting by 3 days makes weeks start on Monday.
+        2 => (day + 3).div_euclid(7),
+        _ => {
+            let date =
+                time::Date::from_julian_day(2_440_588 + day as i32).unwrap_or(time::Date::MIN);
+            i64::from(date.year()) * 12 + i64::from(u8::from(date.month()))
+        }
+    }
+}
+
+/// A unit that goes whole or not at all: a pre-switch set, or one snapshot.
+struct Unit<'a> {
+    members: Vec<&'a Candidate>,
+    /// The newest member's time (sets are ordered by it).
+    newest: i64,
+    oldest: i64,
+}
+
+impl Unit<'_> {
+    fn protection(&self, c: &Candidate) -> Option<Protection> {
+        if c.pinned {
+            Some(Protection::Pinned)
+        } else if c.kept {
+            Some(Protection::Kept)
+        } else if self.members.iter().any(|m| m.pinned || m.kept) {
+            Some(Protection::SetMemberProtected)
+        } else {
+            None
+        }
+    }
+}
+
+/// Decide what goes. Deterministic: the same input gives the same plan, whatever the order
+/// of `snapshots`. `free_bytes`: the free space now.
+pub fn plan(snapshots: &[Candidate], policy: &Policy, now_micros: i64, free_bytes: u64) -> Plan {
+    let mut sorted: Vec<&Candidate> = snapshots.iter().collect();
+    sorted.sort_by(|a, b| {
+        a.taken_micros
+            .cmp(&b.taken_micros)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    sorted.dedup_by(|a, b| a.name == b.name);
+
+    // Units: pre-switch sets grouped by id; everything else alone.
+    let mut sets: BTreeMap<i64, Vec<&Candidate>> = BTreeMap::new();
+    let mut units: Vec<Unit> = Vec::new();
+    for c in &sorted {
+        match c.kind {
+            Kind::PreSwitch { set } => sets.entry(set).or_default().push(c),
+            _ => units.push(Unit {
+                members: vec![c],
+                newest: c.taken_micros,
+                oldest: c.taken_micros,
+            }),
+        }
+    }
+    let mut set_units: Vec<(i64, Unit)> = sets
+        .into_iter()
+        .map(|(id, members)| {
+            let newest = members.iter().map(|m| m.taken_micros).max().unwrap_or(0);
+            let oldest = members.iter().map(|m| m.taken_micros).min().unwrap_or(0);
+            (
+                id,
+                Unit {
+                    members,
+                    newest,
+                    oldest,
+                },
+            )
+        })
+        .collect();
+    // Newest set first; the id breaks ties.
+    set_units.sort_by(|a, b| b.1.newest.cmp(&a.1.newest).then(b.0.cmp(&a.0)));
+
+    // The rule that chose each unit (index into `all_units`), or none.
+    let mut chosen: Vec<(Unit, Option<Rule>)> = Vec::new();
+    for (i, (id, unit)) in set_units.into_iter().enumerate() {
+        let rule = (i >= policy.pre_switch_sets).then_some(Rule::PreSwitchSets {
+            keep: policy.pre_switch_sets,
+            set: id,
+        });
+        chosen.push((unit, rule));
+    }
+
+    // Timeline: the newest snapshot of each of the last N periods that have one.
+    let timeline: Vec<&Candidate> = sorted
+        .iter()
+        .copied()
+        .filter(|c| c.kind == Kind::Timeline)
+        .collect();
+    let mut timeline_keep: BTreeSet<&str> = BTreeSet::new();
+    let counts = [policy.hourly, policy.daily, policy.weekly, policy.monthly];
+    for (g, count) in counts.iter().enumerate() {
+        let mut seen: Vec<i64> = Vec::new();
+        for c in timeline.iter().rev() {
+            if seen.len() >= *count {
+                break;
+            }
+            let p = period(c.taken_micros, g);
+            if !seen.contains(&p) {
+                seen.push(p);
+                timeline_keep.insert(&c.name);
+            }
+        }
+    }
+    for unit in units {
+        let c = unit.members[0];
+        let rule = match c.kind {
+            Kind::Timeline if !timeline_keep.contains(c.name.as_str()) => Some(Rule::Timeline {
+                hourly: policy.hourly,
+                daily: policy.daily,
+                weekly: policy.weekly,
+                monthly: policy.monthly,
+            }),
+            Kind::Manual => policy.manual_max_age.and_then(|max_age| {
+                let age = now_micros.saturating_sub(c.taken_micros);
+                (age > i64::try_from(max_age.as_micros()).unwrap_or(i64::MAX))
+                    .then_some(Rule::ManualMaxAge { max_age })
+            }),
+            _ => None,
+        };
+        chosen.push((unit, rule));
+    }
+
+    // The floor: one more automatic unit the rules kept, the oldest first.
+    let mut floor_unmet = false;
+    if policy.floor_bytes > 0 && free_bytes < policy.floor_bytes {
+        let next = chosen
+            .iter_mut()
+            .filter(|(u, rule)| {
+                rule.is_none()
+                    && u.members.iter().all(|m| !m.pinned && !m.kept)
+                    && matches!(u.members[0].kind, Kind::PreSwitch { .. } | Kind::Timeline)
+            })
+            .min_by(|a, b| {
+                a.0.oldest
+                    .cmp(&b.0.oldest)
+                    .then_with(|| a.0.members[0].name.cmp(&b.0.members[0].name))
+            });
+        match next {
+            Some((_, rule)) => {
+                *rule = Some(Rule::FreeSpaceFloor {
+                    free_bytes,
+                    floor_bytes: policy.floor_bytes,
+                })
+            }
+            None => floor_unmet = true,
+        }
+    }
+
+    let mut out = Plan {
+        floor_unmet,
+        ..Plan::default()
+    };
+    for (unit, rule) in &chosen {
+        let Some(rule) = rule else { continue };
+        for m in &unit.members {
+            match unit.protection(m) {
+                Some(protection) => out.spared.push(Spared {
+                    name: m.name.clone(),
+                    rule: rule.clone(),
+                    protection,
+                }),
+                None => out.delete.push(Deletion {
+                    name: m.name.clone(),
+                    rule: rule.clone(),
+                }),
+            }
+        }
+    }
+    let time_of: BTreeMap<&str, i64> = sorted
+        .iter()
+        .map(|c| (c.name.as_str(), c.taken_micros))
+        .collect();
+    let key = |n: &str| (time_of.get(n).copied().unwrap_or(0), n.to_owned());
+    out.delete.sort_by_key(|d| key(&d.name));
+    out.spared.sort_by_key(|s| key(&s.name));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn c(name: &str, hours_ago: i64, kind: Kind) -> Candidate {
+        Candidate {
+            name: name.into(),
+            taken_micros: NOW - hours_ago * HOUR,
+            kind,
+            kept: false,
+            pinned: false,
+        }
+    }
+
+    /// 2026-12-02 12:00 UTC.
+    const NOW: i64 = 1_796_212_800_000_000;
+
+    fn names(p: &Plan) -> Vec<&str> {
+        p.delete.iter().map(|d| d.name.as_str()).collect()
+    }
+
+    #[test]
+    fn older_pre_switch_sets_go_whole() {
+        let policy = Policy {
+            pre_switch_sets: 1,
+            floor_bytes: 0,
+            ..Policy::default()
+        };
+        let snaps = vec![
+            c("a1", 10, Kind::PreSwitch { set: 1 }),
+            c("a2", 10, Kind::PreSwitch { set: 1 }),
+            c("b1", 5, Kind::PreSwitch { set: 2 }),
+            c("b2", 5, Kind::PreSwitch { set: 2 }),
+        ];
+        let p = plan(&snaps, &policy, NOW, u64::MAX);
+        assert_eq!(names(&p), ["a1", "a2"]);
+        assert!(matches!(
+            p.delete[0].rule,
+            Rule::PreSwitchSets { keep: 1, set: 1 }
+        ));
+    }
+
+    #[test]
+    fn a_protected_member_keeps_its_whole_set() {
+        let policy = Policy {
+            pre_switch_sets: 0,
+            floor_bytes: 0,
+            ..Policy::default()
+        };
+        let mut snaps = vec![
+            c("a1", 10, Kind::PreSwitch { set: 1 }),
+            c("a2", 10, Kind::PreSwitch { set: 1 }),
+        ];
+        snaps[1].pinned = true;
+        let p = plan(&snaps, &policy, NOW, u64::MAX);
+        assert!(p.delete.is_empty());
+        assert_eq!(p.spared[0].protection, Protection::SetMemberProtected);
+        assert_eq!(p.spared[1].protection, Protection::Pinned);
+    }
+
+    #[test]
+    fn timeline_keeps_the_newest_of_each_period() {
+        let policy = Policy {
+            hourly: 2,
+            daily: 0,
+            weekly: 0,
+            monthly: 0,
+            floor_bytes: 0,
+            ..Policy::default()
+        };
+        // Two in the newest hour, one in the hour before, one three hours ago.
+        let mut snaps = vec![
+            c("t3", 3, Kind::Timeline),
+            c("t1", 1, Kind::Timeline),
+            c("t0a", 0, Kind::Timeline),
+            c("t0b", 0, Kind::Timeline),
+        ];
+        snaps[2].taken_micros += 10 * 60_000_000;
+        snaps[3].taken_micros += 20 * 60_000_000;
+        let p = plan(&snaps, &policy, NOW, u64::MAX);
+        assert_eq!(names(&p), ["t3", "t0a"]);
+    }
+
+    #[test]
+    fn manual_stays_unless_a_max_age_is_stated() {
+        let snaps = vec![c("m", 24 * 400, Kind::Manual)];
+        let mut policy = Policy {
+            floor_bytes: 0,
+            ..Policy::default()
+        };
+        assert!(plan(&snaps, &policy, NOW, 0).delete.is_empty());
+        policy.manual_max_age = Some(Duration::from_secs(365 * 86_400));
+        let p = plan(&snaps, &policy, NOW, 0);
+        assert_eq!(names(&p), ["m"]);
+        assert_eq!(p.delete[0].rule.code(), "manual-max-age");
+    }
+
+    #[test]
+    fn below_the_floor_the_oldest_automatic_goes_first() {
+        let policy = Policy {
+            floor_bytes: 100,
+            ..Policy::default()
+        };
+        let snaps = vec![
+            c("manual-old", 50, Kind::Manual),
+            c("unknown-old", 60, Kind::UnknownOrigin),
+            c("t-old", 20, Kind::Timeline),
+            c("s-new1", 2, Kind::PreSwitch { set: 9 }),
+            c("s-old1", 30, Kind::PreSwitch { set: 3 }),
+            c("s-old2", 30, Kind::PreSwitch { set: 3 }),
+        ];
+        let p = plan(&snaps, &policy, NOW, 99);
+        assert_eq!(names(&p), ["s-old1", "s-old2"]);
+        assert_eq!(p.delete[0].rule.code(), "free-space-floor");
+        assert!(p.delete[0].rule.to_string().contains("below the floor"));
+        assert!(plan(&snaps, &policy, NOW, 100).delete.is_empty());
+        // Nothing automatic left: the floor cannot be met, and the plan says so.
+        let only_manual = vec![c("m", 5, Kind::Manual)];
+        let p = plan(&only_manual, &policy, NOW, 1);
+        assert!(p.delete.is_empty() && p.floor_unmet);
+    }
+
+    #[test]
+    fn weeks_start_on_monday_and_months_are_calendar_months() {
+        let monday = time::macros::datetime!(2026-11-30 00:00 UTC).unix_timestamp() * 1_000_000;
+        assert_ne!(period(monday, 2), period(monday - 1, 2));
+        assert_eq!(period(monday, 2), period(monday + 7 * DAY - 1, 2));
+        let december = time::macros::datetime!(2026-12-01 00:00 UTC).unix_timestamp() * 1_000_000;
+        assert_eq!(period(december, 3), period(december - 1, 3) + 1);
+        assert_eq!(period(december, 1), period(december - 1, 1) + 1);
+    }
+
+    fn kind() -> impl Strategy<Value = Kind> {
+        prop_oneof![
+            (0i64..6).prop_map(|set| Kind::PreSwitch { set }),
+            Just(Kind::Timeline),
+            Just(Kind::Timeline),
+            Just(Kind::Manual),
+            Just(Kind::UnknownOrigin),
+        ]
+    }
+
+    fn candidates() -> impl Strategy<Value = Vec<Candidate>> {
+        prop::collection::vec(
+            (
+                0i64..90 * DAY,
+                kind(),
+                prop::bool::weighted(0.1),
+                prop::bool::weighted(0.05),
+            ),
+            0..80,
+        )
+        .prop_map(|v| {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, (ago, kind, kept, pinned))| Candidate {
+                    name: format!("s{i:03}"),
+                    taken_micros: NOW - ago,
+                    kind,
+                    kept,
+                    pinned,
+                })
+                .collect()
+        })
+    }
+
+    fn policy() -> impl Strategy<Value = Policy> {
+        (
+            0usize..4,
+            0usize..30,
+            0usize..10,
+            0usize..6,
+            0usize..4,
+            prop::option::of(0u64..100),
+            0u64..200,
+        )
+            .prop_map(|(sets, h, d, w, m, age_days, floor)| Policy {
+                pre_switch_sets: sets,
+                hourly: h,
+                daily: d,
+                weekly: w,
+                monthly: m,
+                manual_max_age: age_days.map(|d| Duration::from_secs(d * 86_400)),
+                floor_bytes: floor,
+                hard_floor_bytes: 0,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn never_deletes_pinned_kept_or_unknown(snaps in candidates(), p in policy(), free in 0u64..300) {
+            let out = plan(&snaps, &p, NOW, free);
+            for d in &out.delete {
+                let s = snaps.iter().find(|s| s.name == d.name).unwrap();
+                prop_assert!(!s.pinned && !s.kept, "{} deleted though protected", d.name);
+                prop_assert!(s.kind != Kind::UnknownOrigin);
+            }
+        }
+
+        #[test]
+        fn same_input_same_choice_in_any_order(snaps in candidates(), p in policy(), free in 0u64..300, seed in any::<u64>()) {
+            let a = plan(&snaps, &p, NOW, free);
+            let mut shuffled = snaps.clone();
+            // A deterministic shuffle from the seed.
+            let mut x = seed | 1;
+            for i in (1..shuffled.len()).rev() {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                shuffled.swap(i, (x % (i as u64 + 1)) as usize);
+            }
+            prop_assert_eq!(&a, &plan(&shuffled, &p, NOW, free));
+        }
+
+        #[test]
+        fn a_pre_switch_set_goes_whole_or_not_at_all(snaps in candidates(), p in policy(), free in 0u64..300) {
+            let out = plan(&snaps, &p, NOW, free);
+            let gone: BTreeSet<&str> = out.delete.iter().map(|d| d.name.as_str()).collect();
+            for s in &snaps {
+                if let Kind::PreSwitch { set } = s.kind {
+                    let members: Vec<&Candidate> = snaps.iter().filter(|m| m.kind == s.kind).collect();
+                    let n = members.iter().filter(|m| gone.contains(m.name.as_str())).count();
+                    prop_assert!(n == 0 || n == members.len(), "set {set}: {n} of {} go", members.len());
+                }
+            }
+        }
+
+        #[test]
+        fn counts_are_respected(snaps in candidates(), p in policy()) {
+            // Above the floor only the counts decide.
+            let out = plan(&snaps, &p, NOW, u64::MAX);
+            let gone: BTreeSet<&str> = out.delete.iter().map(|d| d.name.as_str()).collect();
+            // The newest `pre_switch_sets` sets all stay; no set beyond them stays unless protected.
+            let mut sets: BTreeMap<i64, (i64, bool)> = BTreeMap::new();
+            for s in &snaps {
+                if let Kind::PreSwitch { set } = s.kind {
+                    let e = sets.entry(set).or_insert((i64::MIN, false));
+                    e.0 = e.0.max(s.taken_micros);
+                    e.1 |= s.pinned || s.kept;
+                }
+            }
+            let mut order: Vec<(i64, i64, bool)> = sets.iter().map(|(id, (t, prot))| (*t, *id, *prot)).collect();
+            order.sort_by(|a, b| b.cmp(a));
+            for (i, (_, id, prot)) in order.iter().enumerate() {
+                let any_gone = snaps.iter().any(|s| s.kind == Kind::PreSwitch { set: *id } && gone.contains(s.name.as_str()));
+                prop_assert_eq!(any_gone, i >= p.pre_switch_sets && !prot, "set {}", id);
+            }
+            // Timeline: unprotected survivors are at most hourly+daily+weekly+monthly, and
+            // the newest timeline snapshot stays whenever any count is non-zero.
+            let timeline: Vec<&Candidate> = snaps.iter().filter(|s| s.kind == Kind::Timeline).collect();
+            let stay = timeline.iter().filter(|s| !gone.contains(s.name.as_str()) && !s.kept && !s.pinned).count();
+            prop_assert!(stay <= p.hourly + p.daily + p.weekly + p.monthly);
+            if let Some(newest) = timeline.iter().max_by(|a, b| a.taken_micros.cmp(&b.taken_micros).then(a.name.cmp(&b.name))) {
+                if p.hourly + p.daily + p.weekly + p.monthly > 0 {
+                    prop_assert!(!gone.contains(newest.name.as_str()));
+                }
+            }
+            // For each count, the last N distinct hours/days/... with a timeline snapshot keep one.
+            for (g, n) in [p.hourly, p.daily, p.weekly, p.monthly].into_iter().enumerate() {
+                let mut periods: Vec<i64> = timeline.iter().map(|s| period(s.taken_micros, g)).collect();
+                periods.sort_unstable_by(|a, b| b.cmp(a));
+                periods.dedup();
+                for per in periods.into_iter().take(n) {
+                    prop_assert!(timeline.iter().any(|s| period(s.taken_micros, g) == per && !gone.contains(s.name.as_str())));
+                }
+            }
+            // Manual: only by age, never by count.
+            for s in snaps.iter().filter(|s| s.kind == Kind::Manual) {
+                if gone.contains(s.name.as_str()) {
+                    let max = p.manual_max_age.unwrap();
+                    prop_assert!(NOW - s.taken_micros > max.as_micros() as i64);
+                }
+            }
+        }
+
+        #[test]
+        fn below_the_floor_at_most_one_more_unit_goes(snaps in candidates(), p in policy(), free in 0u64..300) {
+            let above: BTreeSet<String> = plan(&snaps, &p, NOW, u64::MAX).delete.into_iter().map(|d| d.name).collect();
+            let below = plan(&snaps, &p, NOW, free);
+            let extra: Vec<&Deletion> = below.delete.iter().filter(|d| !above.contains(&d.name)).collect();
+            let units: BTreeSet<Kind> = extra.iter().map(|d| snaps.iter().find(|s| s.name == d.name).unwrap().kind).collect();
+            prop_assert!(units.len() <= 1);
+            if units.contains(&Kind::Timeline) { prop_assert_eq!(extra.len(), 1); }
+            for d in extra {
+                prop_assert_eq!(d.rule.code(), "free-space-floor");
+            }
+        }
+    }
+}
