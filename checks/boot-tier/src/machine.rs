@@ -187,7 +187,7 @@ impl Boot {
 
     /// The kernel clock of the console's last stamped line: how far the guest got.
     pub fn kernel_seconds(&self) -> Option<f64> {
-        self.console.lines().filter_map(kernel_time).last()
+        self.console.lines().rev().find_map(kernel_time)
     }
 
     /// The longest silence on the console (kernel clock) and the line that ended it.

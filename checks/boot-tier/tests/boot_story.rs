@@ -197,6 +197,17 @@ fn boot(m: &mut Machine, options: &BootOptions) -> Boot {
         b.ending,
         b.took.as_secs_f64()
     );
+    if b.took.as_secs() > 60 {
+        // Rare here (about one boot in forty, not reproducible alone): say where the time went.
+        let (gap, line) = b.longest_quiet().unwrap_or_default();
+        println!(
+            "    slow boot: kernel clock at the last console line {:?} s, init started at {:?} s, \
+             longest silence {gap:.1} s before {line:?}; console tail:\n{}",
+            b.kernel_seconds(),
+            b.report.as_ref().and_then(|r| r.uptime_at_init),
+            b.console_tail(8)
+        );
+    }
     b
 }
 
