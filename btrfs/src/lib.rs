@@ -8,8 +8,11 @@
 //! Durability is the caller's to ask for: [`Dir::commit`] commits the filesystem's
 //! current transaction; see `../shared/MACHINE-NOTES.md` for which operations commit.
 
+pub mod changes;
 #[doc(hidden)]
 pub mod sys; // the raw ioctls, public for the benches' floor only
+
+pub use changes::{Change, ChangedPath, Changes, ChangesOptions, Counts, Progress};
 
 use std::mem::offset_of;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

@@ -65,6 +65,28 @@ pub fn tree_id(fd: BorrowedFd<'_>) -> Result<u64, Errno> {
     Ok(args.treeid)
 }
 
+/// The path of inode `ino` within subvolume `tree` (`BTRFS_IOC_INO_LOOKUP`, which follows
+/// the inode's first back reference up to the subvolume root; needs CAP_SYS_ADMIN), as
+/// bytes relative to that root, without the kernel's trailing `/`. Empty for the root.
+pub fn ino_lookup_path(fd: BorrowedFd<'_>, tree: u64, ino: u64) -> Result<Vec<u8>, Errno> {
+    // SAFETY: all-zero is valid for this plain-data struct.
+    let mut args: btrfs_ioctl_ino_lookup_args = unsafe { zeroed() };
+    args.treeid = tree;
+    args.objectid = ino;
+    // SAFETY: INO_LOOKUP takes a `btrfs_ioctl_ino_lookup_args` in and out.
+    unsafe { ioctl(fd, Updater::<INO_LOOKUP, _>::new(&mut args)) }?;
+    let mut path: Vec<u8> = args
+        .name
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    if path.last() == Some(&b'/') {
+        path.pop();
+    }
+    Ok(path)
+}
+
 /// `BTRFS_IOC_GET_SUBVOL_INFO` on any fd inside the subvolume (no capability needed).
 pub fn get_subvol_info(fd: BorrowedFd<'_>) -> Result<btrfs_ioctl_get_subvol_info_args, Errno> {
     // SAFETY: all-zero is valid for this plain-data struct.
@@ -183,6 +205,24 @@ impl TreeSearch {
         key: SearchKey,
         mut each: impl FnMut(Item<'_>),
     ) -> Result<(), Errno> {
+        self.scan(fd, key, 0, |item| {
+            each(item);
+            std::ops::ControlFlow::Continue(())
+        })
+        .map(drop)
+    }
+
+    /// Like [`TreeSearch::for_each`], but only in tree blocks written in transaction
+    /// `min_transid` or later (the kernel skips whole unchanged subtrees: the cheap way to
+    /// find what changed since a generation), and `each` may stop the walk. Returns false
+    /// when `each` stopped it, true when the range was walked to its end.
+    pub fn scan(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        key: SearchKey,
+        min_transid: u64,
+        mut each: impl FnMut(Item<'_>) -> std::ops::ControlFlow<()>,
+    ) -> Result<bool, Errno> {
         let mut min = key.min;
         loop {
             // SAFETY: all-zero is valid for this plain-data struct.
@@ -191,11 +231,12 @@ impl TreeSearch {
             (sk.min_objectid, sk.min_type, sk.min_offset) = (min.0, u32::from(min.1), min.2);
             (sk.max_objectid, sk.max_type, sk.max_offset) =
                 (key.max.0, u32::from(key.max.1), key.max.2);
+            sk.min_transid = min_transid;
             sk.max_transid = u64::MAX;
             sk.nr_items = u32::MAX;
             let found = self.call(fd, sk)?;
             if found.nr_items == 0 {
-                return Ok(());
+                return Ok(true);
             }
             let bytes = self.result_bytes();
             let mut at = 0usize;
@@ -209,15 +250,18 @@ impl TreeSearch {
                 let data = &bytes[at + HEADER_LEN..at + HEADER_LEN + len];
                 at += HEADER_LEN + len;
                 last = Some((objectid, item_type, offset));
-                each(Item {
+                let flow = each(Item {
                     objectid,
                     item_type,
                     offset,
                     data,
                 });
+                if flow.is_break() {
+                    return Ok(false);
+                }
             }
             let Some((objectid, item_type, offset)) = last else {
-                return Ok(());
+                return Ok(true);
             };
             // The next key after the last one seen.
             min = if offset < u64::MAX {
@@ -227,10 +271,10 @@ impl TreeSearch {
             } else if objectid < u64::MAX {
                 (objectid + 1, 0, 0)
             } else {
-                return Ok(());
+                return Ok(true);
             };
             if min > key.max {
-                return Ok(());
+                return Ok(true);
             }
         }
     }

@@ -1,0 +1,536 @@
+//! What changed in a subvolume since a read-only snapshot of it, from Btrfs metadata only
+//! (adr/0012): no file content is read, and no snapshot is made.
+//!
+//! The method is a generation-based tree search. Every item Btrfs writes carries the
+//! transaction it was written in, and every tree block the newest transaction of anything
+//! beneath it; a snapshot taken in transaction `T` shares every block of the subvolume as it
+//! was then. So a tree search of the live subvolume restricted to blocks newer than `T`
+//! visits only the parts that changed, however large the rest is:
+//!
+//! - an inode item newer than `T` whose inode was created after `T` is **added**;
+//! - one created at or before `T` is **modified** when its change time, modification time,
+//!   size, link count, mode or owner differ from the snapshot's copy (a read that only moved
+//!   the access time is not a change);
+//! - entries that a modified directory had in the snapshot and no longer has name inodes
+//!   that are **removed** when the live subvolume has no such inode any more; a removed
+//!   directory's own entries are followed the same way, in the snapshot;
+//! - **bytes written** are the logical bytes of file extents written after `T` that the live
+//!   subvolume still holds (the file ranges a restore would throw away); preallocated,
+//!   never-written ranges and holes do not count, nor do bytes written and deleted again.
+//!
+//! A rename is a modification of the inode renamed and of the directories on both sides,
+//! never an addition and a removal. A new hard link modifies the inode (its link count) and
+//! the directory; removing one of two links modifies it; removing the last removes it, once.
+//! Nested subvolumes are other trees and are not looked into.
+
+use std::collections::{BTreeMap, HashSet};
+use std::mem::offset_of;
+use std::ops::ControlFlow;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use linux_raw_sys::btrfs as raw;
+use rustix::io::Errno;
+
+use crate::sys::{self, SearchKey, TreeSearch};
+use crate::{le, Error, Result, SubvolumeInfo, Top};
+
+/// Added, modified and removed, of files or of directories.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub added: u64,
+    pub modified: u64,
+    pub removed: u64,
+}
+
+/// How one path changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Change {
+    Added,
+    Modified,
+    Removed,
+}
+
+/// One changed file or directory, by its path relative to the subvolume's root (for a
+/// removed one, where it was in the snapshot). An inode with several hard links is listed
+/// once, under one of its names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangedPath {
+    pub change: Change,
+    pub directory: bool,
+    /// Relative, `/`-separated; bytes that are not UTF-8 are shown as U+FFFD.
+    pub path: String,
+}
+
+/// What changed since the snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Everything that is not a directory: regular files, symlinks, fifos, devices.
+    pub files: Counts,
+    pub directories: Counts,
+    /// Logical bytes of file data written since and still there (see the module doc).
+    pub bytes_written: u64,
+    /// False when the time limit cut the count short: every number is then a lower bound.
+    pub complete: bool,
+    /// The changed paths, when asked for; at most `ChangesOptions::max_paths`.
+    pub paths: Vec<ChangedPath>,
+    /// How many changed paths were left out of `paths` by `max_paths` (or by the limit).
+    pub paths_left_off: u64,
+}
+
+impl Changes {
+    /// Files and directories added, modified and removed, all together.
+    pub fn total(&self) -> u64 {
+        let Counts {
+            added,
+            modified,
+            removed,
+        } = self.files;
+        let d = self.directories;
+        added + modified + removed + d.added + d.modified + d.removed
+    }
+}
+
+/// How far a count has come, handed to the progress callback about once a second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Tree items looked at so far.
+    pub items_seen: u64,
+    /// Changed files and directories found so far.
+    pub changes_found: u64,
+    pub elapsed: Duration,
+}
+
+/// What to count, and for how long.
+#[derive(Debug, Clone, Copy)]
+pub struct ChangesOptions {
+    /// Past this moment the count stops and answers what it has (`complete: false`).
+    pub deadline: Instant,
+    /// Resolve the changed inodes to paths.
+    pub with_paths: bool,
+    /// At most this many paths.
+    pub max_paths: usize,
+}
+
+const INODE_ITEM: u8 = raw::BTRFS_INODE_ITEM_KEY as u8;
+const DIR_INDEX: u8 = raw::BTRFS_DIR_INDEX_KEY as u8;
+const EXTENT_DATA: u8 = raw::BTRFS_EXTENT_DATA_KEY as u8;
+const FIRST_INODE: u64 = raw::BTRFS_FIRST_FREE_OBJECTID as u64;
+const LAST_INODE: u64 = raw::BTRFS_LAST_FREE_OBJECTID as u64;
+const FT_DIR: u8 = raw::BTRFS_FT_DIR as u8;
+const S_IFMT: u32 = 0o170_000;
+const S_IFDIR: u32 = 0o040_000;
+/// How often the deadline is looked at, in items.
+const CHECK_EVERY: u64 = 1024;
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// The fields of a `btrfs_inode_item` that say whether an inode changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Inode {
+    /// The transaction that created it, and the last that changed its item.
+    created: u64,
+    transid: u64,
+    size: u64,
+    nlink: u64,
+    uid: u64,
+    gid: u64,
+    mode: u32,
+    ctime: (u64, u64),
+    mtime: (u64, u64),
+}
+
+impl Inode {
+    fn parse(data: &[u8]) -> Option<Inode> {
+        use raw::{btrfs_inode_item as I, btrfs_timespec as T};
+        if data.len() < std::mem::size_of::<I>() {
+            return None;
+        }
+        let time = |at: usize| {
+            (
+                le::<8>(data, at + offset_of!(T, sec)),
+                le::<4>(data, at + offset_of!(T, nsec)),
+            )
+        };
+        Some(Inode {
+            created: le::<8>(data, offset_of!(I, generation)),
+            transid: le::<8>(data, offset_of!(I, transid)),
+            size: le::<8>(data, offset_of!(I, size)),
+            nlink: le::<4>(data, offset_of!(I, nlink)),
+            uid: le::<4>(data, offset_of!(I, uid)),
+            gid: le::<4>(data, offset_of!(I, gid)),
+            mode: le::<4>(data, offset_of!(I, mode)) as u32,
+            ctime: time(offset_of!(I, ctime)),
+            mtime: time(offset_of!(I, mtime)),
+        })
+    }
+
+    fn is_dir(&self) -> bool {
+        self.mode & S_IFMT == S_IFDIR
+    }
+
+    /// The same inode as `then`, changed in more than its access time.
+    fn differs_from(&self, then: &Inode) -> bool {
+        (
+            self.ctime, self.mtime, self.size, self.nlink, self.mode, self.uid, self.gid,
+        ) != (
+            then.ctime, then.mtime, then.size, then.nlink, then.mode, then.uid, then.gid,
+        )
+    }
+}
+
+/// Logical bytes of file data one `btrfs_file_extent_item` holds, if it was written after
+/// generation `since`.
+fn extent_bytes_since(data: &[u8], since: u64) -> u64 {
+    use raw::btrfs_file_extent_item as F;
+    if data.len() <= offset_of!(F, type_) || le::<8>(data, offset_of!(F, generation)) <= since {
+        return 0;
+    }
+    match u32::from(data[offset_of!(F, type_)]) {
+        t if t == raw::BTRFS_FILE_EXTENT_INLINE as u32 => le::<8>(data, offset_of!(F, ram_bytes)),
+        // A disk_bytenr of 0 is a hole; prealloc (2) is reserved, never written.
+        t if t == raw::BTRFS_FILE_EXTENT_REG as u32 => {
+            if le::<8>(data, offset_of!(F, disk_bytenr)) == 0 {
+                0
+            } else {
+                le::<8>(data, offset_of!(F, num_bytes))
+            }
+        }
+        _ => 0,
+    }
+}
+
+/// A `btrfs_dir_item` of a DIR_INDEX item: the inode it names, whether that is a directory,
+/// and whether it is an inode at all (not a nested subvolume's root).
+fn parse_dir_index(data: &[u8]) -> Option<(u64, bool, bool)> {
+    use raw::{btrfs_dir_item as D, btrfs_disk_key as K};
+    if data.len() < std::mem::size_of::<D>() {
+        return None;
+    }
+    let location = offset_of!(D, location);
+    let objectid = le::<8>(data, location + offset_of!(K, objectid));
+    let is_inode = data[location + offset_of!(K, type_)] == INODE_ITEM;
+    let is_dir = data[offset_of!(D, type_)] == FT_DIR;
+    Some((objectid, is_dir, is_inode))
+}
+
+/// The running count, with the clock.
+struct Counter<'p> {
+    options: ChangesOptions,
+    started: Instant,
+    last_progress: Instant,
+    items_seen: u64,
+    out_of_time: bool,
+    changes: Changes,
+    progress: &'p mut dyn FnMut(Progress),
+}
+
+impl Counter<'_> {
+    /// Count one item looked at; false once the deadline has passed.
+    fn tick(&mut self) -> bool {
+        self.items_seen += 1;
+        if !self.items_seen.is_multiple_of(CHECK_EVERY) {
+            return !self.out_of_time;
+        }
+        let now = Instant::now();
+        if now >= self.options.deadline {
+            self.out_of_time = true;
+        }
+        if now.duration_since(self.last_progress) >= PROGRESS_EVERY {
+            self.last_progress = now;
+            (self.progress)(Progress {
+                items_seen: self.items_seen,
+                changes_found: self.changes.total(),
+                elapsed: now.duration_since(self.started),
+            });
+        }
+        !self.out_of_time
+    }
+
+    fn count(&mut self, change: Change, directory: bool) {
+        let c = if directory {
+            &mut self.changes.directories
+        } else {
+            &mut self.changes.files
+        };
+        match change {
+            Change::Added => c.added += 1,
+            Change::Modified => c.modified += 1,
+            Change::Removed => c.removed += 1,
+        }
+    }
+}
+
+impl Top {
+    /// What changed in the subvolume `live` since `snapshot`, a read-only snapshot of it or
+    /// of a state it descends from (the caller checks that lineage: against an unrelated
+    /// snapshot the answer means nothing). Tree searches only; needs CAP_SYS_ADMIN.
+    /// `progress` is called about once a second while it runs.
+    pub fn changes_since(
+        &self,
+        live: &SubvolumeInfo,
+        snapshot: &SubvolumeInfo,
+        options: ChangesOptions,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Changes> {
+        const OP: &str = "count the changes since a snapshot";
+        let shown = format!("subvolume {} since subvolume {}", live.id, snapshot.id);
+        let fail = |e: Errno| Error::sys(OP, &shown, e);
+        // The snapshot shares every block the live subvolume had when it was taken, in
+        // transaction `since`; anything written later carries a newer generation.
+        let since = if snapshot.created_generation != 0 {
+            snapshot.created_generation
+        } else {
+            snapshot.generation
+        };
+        let fd = self.dir().as_fd();
+        let now = Instant::now();
+        let mut counter = Counter {
+            options,
+            started: now,
+            last_progress: now,
+            items_seen: 0,
+            out_of_time: false,
+            changes: Changes::default(),
+            progress,
+        };
+        let mut search = TreeSearch::new();
+
+        // 1. The blocks of the live tree written since: inode items and file extents.
+        let mut touched: BTreeMap<u64, Inode> = BTreeMap::new();
+        let mut bytes = 0u64;
+        let everything = SearchKey {
+            tree_id: live.id,
+            min: (FIRST_INODE, 0, 0),
+            max: (LAST_INODE, u8::MAX, u64::MAX),
+        };
+        search
+            .scan(fd, everything, since + 1, |item| {
+                match item.item_type as u8 {
+                    INODE_ITEM => {
+                        if let Some(inode) = Inode::parse(item.data) {
+                            if inode.transid > since {
+                                touched.insert(item.objectid, inode);
+                            }
+                        }
+                    }
+                    EXTENT_DATA => bytes += extent_bytes_since(item.data, since),
+                    _ => {}
+                }
+                if counter.tick() {
+                    ControlFlow::Continue(())
+                } else {
+                    ControlFlow::Break(())
+                }
+            })
+            .map_err(fail)?;
+        counter.changes.bytes_written = bytes;
+
+        // 2. Each touched inode: added, modified, or only read (its access time moved).
+        let mut found: Vec<(u64, Change, bool)> = Vec::new();
+        let mut changed_dirs: Vec<u64> = Vec::new();
+        for (&ino, inode) in &touched {
+            if !counter.tick() {
+                break;
+            }
+            // Unlinked but still open: gone from the tree's names; counted as removed
+            // below if it was there before.
+            if inode.nlink == 0 {
+                continue;
+            }
+            let change = if inode.created > since {
+                Change::Added
+            } else {
+                match lookup_inode(&mut search, fd, snapshot.id, ino).map_err(fail)? {
+                    Some(then) if !inode.differs_from(&then) => continue,
+                    Some(_) => Change::Modified,
+                    // Created before the snapshot yet not in it: not of this lineage's
+                    // snapshot state; it is new to the subvolume all the same.
+                    None => Change::Added,
+                }
+            };
+            if change == Change::Modified && inode.is_dir() {
+                changed_dirs.push(ino);
+            }
+            counter.count(change, inode.is_dir());
+            found.push((ino, change, inode.is_dir()));
+        }
+
+        // 3. Names a changed directory had in the snapshot and has no more: removed inodes,
+        // when the live subvolume has no such inode (a rename or a dropped hard link
+        // leaves it in place, and it was counted as modified above).
+        let mut removed: HashSet<u64> = HashSet::new();
+        let mut gone_dirs: Vec<u64> = Vec::new();
+        'dirs: for dir in changed_dirs {
+            let now = dir_entries(&mut search, fd, live.id, dir).map_err(fail)?;
+            let then = dir_entries(&mut search, fd, snapshot.id, dir).map_err(fail)?;
+            for (index, (child, is_dir, is_inode)) in then {
+                if !counter.tick() {
+                    break 'dirs;
+                }
+                if !is_inode || now.get(&index).is_some_and(|e| e.0 == child) {
+                    continue;
+                }
+                let alive = lookup_inode(&mut search, fd, live.id, child)
+                    .map_err(fail)?
+                    .is_some_and(|i| i.nlink > 0 && i.created <= since);
+                if !alive && removed.insert(child) {
+                    counter.count(Change::Removed, is_dir);
+                    found.push((child, Change::Removed, is_dir));
+                    if is_dir {
+                        gone_dirs.push(child);
+                    }
+                }
+            }
+        }
+        // A removed directory's entries, as the snapshot has them: each removed too,
+        // unless it was moved out first.
+        'gone: while let Some(dir) = gone_dirs.pop() {
+            for (child, is_dir, is_inode) in dir_entries(&mut search, fd, snapshot.id, dir)
+                .map_err(fail)?
+                .into_values()
+            {
+                if !counter.tick() {
+                    break 'gone;
+                }
+                if !is_inode || removed.contains(&child) {
+                    continue;
+                }
+                let alive = lookup_inode(&mut search, fd, live.id, child)
+                    .map_err(fail)?
+                    .is_some_and(|i| i.nlink > 0 && i.created <= since);
+                if !alive {
+                    removed.insert(child);
+                    counter.count(Change::Removed, is_dir);
+                    found.push((child, Change::Removed, is_dir));
+                    if is_dir {
+                        gone_dirs.push(child);
+                    }
+                }
+            }
+        }
+
+        // 4. Paths, by each inode's first back reference: in the live tree, or for a
+        // removed one in the snapshot's.
+        if options.with_paths {
+            found.sort_by_key(|f| (f.1, f.0));
+            for (ino, change, directory) in &found {
+                if counter.changes.paths.len() >= options.max_paths || !counter.tick() {
+                    break;
+                }
+                let tree = if *change == Change::Removed {
+                    snapshot.id
+                } else {
+                    live.id
+                };
+                // Removed between the count and now (a live subvolume keeps changing).
+                let Ok(path) = sys::ino_lookup_path(fd, tree, *ino) else {
+                    continue;
+                };
+                counter.changes.paths.push(ChangedPath {
+                    change: *change,
+                    directory: *directory,
+                    path: String::from_utf8_lossy(&path).into_owned(),
+                });
+            }
+            counter.changes.paths_left_off =
+                found.len() as u64 - counter.changes.paths.len() as u64;
+        }
+
+        counter.changes.complete = !counter.out_of_time;
+        Ok(counter.changes)
+    }
+}
+
+/// The inode item of `ino` in tree `tree`, if there is one.
+fn lookup_inode(
+    search: &mut TreeSearch,
+    fd: std::os::fd::BorrowedFd<'_>,
+    tree: u64,
+    ino: u64,
+) -> std::result::Result<Option<Inode>, Errno> {
+    let mut inode = None;
+    let key = SearchKey {
+        tree_id: tree,
+        min: (ino, INODE_ITEM, 0),
+        max: (ino, INODE_ITEM, 0),
+    };
+    search.scan(fd, key, 0, |item| {
+        inode = Inode::parse(item.data);
+        ControlFlow::Break(())
+    })?;
+    Ok(inode)
+}
+
+/// A directory's entries by their index: (inode, is a directory, is an inode).
+fn dir_entries(
+    search: &mut TreeSearch,
+    fd: std::os::fd::BorrowedFd<'_>,
+    tree: u64,
+    dir: u64,
+) -> std::result::Result<BTreeMap<u64, (u64, bool, bool)>, Errno> {
+    let mut out = BTreeMap::new();
+    let key = SearchKey {
+        tree_id: tree,
+        min: (dir, DIR_INDEX, 0),
+        max: (dir, DIR_INDEX, u64::MAX),
+    };
+    search.scan(fd, key, 0, |item| {
+        if let Some(entry) = parse_dir_index(item.data) {
+            out.insert(item.offset, entry);
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extents_count_only_when_written_since() {
+        use raw::btrfs_file_extent_item as F;
+        let mut data = vec![0u8; std::mem::size_of::<F>()];
+        let put =
+            |d: &mut Vec<u8>, at: usize, v: u64| d[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        put(&mut data, offset_of!(F, generation), 10);
+        data[offset_of!(F, type_)] = raw::BTRFS_FILE_EXTENT_REG as u8;
+        put(&mut data, offset_of!(F, disk_bytenr), 4096);
+        put(&mut data, offset_of!(F, num_bytes), 8192);
+        assert_eq!(extent_bytes_since(&data, 9), 8192);
+        assert_eq!(extent_bytes_since(&data, 10), 0);
+        put(&mut data, offset_of!(F, disk_bytenr), 0); // a hole
+        assert_eq!(extent_bytes_since(&data, 9), 0);
+        data[offset_of!(F, type_)] = 2; // prealloc
+        assert_eq!(extent_bytes_since(&data, 9), 0);
+        let mut inline = vec![0u8; offset_of!(F, disk_bytenr) + 5];
+        put(&mut inline, offset_of!(F, generation), 10);
+        put(&mut inline, offset_of!(F, ram_bytes), 5);
+        inline[offset_of!(F, type_)] = raw::BTRFS_FILE_EXTENT_INLINE as u8;
+        assert_eq!(extent_bytes_since(&inline, 9), 5);
+        assert_eq!(extent_bytes_since(&inline[..3], 9), 0);
+    }
+
+    #[test]
+    fn an_access_time_alone_is_no_change() {
+        let then = Inode {
+            created: 5,
+            transid: 5,
+            size: 1,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            mode: 0o100_644,
+            ctime: (1, 0),
+            mtime: (1, 0),
+        };
+        let read = Inode { transid: 9, ..then };
+        assert!(!read.differs_from(&then));
+        let written = Inode {
+            ctime: (2, 0),
+            ..read
+        };
+        assert!(written.differs_from(&then));
+        assert!(!then.is_dir());
+    }
+}
