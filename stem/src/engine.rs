@@ -14,6 +14,9 @@ use serde::Serialize;
 use uuid::Uuid;
 
 /// One snapshot in the store.
+mod changes;
+pub use changes::MAX_PATHS;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Snapshot {
     pub name: SnapshotName,
@@ -106,6 +109,11 @@ pub enum EngineError {
     #[error(transparent)]
     Btrfs(#[from] btrfs::Error),
 }
+    #[error("{snapshot} holds no state that {path} descends from now (an earlier restore left that line behind), so what changed since it cannot be counted", path = subvolume.display_path())]
+    NotInHistory {
+        snapshot: SnapshotName,
+        subvolume: SubvolumeName,
+    },
 
 /// The engine, holding the top of the filesystem open.
 #[derive(Debug)]

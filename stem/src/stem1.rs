@@ -142,6 +142,38 @@ pub enum Error {
     /// The snapshot is of another subvolume than its name says.
     OfAnotherSubvolume(String),
     /// A different restore is already staged; withdraw it first.
+/// What changed in a live subvolume since one of its snapshots (ChangesSince), from Btrfs
+/// metadata only. "Files" are everything that is not a directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct ChangesInfo {
+    pub files_added: u64,
+    /// Files whose content or metadata changed (a rename or a new hard link modifies the
+    /// file and its directories; it never adds or removes).
+    pub files_modified: u64,
+    pub files_removed: u64,
+    pub directories_added: u64,
+    pub directories_modified: u64,
+    pub directories_removed: u64,
+    /// Logical bytes of file data written since the snapshot and still there.
+    pub bytes_written: u64,
+    /// False when the time limit cut the count short: every number is then "at least".
+    pub complete: bool,
+    /// The changed paths, when asked for (at most 10000), relative to the subvolume root.
+    pub paths: Vec<ChangedPathInfo>,
+    /// How many changed paths were left out of `paths`.
+    pub paths_left_off: u64,
+}
+
+/// One changed path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct ChangedPathInfo {
+    /// `added`, `modified` or `removed`.
+    pub change: String,
+    pub directory: bool,
+    /// Relative to the subvolume's root; for a removed one, where it was in the snapshot.
+    pub path: String,
+}
+
     AnotherRestoreStaged(String),
     /// The snapshot is named by the staged restore; withdraw the restore before deleting it.
     Pinned(String),
@@ -181,6 +213,9 @@ impl From<&EngineError> for Error {
             EngineError::BadOutcomeFile(_) => Error::BadOutcomeFile(message),
             EngineError::NotTopLevel { .. }
             | EngineError::NoFreeName(_)
+    /// The snapshot holds no state the live subvolume descends from (an earlier restore
+    /// left that line behind): changes since it cannot be counted.
+    NotInHistory(String),
             | EngineError::Btrfs(_) => Error::Failed(message),
         }
     }
@@ -206,6 +241,7 @@ impl From<Refusal> for Error {
 
 impl Error {
     /// The same error name with another message.
+            EngineError::NotInHistory { .. } => Error::NotInHistory(message),
     fn with_message(self, message: String) -> Error {
         use Error::*;
         match self {
@@ -252,6 +288,7 @@ impl Stem1 {
             Ok(uid) => {
                 tracing::debug!(uid, member, "call admitted");
                 Ok(uid)
+            NotInHistory(_) => NotInHistory(message),
             }
             Err(refusal) => {
                 tracing::warn!(member, %refusal, "call refused");
@@ -468,6 +505,72 @@ fn parse_set(names: &[String]) -> Result<Vec<SubvolumeName>, Error> {
 
 // --- Conversions between the engine's domain types and the wire types. ---
 
+
+    /// What changed in the live subvolume since the snapshot `name`: files and directories
+    /// added, modified and removed, and bytes written, from Btrfs metadata only (no file
+    /// content is read). `time_limit_ms`: past it (at most 20000) the answer has
+    /// complete = false and every number is a lower bound. `with_paths`: list the changed
+    /// paths too. Errors: AccessDenied, InvalidArgument, NotRestorable, NoSuchSnapshot,
+    /// NotReadOnly, NotInHistory, LiveSubvolumeMissing, StoreUnsafe, Failed.
+    #[zbus(out_args("changes"))]
+    async fn changes_since(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+        time_limit_ms: u32,
+        with_paths: bool,
+    ) -> Result<ChangesInfo, Error> {
+        self.admit(connection, &header).await?;
+        let name = parse_snapshot(name)?;
+        let limit = Duration::from_millis(u64::from(time_limit_ms.min(MAX_CHANGES_LIMIT_MS)));
+        let changes = self
+            .act(format!("read changes since {name}"), move |e| {
+                e.changes_since(name, limit, with_paths, &mut |p| {
+                    tracing::info!(
+                        items_seen = p.items_seen,
+                        changes_found = p.changes_found,
+                        "counting changes since {name}: {} s so far",
+                        p.elapsed.as_secs()
+                    );
+                })
+            })
+            .await?;
+        Ok(ChangesInfo::from(&changes))
+    }
+}
+
+/// The longest a ChangesSince may run: inside dbus-daemon's default reply timeout (25 s).
+const MAX_CHANGES_LIMIT_MS: u32 = 20_000;
+
+impl From<&btrfs::Changes> for ChangesInfo {
+    fn from(c: &btrfs::Changes) -> ChangesInfo {
+        ChangesInfo {
+            files_added: c.files.added,
+            files_modified: c.files.modified,
+            files_removed: c.files.removed,
+            directories_added: c.directories.added,
+            directories_modified: c.directories.modified,
+            directories_removed: c.directories.removed,
+            bytes_written: c.bytes_written,
+            complete: c.complete,
+            paths: c
+                .paths
+                .iter()
+                .map(|p| ChangedPathInfo {
+                    change: match p.change {
+                        btrfs::Change::Added => "added",
+                        btrfs::Change::Modified => "modified",
+                        btrfs::Change::Removed => "removed",
+                    }
+                    .to_owned(),
+                    directory: p.directory,
+                    path: p.path.clone(),
+                })
+                .collect(),
+            paths_left_off: c.paths_left_off,
+        }
+    }
 fn unix_micros(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),

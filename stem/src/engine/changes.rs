@@ -1,0 +1,162 @@
+//! What a restore would throw away: the changes in a live subvolume since one of its
+//! snapshots, counted from Btrfs metadata (adr/0012, `btrfs::changes`).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use btrfs::{Changes, ChangesOptions, Progress, SubvolumeEntry, SubvolumeInfo};
+use layout::SnapshotName;
+use uuid::Uuid;
+
+use super::{Engine, EngineError};
+
+/// At most this many changed paths are listed; the rest are counted.
+pub const MAX_PATHS: usize = 10_000;
+
+/// How many snapshot-of links are followed from the live subvolume back to the snapshot.
+const MAX_LINEAGE: usize = 64;
+
+impl Engine {
+    /// What changed in the live subvolume since the snapshot `name` (of a restorable
+    /// subvolume, read-only, on the live subvolume's own history): files and directories
+    /// added, modified and removed, and bytes written. Reads no file content. Past `limit`
+    /// it answers with what it has and `complete: false`. `with_paths` lists up to
+    /// [`MAX_PATHS`] paths, relative to the subvolume's root. `progress` is called about
+    /// once a second. Commits the filesystem first (written-back data is what Btrfs
+    /// metadata can see).
+    pub fn changes_since(
+        &self,
+        name: SnapshotName,
+        limit: Duration,
+        with_paths: bool,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Changes, EngineError> {
+        let deadline = Instant::now() + limit;
+        let subvolume = name.subvolume();
+        if !subvolume.subvolume().restorable {
+            return Err(EngineError::NotRestorable(subvolume));
+        }
+        let store = self.store()?;
+        let snapshot = self.open_snapshot(&store, name)?;
+        if !snapshot.readonly {
+            return Err(EngineError::NotReadOnly(name));
+        }
+        let live_dir = self.live(subvolume)?;
+        // Data not yet written back has no extent items yet, and inode updates wait in
+        // memory until a commit: write everything out first, so the count is exact.
+        live_dir.commit()?;
+        let live = live_dir.subvolume_info()?;
+        let stored = store.list_subvolumes()?;
+        if !on_history_of(&live, &snapshot, &stored) {
+            return Err(EngineError::NotInHistory {
+                snapshot: name,
+                subvolume,
+            });
+        }
+        let options = ChangesOptions {
+            deadline,
+            with_paths,
+            max_paths: MAX_PATHS,
+        };
+        Ok(self
+            .top
+            .changes_since(&live, &snapshot, options, progress)?)
+    }
+}
+
+/// True when `snapshot` holds a state the live subvolume descends from: taken of it, or of
+/// a subvolume it was made from (by an earlier restore) no later than it was made, or that
+/// very subvolume. Only then do generations newer than the snapshot's mean "changed since".
+fn on_history_of(
+    live: &SubvolumeInfo,
+    snapshot: &SubvolumeInfo,
+    stored: &[SubvolumeEntry],
+) -> bool {
+    let by_uuid: HashMap<Uuid, &SubvolumeInfo> =
+        stored.iter().map(|e| (e.info.uuid, &e.info)).collect();
+    // Walk from the live subvolume to what it was made from: `upto` is the generation
+    // until which `tree`'s state is the live subvolume's past.
+    let mut tree = live.uuid;
+    let mut upto = u64::MAX;
+    let mut parent = live.parent_uuid;
+    let mut made_at = live.created_generation;
+    for _ in 0..MAX_LINEAGE {
+        if snapshot.uuid == tree {
+            return true;
+        }
+        let frozen = by_uuid.get(&tree).is_some_and(|i| i.readonly);
+        if snapshot.parent_uuid == Some(tree) && (snapshot.created_generation <= upto || frozen) {
+            return true;
+        }
+        let Some(p) = parent else {
+            return false;
+        };
+        tree = p;
+        upto = made_at;
+        match by_uuid.get(&p) {
+            Some(info) => {
+                parent = info.parent_uuid;
+                made_at = info.created_generation;
+            }
+            None => parent = None,
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    fn info(uuid: u8, parent: Option<u8>, generation: u64, readonly: bool) -> SubvolumeInfo {
+        SubvolumeInfo {
+            id: 256 + u64::from(uuid),
+            parent_id: 5,
+            dir_id: 256,
+            uuid: Uuid::from_bytes([uuid; 16]),
+            parent_uuid: parent.map(|p| Uuid::from_bytes([p; 16])),
+            created: SystemTime::UNIX_EPOCH,
+            created_generation: generation,
+            generation,
+            readonly,
+        }
+    }
+
+    fn entry(i: &SubvolumeInfo) -> SubvolumeEntry {
+        SubvolumeEntry {
+            name: "x".into(),
+            info: i.clone(),
+        }
+    }
+
+    #[test]
+    fn snapshots_on_the_live_history_are_told_from_others() {
+        // Live L1 (uuid 1); S0 at 10 and S2 at 30 of it; a restore made L2 (uuid 5) from
+        // S1 (uuid 3, taken at 20) at 40.
+        let l1 = info(1, None, 1, false);
+        let s0 = info(2, Some(1), 10, true);
+        let s1 = info(3, Some(1), 20, true);
+        let s2 = info(4, Some(1), 30, true);
+        let l2 = info(5, Some(3), 40, false);
+        let s3 = info(6, Some(5), 50, true);
+        let stored: Vec<_> = [&s0, &s1, &s2, &s3].into_iter().map(entry).collect();
+        assert!(on_history_of(&l1, &s0, &stored));
+        assert!(on_history_of(&l1, &s2, &stored));
+        assert!(on_history_of(&l2, &s3, &stored), "taken of the live one");
+        assert!(
+            on_history_of(&l2, &s1, &stored),
+            "the live one was made from it"
+        );
+        assert!(
+            on_history_of(&l2, &s0, &stored),
+            "older than what it was made from"
+        );
+        assert!(
+            !on_history_of(&l2, &s2, &stored),
+            "a state the restore left behind"
+        );
+        let stranger = info(9, Some(8), 5, true);
+        assert!(!on_history_of(&l2, &stranger, &stored));
+    }
+}
