@@ -636,6 +636,24 @@ impl Dir {
             .map_err(|e| Error::sys_with(OP, "", e, &special))
     }
 
+    /// Whether Btrfs still holds the tree of subvolume `id`: true for a live subvolume, and
+    /// for a deleted one until the cleaner has freed its space (tree search of its
+    /// ROOT_ITEM; needs CAP_SYS_ADMIN). Any handle on the filesystem will do.
+    pub fn subvolume_tree_exists(&self, id: u64) -> Result<bool> {
+        let mut found = false;
+        let key = sys::SearchKey {
+            tree_id: ROOT_TREE_ID,
+            min: (id, ROOT_ITEM_KEY, 0),
+            max: (id, ROOT_ITEM_KEY, u64::MAX),
+        };
+        sys::TreeSearch::new()
+            .for_each(self.fd.as_fd(), key, |item| {
+                found |= item.item_type as u8 == ROOT_ITEM_KEY;
+            })
+            .map_err(|e| Error::sys("look up a subvolume's tree", &id.to_string(), e))?;
+        Ok(found)
+    }
+
     /// The subvolumes directly inside the subvolume whose root is `self`, with their names
     /// (tree search of ROOT_REF and ROOT_ITEM; needs CAP_SYS_ADMIN). Includes those in
     /// nested directories (`name` is then the entry's name in its own directory, and
