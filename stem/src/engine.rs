@@ -1,7 +1,8 @@
 //! The stem engine: snapshots, listing, deletion and the staged restore, on real Btrfs.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Mutex};
 use std::time::SystemTime;
 
 use btrfs::{Dir, ErrorKind, FileKind, SubvolumeInfo};
@@ -13,10 +14,10 @@ use layout::{
 use serde::Serialize;
 use uuid::Uuid;
 
-/// One snapshot in the store.
 mod changes;
 pub use changes::MAX_PATHS;
 
+/// One snapshot in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Snapshot {
     pub name: SnapshotName,
@@ -95,6 +96,12 @@ pub enum EngineError {
     Pinned(SnapshotName),
     #[error("no space left on the filesystem while {doing}; nothing was left half-made")]
     NoSpace { doing: String },
+    #[error("refused {doing}: only {free} free, below the hard floor of {floor}; nothing was taken. Free space (`tacid data prune`, or delete snapshots with `tacid data delete`) and try again")]
+    BelowHardFloor {
+        doing: String,
+        free: ByteCount,
+        floor: ByteCount,
+    },
     #[error("taking the set failed at {member} (the members already taken were removed again): {source}")]
     SetMember {
         member: SubvolumeName,
@@ -102,6 +109,11 @@ pub enum EngineError {
     },
     #[error("no free snapshot name for {0} after {MAX_NAME_ATTEMPTS} tries; is the clock stuck?")]
     NoFreeName(SubvolumeName),
+    #[error("{snapshot} holds no state that {path} descends from now (an earlier restore left that line behind), so what changed since it cannot be counted", path = subvolume.display_path())]
+    NotInHistory {
+        snapshot: SnapshotName,
+        subvolume: SubvolumeName,
+    },
     #[error("the staged request file is unreadable or malformed: {0}")]
     BadRequestFile(String),
     #[error("the outcome file is unreadable or malformed: {0}")]
@@ -109,11 +121,6 @@ pub enum EngineError {
     #[error(transparent)]
     Btrfs(#[from] btrfs::Error),
 }
-    #[error("{snapshot} holds no state that {path} descends from now (an earlier restore left that line behind), so what changed since it cannot be counted", path = subvolume.display_path())]
-    NotInHistory {
-        snapshot: SnapshotName,
-        subvolume: SubvolumeName,
-    },
 
 /// The engine, holding the top of the filesystem open.
 #[derive(Debug)]
@@ -122,6 +129,46 @@ pub struct Engine {
     /// Serializes the acts that read-then-write the staged request (stage, withdraw,
     /// delete), so "refused while staged" cannot race with staging.
     request_lock: Mutex<()>,
+    /// Below this many free bytes a snapshot is refused (0: no floor).
+    hard_floor: AtomicU64,
+    /// Subvolume ids deleted and perhaps not yet cleaned by Btrfs.
+    deleted: Mutex<Vec<u64>>,
+    /// Wakes the thread that commits deletions off the request path.
+    committer: Mutex<Option<mpsc::Sender<()>>>,
+}
+
+/// A number of bytes, shown for people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct ByteCount(pub u64);
+
+impl std::fmt::Display for ByteCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        let mut v = self.0 as f64;
+        let mut unit = 0;
+        while v >= 1024.0 && unit + 1 < UNITS.len() {
+            v /= 1024.0;
+            unit += 1;
+        }
+        if unit == 0 {
+            write!(f, "{} B", self.0)
+        } else {
+            write!(f, "{v:.1} {}", UNITS[unit])
+        }
+    }
+}
+
+/// The filesystem's space, as `statvfs` on the top level says (adr/0013).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FreeSpace {
+    /// Bytes an unprivileged writer could still use (`f_bavail`).
+    pub free_bytes: u64,
+    /// The filesystem's size (`f_blocks`).
+    pub size_bytes: u64,
+    /// The hard floor below which snapshots are refused (0: none).
+    pub hard_floor_bytes: u64,
+    /// Snapshots deleted whose space Btrfs's cleaner has not given back yet.
+    pub deletions_pending: u32,
 }
 
 /// Where people see the store, for messages.
@@ -137,7 +184,93 @@ impl Engine {
         Ok(Engine {
             top: handle,
             request_lock: Mutex::new(()),
+            hard_floor: AtomicU64::new(0),
+            deleted: Mutex::new(Vec::new()),
+            committer: Mutex::new(None),
         })
+    }
+
+    /// Refuse snapshots while fewer than `bytes` are free (0: never).
+    pub fn set_hard_floor(&self, bytes: u64) {
+        self.hard_floor.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The free space now, and how many deletions Btrfs is still cleaning up.
+    ///
+    /// `statvfs` of the top level, not `BTRFS_IOC_SPACE_INFO`: its `f_bavail` is Btrfs's
+    /// own estimate of what a writer can still use (data profile and unallocated space
+    /// included), which is the question a floor asks.
+    pub fn free_space(&self) -> Result<FreeSpace, EngineError> {
+        let st = rustix::fs::fstatvfs(self.top.dir()).map_err(|e| {
+            EngineError::Btrfs(btrfs::Error {
+                op: "statvfs the top level",
+                name: String::new(),
+                kind: ErrorKind::Other,
+                source: e.into(),
+            })
+        })?;
+        let pending = still_cleaning(self.top.dir(), &self.deleted);
+        Ok(FreeSpace {
+            free_bytes: st.f_bavail.saturating_mul(st.f_frsize),
+            size_bytes: st.f_blocks.saturating_mul(st.f_frsize),
+            hard_floor_bytes: self.hard_floor.load(Ordering::Relaxed),
+            deletions_pending: u32::try_from(pending).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// Refuse `doing` when the free space is below the hard floor.
+    fn check_hard_floor(&self, doing: impl FnOnce() -> String) -> Result<(), EngineError> {
+        let floor = self.hard_floor.load(Ordering::Relaxed);
+        if floor == 0 {
+            return Ok(());
+        }
+        let space = self.free_space()?;
+        if space.free_bytes < floor {
+            return Err(EngineError::BelowHardFloor {
+                doing: doing(),
+                free: ByteCount(space.free_bytes),
+                floor: ByteCount(floor),
+            });
+        }
+        Ok(())
+    }
+
+    /// Commit deletions on a thread of their own, so the caller of `delete` does not wait
+    /// for the commit (~20 ms, the cleaner's work in it). Requests arriving while a commit
+    /// runs share the next one. The space itself comes back when Btrfs's cleaner has
+    /// dropped the deleted trees, which it does after the filesystem's own periodic commit
+    /// (30 s by default; measured in loop_retention): [`Engine::free_space`] counts the
+    /// deletions still waiting for it.
+    fn commit_soon(&self) -> Result<(), EngineError> {
+        let mut committer = self.committer.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(wake) = committer.as_ref() {
+            if wake.send(()).is_ok() {
+                return Ok(());
+            }
+        }
+        let dir = self.top.dir().try_clone()?;
+        let (wake, woken) = mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("stem-commit".into())
+            .spawn(move || {
+                while woken.recv().is_ok() {
+                    while woken.try_recv().is_ok() {}
+                    if let Err(e) = dir.commit() {
+                        tracing::warn!("committing deletions: {e}");
+                    }
+                }
+            })
+            .map_err(|e| {
+                EngineError::Btrfs(btrfs::Error {
+                    op: "start the commit thread",
+                    name: String::new(),
+                    kind: ErrorKind::Other,
+                    source: e,
+                })
+            })?;
+        let _ = wake.send(());
+        *committer = Some(wake);
+        Ok(())
     }
 
     /// Check the snapshots subvolume: a subvolume root, owned by root, mode 0700 or stricter,
@@ -219,6 +352,7 @@ impl Engine {
     }
 
     fn take_into(&self, store: &Dir, subvolume: SubvolumeName) -> Result<Snapshot, EngineError> {
+        self.check_hard_floor(|| format!("a snapshot of {}", subvolume.display_path()))?;
         let live = self.live(subvolume)?;
         let mut name = SnapshotName::new(subvolume, SystemTime::now())
             .map_err(|_| EngineError::NotSnapshottable(subvolume))?;
@@ -374,10 +508,14 @@ impl Engine {
         }
         let info = self.open_snapshot(&store, name)?;
         // Not committed here: a commit after a delete costs ~20 ms (the cleaner's work is
-        // in it), and a crash before the next commit only brings the snapshot back whole,
-        // which the keeper's reconciliation sees.
+        // in it), so it runs on the commit thread; a crash before it only brings the
+        // snapshot back whole, which the keeper's reconciliation sees.
         store.delete_subvolume_by_id(info.id)?;
-        Ok(())
+        self.deleted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(info.id);
+        self.commit_soon()
     }
 
     /// Open a snapshot by name: it must be a subvolume root directly in the store.
@@ -472,6 +610,15 @@ impl Engine {
 /// The inode number of a Btrfs subvolume's root directory: a snapshot sits directly in the
 /// store when the directory holding it is the store's root.
 const SUBVOLUME_ROOT_DIR: u64 = 256;
+
+/// Forget the deleted subvolumes the cleaner is done with; how many are left.
+fn still_cleaning(dir: &Dir, deleted: &Mutex<Vec<u64>>) -> usize {
+    let mut deleted = deleted.lock().unwrap_or_else(|p| p.into_inner());
+    // A deleted subvolume's root item stays until the cleaner has freed its extents; on an
+    // error it is counted as still there.
+    deleted.retain(|id| dir.subvolume_tree_exists(*id).unwrap_or(true));
+    deleted.len()
+}
 
 /// How many names one take tries before giving up (each a microsecond later).
 const MAX_NAME_ATTEMPTS: usize = 1000;

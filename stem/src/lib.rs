@@ -11,4 +11,6 @@ pub mod private_top;
 pub mod stem1;
 pub mod worker;
 
-pub use engine::{Engine, EngineError, Origin, Snapshot, Staged, StoreProblem};
+pub use engine::{
+    ByteCount, Engine, EngineError, FreeSpace, Origin, Snapshot, Staged, StoreProblem,
+};

@@ -93,6 +93,30 @@ pub struct StagedRestore {
     pub message: String,
 }
 
+/// The filesystem's space (statvfs of the top level) and the cleaner's backlog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct SpaceInfo {
+    /// Bytes a writer could still use.
+    pub free_bytes: u64,
+    /// The filesystem's size in bytes.
+    pub size_bytes: u64,
+    /// Below this many free bytes snapshots are refused (0: no hard floor).
+    pub hard_floor_bytes: u64,
+    /// Deleted snapshots whose space Btrfs has not given back yet.
+    pub deletions_pending: u32,
+}
+
+impl From<&engine::FreeSpace> for SpaceInfo {
+    fn from(f: &engine::FreeSpace) -> SpaceInfo {
+        SpaceInfo {
+            free_bytes: f.free_bytes,
+            size_bytes: f.size_bytes,
+            hard_floor_bytes: f.hard_floor_bytes,
+            deletions_pending: f.deletions_pending,
+        }
+    }
+}
+
 /// What the initrd did with a restore request (on the wire: `"done"` or `"refused"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
 #[zbus(signature = "s")]
@@ -118,30 +142,6 @@ pub struct OutcomeInfo {
     pub reason: String,
 }
 
-/// The errors of `org.tacid.Stem1`; each has its own D-Bus name
-/// (`org.tacid.Stem1.Error.<Variant>`) and a message that says what to do.
-#[derive(Debug, zbus::DBusError)]
-#[zbus(prefix = "org.tacid.Stem1.Error")]
-pub enum Error {
-    /// Client side only: the bus or the connection failed, or an error this interface does
-    /// not name came back.
-    #[zbus(error)]
-    ZBus(zbus::Error),
-    /// The caller is not the keeper's user, or the bus could not say who the caller is.
-    AccessDenied(String),
-    /// An argument is not a subvolume of the layout or not a canonical snapshot name.
-    InvalidArgument(String),
-    /// Snapshots of that subvolume are not taken (`@root`, `@snapshots`, ...).
-    NotSnapshottable(String),
-    /// That subvolume's snapshots are never put back (`@nix`, ...).
-    NotRestorable(String),
-    /// There is no snapshot of that name in the store.
-    NoSuchSnapshot(String),
-    /// The snapshot is writable; only read-only snapshots are restored.
-    NotReadOnly(String),
-    /// The snapshot is of another subvolume than its name says.
-    OfAnotherSubvolume(String),
-    /// A different restore is already staged; withdraw it first.
 /// What changed in a live subvolume since one of its snapshots (ChangesSince), from Btrfs
 /// metadata only. "Files" are everything that is not a directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
@@ -174,11 +174,37 @@ pub struct ChangedPathInfo {
     pub path: String,
 }
 
+/// The errors of `org.tacid.Stem1`; each has its own D-Bus name
+/// (`org.tacid.Stem1.Error.<Variant>`) and a message that says what to do.
+#[derive(Debug, zbus::DBusError)]
+#[zbus(prefix = "org.tacid.Stem1.Error")]
+pub enum Error {
+    /// Client side only: the bus or the connection failed, or an error this interface does
+    /// not name came back.
+    #[zbus(error)]
+    ZBus(zbus::Error),
+    /// The caller is not the keeper's user, or the bus could not say who the caller is.
+    AccessDenied(String),
+    /// An argument is not a subvolume of the layout or not a canonical snapshot name.
+    InvalidArgument(String),
+    /// Snapshots of that subvolume are not taken (`@root`, `@snapshots`, ...).
+    NotSnapshottable(String),
+    /// That subvolume's snapshots are never put back (`@nix`, ...).
+    NotRestorable(String),
+    /// There is no snapshot of that name in the store.
+    NoSuchSnapshot(String),
+    /// The snapshot is writable; only read-only snapshots are restored.
+    NotReadOnly(String),
+    /// The snapshot is of another subvolume than its name says.
+    OfAnotherSubvolume(String),
+    /// A different restore is already staged; withdraw it first.
     AnotherRestoreStaged(String),
     /// The snapshot is named by the staged restore; withdraw the restore before deleting it.
     Pinned(String),
     /// The filesystem is full; nothing was left half-made.
     NoSpace(String),
+    /// The free space is below the hard floor; no snapshot was taken.
+    BelowHardFloor(String),
     /// The snapshot store (`@snapshots`) is missing, not a subvolume, or not root-only.
     StoreUnsafe(String),
     /// The live subvolume to snapshot is missing or not a subvolume.
@@ -187,6 +213,9 @@ pub struct ChangedPathInfo {
     BadRequestFile(String),
     /// The initrd's outcome file is unreadable or malformed.
     BadOutcomeFile(String),
+    /// The snapshot holds no state the live subvolume descends from (an earlier restore
+    /// left that line behind): changes since it cannot be counted.
+    NotInHistory(String),
     /// Anything else went wrong (an I/O error from Btrfs); the message says what.
     Failed(String),
 }
@@ -205,17 +234,16 @@ impl From<&EngineError> for Error {
             EngineError::AnotherRestoreStaged { .. } => Error::AnotherRestoreStaged(message),
             EngineError::Pinned(_) => Error::Pinned(message),
             EngineError::NoSpace { .. } => Error::NoSpace(message),
+            EngineError::BelowHardFloor { .. } => Error::BelowHardFloor(message),
             // A set fails the way its member failed; the message names the member.
             EngineError::SetMember { source, .. } => {
                 Error::from(source.as_ref()).with_message(message)
             }
             EngineError::BadRequestFile(_) => Error::BadRequestFile(message),
             EngineError::BadOutcomeFile(_) => Error::BadOutcomeFile(message),
+            EngineError::NotInHistory { .. } => Error::NotInHistory(message),
             EngineError::NotTopLevel { .. }
             | EngineError::NoFreeName(_)
-    /// The snapshot holds no state the live subvolume descends from (an earlier restore
-    /// left that line behind): changes since it cannot be counted.
-    NotInHistory(String),
             | EngineError::Btrfs(_) => Error::Failed(message),
         }
     }
@@ -241,7 +269,6 @@ impl From<Refusal> for Error {
 
 impl Error {
     /// The same error name with another message.
-            EngineError::NotInHistory { .. } => Error::NotInHistory(message),
     fn with_message(self, message: String) -> Error {
         use Error::*;
         match self {
@@ -256,10 +283,12 @@ impl Error {
             AnotherRestoreStaged(_) => AnotherRestoreStaged(message),
             Pinned(_) => Pinned(message),
             NoSpace(_) => NoSpace(message),
+            BelowHardFloor(_) => BelowHardFloor(message),
             StoreUnsafe(_) => StoreUnsafe(message),
             LiveSubvolumeMissing(_) => LiveSubvolumeMissing(message),
             BadRequestFile(_) => BadRequestFile(message),
             BadOutcomeFile(_) => BadOutcomeFile(message),
+            NotInHistory(_) => NotInHistory(message),
             Failed(_) => Failed(message),
         }
     }
@@ -288,7 +317,6 @@ impl Stem1 {
             Ok(uid) => {
                 tracing::debug!(uid, member, "call admitted");
                 Ok(uid)
-            NotInHistory(_) => NotInHistory(message),
             }
             Err(refusal) => {
                 tracing::warn!(member, %refusal, "call refused");
@@ -384,7 +412,9 @@ impl Stem1 {
         Ok(all.iter().map(SnapshotInfo::from).collect())
     }
 
-    /// Delete a snapshot. `name`: the snapshot's canonical name.
+    /// Delete a snapshot. `name`: the snapshot's canonical name. The snapshot is unlinked
+    /// before the answer; the commit and Btrfs's cleaner follow in the background (see
+    /// FreeSpace for the space coming back).
     /// Errors: AccessDenied, InvalidArgument, NoSuchSnapshot, Pinned (the staged restore
     /// names it), StoreUnsafe, Failed.
     async fn delete(
@@ -435,6 +465,21 @@ impl Stem1 {
         Ok(withdrawn.iter().map(RequestInfo::from).collect())
     }
 
+    /// The free space (statvfs of the top level), the hard floor, and how many deleted
+    /// snapshots Btrfs is still cleaning up. Errors: AccessDenied, Failed.
+    #[zbus(out_args("space"))]
+    async fn free_space(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<SpaceInfo, Error> {
+        self.admit(connection, &header).await?;
+        let space = self
+            .act("read free space".into(), |e| e.free_space())
+            .await?;
+        Ok(SpaceInfo::from(&space))
+    }
+
     /// The staged restore request: zero elements when none is staged, else one.
     /// Errors: AccessDenied, BadRequestFile, StoreUnsafe, Failed.
     #[zbus(out_args("request"))]
@@ -460,51 +505,6 @@ impl Stem1 {
         let outcome = self.act("read outcome".into(), |e| e.outcome()).await?;
         Ok(outcome.iter().map(OutcomeInfo::from).collect())
     }
-}
-
-/// The introspection data of `org.tacid.Stem1`, as committed in `stem/org.tacid.Stem1.xml`.
-pub fn introspection_xml() -> String {
-    let iface = Stem1::new(Worker::stopped(), Authority::nobody());
-    let mut xml = String::from(
-        "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \
-         \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n\
-         <!-- Generated by `tacid-stem --print-introspection`; do not edit. -->\n<node>\n",
-    );
-    iface.introspect_to_writer(&mut xml, 1);
-    let _ = writeln!(xml, "</node>");
-    xml
-}
-
-fn parse_subvolume(name: &str) -> Result<SubvolumeName, Error> {
-    SubvolumeName::parse(name).map_err(|e| Error::InvalidArgument(e.to_string()))
-}
-
-fn parse_snapshot(name: &str) -> Result<SnapshotName, Error> {
-    SnapshotName::parse(name)
-        .map_err(|e| Error::InvalidArgument(format!("{name:?} is not a snapshot name: {e}")))
-}
-
-fn parse_set(names: &[String]) -> Result<Vec<SubvolumeName>, Error> {
-    if names.is_empty() {
-        return Err(Error::InvalidArgument(
-            "name at least one subvolume to snapshot".into(),
-        ));
-    }
-    let mut set: Vec<SubvolumeName> = Vec::with_capacity(names.len());
-    for name in names {
-        let subvolume = parse_subvolume(name)?;
-        if set.contains(&subvolume) {
-            return Err(Error::InvalidArgument(format!(
-                "{subvolume} is named twice in the set"
-            )));
-        }
-        set.push(subvolume);
-    }
-    Ok(set)
-}
-
-// --- Conversions between the engine's domain types and the wire types. ---
-
 
     /// What changed in the live subvolume since the snapshot `name`: files and directories
     /// added, modified and removed, and bytes written, from Btrfs metadata only (no file
@@ -571,6 +571,51 @@ impl From<&btrfs::Changes> for ChangesInfo {
             paths_left_off: c.paths_left_off,
         }
     }
+}
+
+/// The introspection data of `org.tacid.Stem1`, as committed in `stem/org.tacid.Stem1.xml`.
+pub fn introspection_xml() -> String {
+    let iface = Stem1::new(Worker::stopped(), Authority::nobody());
+    let mut xml = String::from(
+        "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \
+         \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n\
+         <!-- Generated by `tacid-stem --print-introspection`; do not edit. -->\n<node>\n",
+    );
+    iface.introspect_to_writer(&mut xml, 1);
+    let _ = writeln!(xml, "</node>");
+    xml
+}
+
+fn parse_subvolume(name: &str) -> Result<SubvolumeName, Error> {
+    SubvolumeName::parse(name).map_err(|e| Error::InvalidArgument(e.to_string()))
+}
+
+fn parse_snapshot(name: &str) -> Result<SnapshotName, Error> {
+    SnapshotName::parse(name)
+        .map_err(|e| Error::InvalidArgument(format!("{name:?} is not a snapshot name: {e}")))
+}
+
+fn parse_set(names: &[String]) -> Result<Vec<SubvolumeName>, Error> {
+    if names.is_empty() {
+        return Err(Error::InvalidArgument(
+            "name at least one subvolume to snapshot".into(),
+        ));
+    }
+    let mut set: Vec<SubvolumeName> = Vec::with_capacity(names.len());
+    for name in names {
+        let subvolume = parse_subvolume(name)?;
+        if set.contains(&subvolume) {
+            return Err(Error::InvalidArgument(format!(
+                "{subvolume} is named twice in the set"
+            )));
+        }
+        set.push(subvolume);
+    }
+    Ok(set)
+}
+
+// --- Conversions between the engine's domain types and the wire types. ---
+
 fn unix_micros(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),

@@ -43,6 +43,11 @@ struct Args {
     #[arg(long, value_name = "NAME", default_value = layout::names::KEEPER_USER)]
     keeper_user: String,
 
+    /// Refuse new snapshots while fewer than this many bytes are free (0: no hard floor).
+    /// The NixOS module sets it from services.tacid.retention.hardFloor.
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    hard_floor_bytes: u64,
+
     /// Print the interface's introspection XML (as committed in stem/org.tacid.Stem1.xml)
     /// and exit.
     #[arg(long)]
@@ -110,6 +115,7 @@ async fn serve(args: Args) -> Result<(), String> {
     let top = args.top.ok_or("--top is required")?;
     let authority = Authority::of_user(&args.keeper_user).map_err(|e| e.to_string())?;
     let engine = Engine::open(&top).map_err(|e| format!("cannot open {}: {e}", top.display()))?;
+    engine.set_hard_floor(args.hard_floor_bytes);
     // An unsafe store is said now, loudly, but the stem still serves: every act checks the
     // store again and answers StoreUnsafe with what to do, which reaches a person.
     if let Err(e) = engine.check_store() {
