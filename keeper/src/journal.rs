@@ -106,6 +106,8 @@ pub mod action {
     pub const SNAPSHOT: &str = "snapshot";
     pub const RESTORE_PREVIEW: &str = "restore-preview";
     pub const RESTORE: &str = "restore";
+    /// The changed paths a restore would delete, listed to an approver.
+    pub const RESTORE_DETAILS: &str = "restore-details";
     pub const CANCEL: &str = "cancel";
 }
 

@@ -25,7 +25,8 @@ use zbus::{fdo, interface, Connection};
 
 use crate::service::Keeper;
 use crate::wire::{
-    Cancelled, KeeperError, RestorePreview, RestoreStaged, SnapshotEntry, SnapshotSet, Status,
+    Cancelled, KeeperError, RestoreDetails, RestorePreview, RestoreStaged, SnapshotEntry,
+    SnapshotSet, Status,
 };
 
 /// The interface served at `/org/tacid/Keeper1`.
@@ -111,6 +112,21 @@ impl Keeper1 {
     ) -> Result<RestorePreview, KeeperError> {
         let uid = caller(connection, &header).await?;
         self.keeper.restore_preview(uid, snapshot).await
+    }
+
+    /// The paths that changed since `snapshot`: what a restore of it would delete (added),
+    /// put back (modified) or bring back (removed). Changes nothing; journalled. Root and
+    /// approvers only: paths name other people's files. Errors: NotAuthorized,
+    /// InvalidArgument, NotAllowedForSubvolume, NoSuchSnapshot, StemNotRunning, StemFailed,
+    /// Journal.
+    async fn restore_details(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        snapshot: &str,
+    ) -> Result<RestoreDetails, KeeperError> {
+        let uid = caller(connection, &header).await?;
+        self.keeper.restore_details(uid, snapshot).await
     }
 
     /// Stage the restore of `snapshot` for the next boot. `words_shown`: exactly the words

@@ -15,12 +15,18 @@ use crate::journal::{action, state, Asker, Journal, JournalError, Member, Outcom
 use crate::reconcile;
 use crate::stem_client::{StemClient, StemError};
 use crate::wire::{
-    Cancelled, KeeperError, RestorePreview, RestoreStaged, SnapshotEntry, SnapshotSet, Status,
+    Cancelled, ChangedPath, KeeperError, RestoreDetails, RestorePreview, RestoreStaged,
+    SnapshotEntry, SnapshotSet, Status,
 };
 use crate::words::{self, from_micros, to_micros};
 
 /// How long the words of a preview stay good for a confirmation.
 pub const CONSENT_WINDOW: Duration = Duration::from_secs(15 * 60);
+
+/// How long a preview counts what changed since the snapshot before it answers "at least".
+pub const PREVIEW_COUNT_LIMIT: Duration = Duration::from_secs(5);
+/// How long `--details` may take to count and list the changed paths.
+pub const DETAILS_COUNT_LIMIT: Duration = Duration::from_secs(15);
 
 /// In a `test-hooks` build, stop for good at `point` when `TACID_KEEPER_PAUSE_AT` names it,
 /// so the bus tier can SIGKILL the keeper exactly there. Nothing in other builds.
@@ -68,9 +74,8 @@ fn stem_error(e: StemError) -> KeeperError {
             "NoSuchSnapshot" => {
                 KeeperError::NoSuchSnapshot(format!("{message}; see `tacid data list`"))
             }
-            "NotRestorable" | "NotSnapshottable" | "NotReadOnly" | "OfAnotherSubvolume" => {
-                KeeperError::NotAllowedForSubvolume(message.clone())
-            }
+            "NotRestorable" | "NotSnapshottable" | "NotReadOnly" | "OfAnotherSubvolume"
+            | "NotInHistory" => KeeperError::NotAllowedForSubvolume(message.clone()),
             "AnotherRestoreStaged" => KeeperError::AnotherRestoreStaged(message.clone()),
             "InvalidArgument" => KeeperError::InvalidArgument(message.clone()),
             _ => KeeperError::StemFailed(format!("{message} (stem error {name})")),
@@ -478,11 +483,7 @@ impl Keeper {
             )));
         }
         let disk = self.find(&snap).await?;
-        let words = words::restore_words(
-            sub.display_path(),
-            from_micros(disk.member.taken_micros),
-            SystemTime::now(),
-        );
+        let words = self.restore_words(&snap, disk.member.taken_micros).await;
         if self.authority.decide(uid, Act::Change).is_ok() {
             let asker = Authority::asker(uid);
             self.journal(|j| {
@@ -505,6 +506,106 @@ impl Keeper {
             taken_micros: disk.member.taken_micros,
             words,
             already_staged: disk.staged,
+        })
+    }
+
+    /// The words of a restore preview: with what changed since counted by the stem, or,
+    /// when it cannot count (a snapshot off the live subvolume's history, a stem without
+    /// ChangesSince), the words without the counts.
+    async fn restore_words(&self, snap: &SnapshotName, taken_micros: i64) -> String {
+        let sub = snap.subvolume();
+        let (taken, now) = (from_micros(taken_micros), SystemTime::now());
+        let name = snap.to_string();
+        match self
+            .stem
+            .changes_since(&name, PREVIEW_COUNT_LIMIT, false)
+            .await
+        {
+            Ok(c) => {
+                let counts = words::ChangeCounts {
+                    files_modified: c.files_modified,
+                    files_added: c.files_added,
+                    files_removed: c.files_removed,
+                    directories_added: c.directories_added,
+                    directories_removed: c.directories_removed,
+                    bytes_written: c.bytes_written,
+                    complete: c.complete,
+                };
+                words::restore_words_counted(sub.display_path(), taken, now, &counts)
+            }
+            Err(e) => {
+                tracing::warn!(snapshot = %name, "the changes since it were not counted: {e}");
+                words::restore_words(sub.display_path(), taken, now)
+            }
+        }
+    }
+
+    /// The paths a restore of `name` would put back or delete: the changes since the
+    /// snapshot, path by path. Approvers and root only (paths name other people's files);
+    /// each listing is journalled with its counts.
+    pub async fn restore_details(
+        &self,
+        uid: u32,
+        name: &str,
+    ) -> Result<RestoreDetails, KeeperError> {
+        let asker = Authority::asker(uid);
+        if let Err(why) = self.authority.decide(uid, Act::Change) {
+            return Err(self.refuse(&asker, action::RESTORE_DETAILS, name, "", why));
+        }
+        let snap = parse_snapshot(name)?;
+        let sub = snap.subvolume();
+        if !sub.subvolume().restorable {
+            return Err(KeeperError::NotAllowedForSubvolume(format!(
+                "{} ({sub}) is never put back, so nothing of it is deleted",
+                sub.display_path()
+            )));
+        }
+        let c = self
+            .stem
+            .changes_since(name, DETAILS_COUNT_LIMIT, true)
+            .await
+            .map_err(stem_error)?;
+        let root = sub.display_path().trim_end_matches('/');
+        let paths: Vec<ChangedPath> = c
+            .paths
+            .iter()
+            .map(|p| ChangedPath {
+                change: p.change.clone(),
+                directory: p.directory,
+                path: if p.path.is_empty() {
+                    sub.display_path().to_owned()
+                } else {
+                    format!("{root}/{}", p.path)
+                },
+            })
+            .collect();
+        let summary = format!(
+            "listed {} changed paths{}",
+            paths.len(),
+            if c.complete {
+                ""
+            } else {
+                " (the count was cut short)"
+            }
+        );
+        self.journal(|j| {
+            j.begin(
+                &asker,
+                action::RESTORE_DETAILS,
+                name,
+                "",
+                false,
+                &summary,
+                state::SHOWN,
+                "shown; nothing changed",
+            )
+        })?;
+        Ok(RestoreDetails {
+            snapshot: name.to_owned(),
+            of_path: sub.display_path().to_owned(),
+            complete: c.complete,
+            paths,
+            paths_left_off: c.paths_left_off,
         })
     }
 

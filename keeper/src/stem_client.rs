@@ -199,6 +199,23 @@ impl StemClient {
         Ok((request(&s.request), s.already_staged, s.message))
     }
 
+    /// What changed in the live subvolume since the snapshot `name` (stopping after
+    /// `limit`), with the changed paths when `with_paths`.
+    pub async fn changes_since(
+        &self,
+        name: &str,
+        limit: Duration,
+        with_paths: bool,
+    ) -> Result<stem1::ChangesInfo, StemError> {
+        let name = name.to_owned();
+        let limit_ms = u32::try_from(limit.as_millis()).unwrap_or(u32::MAX);
+        self.call(|p| {
+            let name = name.clone();
+            async move { p.changes_since(&name, limit_ms, with_paths).await }
+        })
+        .await
+    }
+
     /// Withdraw the staged request; the one withdrawn, if any.
     pub async fn withdraw(&self) -> Result<Option<Request>, StemError> {
         let w = self.call(|p| async move { p.withdraw().await }).await?;

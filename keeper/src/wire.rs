@@ -55,6 +55,32 @@ pub struct RestorePreview {
     pub already_staged: bool,
 }
 
+/// The answer to `RestoreDetails`: what a restore would delete or put back, path by path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct RestoreDetails {
+    pub snapshot: String,
+    pub of_path: String,
+    /// False when the count was cut short by its time limit: the list is then partial.
+    pub complete: bool,
+    /// The changed paths (at most 10000), sorted added, modified, removed.
+    pub paths: Vec<ChangedPath>,
+    /// How many changed paths were left out of `paths`.
+    pub paths_left_off: u64,
+}
+
+/// One path changed since the snapshot. A rename or a new hard link shows as the file and
+/// its directories modified; a file with several names is listed under one of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct ChangedPath {
+    /// `added` (a restore deletes it), `modified` (a restore puts the old one back) or
+    /// `removed` (a restore brings it back).
+    pub change: String,
+    pub directory: bool,
+    /// The full path where people see it (`/home/alice/notes.txt`); for a removed one,
+    /// where it was.
+    pub path: String,
+}
+
 /// The answer to `RestoreConfirm`. It is never "restored": a restore happens at a boot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
 pub struct RestoreStaged {
@@ -171,6 +197,8 @@ pub trait Keeper1 {
     ) -> Result<SnapshotSet, KeeperError>;
     /// What restoring `snapshot` would do, in words. Changes nothing.
     fn restore_preview(&self, snapshot: &str) -> Result<RestorePreview, KeeperError>;
+    /// The changed paths a restore of `snapshot` would delete or put back (approvers only).
+    fn restore_details(&self, snapshot: &str) -> Result<RestoreDetails, KeeperError>;
     /// Stage the restore, given back the words `RestorePreview` showed this caller.
     fn restore_confirm(
         &self,

@@ -73,6 +73,83 @@ pub fn restore_words(of_path: &str, taken: SystemTime, now: SystemTime) -> Strin
     )
 }
 
+/// What changed since the snapshot, counted by the stem: the part of the restore's words
+/// that says what is lost in numbers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChangeCounts {
+    pub files_modified: u64,
+    pub files_added: u64,
+    pub files_removed: u64,
+    pub directories_added: u64,
+    pub directories_removed: u64,
+    pub bytes_written: u64,
+    /// False: the count was cut short by its time limit; every number is "at least".
+    pub complete: bool,
+}
+
+/// `412 files changed, 37 added, 9 removed since then (1.2 GiB written)`, with "at least"
+/// when the count was cut short, and the directories added or removed when there are any.
+pub fn change_words(c: &ChangeCounts) -> String {
+    let at_least = if c.complete { "" } else { "at least " };
+    let files = if c.files_modified == 1 {
+        "file"
+    } else {
+        "files"
+    };
+    let mut out = format!(
+        "{at_least}{} {files} changed, {} added, {} removed",
+        c.files_modified, c.files_added, c.files_removed
+    );
+    if c.directories_added + c.directories_removed > 0 {
+        let dirs = if c.directories_added == 1 {
+            "directory"
+        } else {
+            "directories"
+        };
+        out.push_str(&format!(
+            "; {} {dirs} added, {} removed",
+            c.directories_added, c.directories_removed
+        ));
+    }
+    out.push_str(&format!(
+        " since then ({at_least}{} written)",
+        byte_words(c.bytes_written)
+    ));
+    out
+}
+
+/// Bytes for people: `512 bytes`, `3.4 KiB`, `1.2 GiB`.
+pub fn byte_words(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return format!("{bytes} {}", if bytes == 1 { "byte" } else { "bytes" });
+    }
+    let mut v = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+/// What a restore costs, with what changed since counted: the counts are part of the exact
+/// words shown and journalled.
+pub fn restore_words_counted(
+    of_path: &str,
+    taken: SystemTime,
+    now: SystemTime,
+    changes: &ChangeCounts,
+) -> String {
+    format!(
+        "This puts {of_path} back to {} ({}): {}. Everything written to {of_path} since then \
+         is deleted. It happens at the next reboot.",
+        human_time(taken, now),
+        ago(taken, now),
+        change_words(changes)
+    )
+}
+
 /// µs since the epoch, as a time.
 pub fn from_micros(micros: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_micros(micros.max(0) as u64)
@@ -113,6 +190,46 @@ mod tests {
             human_time(taken, at(1_900_000_000)),
             "Tue 1 Dec 2026 14:02 UTC"
         );
+    }
+
+    #[test]
+    fn the_counted_sentence() {
+        let counts = ChangeCounts {
+            files_modified: 412,
+            files_added: 37,
+            files_removed: 9,
+            directories_added: 0,
+            directories_removed: 0,
+            bytes_written: 1_288_490_189,
+            complete: true,
+        };
+        assert_eq!(
+            change_words(&counts),
+            "412 files changed, 37 added, 9 removed since then (1.2 GiB written)"
+        );
+        let taken = at(1_796_133_720);
+        let now = at(1_796_133_720 + 2 * 86_400 + 60);
+        assert_eq!(
+            restore_words_counted("/home", taken, now, &counts),
+            "This puts /home back to Tue 1 Dec 14:02 UTC (2 days ago): 412 files changed, 37 \
+             added, 9 removed since then (1.2 GiB written). Everything written to /home since \
+             then is deleted. It happens at the next reboot."
+        );
+        let cut = ChangeCounts {
+            files_modified: 1,
+            directories_added: 1,
+            directories_removed: 2,
+            bytes_written: 1,
+            complete: false,
+            ..ChangeCounts::default()
+        };
+        assert_eq!(
+            change_words(&cut),
+            "at least 1 file changed, 0 added, 0 removed; 1 directory added, 2 removed since \
+             then (at least 1 byte written)"
+        );
+        assert_eq!(byte_words(0), "0 bytes");
+        assert_eq!(byte_words(3 * 1024 + 400), "3.4 KiB");
     }
 
     #[test]
