@@ -5,18 +5,19 @@
 //! rules to their word. The rules, in the order they are applied:
 //!
 //! 1. **Pre-switch sets**: the newest `pre_switch_sets` sets stay; older sets go, each whole.
-//! 2. **Timeline**: a timeline snapshot stays when it is the newest of its hour among the
-//!    last `hourly` hours that have one, or likewise of its day, week (Monday to Sunday) or
-//!    month, UTC; the others go.
+//! 2. **Timeline**: a timeline set stays when it is the newest of its hour among the last
+//!    `hourly` hours that have one, or likewise of its day, week (Monday to Sunday) or
+//!    month, UTC; the others go, each whole.
 //! 3. **Manual**: stays until deleted by a person, or until older than `manual_max_age`.
 //! 4. **Free-space floor**: when the free space is below `floor_bytes`, the oldest
 //!    automatic snapshots (pre-switch sets and timeline) the rules above kept go too, one
-//!    unit (a set, or a timeline snapshot) per round: without qgroups nobody can say how
+//!    unit (a set) per round: without qgroups nobody can say how
 //!    much deleting one frees, so the keeper measures again before the next round.
 //!
 //! Never chosen, whatever the rules say: a snapshot the staged restore names (pinned), one a
 //! person marked to keep, and one of unknown origin (nobody can say what it is for). A set
-//! goes whole or not at all: if any member is protected, every member stays.
+//! (pre-switch or timeline) goes whole or not at all: if any member is protected, every
+//! member stays.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -27,8 +28,8 @@ use std::time::Duration;
 pub enum Kind {
     /// A member of a set taken before a switch of configuration; `set` is the journal's id.
     PreSwitch { set: i64 },
-    /// Taken by the timeline timer.
-    Timeline,
+    /// A member of a set taken by the timeline timer; `set` is the journal's id.
+    Timeline { set: i64 },
     /// Asked for by a person.
     Manual,
     /// On disk, never taken through the keeper: never chosen automatically.
@@ -259,40 +260,46 @@ pub fn plan(snapshots: &[Candidate], policy: &Policy, now_micros: i64, free_byte
     });
     sorted.dedup_by(|a, b| a.name == b.name);
 
-    // Units: pre-switch sets grouped by id; everything else alone.
-    let mut sets: BTreeMap<i64, Vec<&Candidate>> = BTreeMap::new();
-    let mut units: Vec<Unit> = Vec::new();
+    // Units: pre-switch and timeline sets grouped by id; everything else alone.
+    let mut sets: BTreeMap<Kind, Vec<&Candidate>> = BTreeMap::new();
+    let mut singles: Vec<Unit> = Vec::new();
     for c in &sorted {
         match c.kind {
-            Kind::PreSwitch { set } => sets.entry(set).or_default().push(c),
-            _ => units.push(Unit {
+            Kind::PreSwitch { .. } | Kind::Timeline { .. } => {
+                sets.entry(c.kind).or_default().push(c)
+            }
+            _ => singles.push(Unit {
                 members: vec![c],
                 newest: c.taken_micros,
                 oldest: c.taken_micros,
             }),
         }
     }
-    let mut set_units: Vec<(i64, Unit)> = sets
-        .into_iter()
-        .map(|(id, members)| {
-            let newest = members.iter().map(|m| m.taken_micros).max().unwrap_or(0);
-            let oldest = members.iter().map(|m| m.taken_micros).min().unwrap_or(0);
-            (
-                id,
-                Unit {
-                    members,
-                    newest,
-                    oldest,
-                },
-            )
-        })
-        .collect();
+    let mut pre_switch: Vec<(i64, Unit)> = Vec::new();
+    let mut timeline: Vec<(i64, Unit)> = Vec::new();
+    for (kind, members) in sets {
+        let newest = members.iter().map(|m| m.taken_micros).max().unwrap_or(0);
+        let oldest = members.iter().map(|m| m.taken_micros).min().unwrap_or(0);
+        let unit = Unit {
+            members,
+            newest,
+            oldest,
+        };
+        match kind {
+            Kind::PreSwitch { set } => pre_switch.push((set, unit)),
+            Kind::Timeline { set } => timeline.push((set, unit)),
+            _ => {}
+        }
+    }
     // Newest set first; the id breaks ties.
-    set_units.sort_by(|a, b| b.1.newest.cmp(&a.1.newest).then(b.0.cmp(&a.0)));
+    let newest_first =
+        |a: &(i64, Unit), b: &(i64, Unit)| b.1.newest.cmp(&a.1.newest).then(b.0.cmp(&a.0));
+    pre_switch.sort_by(newest_first);
+    timeline.sort_by(newest_first);
 
-    // The rule that chose each unit (index into `all_units`), or none.
+    // Each unit with the rule that chose it, if any.
     let mut chosen: Vec<(Unit, Option<Rule>)> = Vec::new();
-    for (i, (id, unit)) in set_units.into_iter().enumerate() {
+    for (i, (id, unit)) in pre_switch.into_iter().enumerate() {
         let rule = (i >= policy.pre_switch_sets).then_some(Rule::PreSwitchSets {
             keep: policy.pre_switch_sets,
             set: id,
@@ -300,36 +307,34 @@ pub fn plan(snapshots: &[Candidate], policy: &Policy, now_micros: i64, free_byte
         chosen.push((unit, rule));
     }
 
-    // Timeline: the newest snapshot of each of the last N periods that have one.
-    let timeline: Vec<&Candidate> = sorted
-        .iter()
-        .copied()
-        .filter(|c| c.kind == Kind::Timeline)
-        .collect();
-    let mut timeline_keep: BTreeSet<&str> = BTreeSet::new();
+    // Timeline: the newest set of each of the last N periods that have one.
+    let mut timeline_keep: BTreeSet<i64> = BTreeSet::new();
     let counts = [policy.hourly, policy.daily, policy.weekly, policy.monthly];
     for (g, count) in counts.iter().enumerate() {
         let mut seen: Vec<i64> = Vec::new();
-        for c in timeline.iter().rev() {
+        for (id, unit) in &timeline {
             if seen.len() >= *count {
                 break;
             }
-            let p = period(c.taken_micros, g);
+            let p = period(unit.newest, g);
             if !seen.contains(&p) {
                 seen.push(p);
-                timeline_keep.insert(&c.name);
+                timeline_keep.insert(*id);
             }
         }
     }
-    for unit in units {
+    for (id, unit) in timeline {
+        let rule = (!timeline_keep.contains(&id)).then_some(Rule::Timeline {
+            hourly: policy.hourly,
+            daily: policy.daily,
+            weekly: policy.weekly,
+            monthly: policy.monthly,
+        });
+        chosen.push((unit, rule));
+    }
+    for unit in singles {
         let c = unit.members[0];
         let rule = match c.kind {
-            Kind::Timeline if !timeline_keep.contains(c.name.as_str()) => Some(Rule::Timeline {
-                hourly: policy.hourly,
-                daily: policy.daily,
-                weekly: policy.weekly,
-                monthly: policy.monthly,
-            }),
             Kind::Manual => policy.manual_max_age.and_then(|max_age| {
                 let age = now_micros.saturating_sub(c.taken_micros);
                 (age > i64::try_from(max_age.as_micros()).unwrap_or(i64::MAX))
@@ -348,7 +353,10 @@ pub fn plan(snapshots: &[Candidate], policy: &Policy, now_micros: i64, free_byte
             .filter(|(u, rule)| {
                 rule.is_none()
                     && u.members.iter().all(|m| !m.pinned && !m.kept)
-                    && matches!(u.members[0].kind, Kind::PreSwitch { .. } | Kind::Timeline)
+                    && matches!(
+                        u.members[0].kind,
+                        Kind::PreSwitch { .. } | Kind::Timeline { .. }
+                    )
             })
             .min_by(|a, b| {
                 a.0.oldest
@@ -469,10 +477,10 @@ mod tests {
         };
         // Two in the newest hour, one in the hour before, one three hours ago.
         let mut snaps = vec![
-            c("t3", 3, Kind::Timeline),
-            c("t1", 1, Kind::Timeline),
-            c("t0a", 0, Kind::Timeline),
-            c("t0b", 0, Kind::Timeline),
+            c("t3", 3, Kind::Timeline { set: 1 }),
+            c("t1", 1, Kind::Timeline { set: 2 }),
+            c("t0a", 0, Kind::Timeline { set: 3 }),
+            c("t0b", 0, Kind::Timeline { set: 4 }),
         ];
         snaps[2].taken_micros += 10 * 60_000_000;
         snaps[3].taken_micros += 20 * 60_000_000;
@@ -503,7 +511,7 @@ mod tests {
         let snaps = vec![
             c("manual-old", 50, Kind::Manual),
             c("unknown-old", 60, Kind::UnknownOrigin),
-            c("t-old", 20, Kind::Timeline),
+            c("t-old", 20, Kind::Timeline { set: 7 }),
             c("s-new1", 2, Kind::PreSwitch { set: 9 }),
             c("s-old1", 30, Kind::PreSwitch { set: 3 }),
             c("s-old2", 30, Kind::PreSwitch { set: 3 }),
@@ -532,8 +540,8 @@ mod tests {
     fn kind() -> impl Strategy<Value = Kind> {
         prop_oneof![
             (0i64..6).prop_map(|set| Kind::PreSwitch { set }),
-            Just(Kind::Timeline),
-            Just(Kind::Timeline),
+            (10i64..40).prop_map(|set| Kind::Timeline { set }),
+            (10i64..40).prop_map(|set| Kind::Timeline { set }),
             Just(Kind::Manual),
             Just(Kind::UnknownOrigin),
         ]
@@ -610,11 +618,11 @@ mod tests {
         }
 
         #[test]
-        fn a_pre_switch_set_goes_whole_or_not_at_all(snaps in candidates(), p in policy(), free in 0u64..300) {
+        fn a_set_goes_whole_or_not_at_all(snaps in candidates(), p in policy(), free in 0u64..300) {
             let out = plan(&snaps, &p, NOW, free);
             let gone: BTreeSet<&str> = out.delete.iter().map(|d| d.name.as_str()).collect();
             for s in &snaps {
-                if let Kind::PreSwitch { set } = s.kind {
+                if let Kind::PreSwitch { set } | Kind::Timeline { set } = s.kind {
                     let members: Vec<&Candidate> = snaps.iter().filter(|m| m.kind == s.kind).collect();
                     let n = members.iter().filter(|m| gone.contains(m.name.as_str())).count();
                     prop_assert!(n == 0 || n == members.len(), "set {set}: {n} of {} go", members.len());
@@ -642,23 +650,32 @@ mod tests {
                 let any_gone = snaps.iter().any(|s| s.kind == Kind::PreSwitch { set: *id } && gone.contains(s.name.as_str()));
                 prop_assert_eq!(any_gone, i >= p.pre_switch_sets && !prot, "set {}", id);
             }
-            // Timeline: unprotected survivors are at most hourly+daily+weekly+monthly, and
-            // the newest timeline snapshot stays whenever any count is non-zero.
-            let timeline: Vec<&Candidate> = snaps.iter().filter(|s| s.kind == Kind::Timeline).collect();
-            let stay = timeline.iter().filter(|s| !gone.contains(s.name.as_str()) && !s.kept && !s.pinned).count();
-            prop_assert!(stay <= p.hourly + p.daily + p.weekly + p.monthly);
-            if let Some(newest) = timeline.iter().max_by(|a, b| a.taken_micros.cmp(&b.taken_micros).then(a.name.cmp(&b.name))) {
-                if p.hourly + p.daily + p.weekly + p.monthly > 0 {
-                    prop_assert!(!gone.contains(newest.name.as_str()));
+            // Timeline, by set (its time: its newest member): unprotected survivors are at
+            // most hourly+daily+weekly+monthly, the newest stays whenever a count is
+            // non-zero, and each of the last N periods that have a set keeps one.
+            let mut tsets: BTreeMap<i64, (i64, bool, bool)> = BTreeMap::new();
+            for s in &snaps {
+                if let Kind::Timeline { set } = s.kind {
+                    let e = tsets.entry(set).or_insert((i64::MIN, false, false));
+                    e.0 = e.0.max(s.taken_micros);
+                    e.1 |= s.pinned || s.kept;
+                    e.2 |= gone.contains(s.name.as_str());
                 }
             }
-            // For each count, the last N distinct hours/days/... with a timeline snapshot keep one.
+            let total = p.hourly + p.daily + p.weekly + p.monthly;
+            let stay = tsets.values().filter(|(_, prot, g)| !g && !prot).count();
+            prop_assert!(stay <= total);
+            if let Some((_, (_, _, g))) = tsets.iter().max_by(|a, b| (a.1).0.cmp(&(b.1).0).then(a.0.cmp(b.0))) {
+                if total > 0 {
+                    prop_assert!(!g);
+                }
+            }
             for (g, n) in [p.hourly, p.daily, p.weekly, p.monthly].into_iter().enumerate() {
-                let mut periods: Vec<i64> = timeline.iter().map(|s| period(s.taken_micros, g)).collect();
+                let mut periods: Vec<i64> = tsets.values().map(|(t, _, _)| period(*t, g)).collect();
                 periods.sort_unstable_by(|a, b| b.cmp(a));
                 periods.dedup();
                 for per in periods.into_iter().take(n) {
-                    prop_assert!(timeline.iter().any(|s| period(s.taken_micros, g) == per && !gone.contains(s.name.as_str())));
+                    prop_assert!(tsets.values().any(|(t, _, gone)| period(*t, g) == per && !gone));
                 }
             }
             // Manual: only by age, never by count.
@@ -677,7 +694,6 @@ mod tests {
             let extra: Vec<&Deletion> = below.delete.iter().filter(|d| !above.contains(&d.name)).collect();
             let units: BTreeSet<Kind> = extra.iter().map(|d| snaps.iter().find(|s| s.name == d.name).unwrap().kind).collect();
             prop_assert!(units.len() <= 1);
-            if units.contains(&Kind::Timeline) { prop_assert_eq!(extra.len(), 1); }
             for d in extra {
                 prop_assert_eq!(d.rule.code(), "free-space-floor");
             }
