@@ -256,7 +256,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data__subcmd__restore)
-            opts="-h --yes --json --bus --help"
+            opts="-h --yes --details --json --bus --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -127,6 +127,10 @@ pub struct RestoreArgs {
     /// reboot; `tacid data cancel` withdraws it until then.
     #[arg(long)]
     pub yes: bool,
+    /// Also list the paths changed since the snapshot: what the restore deletes (added),
+    /// puts back (modified) or brings back (removed). Root and the approver group only.
+    #[arg(long)]
+    pub details: bool,
     #[command(flatten)]
     pub output: Output,
 }

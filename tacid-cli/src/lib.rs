@@ -13,6 +13,19 @@ use zbus::Connection;
 
 use crate::cli::{exit, Cli, Command, Data};
 
+/// Await a call to the keeper; when it takes more than a second (counting what changed
+/// since a snapshot of a large subvolume can), say so on stderr so the wait is explained.
+async fn slow_with_a_word<T>(call: impl std::future::Future<Output = T>) -> T {
+    tokio::pin!(call);
+    tokio::select! {
+        done = &mut call => done,
+        () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
+            eprintln!("tacid: counting what changed since the snapshot (from Btrfs metadata; stops with \"at least\" after a few seconds)...");
+            call.await
+        }
+    }
+}
+
 /// A failure, with the code to exit with and what to tell the person.
 #[derive(Debug)]
 pub struct Failure {
@@ -180,14 +193,36 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             Ok(exit::OK)
         }
         Data::Restore(a) => {
-            let preview = keeper.restore_preview(&a.name).await.map_err(classify)?;
+            let preview = slow_with_a_word(keeper.restore_preview(&a.name))
+                .await
+                .map_err(classify)?;
+            let details = if a.details {
+                Some(
+                    slow_with_a_word(keeper.restore_details(&a.name))
+                        .await
+                        .map_err(classify)?,
+                )
+            } else {
+                None
+            };
             if !a.yes {
                 if a.output.json {
-                    print_json(&preview);
+                    match &details {
+                        Some(d) => {
+                            print_json(&serde_json::json!({ "shown": preview, "details": d }))
+                        }
+                        None => print_json(&preview),
+                    }
                 } else {
                     print!("{}", render::preview(&preview));
+                    if let Some(d) = &details {
+                        print!("{}", render::details(d));
+                    }
                 }
                 return Ok(exit::PREVIEW_ONLY);
+            }
+            if let (Some(d), false) = (&details, a.output.json) {
+                print!("{}", render::details(d));
             }
             let staged = keeper
                 .restore_confirm(&a.name, &preview.words)

@@ -3,7 +3,9 @@
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
-use keeper::wire::{RestorePreview, RestoreStaged, SnapshotEntry, SnapshotSet, Status};
+use keeper::wire::{
+    RestoreDetails, RestorePreview, RestoreStaged, SnapshotEntry, SnapshotSet, Status,
+};
 use keeper::words::{ago, exact_time, from_micros, human_time};
 
 const NO_BACKUP: &str =
@@ -102,6 +104,44 @@ pub fn preview(p: &RestorePreview) -> String {
             out,
             "Nothing has changed. To stage it: tacid data restore {} --yes",
             p.snapshot
+        );
+    }
+    out
+}
+
+/// `tacid data restore NAME --details`: the changed paths, grouped by what a restore does
+/// to them.
+pub fn details(d: &RestoreDetails) -> String {
+    let mut out = String::new();
+    for (change, heading) in [
+        ("added", "Deleted by the restore (added since):"),
+        ("modified", "Put back as they were (changed since):"),
+        ("removed", "Brought back (removed since):"),
+    ] {
+        let mut paths = d.paths.iter().filter(|p| p.change == change).peekable();
+        if paths.peek().is_none() {
+            continue;
+        }
+        let _ = writeln!(out, "{heading}");
+        for p in paths {
+            let slash = if p.directory && !p.path.ends_with('/') {
+                "/"
+            } else {
+                ""
+            };
+            let _ = writeln!(out, "  {}{slash}", p.path);
+        }
+    }
+    if d.paths.is_empty() {
+        let _ = writeln!(out, "Nothing in {} changed since then.", d.of_path);
+    }
+    if d.paths_left_off > 0 {
+        let _ = writeln!(out, "... and {} more paths not listed.", d.paths_left_off);
+    }
+    if !d.complete {
+        let _ = writeln!(
+            out,
+            "The count stopped at its time limit: there may be more changes than listed."
         );
     }
     out
