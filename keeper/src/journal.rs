@@ -57,7 +57,21 @@ const MIGRATIONS: &[&str] = &[
         reported_micros INTEGER NOT NULL,
         PRIMARY KEY (outcome_id, uid)
     );",
+    // 3: retention (adr/0013): the rule that chose a deletion, sets taken by the timeline
+    // timer, and the snapshots a person marked to keep.
+    "ALTER TABLE requests ADD COLUMN rule TEXT NOT NULL DEFAULT '';
+    ALTER TABLE requests ADD COLUMN timeline INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE keeps (
+        name TEXT PRIMARY KEY,
+        uid INTEGER NOT NULL,
+        user_name TEXT NOT NULL,
+        kept_micros INTEGER NOT NULL,
+        request_id INTEGER NOT NULL REFERENCES requests(id)
+    );",
 ];
+
+mod retention;
+pub use retention::{Deletion, DeletionResult, RetentionAction};
 
 /// The version a journal has after every migration.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -681,8 +695,11 @@ mod tests {
             .unwrap();
         }
         let j = Journal::open(&path).unwrap();
-        assert_eq!(j.schema_version().unwrap(), 2);
+        assert_eq!(j.schema_version().unwrap(), SCHEMA_VERSION);
         assert_eq!(j.requests().unwrap()[0].reason, "old");
+        // Version 3: an old snapshot set is neither timeline nor kept.
+        assert!(j.timeline_sets().unwrap().is_empty());
+        assert!(j.keeps().unwrap().is_empty());
         assert_eq!(j.report_latest_outcome(0).unwrap(), None);
     }
 
