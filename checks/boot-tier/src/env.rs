@@ -77,8 +77,10 @@ pub fn skip_or_fail(what: &str, why: &str) {
     if in_ci() {
         panic!("{what}: cannot run under CI=true: {why}");
     }
-    eprintln!("{line}\nSKIPPED {what}: {why}\n{line}");
-    println!("SKIPPED {what}: {why}");
+    // Straight to the stderr handle: the test harness captures eprintln!, not this, so
+    // the line shows even when the test passes.
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "{line}\nSKIPPED {what}: {why}\n{line}");
 }
 
 /// `Some(())` when the boot tier can run here; otherwise reports (or fails under CI) and
