@@ -554,3 +554,68 @@ fn bus_the_keeper_killed_at_random_moments_loses_nothing_acknowledged() {
         .collect();
     assert_eq!(on_disk.into_iter().collect::<HashSet<_>>(), present);
 }
+
+#[test]
+fn bus_the_preview_counts_what_changed_and_details_are_for_approvers() {
+    let Some(w) = World::start() else { return };
+    let home = w.top().join("@home");
+    let write = |name: &str, bytes: usize| std::fs::write(home.join(name), vec![b'x'; bytes]);
+    write("kept", 10).unwrap();
+    write("edited", 10).unwrap();
+    write("removed", 10).unwrap();
+    let name = snapshot_home(&w);
+
+    // A real change set: two files added, one edited, one removed, one directory added.
+    write("new1", 4096).unwrap();
+    write("new2", 4096).unwrap();
+    write("edited", 8192).unwrap();
+    std::fs::remove_file(home.join("removed")).unwrap();
+    std::fs::create_dir(home.join("newdir")).unwrap();
+
+    let counts = "1 file changed, 2 added, 1 removed; 1 directory added, 0 removed since then \
+                  (16.0 KiB written)";
+    let (code, out, err) = w.tacid(STRANGER, &["data", "restore", &name]);
+    assert_eq!(code, 3, "{err}");
+    assert!(out.contains(counts), "{out}");
+    let (code, out, err) = w.tacid(APPROVER, &["data", "restore", &name]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        out.starts_with("This puts /home back to ") && out.contains(counts),
+        "{out}"
+    );
+    // The counts are part of the words journalled as shown to the approver.
+    let (requests, _) = w.journal_rows();
+    let shown = requests
+        .iter()
+        .rfind(|r| r.action == action::RESTORE_PREVIEW && r.uid == uid_of(APPROVER))
+        .expect("the preview is journalled");
+    assert!(shown.words_shown.contains(counts), "{shown:?}");
+
+    // The paths: to approvers only.
+    let (code, _, err) = w.tacid(STRANGER, &["data", "restore", &name, "--details"]);
+    assert_eq!(code, 4, "stranger --details: {err}");
+    assert!(err.contains("is not in the group \"wheel\""), "{err}");
+    let (code, out, err) = w.tacid(APPROVER, &["data", "restore", &name, "--details"]);
+    assert_eq!(code, 3, "{err}");
+    eprintln!("$ tacid data restore {name} --details\n{out}");
+    for expected in [
+        "Deleted by the restore (added since):\n  /home/new1\n  /home/new2\n  /home/newdir/\n",
+        "Put back as they were (changed since):\n  /home/\n  /home/edited\n",
+        "Brought back (removed since):\n  /home/removed\n",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    let (requests, _) = w.journal_rows();
+    let listed: Vec<_> = requests
+        .iter()
+        .filter(|r| r.action == action::RESTORE_DETAILS)
+        .map(|r| (r.uid, r.state.as_str(), r.words_shown.as_str()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (uid_of(STRANGER), state::REFUSED, ""),
+            (uid_of(APPROVER), state::SHOWN, "listed 6 changed paths"),
+        ]
+    );
+}
