@@ -44,13 +44,17 @@ pub fn cache_dir() -> PathBuf {
     crate::workspace_root().join("checks/boot/cache")
 }
 
-/// Why this machine cannot run the boot tier, or `None` when it can.
+/// Why this machine cannot run the boot tier, or `None` when it can. As root, installs
+/// the Debian packages it needs first ([`install_missing_packages`]).
 pub fn missing_prerequisite() -> Option<String> {
     if !rustix::process::geteuid().is_root() {
         return Some("the boot tier needs root (loop devices, mounting the disk image)".into());
     }
     if !Path::new("/dev/loop-control").exists() {
         return Some("no /dev/loop-control: loop devices are unavailable".into());
+    }
+    if let Err(why) = install_missing_packages() {
+        return Some(why);
     }
     let missing: Vec<String> = tools::ALL
         .iter()
@@ -64,6 +68,58 @@ pub fn missing_prerequisite() -> Option<String> {
         ));
     }
     None
+}
+
+fn installed(package: &str) -> bool {
+    std::process::Command::new(tools::DPKG_QUERY)
+        .args(["-W", "-f", "${Status}", package])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+}
+
+/// `apt-get update`, once per process (the kernel and busybox are looked up in apt's lists).
+pub fn apt_update() -> Result<(), String> {
+    static DONE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| {
+        let status = std::process::Command::new(tools::APT_GET)
+            .args(["update", "-qq"])
+            .status()
+            .map_err(|e| format!("apt-get update: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("apt-get update failed ({status})"))
+        }
+    })
+    .clone()
+}
+
+/// Install whichever of [`HOST_PACKAGES`] is missing (a fresh machine needs them all).
+pub fn install_missing_packages() -> Result<(), String> {
+    if !Path::new(tools::DPKG_QUERY).exists() || !Path::new(tools::APT_GET).exists() {
+        return Err("not a Debian machine (no dpkg-query or apt-get)".into());
+    }
+    let missing: Vec<&str> = HOST_PACKAGES
+        .split_whitespace()
+        .filter(|p| !installed(p))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    apt_update()?;
+    let status = std::process::Command::new(tools::APT_GET)
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()
+        .map_err(|e| format!("apt-get install: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "apt-get install {} failed ({status})",
+            missing.join(" ")
+        ));
+    }
+    Ok(())
 }
 
 /// True when running in CI, where skipping is a failure.

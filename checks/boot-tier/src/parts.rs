@@ -149,6 +149,17 @@ fn hash_hex(f: impl FnOnce(&mut DefaultHasher)) -> String {
 /// The package a metapackage depends on, and the candidate version of a package, from
 /// apt's local lists (no download).
 fn dependency_of(metapackage: &str) -> Result<String> {
+    match dependency_of_once(metapackage) {
+        Ok(dep) => Ok(dep),
+        // A fresh machine may have no package lists yet.
+        Err(_) => {
+            crate::env::apt_update().map_err(Error::Other)?;
+            dependency_of_once(metapackage)
+        }
+    }
+}
+
+fn dependency_of_once(metapackage: &str) -> Result<String> {
     let out = run_stdout(
         "apt-cache depends",
         Command::new(tools::APT_CACHE).args(["depends", metapackage]),
