@@ -6,8 +6,8 @@
 //!
 //! # What this interface deliberately lacks
 //!
-//! - No method deletes a snapshot: pruning is a policy for later, and a person who wants a
-//!   snapshot gone can ask root.
+//! - No method deletes a snapshot the staged restore names or a person marked to keep,
+//!   whatever the caller says: the mark is taken off first, by a person, journalled.
 //! - No method restores now, or reads or writes file content. A restore is staged; the
 //!   next boot honours it.
 //! - No method takes the caller's identity or the words shown as trusted facts: the caller
@@ -25,8 +25,8 @@ use zbus::{fdo, interface, Connection};
 
 use crate::service::Keeper;
 use crate::wire::{
-    Cancelled, KeeperError, RestoreDetails, RestorePreview, RestoreStaged, SnapshotEntry,
-    SnapshotSet, Status,
+    Cancelled, Deleted, KeepMarked, KeeperError, PruneReport, RestoreDetails, RestorePreview,
+    RestoreStaged, SnapshotEntry, SnapshotSet, Status,
 };
 
 /// The interface served at `/org/tacid/Keeper1`.
@@ -168,6 +168,60 @@ impl Keeper1 {
     ) -> Result<Cancelled, KeeperError> {
         let uid = caller(connection, &header).await?;
         self.keeper.cancel(uid).await
+    }
+
+    /// Delete the snapshot `name`, journalled with the person who asked; its space comes
+    /// back in the background (Status shows it). Root and approvers only. Errors:
+    /// NotAuthorized, InvalidArgument, NoSuchSnapshot, Protected (staged restore or marked
+    /// to keep), StemNotRunning, StemFailed, Journal.
+    async fn delete(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+    ) -> Result<Deleted, KeeperError> {
+        let uid = caller(connection, &header).await?;
+        self.keeper.delete(uid, name).await
+    }
+
+    /// Mark the snapshot `name` to keep (no retention rule deletes it), or with `keep`
+    /// false take the mark off. Journalled. Root and approvers only. Errors: NotAuthorized,
+    /// InvalidArgument, NoSuchSnapshot, StemNotRunning, StemFailed, Journal.
+    async fn keep(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+        keep: bool,
+    ) -> Result<KeepMarked, KeeperError> {
+        let uid = caller(connection, &header).await?;
+        self.keeper.keep(uid, name, keep).await
+    }
+
+    /// Apply the retention policy: every deletion journalled with the rule that chose it.
+    /// With `dry_run`, delete nothing and say what would go, rule by rule; anybody may ask
+    /// that. For real: root and approvers only. Errors: NotAuthorized, StemNotRunning,
+    /// StemFailed, Journal.
+    async fn prune(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        dry_run: bool,
+    ) -> Result<PruneReport, KeeperError> {
+        let uid = caller(connection, &header).await?;
+        self.keeper.prune(uid, dry_run).await
+    }
+
+    /// Take the timeline's snapshot set (the default set, marked timeline; the timer calls
+    /// this); below the free-space floor, prune first. Root and approvers only. Errors: as
+    /// Snapshot, and NoSpace (below the hard floor).
+    async fn snapshot_timeline(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<SnapshotSet, KeeperError> {
+        let uid = caller(connection, &header).await?;
+        self.keeper.snapshot_timeline(uid).await
     }
 }
 

@@ -60,10 +60,10 @@ pub struct Policy {
     pub monthly: usize,
     /// Manual snapshots older than this go; `None`: kept until a person deletes them.
     pub manual_max_age: Option<Duration>,
-    /// Below this many free bytes, the oldest automatic snapshots go; 0: no floor.
+    /// Below this many free bytes, the oldest automatic snapshots go; 0: no floor. (The
+    /// hard floor, below which a snapshot is refused, is the stem's: it checks it inside
+    /// the act.)
     pub floor_bytes: u64,
-    /// Below this many free bytes, a new snapshot is refused (checked by the stem).
-    pub hard_floor_bytes: u64,
 }
 
 impl Default for Policy {
@@ -76,8 +76,7 @@ impl Default for Policy {
             weekly: 4,
             monthly: 6,
             manual_max_age: None,
-            floor_bytes: 5 << 30,
-            hard_floor_bytes: 1 << 30,
+            floor_bytes: 2 << 30,
         }
     }
 }
@@ -589,7 +588,6 @@ mod tests {
                 monthly: m,
                 manual_max_age: age_days.map(|d| Duration::from_secs(d * 86_400)),
                 floor_bytes: floor,
-                hard_floor_bytes: 0,
             })
     }
 

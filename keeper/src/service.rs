@@ -20,6 +20,9 @@ use crate::wire::{
 };
 use crate::words::{self, from_micros, to_micros};
 
+mod retention;
+pub use retention::describe as describe_policy;
+
 /// How long the words of a preview stay good for a confirmation.
 pub const CONSENT_WINDOW: Duration = Duration::from_secs(15 * 60);
 
@@ -54,6 +57,8 @@ pub struct Keeper {
     sets: tokio::sync::Mutex<()>,
     /// Journal and disk have been reconciled since start (retried while the stem is away).
     reconciled: tokio::sync::Mutex<bool>,
+    /// What retention keeps (adr/0013).
+    policy: crate::retention::Policy,
 }
 
 impl From<JournalError> for KeeperError {
@@ -77,6 +82,8 @@ fn stem_error(e: StemError) -> KeeperError {
             "NotRestorable" | "NotSnapshottable" | "NotReadOnly" | "OfAnotherSubvolume"
             | "NotInHistory" => KeeperError::NotAllowedForSubvolume(message.clone()),
             "AnotherRestoreStaged" => KeeperError::AnotherRestoreStaged(message.clone()),
+            "Pinned" => KeeperError::Protected(message.clone()),
+            "BelowHardFloor" | "NoSpace" => KeeperError::NoSpace(message.clone()),
             "InvalidArgument" => KeeperError::InvalidArgument(message.clone()),
             _ => KeeperError::StemFailed(format!("{message} (stem error {name})")),
         },
@@ -100,6 +107,7 @@ impl Keeper {
             authority,
             sets: tokio::sync::Mutex::new(()),
             reconciled: tokio::sync::Mutex::new(false),
+            policy: crate::retention::Policy::default(),
         }
     }
 
@@ -774,6 +782,11 @@ impl Keeper {
             Ok((o, unknown, j.failed_sets()?))
         })?;
         let path = self.journal(|j| Ok(j.path().display().to_string()))?;
+        let space = if stem_running {
+            self.stem.free_space().await.ok()
+        } else {
+            None
+        };
         Ok(Status {
             stem_running,
             staged_snapshot: staged
@@ -814,6 +827,11 @@ impl Keeper {
             unknown_origin: unknown,
             failed_sets: failed,
             journal_path: path,
+            free_bytes: space.map(|s| s.free_bytes).unwrap_or_default(),
+            size_bytes: space.map(|s| s.size_bytes).unwrap_or_default(),
+            floor_bytes: self.policy.floor_bytes,
+            hard_floor_bytes: space.map(|s| s.hard_floor_bytes).unwrap_or_default(),
+            deletions_pending: space.map(|s| s.deletions_pending).unwrap_or_default(),
         })
     }
 }

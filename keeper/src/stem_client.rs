@@ -244,4 +244,20 @@ impl StemClient {
             reason: o.reason.clone(),
         }))
     }
+
+    /// Delete a snapshot (unlinked now; committed and cleaned in the background). Not
+    /// retried when the stem went away mid-call: the disk says whether it happened.
+    pub async fn delete(&self, name: &str) -> Result<(), StemError> {
+        let name = name.to_owned();
+        self.call(|p| {
+            let name = name.clone();
+            async move { p.delete(&name).await }
+        })
+        .await
+    }
+
+    /// The free space, the stem's hard floor, and deletions the cleaner still holds.
+    pub async fn free_space(&self) -> Result<stem1::SpaceInfo, StemError> {
+        self.call(|p| async move { p.free_space().await }).await
+    }
 }

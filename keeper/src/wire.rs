@@ -132,6 +132,69 @@ pub struct Status {
     pub failed_sets: u32,
     /// Where the journal is.
     pub journal_path: String,
+    /// Free bytes on the filesystem now (0 with `stem_running` false).
+    pub free_bytes: u64,
+    /// The filesystem's size in bytes.
+    pub size_bytes: u64,
+    /// Below this many free bytes retention deletes the oldest automatic snapshots.
+    pub floor_bytes: u64,
+    /// Below this many free bytes new snapshots are refused (0: none).
+    pub hard_floor_bytes: u64,
+    /// Deleted snapshots whose space Btrfs is still giving back.
+    pub deletions_pending: u32,
+}
+
+/// One snapshot retention chose, with the rule that chose it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct PruneEntry {
+    pub name: String,
+    pub of_path: String,
+    pub taken_micros: i64,
+    /// The rule's code: `pre-switch-sets`, `timeline`, `manual-max-age`, `free-space-floor`.
+    pub rule: String,
+    /// The rule in words.
+    pub why: String,
+    /// Empty when it went (or would go); else why it stays or what failed.
+    pub note: String,
+}
+
+/// The answer to `Prune`: what went (or, in a dry run, would go), rule by rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct PruneReport {
+    /// Nothing was deleted; `deleted` is what would go.
+    pub dry_run: bool,
+    /// Deleted (or would be), oldest first.
+    pub deleted: Vec<PruneEntry>,
+    /// Chosen by a rule but kept: pinned by the staged restore, or marked to keep.
+    pub spared: Vec<PruneEntry>,
+    /// The stem refused or failed these; `note` says why.
+    pub failed: Vec<PruneEntry>,
+    /// The policy, in one line.
+    pub policy: String,
+    pub free_bytes: u64,
+    pub floor_bytes: u64,
+    /// Below the floor with no automatic snapshot left to delete.
+    pub floor_unmet: bool,
+}
+
+/// The answer to `Delete`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct Deleted {
+    pub name: String,
+    pub of_path: String,
+    /// What the journal recorded.
+    pub message: String,
+}
+
+/// The answer to `Keep`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct KeepMarked {
+    pub name: String,
+    /// Marked to keep now.
+    pub kept: bool,
+    /// False: it was already so; nothing changed.
+    pub changed: bool,
+    pub message: String,
 }
 
 /// Named errors on the wire: `org.tacid.Keeper1.Error.<Name>`, each with a message that
@@ -157,6 +220,10 @@ pub enum KeeperError {
     StemFailed(String),
     /// The journal could not record the request; nothing was done.
     Journal(String),
+    /// The snapshot is protected: the staged restore names it, or a person marked it to keep.
+    Protected(String),
+    /// The free space is below the hard floor; no snapshot was taken.
+    NoSpace(String),
     #[zbus(error)]
     ZBus(zbus::Error),
 }
@@ -173,7 +240,9 @@ impl KeeperError {
             | KeeperError::AnotherRestoreStaged(m)
             | KeeperError::WordsNotShown(m)
             | KeeperError::StemFailed(m)
-            | KeeperError::Journal(m) => m.clone(),
+            | KeeperError::Journal(m)
+            | KeeperError::Protected(m)
+            | KeeperError::NoSpace(m) => m.clone(),
             KeeperError::ZBus(e) => e.to_string(),
         }
     }
@@ -209,4 +278,12 @@ pub trait Keeper1 {
     fn status(&self) -> Result<Status, KeeperError>;
     /// Withdraw the staged restore.
     fn cancel(&self) -> Result<Cancelled, KeeperError>;
+    /// Delete a snapshot, journalled with the person who asked.
+    fn delete(&self, name: &str) -> Result<Deleted, KeeperError>;
+    /// Mark a snapshot to keep (`keep` false: take the mark off).
+    fn keep(&self, name: &str, keep: bool) -> Result<KeepMarked, KeeperError>;
+    /// Apply the retention policy (`dry_run`: only say what would go, and why).
+    fn prune(&self, dry_run: bool) -> Result<PruneReport, KeeperError>;
+    /// Take a timeline snapshot set (the timer's), pruning first when below the floor.
+    fn snapshot_timeline(&self) -> Result<SnapshotSet, KeeperError>;
 }

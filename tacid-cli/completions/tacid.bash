@@ -25,11 +25,20 @@ _tacid() {
             tacid__subcmd__data,cancel)
                 cmd="tacid__subcmd__data__subcmd__cancel"
                 ;;
+            tacid__subcmd__data,delete)
+                cmd="tacid__subcmd__data__subcmd__delete"
+                ;;
             tacid__subcmd__data,help)
                 cmd="tacid__subcmd__data__subcmd__help"
                 ;;
+            tacid__subcmd__data,keep)
+                cmd="tacid__subcmd__data__subcmd__keep"
+                ;;
             tacid__subcmd__data,list)
                 cmd="tacid__subcmd__data__subcmd__list"
+                ;;
+            tacid__subcmd__data,prune)
+                cmd="tacid__subcmd__data__subcmd__prune"
                 ;;
             tacid__subcmd__data,restore)
                 cmd="tacid__subcmd__data__subcmd__restore"
@@ -43,11 +52,20 @@ _tacid() {
             tacid__subcmd__data__subcmd__help,cancel)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__cancel"
                 ;;
+            tacid__subcmd__data__subcmd__help,delete)
+                cmd="tacid__subcmd__data__subcmd__help__subcmd__delete"
+                ;;
             tacid__subcmd__data__subcmd__help,help)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__help"
                 ;;
+            tacid__subcmd__data__subcmd__help,keep)
+                cmd="tacid__subcmd__data__subcmd__help__subcmd__keep"
+                ;;
             tacid__subcmd__data__subcmd__help,list)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__list"
+                ;;
+            tacid__subcmd__data__subcmd__help,prune)
+                cmd="tacid__subcmd__data__subcmd__help__subcmd__prune"
                 ;;
             tacid__subcmd__data__subcmd__help,restore)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__restore"
@@ -67,8 +85,17 @@ _tacid() {
             tacid__subcmd__help__subcmd__data,cancel)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__cancel"
                 ;;
+            tacid__subcmd__help__subcmd__data,delete)
+                cmd="tacid__subcmd__help__subcmd__data__subcmd__delete"
+                ;;
+            tacid__subcmd__help__subcmd__data,keep)
+                cmd="tacid__subcmd__help__subcmd__data__subcmd__keep"
+                ;;
             tacid__subcmd__help__subcmd__data,list)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__list"
+                ;;
+            tacid__subcmd__help__subcmd__data,prune)
+                cmd="tacid__subcmd__help__subcmd__data__subcmd__prune"
                 ;;
             tacid__subcmd__help__subcmd__data,restore)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__restore"
@@ -104,7 +131,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data)
-            opts="-h --bus --help list snapshot restore status cancel help"
+            opts="-h --bus --help list snapshot restore status cancel delete keep prune help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -139,8 +166,26 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__data__subcmd__delete)
+            opts="-h --json --bus --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__data__subcmd__help)
-            opts="list snapshot restore status cancel help"
+            opts="list snapshot restore status cancel delete keep prune help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -154,6 +199,20 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data__subcmd__help__subcmd__cancel)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__data__subcmd__help__subcmd__delete)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -181,7 +240,35 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__data__subcmd__help__subcmd__keep)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__data__subcmd__help__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__data__subcmd__help__subcmd__prune)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -237,8 +324,44 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__data__subcmd__keep)
+            opts="-h --unkeep --json --bus --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__data__subcmd__list)
             opts="-h --json --bus --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__data__subcmd__prune)
+            opts="-h --dry-run --json --bus --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -274,7 +397,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data__subcmd__snapshot)
-            opts="-h --reason --pre-switch --json --bus --help"
+            opts="-h --reason --pre-switch --timeline --json --bus --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -328,7 +451,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__help__subcmd__data)
-            opts="list snapshot restore status cancel"
+            opts="list snapshot restore status cancel delete keep prune"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -355,7 +478,49 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__help__subcmd__data__subcmd__delete)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__help__subcmd__data__subcmd__keep)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__help__subcmd__data__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__help__subcmd__data__subcmd__prune)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

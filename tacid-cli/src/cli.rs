@@ -26,6 +26,10 @@ pub mod exit {
     pub const KEEPER_UNREACHABLE: u8 = 8;
     /// The keeper's journal or the stem failed; nothing was done.
     pub const KEEPER_FAILED: u8 = 9;
+    /// Protected: the staged restore names the snapshot, or a person marked it to keep.
+    pub const PROTECTED: u8 = 10;
+    /// The free space is below the hard floor; no snapshot was taken.
+    pub const NO_SPACE: u8 = 11;
 }
 
 const EXIT_TABLE: &str = "\
@@ -41,7 +45,9 @@ Exit codes:
      words of the preview were not the ones shown
   7  the stem is not running (start tacid-stem.service)
   8  the keeper is not running or the bus cannot be reached (start tacid-keeper.service)
-  9  the keeper's journal or the stem failed; nothing was done";
+  9  the keeper's journal or the stem failed; nothing was done
+ 10  protected: the staged restore names that snapshot, or it is marked to keep
+ 11  the free space is below the hard floor: no snapshot was taken (prune or delete)";
 
 const BOUNDARIES: &str = "\
 What tacid does not do:
@@ -94,6 +100,46 @@ pub enum Data {
     Status(Output),
     /// Withdraw the staged restore. Root and the approver group only.
     Cancel(Output),
+    /// Delete a snapshot now; the journal records who asked. Refused while the staged
+    /// restore names it or it is marked to keep. Root and the approver group only.
+    Delete(NameArgs),
+    /// Mark a snapshot to keep: no retention rule deletes it. --unkeep takes the mark off.
+    /// Root and the approver group only.
+    Keep(KeepArgs),
+    /// Apply the retention policy: each deletion is journalled with the rule that chose it.
+    /// With --dry-run (anybody may), say what would go and why, rule by rule, and delete
+    /// nothing. For real: root and the approver group only.
+    Prune(PruneArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct NameArgs {
+    /// The snapshot's name, as `tacid data list` shows it.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct KeepArgs {
+    /// The snapshot's name, as `tacid data list` shows it.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Take the mark off: the retention rules apply to it again.
+    #[arg(long)]
+    pub unkeep: bool,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PruneArgs {
+    /// Delete nothing; say what would go and which rule chose it.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub output: Output,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -114,6 +160,10 @@ pub struct SnapshotArgs {
     /// Mark the set as taken before a switch of configuration (used by the NixOS module).
     #[arg(long)]
     pub pre_switch: bool,
+    /// Take the timeline's set (used by tacid-timeline.timer): the default set, kept by
+    /// the hourly/daily/weekly/monthly counts; below the free-space floor, prune first.
+    #[arg(long, conflicts_with_all = ["subvolumes", "pre_switch", "reason"])]
+    pub timeline: bool,
     #[command(flatten)]
     pub output: Output,
 }

@@ -47,6 +47,8 @@ fn classify(e: KeeperError) -> Failure {
         KeeperError::WordsNotShown(_) => (exit::REFUSED, "WordsNotShown"),
         KeeperError::StemFailed(_) => (exit::KEEPER_FAILED, "StemFailed"),
         KeeperError::Journal(_) => (exit::KEEPER_FAILED, "Journal"),
+        KeeperError::Protected(_) => (exit::PROTECTED, "Protected"),
+        KeeperError::NoSpace(_) => (exit::NO_SPACE, "NoSpace"),
         KeeperError::ZBus(zbus::Error::MethodError(n, m, _)) => {
             let n = n.as_str();
             if n.starts_with("org.freedesktop.DBus.Error.ServiceUnknown")
@@ -135,6 +137,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Data(Data::List(o) | Data::Status(o) | Data::Cancel(o)) => o.json,
         Command::Data(Data::Snapshot(a)) => a.output.json,
         Command::Data(Data::Restore(a)) => a.output.json,
+        Command::Data(Data::Delete(a)) => a.output.json,
+        Command::Data(Data::Keep(a)) => a.output.json,
+        Command::Data(Data::Prune(a)) => a.output.json,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -181,10 +186,12 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             Ok(exit::OK)
         }
         Data::Snapshot(a) => {
-            let set = keeper
-                .snapshot(a.subvolumes, &a.reason, a.pre_switch)
-                .await
-                .map_err(classify)?;
+            let set = if a.timeline {
+                keeper.snapshot_timeline().await
+            } else {
+                keeper.snapshot(a.subvolumes, &a.reason, a.pre_switch).await
+            }
+            .map_err(classify)?;
             if a.output.json {
                 print_json(&set);
             } else {
@@ -252,6 +259,37 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
                 println!("{}", c.message);
             }
             Ok(exit::OK)
+        }
+        Data::Delete(a) => {
+            let d = keeper.delete(&a.name).await.map_err(classify)?;
+            if a.output.json {
+                print_json(&d);
+            } else {
+                println!("{}", d.message);
+            }
+            Ok(exit::OK)
+        }
+        Data::Keep(a) => {
+            let k = keeper.keep(&a.name, !a.unkeep).await.map_err(classify)?;
+            if a.output.json {
+                print_json(&k);
+            } else {
+                println!("{}", k.message);
+            }
+            Ok(exit::OK)
+        }
+        Data::Prune(a) => {
+            let report = keeper.prune(a.dry_run).await.map_err(classify)?;
+            if a.output.json {
+                print_json(&report);
+            } else {
+                print!("{}", render::prune(&report, now));
+            }
+            Ok(if report.failed.is_empty() {
+                exit::OK
+            } else {
+                exit::FAILED
+            })
         }
     }
 }

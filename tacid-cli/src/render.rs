@@ -4,7 +4,8 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use keeper::wire::{
-    RestoreDetails, RestorePreview, RestoreStaged, SnapshotEntry, SnapshotSet, Status,
+    PruneEntry, PruneReport, RestoreDetails, RestorePreview, RestoreStaged, SnapshotEntry,
+    SnapshotSet, Status,
 };
 use keeper::words::{ago, exact_time, from_micros, human_time};
 
@@ -233,6 +234,112 @@ pub fn status(s: &Status, now: SystemTime) -> String {
             s.failed_sets
         );
     }
+    if s.stem_running {
+        let _ = writeln!(
+            out,
+            "Free space: {} of {}{}{}.",
+            bytes(s.free_bytes),
+            bytes(s.size_bytes),
+            if s.floor_bytes > 0 {
+                format!(
+                    "; below {} the oldest automatic snapshots are pruned",
+                    bytes(s.floor_bytes)
+                )
+            } else {
+                String::new()
+            },
+            if s.hard_floor_bytes > 0 {
+                format!(
+                    "; below {} new snapshots are refused",
+                    bytes(s.hard_floor_bytes)
+                )
+            } else {
+                String::new()
+            }
+        );
+        if s.deletions_pending > 0 {
+            let _ = writeln!(
+                out,
+                "{} deleted snapshot(s) still giving their space back (Btrfs's cleaner runs after the next commit).",
+                s.deletions_pending
+            );
+        }
+    }
     let _ = writeln!(out, "Journal: {}", s.journal_path);
     out
+}
+
+/// `tacid data prune [--dry-run]`: what goes (or would), rule by rule.
+pub fn prune(r: &PruneReport, now: SystemTime) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Policy: {}.", r.policy);
+    let _ = writeln!(out, "Free space: {}.", bytes(r.free_bytes));
+    let verb = if r.dry_run {
+        "would be deleted"
+    } else {
+        "deleted"
+    };
+    if r.deleted.is_empty() {
+        let _ = writeln!(out, "Nothing {verb}: every snapshot is kept by a rule.");
+    }
+    // Rule by rule, in the order the rules are applied.
+    for rule in [
+        "pre-switch-sets",
+        "timeline",
+        "manual-max-age",
+        "free-space-floor",
+    ] {
+        let chosen: Vec<&PruneEntry> = r.deleted.iter().filter(|e| e.rule == rule).collect();
+        let Some(first) = chosen.first() else {
+            continue;
+        };
+        let _ = writeln!(out, "\n{} {verb}: {}.", chosen.len(), first.why);
+        for e in chosen {
+            let taken = from_micros(e.taken_micros);
+            let _ = writeln!(
+                out,
+                "  {}  of {}, taken {} ({})",
+                e.name,
+                e.of_path,
+                human_time(taken, now),
+                ago(taken, now)
+            );
+        }
+    }
+    if !r.spared.is_empty() {
+        let _ = writeln!(out, "\nChosen by a rule but kept:");
+        for e in &r.spared {
+            let _ = writeln!(out, "  {}  {} ({})", e.name, e.note, e.why);
+        }
+    }
+    if !r.failed.is_empty() {
+        let _ = writeln!(out, "\nNot deleted:");
+        for e in &r.failed {
+            let _ = writeln!(out, "  {}  {}", e.name, e.note);
+        }
+    }
+    if r.floor_unmet {
+        let _ = writeln!(
+            out,
+            "\nThe free space is below the floor of {} and no automatic snapshot is left to \
+             delete: delete manual snapshots (`tacid data delete NAME`) or free space otherwise.",
+            bytes(r.floor_bytes)
+        );
+    }
+    if r.dry_run {
+        let _ = writeln!(
+            out,
+            "\nDry run: nothing was deleted. `tacid data prune` deletes these."
+        );
+    } else if !r.deleted.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nTheir space comes back in the background; `tacid data status` shows it."
+        );
+    }
+    out
+}
+
+fn bytes(n: u64) -> String {
+    keeper::retention::bytes(n)
 }

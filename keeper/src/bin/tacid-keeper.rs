@@ -8,6 +8,7 @@ use clap::Parser;
 use keeper::authority::Authority;
 use keeper::journal::Journal;
 use keeper::keeper1::{introspection_xml, Keeper1};
+use keeper::retention::Policy;
 use keeper::service::Keeper;
 use layout::names;
 
@@ -28,6 +29,49 @@ struct Args {
     /// Print the interface's introspection XML and exit.
     #[arg(long)]
     print_introspection: bool,
+    #[command(flatten)]
+    retention: RetentionArgs,
+}
+
+/// The retention policy (adr/0013); the NixOS module passes services.tacid.retention.*.
+#[derive(Debug, clap::Args)]
+struct RetentionArgs {
+    /// Keep the newest N pre-switch snapshot sets.
+    #[arg(long, value_name = "N", default_value_t = Policy::default().pre_switch_sets)]
+    keep_pre_switch_sets: usize,
+    /// Keep the newest timeline set of each of the last N hours that have one.
+    #[arg(long, value_name = "N", default_value_t = Policy::default().hourly)]
+    keep_hourly: usize,
+    /// Likewise for days.
+    #[arg(long, value_name = "N", default_value_t = Policy::default().daily)]
+    keep_daily: usize,
+    /// Likewise for weeks (Monday to Sunday, UTC).
+    #[arg(long, value_name = "N", default_value_t = Policy::default().weekly)]
+    keep_weekly: usize,
+    /// Likewise for months.
+    #[arg(long, value_name = "N", default_value_t = Policy::default().monthly)]
+    keep_monthly: usize,
+    /// Delete manual snapshots older than N days (0: keep them until a person deletes them).
+    #[arg(long, value_name = "DAYS", default_value_t = 0)]
+    manual_max_age_days: u64,
+    /// Below this many free bytes, the oldest automatic snapshots are deleted (0: no floor).
+    #[arg(long, value_name = "BYTES", default_value_t = Policy::default().floor_bytes)]
+    free_floor_bytes: u64,
+}
+
+impl RetentionArgs {
+    fn policy(&self) -> Policy {
+        Policy {
+            pre_switch_sets: self.keep_pre_switch_sets,
+            hourly: self.keep_hourly,
+            daily: self.keep_daily,
+            weekly: self.keep_weekly,
+            monthly: self.keep_monthly,
+            manual_max_age: (self.manual_max_age_days > 0)
+                .then(|| std::time::Duration::from_secs(self.manual_max_age_days * 86_400)),
+            floor_bytes: self.free_floor_bytes,
+        }
+    }
 }
 
 fn init_logging() {
@@ -97,7 +141,10 @@ fn tempfile_dir() -> PathBuf {
 async fn run(args: Args) -> Result<(), String> {
     let journal = Journal::open(&args.journal).map_err(|e| e.to_string())?;
     tracing::info!(journal = %args.journal.display(), approver_group = %args.approver_group, "journal open (WAL, synchronous=FULL)");
-    let keeper = Arc::new(Keeper::new(journal, Authority::new(&args.approver_group)));
+    let policy = args.retention.policy();
+    tracing::info!(policy = %keeper::service::describe_policy(&policy), "retention");
+    let keeper =
+        Arc::new(Keeper::new(journal, Authority::new(&args.approver_group)).with_policy(policy));
     let builder = match &args.bus {
         Some(address) => zbus::connection::Builder::address(address.as_str()),
         None => zbus::connection::Builder::system(),

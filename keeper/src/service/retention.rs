@@ -1,0 +1,356 @@
+//! The keeper's retention acts: delete, keep, prune and the timeline set (adr/0013).
+//!
+//! Who may: deleting, marking to keep and pruning for real are changes (root and
+//! approvers); a dry run only looks, so anybody may ask what would go and why.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use super::{parse_snapshot, stem_error, Keeper};
+use crate::authority::{Act, Authority};
+use crate::journal::{Deletion, DeletionResult, RetentionAction};
+use crate::retention::{self, Candidate, Kind, Policy};
+use crate::stem_client::StemError;
+use crate::wire::{Deleted, KeepMarked, KeeperError, PruneEntry, PruneReport, SnapshotSet};
+use crate::words::to_micros;
+
+/// The rule code journalled when a person asked for a deletion.
+const BY_PERSON: &str = "person";
+
+fn of_path(name: &str) -> String {
+    layout::SnapshotName::parse(name)
+        .map(|n| n.subvolume().display_path().to_owned())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// The policy in one line, for people.
+pub fn describe(p: &Policy) -> String {
+    let manual = match p.manual_max_age {
+        Some(age) => format!("until {} days old", age.as_secs() / 86_400),
+        None => "until deleted".into(),
+    };
+    let floor = if p.floor_bytes == 0 {
+        "no free-space floor".into()
+    } else {
+        format!("free-space floor {}", retention::bytes(p.floor_bytes))
+    };
+    format!(
+        "keep the last {} pre-switch sets; timeline {} hourly, {} daily, {} weekly, {} monthly; \
+         manual snapshots {manual}; {floor}",
+        p.pre_switch_sets, p.hourly, p.daily, p.weekly, p.monthly
+    )
+}
+
+impl Keeper {
+    /// Use `policy` for retention (from the keeper's flags).
+    pub fn with_policy(mut self, policy: Policy) -> Keeper {
+        self.policy = policy;
+        self
+    }
+
+    /// The retention policy in force.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Settle deletions a stopped keeper left pending: the disk says whether they happened.
+    async fn settle_pending_deletions(&self) -> Result<(), KeeperError> {
+        let pending = self.journal(|j| j.pending_deletions())?;
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let disk = self.stem.list().await.map_err(stem_error)?;
+        let results: Vec<DeletionResult> = pending
+            .into_iter()
+            .map(|(id, name)| {
+                let there = disk.iter().any(|d| d.member.name == name);
+                DeletionResult {
+                    id,
+                    name,
+                    result: if there {
+                        Err(
+                            "the keeper stopped before the stem answered; it is still on disk"
+                                .into(),
+                        )
+                    } else {
+                        Ok(())
+                    },
+                }
+            })
+            .collect();
+        self.journal(|j| j.finish_deletions(&results))
+    }
+
+    /// Delete one snapshot a person named; journalled with the person.
+    pub async fn delete(&self, uid: u32, name: &str) -> Result<Deleted, KeeperError> {
+        let asker = Authority::asker(uid);
+        if let Err(why) = self.authority.decide(uid, Act::Change) {
+            return Err(self.refuse(&asker, RetentionAction::Delete.as_str(), name, "", why));
+        }
+        parse_snapshot(name)?;
+        if let Some(by) = self.journal(|j| j.keeps())?.get(name) {
+            return Err(KeeperError::Protected(format!(
+                "{name} is marked to keep (by {by}); take the mark off first with \
+                 `tacid data keep --unkeep {name}`"
+            )));
+        }
+        let why = format!("asked by {} (uid {uid})", asker.name);
+        let deletion = Deletion {
+            name: name.to_owned(),
+            rule: BY_PERSON.into(),
+            why: why.clone(),
+        };
+        let id = self.journal(|j| j.begin_deletions(&asker, std::slice::from_ref(&deletion)))?[0];
+        let result = self.stem.delete(name).await;
+        match result {
+            Ok(()) => {
+                self.journal(|j| {
+                    j.finish_deletions(&[DeletionResult {
+                        id,
+                        name: name.to_owned(),
+                        result: Ok(()),
+                    }])
+                })?;
+                let message = format!(
+                    "deleted {name} ({why}); its space comes back in the background \
+                     (`tacid data status` shows it)"
+                );
+                tracing::info!(uid, user = %asker.name, snapshot = name, "{message}");
+                Ok(Deleted {
+                    name: name.to_owned(),
+                    of_path: of_path(name),
+                    message,
+                })
+            }
+            Err(e) => {
+                // Gone mid-call: left pending, settled from the disk by the next prune.
+                if matches!(e, StemError::Refused { .. } | StemError::NotRunning) {
+                    self.journal(|j| {
+                        j.finish_deletions(&[DeletionResult {
+                            id,
+                            name: name.to_owned(),
+                            result: Err(e.to_string()),
+                        }])
+                    })?;
+                }
+                Err(match stem_error(e) {
+                    KeeperError::Protected(m) => KeeperError::Protected(format!(
+                        "{m}; cancel the restore first with `tacid data cancel`"
+                    )),
+                    other => other,
+                })
+            }
+        }
+    }
+
+    /// Mark a snapshot to keep, or take the mark off.
+    pub async fn keep(&self, uid: u32, name: &str, keep: bool) -> Result<KeepMarked, KeeperError> {
+        let asker = Authority::asker(uid);
+        let act = if keep {
+            RetentionAction::Keep
+        } else {
+            RetentionAction::Unkeep
+        };
+        if let Err(why) = self.authority.decide(uid, Act::Change) {
+            return Err(self.refuse(&asker, act.as_str(), name, "", why));
+        }
+        let snap = parse_snapshot(name)?;
+        if keep {
+            // Only what exists can be kept; a mark may be taken off a snapshot already gone.
+            self.find(&snap).await?;
+        }
+        let changed = self.journal(|j| j.set_keep(&asker, name, keep))?;
+        let message = match (keep, changed) {
+            (true, true) => format!("{name} is marked to keep: no retention rule deletes it"),
+            (true, false) => format!("{name} was already marked to keep; nothing changed"),
+            (false, true) => {
+                format!("{name} is no longer marked to keep: the retention rules apply to it again")
+            }
+            (false, false) => format!("{name} was not marked to keep; nothing changed"),
+        };
+        tracing::info!(uid, user = %asker.name, snapshot = name, "{message}");
+        Ok(KeepMarked {
+            name: name.to_owned(),
+            kept: keep,
+            changed,
+            message,
+        })
+    }
+
+    /// What retention would delete now, from the disk and the journal.
+    async fn retention_plan(
+        &self,
+    ) -> Result<(retention::Plan, u64, BTreeMap<String, i64>), KeeperError> {
+        let disk = self.stem.list().await.map_err(stem_error)?;
+        let space = self.stem.free_space().await.map_err(stem_error)?;
+        let (rows, timeline, keeps) =
+            self.journal(|j| Ok((j.snapshots()?, j.timeline_sets()?, j.keeps()?)))?;
+        let requests: BTreeMap<&str, _> = rows
+            .iter()
+            .filter_map(|r| r.request.as_ref().map(|q| (r.name.as_str(), q)))
+            .collect();
+        let mut taken = BTreeMap::new();
+        let candidates: Vec<Candidate> = disk
+            .iter()
+            .map(|d| {
+                let name = d.member.name.as_str();
+                taken.insert(name.to_owned(), d.member.taken_micros);
+                let kind = match requests.get(name) {
+                    None => Kind::UnknownOrigin,
+                    Some(r) if r.pre_switch => Kind::PreSwitch { set: r.id },
+                    Some(r) if timeline.contains(&r.id) => Kind::Timeline { set: r.id },
+                    Some(_) => Kind::Manual,
+                };
+                Candidate {
+                    name: name.to_owned(),
+                    taken_micros: d.member.taken_micros,
+                    kind,
+                    kept: keeps.contains_key(name),
+                    pinned: d.staged,
+                }
+            })
+            .collect();
+        let plan = retention::plan(
+            &candidates,
+            &self.policy,
+            to_micros(SystemTime::now()),
+            space.free_bytes,
+        );
+        Ok((plan, space.free_bytes, taken))
+    }
+
+    /// Apply the retention policy; with `dry_run`, only say what would go and why.
+    pub async fn prune(&self, uid: u32, dry_run: bool) -> Result<PruneReport, KeeperError> {
+        let asker = Authority::asker(uid);
+        if !dry_run {
+            if let Err(why) = self.authority.decide(uid, Act::Change) {
+                return Err(self.refuse(&asker, "prune", "", "", why));
+            }
+        }
+        self.ensure_reconciled().await;
+        // No set is taken while retention looks at the store.
+        let _sets = self.sets.lock().await;
+        if !dry_run {
+            self.settle_pending_deletions().await?;
+        }
+        let started = std::time::Instant::now();
+        let (plan, free_bytes, taken) = self.retention_plan().await?;
+        let planned = started.elapsed();
+        let entry = |name: &str, rule: &retention::Rule, note: String| PruneEntry {
+            name: name.to_owned(),
+            of_path: of_path(name),
+            taken_micros: taken.get(name).copied().unwrap_or_default(),
+            rule: rule.code().to_owned(),
+            why: rule.to_string(),
+            note,
+        };
+        let spared: Vec<PruneEntry> = plan
+            .spared
+            .iter()
+            .map(|s| entry(&s.name, &s.rule, format!("kept: {}", s.protection)))
+            .collect();
+        let mut report = PruneReport {
+            dry_run,
+            deleted: Vec::new(),
+            spared,
+            failed: Vec::new(),
+            policy: describe(&self.policy),
+            free_bytes,
+            floor_bytes: self.policy.floor_bytes,
+            floor_unmet: plan.floor_unmet,
+        };
+        if dry_run || plan.delete.is_empty() {
+            report.deleted = plan
+                .delete
+                .iter()
+                .map(|d| entry(&d.name, &d.rule, String::new()))
+                .collect();
+            return Ok(report);
+        }
+        let deletions: Vec<Deletion> = plan
+            .delete
+            .iter()
+            .map(|d| Deletion {
+                name: d.name.clone(),
+                rule: d.rule.code().to_owned(),
+                why: d.rule.to_string(),
+            })
+            .collect();
+        let ids = self.journal(|j| j.begin_deletions(&asker, &deletions))?;
+        let mut results = Vec::with_capacity(ids.len());
+        let mut stem_gone = None;
+        for (d, id) in plan.delete.iter().zip(&ids) {
+            if let Some(why) = &stem_gone {
+                results.push(DeletionResult {
+                    id: *id,
+                    name: d.name.clone(),
+                    result: Err(format!("not tried: {why}")),
+                });
+                report
+                    .failed
+                    .push(entry(&d.name, &d.rule, format!("not tried: {why}")));
+                continue;
+            }
+            match self.stem.delete(&d.name).await {
+                Ok(()) => {
+                    results.push(DeletionResult {
+                        id: *id,
+                        name: d.name.clone(),
+                        result: Ok(()),
+                    });
+                    report.deleted.push(entry(&d.name, &d.rule, String::new()));
+                }
+                // It may have acted: the row stays pending; the next prune settles it.
+                Err(e @ StemError::WentAway) | Err(e @ StemError::Bus(_)) => {
+                    report.failed.push(entry(&d.name, &d.rule, e.to_string()));
+                    stem_gone = Some(e.to_string());
+                }
+                Err(e) => {
+                    if e == StemError::NotRunning {
+                        stem_gone = Some(e.to_string());
+                    }
+                    results.push(DeletionResult {
+                        id: *id,
+                        name: d.name.clone(),
+                        result: Err(e.to_string()),
+                    });
+                    report.failed.push(entry(&d.name, &d.rule, e.to_string()));
+                }
+            }
+        }
+        self.journal(|j| j.finish_deletions(&results))?;
+        tracing::info!(
+            uid,
+            user = %asker.name,
+            deleted = report.deleted.len(),
+            failed = report.failed.len(),
+            spared = report.spared.len(),
+            ?planned,
+            took = ?started.elapsed(),
+            "pruned"
+        );
+        Ok(report)
+    }
+
+    /// Take the timeline's snapshot set; below the free-space floor, prune first.
+    pub async fn snapshot_timeline(&self, uid: u32) -> Result<SnapshotSet, KeeperError> {
+        let asker = Authority::asker(uid);
+        if let Err(why) = self.authority.decide(uid, Act::Change) {
+            return Err(self.refuse(&asker, "snapshot", "timeline", "", why));
+        }
+        if self.policy.floor_bytes > 0 {
+            let space = self.stem.free_space().await.map_err(stem_error)?;
+            if space.free_bytes < self.policy.floor_bytes {
+                let report = self.prune(uid, false).await?;
+                tracing::info!(
+                    deleted = report.deleted.len(),
+                    "below the free-space floor before a timeline snapshot: pruned first"
+                );
+            }
+        }
+        let set = self.snapshot(uid, &[], "timeline", false).await?;
+        // A crash before this line leaves the set manual: kept until deleted, the safe side.
+        self.journal(|j| j.mark_timeline(set.set_id))?;
+        Ok(set)
+    }
+}
