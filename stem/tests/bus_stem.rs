@@ -22,7 +22,7 @@ use zbus::DBusError as _;
 const STRANGER: &str = "tacid-stranger";
 
 /// Every method, with arguments that would succeed for the keeper (dbus-send syntax).
-const EVERY_METHOD: [(&str, &[&str]); 8] = [
+const EVERY_METHOD: &[(&str, &[&str])] = &[
     ("TakeSnapshot", &["string:@home"]),
     ("TakeSet", &["array:string:@home,@log"]),
     ("List", &[]),
@@ -31,6 +31,14 @@ const EVERY_METHOD: [(&str, &[&str]); 8] = [
     ("Withdraw", &[]),
     ("Staged", &[]),
     ("Outcome", &[]),
+    (
+        "ChangesSince",
+        &[
+            "string:@home.2026-12-01T140200.123456Z",
+            "uint32:1000",
+            "boolean:true",
+        ],
+    ),
 ];
 
 /// A loop Btrfs with the layout, the bus, and the users; `None` when this machine cannot.
@@ -397,4 +405,66 @@ fn bus_stem_mounts_its_own_top_privately() {
         "{line}"
     );
     assert!(stem.stop().success(), "tacid-stem exits cleanly on SIGTERM");
+}
+
+#[test]
+fn bus_keeper_asks_what_changed_since_a_snapshot() {
+    let Some((fs, bus)) = setup("") else { return };
+    let _stem = StemDaemon::start(&bus, names::KEEPER_USER, &["--top", &top_arg(&fs)]);
+    let home = fs.top().join("@home");
+    let name = as_keeper(&bus, |stem| {
+        Box::pin(async move { stem.take_snapshot("@home").await.expect("take").name })
+    });
+    std::fs::write(home.join("added"), vec![b'x'; 4096]).expect("write");
+    std::fs::create_dir(home.join("dir")).expect("mkdir");
+
+    let changes = as_keeper(&bus, move |stem| {
+        Box::pin(async move {
+            let counted = stem.changes_since(&name, 5000, true).await;
+            let nix = stem
+                .changes_since("@nix.2026-12-01T140200.123456Z", 5000, false)
+                .await;
+            let missing = stem
+                .changes_since("@home.2026-12-01T140200.123456Z", 5000, false)
+                .await;
+            (counted, nix, missing)
+        })
+    });
+    let (counted, nix, missing) = changes;
+    let c = counted.expect("counted");
+    assert_eq!(
+        (
+            c.files_added,
+            c.files_modified,
+            c.files_removed,
+            c.directories_added,
+            c.directories_modified,
+            c.bytes_written,
+            c.complete
+        ),
+        (1, 0, 0, 1, 1, 4096, true),
+        "{c:?}"
+    );
+    let mut paths: Vec<_> = c
+        .paths
+        .iter()
+        .map(|p| (p.change.as_str(), p.directory, p.path.as_str()))
+        .collect();
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            ("added", false, "added"),
+            ("added", true, "dir"),
+            ("modified", true, "")
+        ]
+    );
+    assert_eq!(
+        error_name(&nix.expect_err("@nix is never restored")),
+        "org.tacid.Stem1.Error.NotRestorable"
+    );
+    assert_eq!(
+        error_name(&missing.expect_err("no such snapshot")),
+        "org.tacid.Stem1.Error.NoSuchSnapshot"
+    );
 }
