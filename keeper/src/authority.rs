@@ -52,8 +52,8 @@ impl Authority {
         let group = &self.approver_group;
         let refuse = |why: String| {
             Err(format!(
-                "{why}; only root and members of the group {group:?} may snapshot, restore or \
-                 cancel. Ask an administrator, or have one add you: `gpasswd -a USER {group}` \
+                "{why}; only root and members of the group {group:?} may snapshot, restore, \
+                 cancel, delete, keep or prune. Ask an administrator, or have one add you: `gpasswd -a USER {group}` \
                  (then log in again)"
             ))
         };

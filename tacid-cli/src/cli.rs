@@ -39,7 +39,7 @@ Exit codes:
   2  the command line is wrong
   3  restore without --yes: the cost was shown; nothing changed
   4  you may not do this: only root and the approver group (default: wheel) may
-     snapshot, restore or cancel
+     snapshot, restore, cancel, delete, keep or prune
   5  no such snapshot, or not a snapshot name (see `tacid data list`)
   6  refused: that subvolume is not restorable, another restore is staged, or the
      words of the preview were not the ones shown

@@ -175,6 +175,9 @@ pub struct World {
     stem: Option<Child>,
     keeper: Option<Child>,
     keeper_starts: u32,
+    /// Extra flags for the next start of the stem, and of the keeper.
+    pub stem_args: Vec<String>,
+    pub keeper_args: Vec<String>,
 }
 
 impl World {
@@ -259,6 +262,8 @@ impl World {
             stem: None,
             keeper: None,
             keeper_starts: 0,
+            stem_args: Vec::new(),
+            keeper_args: Vec::new(),
         };
         w.start_stem();
         w.start_keeper(None);
@@ -323,6 +328,7 @@ impl World {
             .arg("--top")
             .arg(self.top())
             .args(["--bus", &self.address, "--keeper-user", names::KEEPER_USER])
+            .args(&self.stem_args)
             .env("RUST_LOG", "debug")
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
@@ -364,6 +370,7 @@ impl World {
         .arg("--journal")
         .arg(&self.journal)
         .args(["--bus", &self.address, "--approver-group", APPROVER_GROUP])
+        .args(&self.keeper_args)
         .env("TACID_LOG", "debug")
         .env_remove("TACID_KEEPER_PAUSE_AT")
         .stdout(log.try_clone().expect("log"))
