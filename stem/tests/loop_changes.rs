@@ -281,3 +281,58 @@ fn loop_changes_in_a_hundred_thousand_files_and_the_time_limit() {
         .any(|p| p.change == Change::Removed && p.path == "d050/f0999"));
     eprintln!("progress reports: {reports}");
 }
+
+#[test]
+fn loop_changes_after_a_restore_count_along_the_live_history() {
+    let Some((fs, engine)) = machine(256 << 20) else {
+        return;
+    };
+    let top = fs.top();
+    let home = top.join("@home");
+    let store = top.join(layout::SNAPSHOTS_SUBVOLUME);
+    write(&home.join("a"), 10);
+    write(&home.join("b"), 10);
+    let s0 = engine.take(sv("@home")).unwrap();
+    write(&home.join("c"), 10);
+    write(&home.join("a"), 20);
+    let s1 = engine.take(sv("@home")).unwrap();
+    write(&home.join("d"), 10);
+    fs::remove_file(home.join("b")).unwrap();
+    let s2 = engine.take(sv("@home")).unwrap();
+
+    // What the initrd does for a restore to s1: the live subvolume replaced by a writable
+    // snapshot of s1 (here by the btrfs CLI, the test's oracle tool).
+    let btrfs = |args: &[&str]| {
+        let out = std::process::Command::new("btrfs")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "btrfs {args:?}: {out:?}");
+    };
+    btrfs(&["subvolume", "delete", home.to_str().unwrap()]);
+    let s1_path = store.join(s1.name.to_string());
+    btrfs(&[
+        "subvolume",
+        "snapshot",
+        s1_path.to_str().unwrap(),
+        home.to_str().unwrap(),
+    ]);
+    write(&home.join("e"), 10);
+
+    let since_s1 = changes(&engine, s1.name, false);
+    assert_eq!(
+        (since_s1.files, since_s1.directories),
+        (counts(1, 0, 0), counts(0, 1, 0)),
+        "only e is new since the state the live subvolume was made from"
+    );
+    let since_s0 = changes(&engine, s0.name, false);
+    assert_eq!(
+        (since_s0.files, since_s0.directories),
+        (counts(2, 1, 0), counts(0, 1, 0)),
+        "c and e added, a edited; d and the removal of b were undone by the restore"
+    );
+    assert!(matches!(
+        engine.changes_since(s2.name, Duration::from_secs(5), false, &mut |_| {}),
+        Err(EngineError::NotInHistory { .. })
+    ));
+}
