@@ -400,6 +400,13 @@ impl Top {
         Ok(Top { dir })
     }
 
+    /// Another handle on the top level (for work done on another thread).
+    pub fn try_clone(&self) -> Result<Top> {
+        Ok(Top {
+            dir: self.dir.try_clone()?,
+        })
+    }
+
     /// The top level as a directory handle.
     pub fn dir(&self) -> &Dir {
         &self.dir

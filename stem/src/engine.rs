@@ -15,7 +15,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 mod changes;
-pub use changes::MAX_PATHS;
+pub use changes::{ChangeCount, MAX_PATHS};
 
 /// One snapshot in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

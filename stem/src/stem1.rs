@@ -524,24 +524,48 @@ impl Stem1 {
         self.admit(connection, &header).await?;
         let name = parse_snapshot(name)?;
         let limit = Duration::from_millis(u64::from(time_limit_ms.min(MAX_CHANGES_LIMIT_MS)));
-        let changes = self
-            .act(format!("read changes since {name}"), move |e| {
-                e.changes_since(name, limit, with_paths, &mut |p| {
-                    tracing::info!(
-                        items_seen = p.items_seen,
-                        changes_found = p.changes_found,
-                        "counting changes since {name}: {} s so far",
-                        p.elapsed.as_secs()
-                    );
-                })
-            })
+        let deadline = std::time::Instant::now() + limit;
+        // Counts wait for each other (each may take seconds), never for the engine's
+        // thread beyond the checks and the commit: a snapshot is not held up by a count.
+        let _turn = CHANGE_COUNTS
+            .acquire()
+            .await
+            .map_err(|e| Error::Failed(e.to_string()))?;
+        let what = format!("read changes since {name}");
+        let count = self
+            .act(what.clone(), move |e| e.prepare_change_count(name))
             .await?;
-        Ok(ChangesInfo::from(&changes))
+        let counted = tokio::task::spawn_blocking(move || {
+            count.run(deadline, with_paths, &mut |p| {
+                tracing::info!(
+                    items_seen = p.items_seen,
+                    changes_found = p.changes_found,
+                    "counting changes since {name}: {} s so far",
+                    p.elapsed.as_secs()
+                );
+            })
+        })
+        .await
+        .map_err(|e| Error::Failed(format!("{what}: the count stopped: {e}")))?;
+        match counted {
+            Ok(changes) => {
+                tracing::debug!("{what}: done");
+                Ok(ChangesInfo::from(&changes))
+            }
+            Err(e) => {
+                tracing::warn!("{what}: failed: {e}");
+                Err(e.into())
+            }
+        }
     }
 }
 
 /// The longest a ChangesSince may run: inside dbus-daemon's default reply timeout (25 s).
 const MAX_CHANGES_LIMIT_MS: u32 = 20_000;
+
+/// One count at a time: a burst of previews queues here instead of filling the blocking
+/// pool with tree searches.
+static CHANGE_COUNTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
 impl From<&btrfs::Changes> for ChangesInfo {
     fn from(c: &btrfs::Changes) -> ChangesInfo {

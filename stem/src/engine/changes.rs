@@ -16,6 +16,35 @@ pub const MAX_PATHS: usize = 10_000;
 /// How many snapshot-of links are followed from the live subvolume back to the snapshot.
 const MAX_LINEAGE: usize = 64;
 
+/// A count of the changes since a snapshot, checked and ready to run: the checks and the
+/// commit are quick and belong on the engine's thread; the count itself may take seconds
+/// and runs elsewhere, so that it never holds up a snapshot.
+#[derive(Debug)]
+pub struct ChangeCount {
+    top: btrfs::Top,
+    live: SubvolumeInfo,
+    snapshot: SubvolumeInfo,
+}
+
+impl ChangeCount {
+    /// Count until `deadline`; see [`Engine::changes_since`].
+    pub fn run(
+        &self,
+        deadline: Instant,
+        with_paths: bool,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Changes, EngineError> {
+        let options = ChangesOptions {
+            deadline,
+            with_paths,
+            max_paths: MAX_PATHS,
+        };
+        Ok(self
+            .top
+            .changes_since(&self.live, &self.snapshot, options, progress)?)
+    }
+}
+
 impl Engine {
     /// What changed in the live subvolume since the snapshot `name` (of a restorable
     /// subvolume, read-only, on the live subvolume's own history): files and directories
@@ -32,6 +61,12 @@ impl Engine {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Changes, EngineError> {
         let deadline = Instant::now() + limit;
+        self.prepare_change_count(name)?
+            .run(deadline, with_paths, progress)
+    }
+
+    /// The checks and the commit of [`Engine::changes_since`], without the count.
+    pub fn prepare_change_count(&self, name: SnapshotName) -> Result<ChangeCount, EngineError> {
         let subvolume = name.subvolume();
         if !subvolume.subvolume().restorable {
             return Err(EngineError::NotRestorable(subvolume));
@@ -53,14 +88,11 @@ impl Engine {
                 subvolume,
             });
         }
-        let options = ChangesOptions {
-            deadline,
-            with_paths,
-            max_paths: MAX_PATHS,
-        };
-        Ok(self
-            .top
-            .changes_since(&live, &snapshot, options, progress)?)
+        Ok(ChangeCount {
+            top: self.top.try_clone()?,
+            live,
+            snapshot,
+        })
     }
 }
 
