@@ -90,6 +90,17 @@ pub struct ChangeCounts {
 /// `412 files changed, 37 added, 9 removed since then (1.2 GiB written)`, with "at least"
 /// when the count was cut short, and the directories added or removed when there are any.
 pub fn change_words(c: &ChangeCounts) -> String {
+    let nothing_counted = c.files_modified
+        + c.files_added
+        + c.files_removed
+        + c.directories_added
+        + c.directories_removed
+        + c.bytes_written
+        == 0;
+    if !c.complete && nothing_counted {
+        // "at least 0 files changed" would read as "nothing changed".
+        return "what changed since then could not be counted in time".into();
+    }
     let at_least = if c.complete { "" } else { "at least " };
     let files = if c.files_modified == 1 {
         "file"
@@ -227,6 +238,17 @@ mod tests {
             change_words(&cut),
             "at least 1 file changed, 0 added, 0 removed; 1 directory added, 2 removed since \
              then (at least 1 byte written)"
+        );
+        assert_eq!(
+            change_words(&ChangeCounts::default()),
+            "what changed since then could not be counted in time"
+        );
+        assert_eq!(
+            change_words(&ChangeCounts {
+                complete: true,
+                ..ChangeCounts::default()
+            }),
+            "0 files changed, 0 added, 0 removed since then (0 bytes written)"
         );
         assert_eq!(byte_words(0), "0 bytes");
         assert_eq!(byte_words(3 * 1024 + 400), "3.4 KiB");
