@@ -216,3 +216,99 @@ fn bus_below_the_hard_floor_a_snapshot_is_refused_and_the_journal_says_why() {
     assert_eq!(code, 0);
     assert!(out.contains("new snapshots are refused"), "{out}");
 }
+
+/// The loop tier's scale test: 5000 timeline snapshots, pruned through the CLI, the keeper
+/// and the stem. Every one was taken in the same hour, so `--keep-hourly 1` keeps the
+/// newest and the rest go; the time is printed.
+#[test]
+fn loop_prune_of_5000_snapshots_through_the_keeper() {
+    use keeper::journal::{Asker, Journal, Member};
+    const COUNT: usize = 5000;
+    let Some(mut w) = World::start() else { return };
+    restart_keeper(
+        &mut w,
+        &[
+            "--keep-hourly",
+            "1",
+            "--keep-daily",
+            "0",
+            "--keep-weekly",
+            "0",
+            "--keep-monthly",
+            "0",
+            "--free-floor-bytes",
+            "0",
+        ],
+    );
+    // Taken and journalled directly (as the keeper would, one timeline set each), to keep
+    // the setup to a minute; the prune below is the real path.
+    let started = std::time::Instant::now();
+    let engine = stem::Engine::open(w.top()).expect("engine");
+    let persist = layout::SubvolumeName::parse("@persist").expect("layout name");
+    let mut taken = Vec::with_capacity(COUNT);
+    for _ in 0..COUNT {
+        taken.push(engine.take(persist).expect("take"));
+    }
+    let took_snapshots = started.elapsed();
+    {
+        let mut j = Journal::open(&w.journal).expect("journal");
+        let root = Asker {
+            uid: 0,
+            name: "root".into(),
+        };
+        for s in &taken {
+            let id = j
+                .begin_set(&root, "@persist", "timeline", false)
+                .expect("set");
+            let m = Member {
+                name: s.name.to_string(),
+                uuid: s.uuid.hyphenated().to_string(),
+                of_subvolume: "@persist".into(),
+                taken_micros: s.name.taken_unix_micros(),
+            };
+            j.complete_set(id, &[m], "complete").expect("complete");
+            j.mark_timeline(id).expect("timeline");
+        }
+    }
+    let _ = w.journal_rows(); // gives the files back to the keeper's user
+    println!(
+        "setup: {COUNT} snapshots in {:.1} s, journalled in {:.1} s",
+        took_snapshots.as_secs_f64(),
+        (started.elapsed() - took_snapshots).as_secs_f64()
+    );
+
+    let (code, out, err) = w.tacid(APPROVER, &["data", "prune", "--dry-run", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        json(&out)["deleted"].as_array().expect("list").len(),
+        COUNT - 1
+    );
+
+    let started = std::time::Instant::now();
+    let (code, out, err) = w.tacid(APPROVER, &["data", "prune", "--json"]);
+    let pruned = started.elapsed();
+    assert_eq!(code, 0, "{err}");
+    let report = json(&out);
+    assert_eq!(report["deleted"].as_array().expect("list").len(), COUNT - 1);
+    assert!(report["failed"].as_array().expect("list").is_empty());
+    println!(
+        "prune of {} snapshots through CLI, keeper and stem: {:.2} s ({:.3} ms each)",
+        COUNT - 1,
+        pruned.as_secs_f64(),
+        pruned.as_secs_f64() * 1e3 / (COUNT - 1) as f64
+    );
+    let left = on_disk(&w);
+    let newest = taken.last().expect("taken").name.to_string();
+    assert!(left.contains(&newest), "the newest was deleted");
+    assert_eq!(
+        left.iter().filter(|n| n.starts_with("@persist.")).count(),
+        1,
+        "{left:?}"
+    );
+    let (rows, _) = w.journal_rows();
+    let deletions = rows
+        .iter()
+        .filter(|r| r.action == "delete" && r.state == "complete")
+        .count();
+    assert_eq!(deletions, COUNT - 1);
+}
