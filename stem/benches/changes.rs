@@ -201,6 +201,22 @@ fn main() {
                 .0,
             );
         }
+        // snapper as an oracle: its status lines by their first flag (+ created,
+        // - deleted, c content, others metadata only).
+        let out = Command::new("snapper")
+            .args(["--no-dbus", "-c", SNAPPER_CONFIG, "status", "1..0"])
+            .output()
+            .expect("snapper status");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let by = |flag: char| text.lines().filter(|l| l.starts_with(flag)).count();
+        println!(
+            "snapper status 1..0 lists {} paths: {} created, {} deleted, {} with content changed, \
+             the rest metadata only",
+            text.lines().count(),
+            by('+'),
+            by('-'),
+            by('c')
+        );
         let _ = quiet(
             "snapper",
             &["--no-dbus", "-c", SNAPPER_CONFIG, "delete-config"],
