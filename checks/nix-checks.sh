@@ -238,6 +238,28 @@ for case in "keeper_unit --approver-group admins" "stem_unit --device /dev/vdb";
   fi
 done
 
+step "the keeper's drop-in sets the retention policy, and the stem's the hard floor"
+for case in "keeper_unit --keep-hourly 48 --free-floor-bytes 1073741824" "stem_unit --hard-floor-bytes 0 --device /dev/vdb"; do
+  read -r key flag1 value1 flag2 value2 <<<"$case"
+  unit="$(jq -r ".$key" nixos-modules/layout.json)"
+  source="$(jq -r ".files[] | select(.layout_key == \"$key\") | .source_dir" nixos-modules/shipped.json)/$unit"
+  nix-instantiate --eval --strict --json -E "
+    (import ./nixos-modules/lib.nix).execStartDropInAll { unit = \"$source\"; values = [
+      { flag = \"$flag1\"; value = \"$value1\"; } { flag = \"$flag2\"; value = \"$value2\"; } ]; }" |
+    jq -r . >"$work/drop-in.sh"
+  if ! bash -euo pipefail "$work/drop-in.sh" >"$work/drop-in" 2>&1; then
+    fail "drop-in for $unit: $(cat "$work/drop-in")"
+  else
+    expected="$(grep '^ExecStart=' "$source" | sed -E -e "s| $flag1 [^ ]+| $flag1 $value1|" -e "s| $flag2 [^ ]+| $flag2 $value2|")"
+    if [ "$(sed -n 3p "$work/drop-in")" != "$expected" ] || ! grep -q -- " $flag1 $value1" "$work/drop-in" ||
+      ! grep -q -- " $flag2 $value2" "$work/drop-in"; then
+      fail "drop-in for $unit is wrong: $(cat "$work/drop-in")"
+    else
+      echo "drop-in for $unit: $(sed -n 3p "$work/drop-in")"
+    fi
+  fi
+done
+
 step "scripts/make-disk-layout.sh on a loop device"
 if [ "$(id -u)" != 0 ] || ! command -v losetup >/dev/null || ! command -v mkfs.btrfs >/dev/null; then
   skip "make-disk-layout needs root, losetup and mkfs.btrfs"

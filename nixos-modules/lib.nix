@@ -235,20 +235,25 @@ let
   # Shell printing a systemd drop-in that sets the value after `flag` in the unit's one
   # ExecStart= line and keeps every other word of it, so the module retypes nothing of
   # the shipped command line; it fails when the line has no such flag.
-  execStartDropIn =
-    { unit, flag, value }:
+  execStartDropIn = { unit, flag, value }: execStartDropInAll { inherit unit; values = [{ inherit flag value; }]; };
+
+  # The same for several flags at once: `values` is a list of { flag; value; }.
+  execStartDropInAll =
+    { unit, values }:
     ''
-      exec_start="$(grep '^ExecStart=' ${unit})"
-      case "$exec_start" in
-        *" ${flag} "*) ;;
-        *)
-          echo "${unit}: its ExecStart has no ${flag}, so it cannot be set to ${value}" >&2
-          exit 1
-          ;;
-      esac
-      echo '[Service]'
-      echo 'ExecStart='
-      echo "$exec_start" | sed -E 's| ${flag} [^ ]+| ${flag} ${value}|'
+            exec_start="$(grep '^ExecStart=' ${unit})"
+            ${concatStringsSep "
+      " (map (v: ''
+              case "$exec_start" in
+                *" ${v.flag} "*) ;;
+                *)
+                  echo "${unit}: its ExecStart has no ${v.flag}, so it cannot be set to ${v.value}" >&2
+                  exit 1
+                  ;;
+              esac'') values)}
+            echo '[Service]'
+            echo 'ExecStart='
+            echo "$exec_start" | sed -E ${concatStringsSep " " (map (v: "-e 's| ${v.flag} [^ ]+| ${v.flag} ${v.value}|'") values)}
     '';
 
   # The package's install steps for everything it ships besides the binaries.
@@ -302,5 +307,6 @@ in
     systemUnitFiles
     rewriteUnitPaths
     execStartDropIn
+    execStartDropInAll
     ;
 }

@@ -27,34 +27,51 @@ let
   skipFile = tacidLib.preSwitchSkipFile;
 
   # What the module changes in the shipped daemon units, as drop-ins that keep each
-  # ExecStart word for word except one value: the keeper's approver group, and (when it
-  # is not the default) the stem's device.
+  # ExecStart word for word except the values set here: the keeper's approver group and
+  # retention policy, the stem's hard floor and (when it is not the default) its device.
   unitDir = "lib/systemd/system";
+  r = cfg.retention;
+  keeperValues = [
+    { flag = "--approver-group"; value = cfg.approverGroup; }
+    { flag = "--keep-pre-switch-sets"; value = toString r.preSwitchSets; }
+    { flag = "--keep-hourly"; value = toString r.hourly; }
+    { flag = "--keep-daily"; value = toString r.daily; }
+    { flag = "--keep-weekly"; value = toString r.weekly; }
+    { flag = "--keep-monthly"; value = toString r.monthly; }
+    { flag = "--manual-max-age-days"; value = toString r.manualMaxAgeDays; }
+    { flag = "--free-floor-bytes"; value = toString r.freeFloorBytes; }
+  ];
+  stemValues = [{ flag = "--hard-floor-bytes"; value = toString r.hardFloorBytes; }]
+    ++ (if cfg.device != layout.default_device then [{ flag = "--device"; value = cfg.device; }] else [ ]);
   unitDropIns = pkgs.runCommand "tacid-unit-drop-ins" { } ''
     set -euo pipefail
     mkdir -p $out/${unitDir}/${layout.keeper_unit}.d
     (
-      ${tacidLib.execStartDropIn {
+      ${tacidLib.execStartDropInAll {
         unit = "${cfg.package}/${unitDir}/${layout.keeper_unit}";
-        flag = "--approver-group";
-        value = cfg.approverGroup;
+        values = keeperValues;
       }}
     ) >$out/${unitDir}/${layout.keeper_unit}.d/services-tacid.conf
-    ${lib.optionalString (cfg.device != layout.default_device) ''
-      mkdir -p $out/${unitDir}/${layout.stem_unit}.d
-      (
-        ${tacidLib.execStartDropIn {
-          unit = "${cfg.package}/${unitDir}/${layout.stem_unit}";
-          flag = "--device";
-          value = cfg.device;
-        }}
+    mkdir -p $out/${unitDir}/${layout.stem_unit}.d
+    (
+      ${tacidLib.execStartDropInAll {
+        unit = "${cfg.package}/${unitDir}/${layout.stem_unit}";
+        values = stemValues;
+      }}
+      ${lib.optionalString (cfg.device != layout.default_device) ''
         echo 'DeviceAllow=${cfg.device} rw'
         echo '[Unit]'
         echo 'Requires=${utils.escapeSystemdPath cfg.device}.device'
         echo 'After=${utils.escapeSystemdPath cfg.device}.device'
-      ) >$out/${unitDir}/${layout.stem_unit}.d/services-tacid.conf
-    ''}
+      ''}
+    ) >$out/${unitDir}/${layout.stem_unit}.d/services-tacid.conf
   '';
+
+  # A retention count: a whole number, zero or more.
+  count = default: description: lib.mkOption {
+    type = lib.types.ints.unsigned;
+    inherit default description;
+  };
 
   restorablePaths = lib.concatMapStringsSep ", " (s: s.mount_point) tacidLib.restorableMounted;
 in
@@ -120,6 +137,35 @@ in
       };
     };
 
+    # Retention (adr/0013): the keeper applies these rules in `tacid data prune` and before
+    # each timeline snapshot; the stem refuses snapshots below the hard floor.
+    retention = {
+      preSwitchSets = count 10 ''
+        How many of the newest pre-switch snapshot sets are kept; older sets are deleted
+        by `tacid data prune`, each set whole.
+      '';
+      hourly = count 24 ''
+        Timeline sets (`tacid data snapshot --timeline`): keep the newest of each of the
+        last this many hours that have one.
+      '';
+      daily = count 7 "Likewise for days (UTC).";
+      weekly = count 4 "Likewise for weeks (Monday to Sunday, UTC).";
+      monthly = count 6 "Likewise for months (UTC).";
+      manualMaxAgeDays = count 0 ''
+        Manual snapshots older than this many days are deleted by `tacid data prune`;
+        0 keeps them until a person deletes them.
+      '';
+      freeFloorBytes = count 2147483648 ''
+        Below this many free bytes, `tacid data prune` also deletes the oldest automatic
+        snapshot sets (pre-switch and timeline), one set per run; never a manual one, one
+        a person marked to keep, or one a staged restore names. 0: no floor.
+      '';
+      hardFloorBytes = count 536870912 ''
+        Below this many free bytes, the stem refuses to take a snapshot (the error says
+        so and nothing is made), rather than fill the disk. 0: no hard floor.
+      '';
+    };
+
     fileSystems = lib.mkOption {
       type = lib.types.attrs;
       readOnly = true;
@@ -130,9 +176,6 @@ in
       '';
     };
   };
-
-  # Retention (how many snapshots to keep, for how long) has no knobs yet: the keeper
-  # has no retention policy to configure. They will be added here when it has.
 
   config = lib.mkIf cfg.enable {
     services.tacid.fileSystems = tacidLib.fileSystemsFor cfg.device;

@@ -29,6 +29,7 @@ let
       attrs = "attrs";
       listOf = t: "listOf ${t}";
       strMatching = re: "strMatching ${re}";
+      ints.unsigned = "ints.unsigned";
     };
   };
 
@@ -37,6 +38,8 @@ let
     enable = true;
     inherit package device;
     approverGroup = layout.default_approver_group;
+    # The options' own defaults, as the module system would fill them in.
+    retention = builtins.mapAttrs (_: o: o.default) module0.options.services.tacid.retention;
     preSwitchSnapshot = {
       enable = true;
       subvolumes = tacidLib.snapshotByDefault;
@@ -63,6 +66,8 @@ let
     };
   };
   module = moduleWith cfg;
+  # The module's options do not depend on the configuration: read them from any instance.
+  module0 = moduleWith { enable = false; };
   other = (moduleWith (cfgWith "/dev/vdb")).config;
   c = module.config;
   options = module.options.services.tacid;
@@ -109,6 +114,17 @@ all (x: x) [
   (check "the documented default of the pre-switch set is a Nix list of it"
     (options.preSwitchSnapshot.subvolumes.defaultText._literal
       == "[ ${builtins.concatStringsSep " " (map (n: "\"${n}\"") tacidLib.snapshotByDefault)} ]"))
+  (check "retention defaults are adr/0013's and each is a whole number"
+    (cfg.retention == {
+      preSwitchSets = 10;
+      hourly = 24;
+      daily = 7;
+      weekly = 4;
+      monthly = 6;
+      manualMaxAgeDays = 0;
+      freeFloorBytes = 2147483648;
+      hardFloorBytes = 536870912;
+    } && all (o: o.type == "ints.unsigned") (builtins.attrValues options.retention)))
   (check "the root is mounted from the root subvolume"
     ((head (filter (s: s.name == layout.root_subvolume) layout.subvolumes)).mount_point == "/"))
 ]

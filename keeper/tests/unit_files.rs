@@ -95,3 +95,28 @@ fn systemd_accepts_the_unit_and_scores_it_hardened() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "exposure above 1.0:\n{text}");
 }
+
+#[test]
+fn the_units_retention_flags_are_the_keepers_own_defaults() {
+    let unit = read("systemd/tacid-keeper.service");
+    let exec = unit
+        .lines()
+        .find(|l| l.starts_with("ExecStart="))
+        .expect("ExecStart");
+    let value = |flag: &str| -> u64 {
+        let mut words = exec.split_whitespace();
+        words
+            .find(|w| *w == flag)
+            .unwrap_or_else(|| panic!("no {flag} in {exec}"));
+        words.next().expect("a value").parse().expect("a number")
+    };
+    let p = keeper::retention::Policy::default();
+    assert_eq!(value("--keep-pre-switch-sets"), p.pre_switch_sets as u64);
+    assert_eq!(value("--keep-hourly"), p.hourly as u64);
+    assert_eq!(value("--keep-daily"), p.daily as u64);
+    assert_eq!(value("--keep-weekly"), p.weekly as u64);
+    assert_eq!(value("--keep-monthly"), p.monthly as u64);
+    assert_eq!(value("--manual-max-age-days"), 0);
+    assert!(p.manual_max_age.is_none());
+    assert_eq!(value("--free-floor-bytes"), p.floor_bytes);
+}
