@@ -76,6 +76,8 @@ pub struct Changes {
     pub paths: Vec<ChangedPath>,
     /// How many changed paths were left out of `paths` by `max_paths` (or by the limit).
     pub paths_left_off: u64,
+    /// Tree items looked at (the measure of the work, and of `ChangesOptions::max_items`).
+    pub items_seen: u64,
 }
 
 impl Changes {
@@ -110,6 +112,9 @@ pub struct ChangesOptions {
     pub with_paths: bool,
     /// At most this many paths.
     pub max_paths: usize,
+    /// Stop, as at the deadline, after looking at this many tree items (`u64::MAX`: no
+    /// bound but time). A bound on work that does not depend on the machine's speed.
+    pub max_items: u64,
 }
 
 const INODE_ITEM: u8 = raw::BTRFS_INODE_ITEM_KEY as u8;
@@ -225,8 +230,13 @@ struct Counter<'p> {
 }
 
 impl Counter<'_> {
-    /// Count one item looked at; false once the deadline has passed.
+    /// Count one item looked at; false once the deadline has passed or the budget of
+    /// items is spent.
     fn tick(&mut self) -> bool {
+        if self.items_seen >= self.options.max_items {
+            self.out_of_time = true;
+            return false;
+        }
         self.items_seen += 1;
         if !self.items_seen.is_multiple_of(CHECK_EVERY) {
             return !self.out_of_time;
@@ -437,6 +447,7 @@ impl Top {
         }
 
         counter.changes.complete = !counter.out_of_time;
+        counter.changes.items_seen = counter.items_seen;
         Ok(counter.changes)
     }
 }

@@ -68,10 +68,12 @@ fn loop_changes_count_adds_edits_removals_renames_links_and_directories() {
     write(&home.join("untouched"), 5000);
 
     let snap = engine.take(sv("@home")).unwrap();
+    let nothing = changes(&engine, snap.name, false);
     assert_eq!(
-        changes(&engine, snap.name, false),
+        nothing,
         Changes {
             complete: true,
+            items_seen: nothing.items_seen,
             ..Changes::default()
         },
         "nothing changed yet"
@@ -265,6 +267,58 @@ fn loop_changes_in_a_hundred_thousand_files_and_the_time_limit() {
     assert!(cut.files.added <= 300 && cut.files.modified <= 500 && cut.files.removed <= 200);
     assert!(cut.directories.modified <= 100 && cut.bytes_written <= c.bytes_written);
     assert!(cut.total() < c.total(), "{cut:?}");
+
+    // A budget of work instead of time (the same cut, independent of this machine's
+    // speed): at each tenth of the full run's items, every number is a lower bound, none
+    // shrinks as the budget grows, and some cut is partway.
+    let top = btrfs::Top::open(fs.top()).unwrap();
+    let live = top
+        .dir()
+        .open_dir("@home")
+        .unwrap()
+        .subvolume_info()
+        .unwrap();
+    let snapshot = top
+        .dir()
+        .open_dir(layout::SNAPSHOTS_SUBVOLUME)
+        .unwrap()
+        .open_dir(&snap.name.to_string())
+        .unwrap()
+        .subvolume_info()
+        .unwrap();
+    let budget = |max_items: u64| {
+        let options = btrfs::ChangesOptions {
+            deadline: Instant::now() + Duration::from_secs(60),
+            with_paths: false,
+            max_paths: 0,
+            max_items,
+        };
+        top.changes_since(&live, &snapshot, options, &mut |_| {})
+            .unwrap()
+    };
+    let full = budget(u64::MAX);
+    assert!(full.complete);
+    assert_eq!((full.files, full.directories), (c.files, c.directories));
+    let mut last = Changes::default();
+    let mut partway = 0;
+    for tenth in 1..10 {
+        let cut = budget(full.items_seen * tenth / 10);
+        assert!(!cut.complete, "{tenth}/10");
+        for (part, whole, before) in [
+            (cut.files, full.files, last.files),
+            (cut.directories, full.directories, last.directories),
+        ] {
+            assert!(part.added <= whole.added && part.added >= before.added);
+            assert!(part.modified <= whole.modified && part.modified >= before.modified);
+            assert!(part.removed <= whole.removed && part.removed >= before.removed);
+        }
+        assert!(cut.bytes_written <= full.bytes_written);
+        if cut.total() > 0 && cut.total() < full.total() {
+            partway += 1;
+        }
+        last = cut;
+    }
+    assert!(partway > 0, "no cut fell partway through the count");
 
     // Progress is reported while it runs (about once a second): with the paths of every
     // change asked for, a short run may report none; the callback must at least be safe.

@@ -38,6 +38,7 @@ impl ChangeCount {
             deadline,
             with_paths,
             max_paths: MAX_PATHS,
+            max_items: u64::MAX,
         };
         Ok(self
             .top
