@@ -32,6 +32,13 @@ let
   unique = list: builtins.foldl' (acc: x: if elem x acc then acc else acc ++ [ x ]) [ ] list;
 
   # `tacid-stem.service` -> `tacid-stem`, its attribute name under systemd.services.
+  timerAttrName =
+    unit:
+    if hasSuffix ".timer" unit then
+      substring 0 (stringLength unit - stringLength ".timer") unit
+    else
+      throw "tacid: ${unit} is not a .timer unit; layout.json and the module disagree";
+
   serviceAttrName =
     unit:
     if hasSuffix ".service" unit then
@@ -285,6 +292,7 @@ in
     layout
     shipped
     serviceAttrName
+    timerAttrName
     mounted
     snapshotByDefault
     snapshottable

@@ -160,6 +160,15 @@ in
         snapshot sets (pre-switch and timeline), one set per run; never a manual one, one
         a person marked to keep, or one a staged restore names. 0: no floor.
       '';
+      timeline = lib.mkOption {
+        type = lib.types.bool;
+        default = true;
+        description = ''
+          Take a timeline snapshot set every hour (${layout.timeline_timer}), then apply
+          the retention rules (`tacid data prune`). Below the free-space floor, the
+          timeline prunes before it snapshots.
+        '';
+      };
       hardFloorBytes = count 536870912 ''
         Below this many free bytes, the stem refuses to take a snapshot (the error says
         so and nothing is made), rather than fill the disk. 0: no hard floor.
@@ -209,6 +218,9 @@ in
 
     systemd.packages = [ cfg.package unitDropIns ];
     systemd.services = tacidLib.wantedByFor tacidLib.enabledSystemUnits;
+    systemd.timers = lib.mkIf cfg.retention.timeline {
+      ${tacidLib.timerAttrName layout.timeline_timer}.wantedBy = [ "timers.target" ];
+    };
     services.dbus.packages = [ cfg.package ];
     environment.systemPackages = [ cfg.package ];
 

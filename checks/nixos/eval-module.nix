@@ -124,7 +124,11 @@ all (x: x) [
       manualMaxAgeDays = 0;
       freeFloorBytes = 2147483648;
       hardFloorBytes = 536870912;
-    } && all (o: o.type == "ints.unsigned") (builtins.attrValues options.retention)))
+      timeline = true;
+    } && all (o: o.type == "ints.unsigned") (builtins.attrValues (removeAttrs options.retention [ "timeline" ]))))
+  (check "the timeline timer is enabled by default, and not when retention.timeline is false"
+    (c.systemd.timers.${tacidLib.timerAttrName layout.timeline_timer}.wantedBy == [ "timers.target" ]
+      && (moduleWith (cfg // { retention = cfg.retention // { timeline = false; }; })).config.systemd.timers == { }))
   (check "the root is mounted from the root subvolume"
     ((head (filter (s: s.name == layout.root_subvolume) layout.subvolumes)).mount_point == "/"))
 ]

@@ -120,3 +120,33 @@ fn the_units_retention_flags_are_the_keepers_own_defaults() {
     assert!(p.manual_max_age.is_none());
     assert_eq!(value("--free-floor-bytes"), p.floor_bytes);
 }
+
+#[test]
+fn systemd_accepts_the_timeline_service_and_timer() {
+    let Some(analyze) = systemd_analyze() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    // verify checks that the programs exist: any executable stands in for the CLI.
+    let service = read("systemd/tacid-timeline.service").replace("/usr/bin/tacid ", "/bin/true ");
+    assert!(service.contains("ExecStart=/bin/true data snapshot --timeline\n"));
+    assert!(service.contains("ExecStartPost=/bin/true data prune\n"));
+    let timer = read("systemd/tacid-timeline.timer");
+    assert!(timer.contains("\nOnCalendar=hourly\n") && timer.contains("\nPersistent=true\n"));
+    let service_path = dir.path().join(layout::names::TIMELINE_UNIT);
+    let timer_path = dir.path().join(layout::names::TIMELINE_TIMER);
+    std::fs::write(&service_path, service).expect("write unit");
+    std::fs::write(&timer_path, timer).expect("write timer");
+    let out = Command::new(analyze)
+        .args(["verify", "--man=no"])
+        .arg(&timer_path)
+        .arg(&service_path)
+        .current_dir(dir.path())
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "systemd-analyze verify: {stderr}"
+    );
+}

@@ -63,6 +63,9 @@ pub mod names {
     /// systemd units shipped in the package.
     pub const STEM_UNIT: &str = "tacid-stem.service";
     pub const KEEPER_UNIT: &str = "tacid-keeper.service";
+    /// The timeline: a service that takes a timeline set and prunes, and its timer.
+    pub const TIMELINE_UNIT: &str = "tacid-timeline.service";
+    pub const TIMELINE_TIMER: &str = "tacid-timeline.timer";
     /// initrd units shipped in the package.
     pub const INITRD_RESTORE_UNIT: &str = "tacid-restore-data.service";
     pub const INITRD_WIPE_ROOT_UNIT: &str = "tacid-wipe-root.service";
