@@ -19,11 +19,13 @@
 //!   never-written ranges and holes do not count, nor do bytes written and deleted again.
 //!
 //! A rename is a modification of the inode renamed and of the directories on both sides,
-//! never an addition and a removal. A new hard link modifies the inode (its link count) and
+//! never an addition and a removal. A file replaced by a new file of the same name in the
+//! same directory (an editor's save: write a new file, rename it over the old one) is one
+//! modification too; a directory replaced so is one removed and one added. A new hard link modifies the inode (its link count) and
 //! the directory; removing one of two links modifies it; removing the last removes it, once.
 //! Nested subvolumes are other trees and are not looked into.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::mem::offset_of;
 use std::ops::ControlFlow;
 use std::os::fd::AsFd;
@@ -204,18 +206,31 @@ fn extent_bytes_since(data: &[u8], since: u64) -> u64 {
     }
 }
 
-/// A `btrfs_dir_item` of a DIR_INDEX item: the inode it names, whether that is a directory,
-/// and whether it is an inode at all (not a nested subvolume's root).
-fn parse_dir_index(data: &[u8]) -> Option<(u64, bool, bool)> {
+/// One directory entry (a DIR_INDEX item's `btrfs_dir_item`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    /// The inode it names.
+    ino: u64,
+    is_dir: bool,
+    /// False for a nested subvolume's root (another tree).
+    is_inode: bool,
+    name: Vec<u8>,
+}
+
+fn parse_dir_index(data: &[u8]) -> Option<Entry> {
     use raw::{btrfs_dir_item as D, btrfs_disk_key as K};
-    if data.len() < std::mem::size_of::<D>() {
+    let header = std::mem::size_of::<D>();
+    if data.len() < header {
         return None;
     }
     let location = offset_of!(D, location);
-    let objectid = le::<8>(data, location + offset_of!(K, objectid));
-    let is_inode = data[location + offset_of!(K, type_)] == INODE_ITEM;
-    let is_dir = data[offset_of!(D, type_)] == FT_DIR;
-    Some((objectid, is_dir, is_inode))
+    let name_len = le::<2>(data, offset_of!(D, name_len)) as usize;
+    Some(Entry {
+        ino: le::<8>(data, location + offset_of!(K, objectid)),
+        is_dir: data[offset_of!(D, type_)] == FT_DIR,
+        is_inode: data[location + offset_of!(K, type_)] == INODE_ITEM,
+        name: data.get(header..header + name_len)?.to_vec(),
+    })
 }
 
 /// The running count, with the clock.
@@ -367,35 +382,68 @@ impl Top {
 
         // 3. Names a changed directory had in the snapshot and has no more: removed inodes,
         // when the live subvolume has no such inode (a rename or a dropped hard link
-        // leaves it in place, and it was counted as modified above).
+        // leaves it in place, and it was counted as modified above). A file whose name now
+        // names a file added since was replaced (an editor's save: write a new file, rename
+        // it over the old): that path is modified, not one added and one removed.
+        let added: HashMap<u64, usize> = found
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.1 == Change::Added && !f.2)
+            .map(|(i, f)| (f.0, i))
+            .collect();
         let mut removed: HashSet<u64> = HashSet::new();
         let mut gone_dirs: Vec<u64> = Vec::new();
         'dirs: for dir in changed_dirs {
             let now = dir_entries(&mut search, fd, live.id, dir).map_err(fail)?;
             let then = dir_entries(&mut search, fd, snapshot.id, dir).map_err(fail)?;
-            for (index, (child, is_dir, is_inode)) in then {
+            let mut files_now: HashMap<&[u8], u64> = now
+                .values()
+                .filter(|e| e.is_inode && !e.is_dir)
+                .map(|e| (e.name.as_slice(), e.ino))
+                .collect();
+            for (index, entry) in &then {
                 if !counter.tick() {
                     break 'dirs;
                 }
-                if !is_inode || now.get(&index).is_some_and(|e| e.0 == child) {
+                let child = entry.ino;
+                if !entry.is_inode || now.get(index).is_some_and(|e| e.ino == child) {
                     continue;
                 }
                 let alive = lookup_inode(&mut search, fd, live.id, child)
                     .map_err(fail)?
                     .is_some_and(|i| i.nlink > 0 && i.created <= since);
-                if !alive && removed.insert(child) {
-                    counter.count(Change::Removed, is_dir);
-                    found.push((child, Change::Removed, is_dir));
-                    if is_dir {
-                        gone_dirs.push(child);
+                if alive || !removed.insert(child) {
+                    continue;
+                }
+                let replacement = (!entry.is_dir)
+                    .then(|| files_now.get(entry.name.as_slice()))
+                    .flatten()
+                    .and_then(|ino| added.get(ino));
+                if let Some(&i) = replacement {
+                    if found[i].1 == Change::Added {
+                        files_now.remove(entry.name.as_slice());
+                        found[i].1 = Change::Modified;
+                        counter.changes.files.added -= 1;
+                        counter.changes.files.modified += 1;
+                        continue;
                     }
+                }
+                counter.count(Change::Removed, entry.is_dir);
+                found.push((child, Change::Removed, entry.is_dir));
+                if entry.is_dir {
+                    gone_dirs.push(child);
                 }
             }
         }
         // A removed directory's entries, as the snapshot has them: each removed too,
         // unless it was moved out first.
         'gone: while let Some(dir) = gone_dirs.pop() {
-            for (child, is_dir, is_inode) in dir_entries(&mut search, fd, snapshot.id, dir)
+            for Entry {
+                ino: child,
+                is_dir,
+                is_inode,
+                ..
+            } in dir_entries(&mut search, fd, snapshot.id, dir)
                 .map_err(fail)?
                 .into_values()
             {
@@ -478,7 +526,7 @@ fn dir_entries(
     fd: std::os::fd::BorrowedFd<'_>,
     tree: u64,
     dir: u64,
-) -> std::result::Result<BTreeMap<u64, (u64, bool, bool)>, Errno> {
+) -> std::result::Result<BTreeMap<u64, Entry>, Errno> {
     let mut out = BTreeMap::new();
     let key = SearchKey {
         tree_id: tree,

@@ -66,6 +66,7 @@ fn loop_changes_count_adds_edits_removals_renames_links_and_directories() {
     write(&home.join("b/c/file1"), 10);
     write(&home.join("b/c/file2"), 10);
     write(&home.join("untouched"), 5000);
+    write(&a.join("saved"), 10);
 
     let snap = engine.take(sv("@home")).unwrap();
     let nothing = changes(&engine, snap.name, false);
@@ -107,18 +108,22 @@ fn loop_changes_count_adds_edits_removals_renames_links_and_directories() {
     fs::remove_file(a.join("k")).unwrap();
     fs::remove_file(a.join("k2")).unwrap();
     fs::remove_dir_all(home.join("b")).unwrap();
+    // An editor's save: a new file renamed over the old one; one path modified.
+    write(&a.join(".saved.swp"), 100);
+    fs::rename(a.join(".saved.swp"), a.join("saved")).unwrap();
     // Only read: its access time moves, which is no change.
     assert_eq!(fs::read(a.join("f7")).unwrap().len(), 1000);
 
     let c = changes(&engine, snap.name, true);
     assert!(c.complete);
-    // new1..3, e/x/y, s | f1, f4, f5, f6, h, f8 | f2, f3, k, b/file, b/c/file1, b/c/file2
-    assert_eq!(c.files, counts(5, 6, 6), "files");
+    // new1..3, e/x/y, s | f1, f4, f5, f6, h, f8, saved | f2, f3, k, b/file, b/c/file1,
+    // b/c/file2
+    assert_eq!(c.files, counts(5, 7, 6), "files");
     // d, e, e/x | the root, a | b, b/c
     assert_eq!(c.directories, counts(3, 2, 2), "directories");
     assert_eq!(
         c.bytes_written,
-        3 * 4096 + 8192 + 100 + "target".len() as u64,
+        3 * 4096 + 8192 + 100 + 100 + "target".len() as u64,
         "bytes of the extents written since (a symlink's target is its data)"
     );
 
@@ -141,6 +146,7 @@ fn loop_changes_count_adds_edits_removals_renames_links_and_directories() {
         (Change::Modified, false, "d/f5"),
         (Change::Modified, false, "a/f8"),
         (Change::Modified, false, "a/h"),
+        (Change::Modified, false, "a/saved"),
         (Change::Modified, true, ""),
         (Change::Modified, true, "a"),
         (Change::Removed, false, "a/f2"),
