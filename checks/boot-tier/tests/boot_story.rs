@@ -200,12 +200,14 @@ fn boot(m: &mut Machine, options: &BootOptions) -> Boot {
     if b.took.as_secs() > 60 {
         // Rare here (about one boot in forty, not reproducible alone): say where the time went.
         let (gap, line) = b.longest_quiet().unwrap_or_default();
+        let lines: Vec<&str> = b.console.lines().collect();
+        let end = lines.iter().position(|l| *l == line).unwrap_or(lines.len());
         println!(
             "    slow boot: kernel clock at the last console line {:?} s, init started at {:?} s, \
-             longest silence {gap:.1} s before {line:?}; console tail:\n{}",
+             longest silence {gap:.1} s; the console around it:\n{}",
             b.kernel_seconds(),
             b.report.as_ref().and_then(|r| r.uptime_at_init),
-            b.console_tail(8)
+            lines[end.saturating_sub(12)..(end + 1).min(lines.len())].join("\n")
         );
     }
     b
