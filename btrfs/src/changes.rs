@@ -207,30 +207,58 @@ fn extent_bytes_since(data: &[u8], since: u64) -> u64 {
 }
 
 /// One directory entry (a DIR_INDEX item's `btrfs_dir_item`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry {
+    /// Its DIR_INDEX key offset: unique in the directory, never reused.
+    index: u64,
     /// The inode it names.
     ino: u64,
     is_dir: bool,
     /// False for a nested subvolume's root (another tree).
     is_inode: bool,
-    name: Vec<u8>,
+    /// Where its name is in [`Entries::names`].
+    name: (usize, usize),
 }
 
-fn parse_dir_index(data: &[u8]) -> Option<Entry> {
-    use raw::{btrfs_dir_item as D, btrfs_disk_key as K};
-    let header = std::mem::size_of::<D>();
-    if data.len() < header {
-        return None;
+/// A directory's entries in index order, their names in one buffer (one allocation per
+/// directory, not per entry: a changed directory of 100k entries is read twice).
+#[derive(Debug, Default)]
+struct Entries {
+    list: Vec<Entry>,
+    names: Vec<u8>,
+}
+
+impl Entries {
+    fn get(&self, index: u64) -> Option<&Entry> {
+        let at = self.list.binary_search_by_key(&index, |e| e.index).ok()?;
+        self.list.get(at)
     }
-    let location = offset_of!(D, location);
-    let name_len = le::<2>(data, offset_of!(D, name_len)) as usize;
-    Some(Entry {
-        ino: le::<8>(data, location + offset_of!(K, objectid)),
-        is_dir: data[offset_of!(D, type_)] == FT_DIR,
-        is_inode: data[location + offset_of!(K, type_)] == INODE_ITEM,
-        name: data.get(header..header + name_len)?.to_vec(),
-    })
+
+    fn name(&self, e: &Entry) -> &[u8] {
+        &self.names[e.name.0..e.name.0 + e.name.1]
+    }
+
+    fn push(&mut self, index: u64, data: &[u8]) {
+        use raw::{btrfs_dir_item as D, btrfs_disk_key as K};
+        let header = std::mem::size_of::<D>();
+        if data.len() < header {
+            return;
+        }
+        let location = offset_of!(D, location);
+        let name_len = le::<2>(data, offset_of!(D, name_len)) as usize;
+        let Some(name) = data.get(header..header + name_len) else {
+            return;
+        };
+        let start = self.names.len();
+        self.names.extend_from_slice(name);
+        self.list.push(Entry {
+            index,
+            ino: le::<8>(data, location + offset_of!(K, objectid)),
+            is_dir: data[offset_of!(D, type_)] == FT_DIR,
+            is_inode: data[location + offset_of!(K, type_)] == INODE_ITEM,
+            name: (start, name_len),
+        });
+    }
 }
 
 /// The running count, with the clock.
@@ -396,17 +424,14 @@ impl Top {
         'dirs: for dir in changed_dirs {
             let now = dir_entries(&mut search, fd, live.id, dir).map_err(fail)?;
             let then = dir_entries(&mut search, fd, snapshot.id, dir).map_err(fail)?;
-            let mut files_now: HashMap<&[u8], u64> = now
-                .values()
-                .filter(|e| e.is_inode && !e.is_dir)
-                .map(|e| (e.name.as_slice(), e.ino))
-                .collect();
-            for (index, entry) in &then {
+            // The live directory's files by name, made at the first file gone from it.
+            let mut files_now: Option<HashMap<&[u8], u64>> = None;
+            for entry in &then.list {
                 if !counter.tick() {
                     break 'dirs;
                 }
                 let child = entry.ino;
-                if !entry.is_inode || now.get(index).is_some_and(|e| e.ino == child) {
+                if !entry.is_inode || now.get(entry.index).is_some_and(|e| e.ino == child) {
                     continue;
                 }
                 let alive = lookup_inode(&mut search, fd, live.id, child)
@@ -415,13 +440,26 @@ impl Top {
                 if alive || !removed.insert(child) {
                     continue;
                 }
-                let replacement = (!entry.is_dir)
-                    .then(|| files_now.get(entry.name.as_slice()))
-                    .flatten()
-                    .and_then(|ino| added.get(ino));
+                let name = then.name(entry);
+                let replacement = if entry.is_dir {
+                    None
+                } else {
+                    files_now
+                        .get_or_insert_with(|| {
+                            now.list
+                                .iter()
+                                .filter(|e| e.is_inode && !e.is_dir)
+                                .map(|e| (now.name(e), e.ino))
+                                .collect()
+                        })
+                        .get(name)
+                        .and_then(|ino| added.get(ino))
+                };
                 if let Some(&i) = replacement {
                     if found[i].1 == Change::Added {
-                        files_now.remove(entry.name.as_slice());
+                        if let Some(files) = files_now.as_mut() {
+                            files.remove(name);
+                        }
                         found[i].1 = Change::Modified;
                         counter.changes.files.added -= 1;
                         counter.changes.files.modified += 1;
@@ -445,7 +483,7 @@ impl Top {
                 ..
             } in dir_entries(&mut search, fd, snapshot.id, dir)
                 .map_err(fail)?
-                .into_values()
+                .list
             {
                 if !counter.tick() {
                     break 'gone;
@@ -520,23 +558,21 @@ fn lookup_inode(
     Ok(inode)
 }
 
-/// A directory's entries by their index: (inode, is a directory, is an inode).
+/// A directory's entries, in index order (the order a tree search gives them).
 fn dir_entries(
     search: &mut TreeSearch,
     fd: std::os::fd::BorrowedFd<'_>,
     tree: u64,
     dir: u64,
-) -> std::result::Result<BTreeMap<u64, Entry>, Errno> {
-    let mut out = BTreeMap::new();
+) -> std::result::Result<Entries, Errno> {
+    let mut out = Entries::default();
     let key = SearchKey {
         tree_id: tree,
         min: (dir, DIR_INDEX, 0),
         max: (dir, DIR_INDEX, u64::MAX),
     };
     search.scan(fd, key, 0, |item| {
-        if let Some(entry) = parse_dir_index(item.data) {
-            out.insert(item.offset, entry);
-        }
+        out.push(item.offset, item.data);
         ControlFlow::Continue(())
     })?;
     Ok(out)
