@@ -55,7 +55,31 @@ impl Journal {
     }
 
     /// Record deletions as pending, all in one commit; their ids, in order.
+    ///
+    /// Like a pending snapshot set (adr/0011), the commit goes to the WAL without its own
+    /// fsync; the commit of [`Journal::finish_deletions`], FULL and before any answer, makes
+    /// both durable. A power cut in between loses only the pending rows of deletions nobody
+    /// was told about; the snapshots' rows then say `present` for what is gone, which the
+    /// reconciliation marks gone.
     pub fn begin_deletions(
+        &mut self,
+        asker: &Asker,
+        deletions: &[Deletion],
+    ) -> Result<Vec<i64>, JournalError> {
+        self.conn
+            .execute_batch("PRAGMA synchronous=NORMAL")
+            .map_err(|e| self.err(e))?;
+        let ids = self.begin_deletions_now(asker, deletions);
+        let restored = self
+            .conn
+            .execute_batch("PRAGMA synchronous=FULL")
+            .map_err(|e| self.err(e));
+        let ids = ids?;
+        restored?;
+        Ok(ids)
+    }
+
+    fn begin_deletions_now(
         &mut self,
         asker: &Asker,
         deletions: &[Deletion],
@@ -274,6 +298,11 @@ mod tests {
             },
         ];
         let ids = j.begin_deletions(&root(), &ds).unwrap();
+        let sync: i64 = j
+            .conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(sync, 2, "left at synchronous=FULL");
         assert_eq!(j.pending_deletions().unwrap().len(), 2);
         j.finish_deletions(&[
             DeletionResult {

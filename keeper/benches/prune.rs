@@ -1,0 +1,180 @@
+//! Retention figures on one loop Btrfs, in one run (issue 6):
+//!
+//! - `tacid data prune` deleting 999 of 1000 timeline snapshots (CLI → keeper → stem,
+//!   journalled) against `snapper cleanup number` deleting 999 of 1000 snapper snapshots of
+//!   the same subvolume on the same filesystem; target: tacid ≥ 10× faster.
+//! - The request-path cost of a delete: the keeper's `Delete` over the bus (client's view,
+//!   no process start), and the stem engine's own `delete`; target ≤ 2 ms.
+//!
+//! Run (root): `cargo build --release -p stem -p tacid-cli --bins &&
+//! cargo bench -p keeper --bench prune`.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use keeper::journal::{Asker, Journal, Member};
+use keeper::wire::Keeper1Proxy;
+
+const COUNT: usize = 1000;
+const SNAPPER_CONFIG: &str = "tacid-prune-bench";
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn snapper(args: &[&str]) -> bool {
+    Command::new("snapper")
+        .args(["--no-dbus", "-c", SNAPPER_CONFIG])
+        .args(args)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if !args.iter().any(|a| a == "--bench") {
+        return;
+    }
+    let Some(mut w) = common::World::start() else {
+        return;
+    };
+    w.stop_keeper();
+    w.keeper_args = [
+        "--keep-hourly",
+        "1",
+        "--keep-daily",
+        "0",
+        "--keep-weekly",
+        "0",
+        "--keep-monthly",
+        "0",
+        "--free-floor-bytes",
+        "0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    w.start_keeper(None);
+    let persist = layout::SubvolumeName::parse("@persist").expect("layout");
+    let engine = stem::Engine::open(w.top()).expect("engine");
+
+    // tacid: 1000 timeline sets of one member, journalled as the keeper journals them.
+    let taken: Vec<_> = (0..COUNT)
+        .map(|_| engine.take(persist).expect("take"))
+        .collect();
+    {
+        let mut j = Journal::open(&w.journal).expect("journal");
+        let root = Asker {
+            uid: 0,
+            name: "root".into(),
+        };
+        for s in &taken {
+            let id = j
+                .begin_set(&root, "@persist", "timeline", false)
+                .expect("set");
+            let m = Member {
+                name: s.name.to_string(),
+                uuid: s.uuid.hyphenated().to_string(),
+                of_subvolume: "@persist".into(),
+                taken_micros: s.name.taken_unix_micros(),
+            };
+            j.complete_set(id, &[m], "complete").expect("complete");
+            j.mark_timeline(id).expect("timeline");
+        }
+    }
+    let _ = w.journal_rows();
+
+    // snapper: 1000 snapshots of the same subvolume, cleaned up by its number rule.
+    let snapper_ok = snapper(&["create-config", &w.top().join("@persist").to_string_lossy()])
+        && snapper(&[
+            "set-config",
+            "NUMBER_LIMIT=1",
+            "NUMBER_LIMIT_IMPORTANT=0",
+            "NUMBER_MIN_AGE=0",
+        ]);
+    if snapper_ok {
+        for _ in 0..COUNT {
+            assert!(
+                snapper(&["create", "--cleanup-algorithm", "number"]),
+                "snapper create"
+            );
+        }
+    } else {
+        eprintln!("bench: snapper is not usable here; its column is left out");
+    }
+    Command::new("sync").status().expect("sync");
+
+    let t = Instant::now();
+    let out = w.tacid_as_root(&["data", "prune", "--json"]);
+    let tacid = t.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let deleted = report["deleted"].as_array().expect("deleted").len();
+    println!(
+        "tacid data prune: {deleted} snapshots in {:.1} ms ({:.3} ms each)",
+        tacid.as_secs_f64() * 1e3,
+        tacid.as_secs_f64() * 1e3 / deleted as f64
+    );
+    if snapper_ok {
+        let t = Instant::now();
+        assert!(snapper(&["cleanup", "number"]), "snapper cleanup");
+        let s = t.elapsed();
+        println!(
+            "snapper cleanup number: {COUNT} → 1 in {:.1} ms; tacid is {:.1}× faster (target ≥ 10×)",
+            s.as_secs_f64() * 1e3,
+            s.as_secs_f64() / tacid.as_secs_f64()
+        );
+        snapper(&["delete-config"]);
+    }
+
+    // The request path of one delete.
+    const ROUNDS: usize = 50;
+    let home = layout::SubvolumeName::parse("@home").expect("layout");
+    let victims: Vec<_> = (0..2 * ROUNDS)
+        .map(|_| engine.take(home).expect("take"))
+        .collect();
+    let mut stem_side = Vec::new();
+    for v in &victims[..ROUNDS] {
+        let t = Instant::now();
+        engine.delete(v.name).expect("engine delete");
+        stem_side.push(t.elapsed());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let over_bus = runtime.block_on(async {
+        let conn = zbus::connection::Builder::address(w.address.as_str())
+            .build()
+            .await
+            .expect("bus");
+        let keeper = Keeper1Proxy::builder(&conn)
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await
+            .expect("proxy");
+        // The keeper learns of them through its reconciliation (unknown origin): list once.
+        keeper.list().await.expect("list");
+        let mut times = Vec::new();
+        for v in &victims[ROUNDS..] {
+            let t = Instant::now();
+            keeper.delete(&v.name.to_string()).await.expect("delete");
+            times.push(t.elapsed());
+        }
+        times
+    });
+    println!(
+        "delete, request path (median of {ROUNDS}): stem engine {:.3} ms; keeper Delete over the bus {:.3} ms (target ≤ 2 ms)",
+        median(stem_side).as_secs_f64() * 1e3,
+        median(over_bus).as_secs_f64() * 1e3
+    );
+}
