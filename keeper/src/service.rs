@@ -384,6 +384,8 @@ impl Keeper {
             return Err(self.refuse(&asker, action::SNAPSHOT, &subject, "", why));
         }
         self.ensure_reconciled().await;
+        // Below the free-space floor the oldest automatic snapshots go first (adr/0013).
+        self.prune_below_floor(uid).await;
         let _one_at_a_time = self.sets.lock().await;
         // Sets left pending by an earlier failure are settled before a new one starts, so the
         // disk can tell them apart.

@@ -32,6 +32,24 @@ fn on_disk(w: &World) -> BTreeSet<String> {
     w.disk_snapshots().0.into_iter().collect()
 }
 
+/// Write 1 MiB files into @home until fewer than `free` bytes are free; bytes written.
+fn fill_until_free_below(w: &World, free: u64) -> u64 {
+    use std::io::Write as _;
+    let chunk = vec![0x5a_u8; 1 << 20];
+    let mut written = 0;
+    for i in 0.. {
+        let st = rustix::fs::statvfs(w.top()).expect("statvfs");
+        if st.f_bavail * st.f_frsize < free {
+            break;
+        }
+        let mut f = std::fs::File::create(w.top().join(format!("@home/fill.{i}"))).expect("create");
+        f.write_all(&chunk).expect("write");
+        f.sync_all().expect("sync");
+        written += chunk.len() as u64;
+    }
+    written
+}
+
 fn restart_keeper(w: &mut World, args: &[&str]) {
     w.stop_keeper();
     w.keeper_args = args.iter().map(|s| s.to_string()).collect();
@@ -311,4 +329,90 @@ fn loop_prune_of_5000_snapshots_through_the_keeper() {
         .filter(|r| r.action == "delete" && r.state == "complete")
         .count();
     assert_eq!(deletions, COUNT - 1);
+}
+
+/// A small filesystem filled to the floors: below the free-space floor a snapshot prunes
+/// the oldest automatic set first (journalled with that rule); below the hard floor the
+/// snapshot itself is refused, nothing half-made, and the journal says why.
+#[test]
+fn loop_a_filesystem_filled_to_the_floors() {
+    let Some(mut w) = World::start() else { return };
+    restart_keeper(&mut w, &["--free-floor-bytes", &(160u64 << 20).to_string()]);
+    let p1 = take(&w, &["--pre-switch", "--reason", "switch 1"]);
+    let p2 = take(&w, &["--pre-switch", "--reason", "switch 2"]);
+    let manual = take(&w, &["/home", "--reason", "mine"]);
+    w.kill_stem();
+    w.stem_args = vec!["--hard-floor-bytes".into(), (64u64 << 20).to_string()];
+    w.start_stem();
+
+    // Filled to below the hard floor, not to the last byte: the journal (on the same
+    // filesystem) still has room to say why.
+    let written = fill_until_free_below(&w, 48 << 20);
+    println!("filled @home with {} MiB", written >> 20);
+    let before = on_disk(&w);
+    let (code, _, err) = w.tacid(
+        APPROVER,
+        &["data", "snapshot", "--pre-switch", "--reason", "full"],
+    );
+    if code != 11 {
+        let log = std::fs::read_to_string(w.keeper_log()).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        println!("keeper log (newest first):\n{}", tail.join("\n"));
+    }
+    assert_eq!(code, 11, "{err}");
+    assert!(
+        err.contains("below the hard floor") && err.contains("nothing was taken"),
+        "{err}"
+    );
+
+    // The snapshot pruned first: the oldest automatic set went, by the floor's rule.
+    let after = on_disk(&w);
+    assert!(p1.iter().all(|n| !after.contains(n)), "{after:?}");
+    assert!(
+        p2.iter().chain(&manual).all(|n| after.contains(n)),
+        "{after:?}"
+    );
+    assert_eq!(
+        after
+            .union(&p1.iter().cloned().collect())
+            .cloned()
+            .collect::<BTreeSet<_>>(),
+        before
+            .union(&p1.iter().cloned().collect())
+            .cloned()
+            .collect::<BTreeSet<_>>(),
+        "nothing half-made"
+    );
+    let (_, temps) = w.disk_snapshots();
+    assert!(temps.is_empty(), "half-made: {temps:?}");
+    let (rows, _) = w.journal_rows();
+    for gone in &p1 {
+        let row = rows
+            .iter()
+            .find(|r| r.action == "delete" && &r.subject == gone)
+            .expect("journalled");
+        assert!(row.reason.contains("below the floor"), "{row:?}");
+    }
+    let refused = rows
+        .iter()
+        .rfind(|r| r.action == "snapshot" && r.reason == "full")
+        .expect("the refused set is journalled");
+    assert_eq!(refused.state, "failed");
+    assert!(refused.outcome.contains("hard floor"), "{refused:?}");
+
+    // The next round takes the next set; then only the manual snapshot is left, which the
+    // floor never takes, and prune says the floor cannot be met.
+    let (code, out, _) = w.tacid(STRANGER, &["data", "prune", "--dry-run"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("below the floor") && out.contains(&p2[0]),
+        "{out}"
+    );
+    assert_eq!(w.tacid(APPROVER, &["data", "prune"]).0, 0);
+    let (code, out, _) = w.tacid(APPROVER, &["data", "prune"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("no automatic snapshot is left"), "{out}");
+    let left = on_disk(&w);
+    assert!(p2.iter().all(|n| !left.contains(n)));
+    assert!(left.contains(&manual[0]));
 }

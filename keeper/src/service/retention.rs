@@ -332,21 +332,37 @@ impl Keeper {
         Ok(report)
     }
 
-    /// Take the timeline's snapshot set; below the free-space floor, prune first.
+    /// Below the free-space floor, prune before a snapshot. A failure is only logged: the
+    /// snapshot is still tried, and the stem's hard floor still protects the disk.
+    pub(super) async fn prune_below_floor(&self, uid: u32) {
+        if self.policy.floor_bytes == 0 {
+            return;
+        }
+        match self.stem.free_space().await {
+            Ok(space) if space.free_bytes < self.policy.floor_bytes => {
+                match self.prune(uid, false).await {
+                    Ok(r) => tracing::info!(
+                        deleted = r.deleted.len(),
+                        free = space.free_bytes,
+                        "below the free-space floor before a snapshot: pruned first"
+                    ),
+                    Err(e) => tracing::warn!(
+                        "pruning below the free-space floor before a snapshot: {}",
+                        e.message()
+                    ),
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("reading the free space before a snapshot: {e}"),
+        }
+    }
+
+    /// Take the timeline's snapshot set (below the free-space floor, `snapshot` prunes
+    /// first).
     pub async fn snapshot_timeline(&self, uid: u32) -> Result<SnapshotSet, KeeperError> {
         let asker = Authority::asker(uid);
         if let Err(why) = self.authority.decide(uid, Act::Change) {
             return Err(self.refuse(&asker, "snapshot", "timeline", "", why));
-        }
-        if self.policy.floor_bytes > 0 {
-            let space = self.stem.free_space().await.map_err(stem_error)?;
-            if space.free_bytes < self.policy.floor_bytes {
-                let report = self.prune(uid, false).await?;
-                tracing::info!(
-                    deleted = report.deleted.len(),
-                    "below the free-space floor before a timeline snapshot: pruned first"
-                );
-            }
         }
         let set = self.snapshot(uid, &[], "timeline", false).await?;
         // A crash before this line leaves the set manual: kept until deleted, the safe side.

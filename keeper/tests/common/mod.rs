@@ -263,7 +263,9 @@ impl World {
             keeper: None,
             keeper_starts: 0,
             stem_args: Vec::new(),
-            keeper_args: Vec::new(),
+            // The loop filesystem is smaller than the default free-space floor, below which
+            // every snapshot would prune first; tests that want the floor set it.
+            keeper_args: vec!["--free-floor-bytes".into(), "0".into()],
         };
         w.start_stem();
         w.start_keeper(None);
