@@ -8,7 +8,10 @@
 #      VM test's Python must pass pyflakes;
 #   4. the pre-switch check behaves: skips, snapshots, stops the switch, lets it through
 #      once when told to, run in bash against a stand-in CLI;
-#   5. the package's install steps find every file they ship;
+#   5. the package's install steps find every file they ship; the module's drop-ins keep
+#      the shipped ExecStart but their values; the timeline service and timer, as shipped
+#      and as the module makes them with the timeline off (prune only), pass
+#      `systemd-analyze verify`;
 #   6. scripts/make-disk-layout.sh makes the layout on a loop device (root), and refuses
 #      a device with a filesystem unless --force.
 # What does NOT run here: `nix flake check`, the package build, the NixOS VM test
@@ -263,6 +266,72 @@ for case in "keeper_unit --keep-hourly 48 --free-floor-bytes 1073741824" "stem_u
     fi
   fi
 done
+
+step "the timeline timer, timeline on and off: a snapshot then a prune, or only a prune"
+# The module enables the timer either way; with services.tacid.retention.timeline = false
+# its drop-in (lib.nix pruneOnlyDropIn) makes the service prune only, so the free-space
+# floor is still checked on a timer. The prune is ExecStopPost, so it runs after a failed
+# snapshot too.
+timeline_service="$(jq -r .timeline_unit nixos-modules/layout.json)"
+timeline_timer="$(jq -r .timeline_timer nixos-modules/layout.json)"
+source_of() {
+  echo "$(jq -r ".files[] | select(.layout_key == \"$1\") | .source_dir" nixos-modules/shipped.json)/$(jq -r ".$1" nixos-modules/layout.json)"
+}
+bindir="$(jq -r .unit_paths.binaries_dir nixos-modules/shipped.json)"
+cli="$(jq -r .binaries.cli.name nixos-modules/shipped.json)"
+units="$work/timeline"
+mkdir -p "$units/bin"
+# systemd-analyze verify checks that each program exists: a stand-in for the CLI.
+printf '#!/bin/sh\nexit 0\n' >"$units/bin/$cli"
+chmod +x "$units/bin/$cli"
+sed "s|$bindir/|$units/bin/|g" "$(source_of timeline_unit)" >"$units/$timeline_service"
+cp "$(source_of timeline_timer)" "$units/$timeline_timer"
+verify_timeline() {
+  (cd "$units" && systemd-analyze verify --man=no "$units/$timeline_timer" "$units/$timeline_service") \
+    >"$work/verify-out" 2>&1 && [ ! -s "$work/verify-out" ]
+}
+if [ "$(grep -c '^ExecStart=' "$units/$timeline_service")" != 1 ] ||
+  ! grep -qx "ExecStart=$units/bin/$cli data snapshot --timeline" "$units/$timeline_service" ||
+  ! grep -qx "ExecStopPost=$units/bin/$cli data prune" "$units/$timeline_service" ||
+  grep -q '^ExecStartPost=' "$units/$timeline_service"; then
+  fail "$timeline_service must take the timeline set (ExecStart) and prune even when that failed (ExecStopPost): $(grep '^Exec' "$units/$timeline_service")"
+fi
+grep -qx 'WantedBy=timers.target' "$units/$timeline_timer" || fail "$timeline_timer must be wanted by timers.target"
+nix-instantiate --eval --strict --json -E "
+  (import ./nixos-modules/lib.nix).pruneOnlyDropIn { unit = \"$units/$timeline_service\"; }" |
+  jq -r . >"$work/prune-only.sh"
+mkdir -p "$units/$timeline_service.d"
+drop_in="$units/$timeline_service.d/services-tacid.conf"
+prune_only=false
+if ! bash -euo pipefail "$work/prune-only.sh" >"$work/prune-only.conf" 2>"$work/prune-only-err"; then
+  fail "the prune-only drop-in for $timeline_service: $(cat "$work/prune-only-err")"
+elif [ "$(grep '^Exec' "$work/prune-only.conf" | tr '\n' ' ')" != "ExecStart= ExecStart=$units/bin/$cli data prune ExecStopPost= " ]; then
+  fail "the prune-only drop-in for $timeline_service is wrong: $(cat "$work/prune-only.conf")"
+else
+  prune_only=true
+fi
+if [ "$prune_only" != true ]; then
+  : # reported above; nothing to verify
+elif ! command -v systemd-analyze >/dev/null; then
+  skip "systemd-analyze is not installed; the timeline units were not verified"
+elif ! verify_timeline; then
+  fail "systemd-analyze verify $timeline_timer $timeline_service (timeline on): $(cat "$work/verify-out")"
+else
+  cp "$work/prune-only.conf" "$drop_in"
+  if ! verify_timeline; then
+    fail "systemd-analyze verify $timeline_timer $timeline_service (timeline off, with the drop-in): $(cat "$work/verify-out")"
+  else
+    # The control: verify does read the drop-in directory (a key it does not know is reported).
+    echo 'NoSuchKey=1' >>"$drop_in"
+    if verify_timeline; then
+      fail "systemd-analyze verify did not read $timeline_service.d/, so the prune-only drop-in was not checked"
+    else
+      echo "timeline on: $(grep '^Exec' "$units/$timeline_service" | tr '\n' ' ')"
+      echo "timeline off (the drop-in): the service runs $(grep '^ExecStart=.' "$work/prune-only.conf") only"
+      echo "systemd-analyze verify: clean, timeline on and off"
+    fi
+  fi
+fi
 
 step "scripts/make-disk-layout.sh on a loop device"
 if [ "$(id -u)" != 0 ] || ! command -v losetup >/dev/null || ! command -v mkfs.btrfs >/dev/null; then

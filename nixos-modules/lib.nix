@@ -263,6 +263,34 @@ let
             echo "$exec_start" | sed -E ${concatStringsSep " " (map (v: "-e 's| ${v.flag} [^ ]+| ${v.flag} ${v.value}|'") values)}
     '';
 
+  # Shell printing the drop-in that makes the timeline service prune only, for
+  # services.tacid.retention.timeline = false: the timer still runs every hour, so the
+  # retention rules and the free-space floor are still applied (adr/0013). Its ExecStart
+  # becomes the unit's own ExecStopPost (the prune), word for word, which is then cleared;
+  # it fails when the unit has not exactly one ExecStopPost= running `data prune`.
+  pruneOnlyDropIn =
+    { unit }:
+    ''
+      if [ "$(grep -c '^ExecStopPost=' ${unit})" != 1 ]; then
+        echo "${unit}: it has not exactly one ExecStopPost=, so it cannot be made to prune only" >&2
+        exit 1
+      fi
+      prune="$(grep '^ExecStopPost=' ${unit})"
+      case "$prune" in
+        *" data prune") ;;
+        *)
+          echo "${unit}: its ExecStopPost= is not \`data prune\` ($prune), so it cannot be made to prune only" >&2
+          exit 1
+          ;;
+      esac
+      echo '[Unit]'
+      echo 'Description=tacid timeline: retention only (timeline snapshots are off)'
+      echo '[Service]'
+      echo 'ExecStart='
+      echo "ExecStart=''${prune#ExecStopPost=}"
+      echo 'ExecStopPost='
+    '';
+
   # The package's install steps for everything it ships besides the binaries.
   installCommands = concatStringsSep "\n" (
     map (e: "install -Dm644 ${sourcePath e} \"$out/${installedPath e}\"") shipped.files
@@ -316,5 +344,6 @@ in
     rewriteUnitPaths
     execStartDropIn
     execStartDropInAll
+    pruneOnlyDropIn
     ;
 }

@@ -28,7 +28,8 @@ let
 
   # What the module changes in the shipped daemon units, as drop-ins that keep each
   # ExecStart word for word except the values set here: the keeper's approver group and
-  # retention policy, the stem's hard floor and (when it is not the default) its device.
+  # retention policy, the stem's hard floor and (when it is not the default) its device;
+  # and, with retention.timeline = false, the timeline service runs only its prune.
   unitDir = "lib/systemd/system";
   r = cfg.retention;
   keeperValues = [
@@ -65,6 +66,12 @@ let
         echo 'After=${utils.escapeSystemdPath cfg.device}.device'
       ''}
     ) >$out/${unitDir}/${layout.stem_unit}.d/services-tacid.conf
+    ${lib.optionalString (!r.timeline) ''
+      mkdir -p $out/${unitDir}/${layout.timeline_unit}.d
+      (
+        ${tacidLib.pruneOnlyDropIn { unit = "${cfg.package}/${unitDir}/${layout.timeline_unit}"; }}
+      ) >$out/${unitDir}/${layout.timeline_unit}.d/services-tacid.conf
+    ''}
   '';
 
   # A retention count: a whole number, zero or more.
@@ -137,8 +144,9 @@ in
       };
     };
 
-    # Retention (adr/0013): the keeper applies these rules in `tacid data prune` and before
-    # each timeline snapshot; the stem refuses snapshots below the hard floor.
+    # Retention (adr/0013): the keeper applies these rules in `tacid data prune` (run every
+    # hour by the timeline timer) and the free-space floor also before every snapshot; the
+    # stem refuses snapshots below the hard floor.
     retention = {
       preSwitchSets = count 10 ''
         How many of the newest pre-switch snapshot sets are kept; older sets are deleted
@@ -156,17 +164,20 @@ in
         0 keeps them until a person deletes them.
       '';
       freeFloorBytes = count 2147483648 ''
-        Below this many free bytes, `tacid data prune` also deletes the oldest automatic
-        snapshot sets (pre-switch and timeline), one set per run; never a manual one, one
-        a person marked to keep, or one a staged restore names. 0: no floor.
+        Below this many free bytes, the oldest automatic snapshot set (pre-switch or
+        timeline) is deleted as well, one set per round: before every snapshot and at
+        every `tacid data prune`. Never a manual one, one a person marked to keep, or one
+        a staged restore names. 0: no floor.
       '';
       timeline = lib.mkOption {
         type = lib.types.bool;
         default = true;
         description = ''
           Take a timeline snapshot set every hour (${layout.timeline_timer}), then apply
-          the retention rules (`tacid data prune`). Below the free-space floor, the
-          timeline prunes before it snapshots.
+          the retention rules (`tacid data prune`), also when the snapshot failed. Below
+          the free-space floor, the timeline prunes before it snapshots. When false, the
+          timer still runs every hour but only prunes, so the free-space floor is still
+          checked on a timer.
         '';
       };
       hardFloorBytes = count 536870912 ''
@@ -218,9 +229,8 @@ in
 
     systemd.packages = [ cfg.package unitDropIns ];
     systemd.services = tacidLib.wantedByFor tacidLib.enabledSystemUnits;
-    systemd.timers = lib.mkIf cfg.retention.timeline {
-      ${tacidLib.timerAttrName layout.timeline_timer}.wantedBy = [ "timers.target" ];
-    };
+    # Always: with retention.timeline = false it only prunes (unitDropIns above).
+    systemd.timers.${tacidLib.timerAttrName layout.timeline_timer}.wantedBy = [ "timers.target" ];
     services.dbus.packages = [ cfg.package ];
     environment.systemPackages = [ cfg.package ];
 

@@ -52,7 +52,8 @@ let
     lib = stubLib;
     utils.escapeSystemdPath = p: builtins.replaceStrings [ "/" "-" ] [ "-" "\\x2d" ] (builtins.substring 1 (-1) p);
     pkgs = {
-      runCommand = name: _env: _script: "/nix/store/00000000000000000000000000000000-${name}";
+      # A store path that also carries its build script, so the checks can read it.
+      runCommand = name: _env: script: { outPath = "/nix/store/00000000000000000000000000000000-${name}"; inherit script; };
       coreutils = "/nix/store/00000000000000000000000000000000-coreutils";
     };
     config = {
@@ -73,6 +74,14 @@ let
   options = module.options.services.tacid;
 
   unitAttr = tacidLib.serviceAttrName;
+  # A literal substring (replaceStrings matches text, not a regular expression).
+  hasInfix = needle: haystack: builtins.replaceStrings [ needle ] [ "" ] haystack != haystack;
+
+  # Timeline snapshots off: the timer stays, and the timeline service only prunes.
+  noTimeline = (moduleWith (cfg // { retention = cfg.retention // { timeline = false; }; })).config;
+  timerAttr = tacidLib.timerAttrName layout.timeline_timer;
+  dropInScript = config: (builtins.elemAt config.systemd.packages 1).script;
+  pruneOnly = tacidLib.pruneOnlyDropIn { unit = "${package}/lib/systemd/system/${layout.timeline_unit}"; };
 in
 all (x: x) [
   (check "the module declares enable, package, device, approverGroup and the pre-switch snapshot"
@@ -126,9 +135,17 @@ all (x: x) [
       hardFloorBytes = 536870912;
       timeline = true;
     } && all (o: o.type == "ints.unsigned") (builtins.attrValues (removeAttrs options.retention [ "timeline" ]))))
-  (check "the timeline timer is enabled by default, and not when retention.timeline is false"
-    (c.systemd.timers.${tacidLib.timerAttrName layout.timeline_timer}.wantedBy == [ "timers.target" ]
-      && (moduleWith (cfg // { retention = cfg.retention // { timeline = false; }; })).config.systemd.timers == { }))
+  (check "the timeline timer is enabled, with the timeline on and off (then it checks the floor)"
+    (c.systemd.timers.${timerAttr}.wantedBy == [ "timers.target" ]
+      && (noTimeline.systemd.timers.${timerAttr}.wantedBy or [ ]) == [ "timers.target" ]
+      && attrNames c.systemd.timers == [ timerAttr ] && attrNames noTimeline.systemd.timers == [ timerAttr ]))
+  (check "timeline on: the shipped timeline service as it is, no drop-in for it"
+    (!(hasInfix layout.timeline_unit (dropInScript c))
+      && hasInfix "${layout.keeper_unit}.d/services-tacid.conf" (dropInScript c)))
+  (check "timeline off: a drop-in makes the package's timeline service prune only"
+    (hasInfix "mkdir -p $out/lib/systemd/system/${layout.timeline_unit}.d" (dropInScript noTimeline)
+      && hasInfix pruneOnly (dropInScript noTimeline)
+      && hasInfix ") >$out/lib/systemd/system/${layout.timeline_unit}.d/services-tacid.conf" (dropInScript noTimeline)))
   (check "the root is mounted from the root subvolume"
     ((head (filter (s: s.name == layout.root_subvolume) layout.subvolumes)).mount_point == "/"))
 ]

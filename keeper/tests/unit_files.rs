@@ -130,7 +130,9 @@ fn systemd_accepts_the_timeline_service_and_timer() {
     // verify checks that the programs exist: any executable stands in for the CLI.
     let service = read("systemd/tacid-timeline.service").replace("/usr/bin/tacid ", "/bin/true ");
     assert!(service.contains("ExecStart=/bin/true data snapshot --timeline\n"));
-    assert!(service.contains("ExecStartPost=/bin/true data prune\n"));
+    // The prune runs after every run, a failed snapshot too (ExecStopPost, not Post-Start).
+    assert!(service.contains("ExecStopPost=/bin/true data prune\n"));
+    assert!(!service.contains("ExecStartPost="));
     let timer = read("systemd/tacid-timeline.timer");
     assert!(timer.contains("\nOnCalendar=hourly\n") && timer.contains("\nPersistent=true\n"));
     let service_path = dir.path().join(layout::names::TIMELINE_UNIT);
