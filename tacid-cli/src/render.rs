@@ -269,7 +269,18 @@ pub fn status(s: &Status, now: SystemTime) -> String {
     out
 }
 
-/// `tacid data prune [--dry-run]`: what goes (or would), rule by rule.
+/// The rules in the order they are applied, each named by what holds for every snapshot it
+/// chose. The per-set or per-snapshot detail (which set, which counts) is each entry's own
+/// `why`: two sets chosen by one rule have two reasons.
+const RULES: [(&str, &str); 4] = [
+    ("pre-switch-sets", "the rule for pre-switch sets"),
+    ("timeline", "the timeline rule"),
+    ("manual-max-age", "the maximum age of manual snapshots"),
+    ("free-space-floor", "the free-space floor"),
+];
+
+/// `tacid data prune [--dry-run]`: what goes (or would), rule by rule, and under each rule
+/// every distinct reason (for pre-switch sets, one per set) with the snapshots it chose.
 pub fn prune(r: &PruneReport, now: SystemTime) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Policy: {}.", r.policy);
@@ -280,30 +291,55 @@ pub fn prune(r: &PruneReport, now: SystemTime) -> String {
         "deleted"
     };
     if r.deleted.is_empty() {
-        let _ = writeln!(out, "Nothing {verb}: every snapshot is kept by a rule.");
+        if r.spared.is_empty() && r.failed.is_empty() {
+            let _ = writeln!(out, "Nothing {verb}: every snapshot is kept by a rule.");
+        } else {
+            let _ = writeln!(out, "Nothing {verb}.");
+        }
     }
-    // Rule by rule, in the order the rules are applied.
-    for rule in [
-        "pre-switch-sets",
-        "timeline",
-        "manual-max-age",
-        "free-space-floor",
-    ] {
-        let chosen: Vec<&PruneEntry> = r.deleted.iter().filter(|e| e.rule == rule).collect();
-        let Some(first) = chosen.first() else {
+    // Rule by rule, in the order the rules are applied; a rule this CLI does not know (a
+    // newer keeper's) after them, under its code, so that nothing deleted goes unlisted.
+    let mut rules: Vec<(&str, String)> = RULES
+        .iter()
+        .map(|(code, name)| (*code, (*name).to_owned()))
+        .collect();
+    for e in &r.deleted {
+        if !rules.iter().any(|(code, _)| *code == e.rule) {
+            rules.push((e.rule.as_str(), format!("the rule {}", e.rule)));
+        }
+    }
+    for (rule, name) in &rules {
+        let chosen: Vec<&PruneEntry> = r.deleted.iter().filter(|e| e.rule == *rule).collect();
+        if chosen.is_empty() {
             continue;
-        };
-        let _ = writeln!(out, "\n{} {verb}: {}.", chosen.len(), first.why);
-        for e in chosen {
-            let taken = from_micros(e.taken_micros);
-            let _ = writeln!(
-                out,
-                "  {}  of {}, taken {} ({})",
-                e.name,
-                e.of_path,
-                human_time(taken, now),
-                ago(taken, now)
-            );
+        }
+        let n = chosen.len();
+        let _ = writeln!(
+            out,
+            "\n{n} snapshot{} {verb} by {name}:",
+            if n == 1 { "" } else { "s" }
+        );
+        // Each reason once, in the order its first snapshot comes (oldest first), then the
+        // snapshots it chose.
+        let mut reasons: Vec<&str> = Vec::new();
+        for e in &chosen {
+            if !reasons.contains(&e.why.as_str()) {
+                reasons.push(&e.why);
+            }
+        }
+        for why in reasons {
+            let _ = writeln!(out, "  {why}:");
+            for e in chosen.iter().filter(|e| e.why == why) {
+                let taken = from_micros(e.taken_micros);
+                let _ = writeln!(
+                    out,
+                    "    {}  of {}, taken {} ({})",
+                    e.name,
+                    e.of_path,
+                    human_time(taken, now),
+                    ago(taken, now)
+                );
+            }
         }
     }
     if !r.spared.is_empty() {
@@ -315,7 +351,7 @@ pub fn prune(r: &PruneReport, now: SystemTime) -> String {
     if !r.failed.is_empty() {
         let _ = writeln!(out, "\nNot deleted:");
         for e in &r.failed {
-            let _ = writeln!(out, "  {}  {}", e.name, e.note);
+            let _ = writeln!(out, "  {}  {} (chosen: {})", e.name, e.note, e.why);
         }
     }
     if r.floor_unmet {
@@ -342,4 +378,168 @@ pub fn prune(r: &PruneReport, now: SystemTime) -> String {
 
 fn bytes(n: u64) -> String {
     keeper::retention::bytes(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use keeper::retention::Rule;
+    use keeper::wire::{PruneEntry, PruneReport};
+
+    /// 2026-12-02 12:00 UTC.
+    const NOW_MICROS: i64 = 1_796_212_800_000_000;
+    const HOUR: i64 = 3_600_000_000;
+
+    fn now() -> std::time::SystemTime {
+        UNIX_EPOCH + Duration::from_micros(NOW_MICROS as u64)
+    }
+
+    /// An entry as the keeper makes it: the rule's code and its sentence.
+    fn entry(name: &str, hours_ago: i64, rule: &Rule, note: &str) -> PruneEntry {
+        PruneEntry {
+            name: name.into(),
+            of_path: if name.starts_with("@home") {
+                "/home".into()
+            } else {
+                "/persist".into()
+            },
+            taken_micros: NOW_MICROS - hours_ago * HOUR,
+            rule: rule.code().into(),
+            why: rule.to_string(),
+            note: note.into(),
+        }
+    }
+
+    fn report(dry_run: bool, deleted: Vec<PruneEntry>) -> PruneReport {
+        PruneReport {
+            dry_run,
+            deleted,
+            spared: Vec::new(),
+            failed: Vec::new(),
+            policy: "keep the last 1 pre-switch sets".into(),
+            free_bytes: 300 << 20,
+            floor_bytes: 0,
+            floor_unmet: false,
+        }
+    }
+
+    /// The reason line a snapshot's line is listed under (the nearest one above it), and
+    /// the rule heading above that.
+    fn listed_under<'a>(out: &'a str, name: &str) -> (&'a str, &'a str) {
+        let (mut heading, mut reason) = ("", "");
+        for line in out.lines() {
+            if line.starts_with("    ") {
+                if line.trim_start().starts_with(&format!("{name} ")) {
+                    return (heading, reason);
+                }
+            } else if let Some(r) = line.strip_prefix("  ") {
+                reason = r;
+            } else {
+                heading = line;
+                reason = "";
+            }
+        }
+        panic!("{name} is not listed in:\n{out}");
+    }
+
+    #[test]
+    fn prune_names_each_pre_switch_set_under_its_own_reason() {
+        let set = |id| Rule::PreSwitchSets { keep: 1, set: id };
+        let timeline = Rule::Timeline {
+            hourly: 1,
+            daily: 0,
+            weekly: 0,
+            monthly: 0,
+        };
+        let (s2, s3, s4) = (set(2), set(3), set(4));
+        let deleted = vec![
+            entry("@persist.a2", 30, &s2, ""),
+            entry("@home.a2", 30, &s2, ""),
+            entry("@persist.a3", 20, &s3, ""),
+            entry("@home.a3", 20, &s3, ""),
+            entry("@persist.a4", 10, &s4, ""),
+            entry("@persist.t1", 5, &timeline, ""),
+        ];
+        for dry_run in [true, false] {
+            let out = super::prune(&report(dry_run, deleted.clone()), now());
+            println!("{out}");
+            for (name, rule) in [
+                ("@persist.a2", &s2),
+                ("@home.a2", &s2),
+                ("@persist.a3", &s3),
+                ("@home.a3", &s3),
+                ("@persist.a4", &s4),
+                ("@persist.t1", &timeline),
+            ] {
+                let why = rule.to_string();
+                let (heading, reason) = listed_under(&out, name);
+                assert_eq!(
+                    reason,
+                    format!("{why}:"),
+                    "{name} explained wrongly in:\n{out}"
+                );
+                // The heading holds for every snapshot under it: no set's detail in it.
+                assert!(
+                    !heading.contains("set 2") && !heading.contains("set 3"),
+                    "{heading}"
+                );
+                assert_eq!(out.matches(&why).count(), 1, "{why} not said once:\n{out}");
+            }
+            let verb = if dry_run {
+                "would be deleted"
+            } else {
+                "deleted"
+            };
+            assert!(
+                out.contains(&format!(
+                    "\n5 snapshots {verb} by the rule for pre-switch sets:\n"
+                )),
+                "{out}"
+            );
+            assert!(
+                out.contains(&format!("\n1 snapshot {verb} by the timeline rule:\n")),
+                "{out}"
+            );
+        }
+    }
+
+    #[test]
+    fn prune_lists_a_rule_it_does_not_know_and_explains_failures() {
+        let mut newer = entry(
+            "@persist.n",
+            3,
+            &Rule::PreSwitchSets { keep: 1, set: 9 },
+            "",
+        );
+        newer.rule = "some-future-rule".into();
+        newer.why = "a reason from a newer keeper".into();
+        let out = super::prune(&report(false, vec![newer]), now());
+        let (heading, reason) = listed_under(&out, "@persist.n");
+        assert_eq!(heading, "1 snapshot deleted by the rule some-future-rule:");
+        assert_eq!(reason, "a reason from a newer keeper:");
+
+        // Everything chosen failed: not "every snapshot is kept by a rule".
+        let mut r = report(false, Vec::new());
+        r.failed = vec![entry(
+            "@persist.f",
+            3,
+            &Rule::PreSwitchSets { keep: 1, set: 5 },
+            "not tried: the stem is not running",
+        )];
+        let out = super::prune(&r, now());
+        assert!(!out.contains("kept by a rule"), "{out}");
+        assert!(
+            out.contains(
+                "  @persist.f  not tried: the stem is not running (chosen: pre-switch set 5 is \
+                 older than the newest 1 pre-switch sets)"
+            ),
+            "{out}"
+        );
+        let out = super::prune(&report(true, Vec::new()), now());
+        assert!(
+            out.contains("Nothing would be deleted: every snapshot is kept by a rule."),
+            "{out}"
+        );
+    }
 }
