@@ -95,7 +95,7 @@ impl Changes {
     }
 }
 
-/// How far a count has come, handed to the progress callback about once a second.
+/// How far a count has come, handed to the progress callback (the stem: once a second).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
     /// Tree items looked at so far.
@@ -117,6 +117,8 @@ pub struct ChangesOptions {
     /// Stop, as at the deadline, after looking at this many tree items (`u64::MAX`: no
     /// bound but time). A bound on work that does not depend on the machine's speed.
     pub max_items: u64,
+    /// The least time between two calls of the progress callback (the stem: a second).
+    pub progress_every: Duration,
 }
 
 const INODE_ITEM: u8 = raw::BTRFS_INODE_ITEM_KEY as u8;
@@ -129,7 +131,6 @@ const S_IFMT: u32 = 0o170_000;
 const S_IFDIR: u32 = 0o040_000;
 /// How often the deadline is looked at, in items.
 const CHECK_EVERY: u64 = 1024;
-const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// The fields of a `btrfs_inode_item` that say whether an inode changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,7 +289,7 @@ impl Counter<'_> {
         if now >= self.options.deadline {
             self.out_of_time = true;
         }
-        if now.duration_since(self.last_progress) >= PROGRESS_EVERY {
+        if now.duration_since(self.last_progress) >= self.options.progress_every {
             self.last_progress = now;
             (self.progress)(Progress {
                 items_seen: self.items_seen,
@@ -317,7 +318,7 @@ impl Top {
     /// What changed in the subvolume `live` since `snapshot`, a read-only snapshot of it or
     /// of a state it descends from (the caller checks that lineage: against an unrelated
     /// snapshot the answer means nothing). Tree searches only; needs CAP_SYS_ADMIN.
-    /// `progress` is called about once a second while it runs.
+    /// `progress` is called while it runs, at most once per `options.progress_every`.
     pub fn changes_since(
         &self,
         live: &SubvolumeInfo,

@@ -238,9 +238,9 @@ impl Engine {
     /// Commit deletions on a thread of their own, so the caller of `delete` does not wait
     /// for the commit (~20 ms, the cleaner's work in it). Requests arriving while a commit
     /// runs share the next one. The space itself comes back when Btrfs's cleaner has
-    /// dropped the deleted trees, which it does after the filesystem's own periodic commit
-    /// (30 s by default; measured in loop_retention): [`Engine::free_space`] counts the
-    /// deletions still waiting for it.
+    /// dropped the deleted trees, which it does when the kernel gets to it (milliseconds
+    /// to a periodic commit later; never while a file inside is open, adr/0013):
+    /// [`Engine::free_space`] counts the deletions still waiting for it.
     fn commit_soon(&self) -> Result<(), EngineError> {
         let mut committer = self.committer.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(wake) = committer.as_ref() {

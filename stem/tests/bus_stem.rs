@@ -29,6 +29,7 @@ const EVERY_METHOD: &[(&str, &[&str])] = &[
     ("Delete", &["string:@home.2026-12-01T140200.123456Z"]),
     ("StageRestore", &["string:@home.2026-12-01T140200.123456Z"]),
     ("Withdraw", &[]),
+    ("FreeSpace", &[]),
     ("Staged", &[]),
     ("Outcome", &[]),
     (
@@ -40,6 +41,28 @@ const EVERY_METHOD: &[(&str, &[&str])] = &[
         ],
     ),
 ];
+
+#[test]
+fn every_method_of_the_committed_interface_is_tried_by_the_stranger_tests() {
+    // A method added to Stem1 and left out of EVERY_METHOD would escape both refusal tests.
+    let xml = include_str!("../org.tacid.Stem1.xml");
+    let mut committed: Vec<&str> = xml
+        .split("<method name=\"")
+        .skip(1)
+        .map(|rest| rest.split('"').next().expect("a closing quote"))
+        .collect();
+    let mut tried: Vec<&str> = EVERY_METHOD.iter().map(|(member, _)| *member).collect();
+    committed.sort_unstable();
+    tried.sort_unstable();
+    assert!(
+        !committed.is_empty(),
+        "no methods found in org.tacid.Stem1.xml"
+    );
+    assert_eq!(
+        tried, committed,
+        "EVERY_METHOD must list every Stem1 method"
+    );
+}
 
 /// A loop Btrfs with the layout, the bus, and the users; `None` when this machine cannot.
 fn setup(extra_policy: &str) -> Option<(testbed::LoopFs, PrivateBus)> {

@@ -298,6 +298,7 @@ fn loop_changes_in_a_hundred_thousand_files_and_the_time_limit() {
             with_paths: false,
             max_paths: 0,
             max_items,
+            progress_every: Duration::from_secs(1),
         };
         top.changes_since(&live, &snapshot, options, &mut |_| {})
             .unwrap()
@@ -326,20 +327,44 @@ fn loop_changes_in_a_hundred_thousand_files_and_the_time_limit() {
     }
     assert!(partway > 0, "no cut fell partway through the count");
 
-    // Progress is reported while it runs (about once a second): with the paths of every
-    // change asked for, a short run may report none; the callback must at least be safe.
-    let mut reports = 0;
+    // Progress is reported while the count runs: with no least interval, at every check
+    // of the clock (each 1024 items), each report further on than the last.
+    let mut reports: Vec<btrfs::Progress> = Vec::new();
+    let options = btrfs::ChangesOptions {
+        deadline: Instant::now() + Duration::from_secs(60),
+        with_paths: false,
+        max_paths: 0,
+        max_items: u64::MAX,
+        progress_every: Duration::ZERO,
+    };
+    let reported = top
+        .changes_since(&live, &snapshot, options, &mut |p| reports.push(p))
+        .unwrap();
+    assert_eq!(reported.files, full.files, "reporting changes no count");
+    assert!(
+        reports.len() >= 10,
+        "a count of {} items reported {} times",
+        full.items_seen,
+        reports.len()
+    );
+    assert!(
+        reports.windows(2).all(|w| w[0].items_seen < w[1].items_seen
+            && w[0].changes_found <= w[1].changes_found
+            && w[0].elapsed <= w[1].elapsed),
+        "progress only moves forward: {reports:?}"
+    );
+    let last = reports.last().expect("a report");
+    assert!(last.items_seen <= full.items_seen && last.changes_found <= full.total());
+
+    // The engine's paths listing of the same change set.
     let with_paths = engine
-        .changes_since(snap.name, Duration::from_secs(60), true, &mut |_| {
-            reports += 1
-        })
+        .changes_since(snap.name, Duration::from_secs(60), true, &mut |_| {})
         .unwrap();
     assert_eq!(with_paths.paths.len() as u64, c.total());
     assert!(with_paths
         .paths
         .iter()
         .any(|p| p.change == Change::Removed && p.path == "d050/f0999"));
-    eprintln!("progress reports: {reports}");
 }
 
 #[test]

@@ -13,6 +13,9 @@ use super::{Engine, EngineError};
 /// At most this many changed paths are listed; the rest are counted.
 pub const MAX_PATHS: usize = 10_000;
 
+/// How often a running count reports how far it has come (the stem logs it).
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
 /// How many snapshot-of links are followed from the live subvolume back to the snapshot.
 const MAX_LINEAGE: usize = 64;
 
@@ -39,6 +42,7 @@ impl ChangeCount {
             with_paths,
             max_paths: MAX_PATHS,
             max_items: u64::MAX,
+            progress_every: PROGRESS_EVERY,
         };
         Ok(self
             .top
