@@ -12,7 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use initrd::btrfs_disk::BtrfsDisk;
 use initrd::cmdline::Cmdline;
 use initrd::driver::{restore_data, wipe_root, Observer, RestoreReport, WipeReport};
-use initrd::resume::ResumeFacts;
+use initrd::resume::{ResumeFacts, ResumeSources};
 use initrd::steps::Step;
 use layout::names::{DEFAULT_DEVICE, KERNEL_DEVICE_KEY};
 
@@ -141,6 +141,33 @@ fn kernel_cmdline() -> Cmdline {
     Cmdline::from_proc()
 }
 
+/// What the initrd can see about hibernation. Test builds may read `/sys/power/resume` and
+/// systemd's `HibernateLocation` EFI variable from other files (`TACID_TEST_SYS_POWER_RESUME`,
+/// `TACID_TEST_EFI_HIBERNATE_LOCATION`), so the loop tests can drive the resume check with
+/// the real binary; with `TACID_TEST_CMDLINE` that covers every input of `resume.rs`. A build
+/// for users always reads the kernel's own files.
+fn resume_facts(cmdline: &Cmdline) -> ResumeFacts {
+    #[cfg_attr(not(feature = "test-hooks"), allow(unused_mut))]
+    let mut sources = ResumeSources::default();
+    #[cfg(feature = "test-hooks")]
+    {
+        if let Some(path) = std::env::var_os("TACID_TEST_SYS_POWER_RESUME") {
+            sources.sys_power_resume = PathBuf::from(path);
+        }
+        if let Some(path) = std::env::var_os("TACID_TEST_EFI_HIBERNATE_LOCATION") {
+            sources.efi_hibernate_location = PathBuf::from(path);
+        }
+        if sources != ResumeSources::default() {
+            say(&format!(
+                "TEST BUILD: hibernation facts from {} and {}",
+                sources.sys_power_resume.display(),
+                sources.efi_hibernate_location.display()
+            ));
+        }
+    }
+    ResumeFacts::read_from(cmdline, &sources)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let cmdline = kernel_cmdline();
@@ -154,7 +181,7 @@ fn main() -> ExitCode {
     let status = match &target.top {
         Some(top) => run(&cli.job, top, &mut console),
         None => {
-            if let Some(why) = ResumeFacts::read(&cmdline).pending_resume() {
+            if let Some(why) = resume_facts(&cmdline).pending_resume() {
                 say(&format!(
                     "{name}: {why}; a hibernated system may still resume from this disk, so nothing \
                      is changed now (a staged restore waits for a normal boot)"

@@ -13,12 +13,37 @@
 //! attempted from (systemd writes it to trigger the attempt; the kernel's own `resume=`
 //! handling sets it too) and `0:0` when none was attempted.
 
+use std::path::PathBuf;
+
 use crate::cmdline::Cmdline;
 
 /// systemd (255 and later) records where it hibernated in this EFI variable, and resumes from
 /// it without any `resume=` on the command line.
 pub const EFI_HIBERNATE_LOCATION: &str =
     "/sys/firmware/efi/efivars/HibernateLocation-8cf2644b-4b0b-428f-9387-6d876050dc67";
+
+/// The kernel's record of a resume attempt (`major:minor`, `0:0` when none was made).
+pub const SYS_POWER_RESUME: &str = "/sys/power/resume";
+
+/// Where the facts besides the command line are read. A machine always uses
+/// [`ResumeSources::default`] (the kernel's paths); only test builds of the binary
+/// (`--features test-hooks`) point them at files a loop test writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumeSources {
+    /// Read for [`ResumeFacts::sys_power_resume`] (default [`SYS_POWER_RESUME`]).
+    pub sys_power_resume: PathBuf,
+    /// Whose existence is [`ResumeFacts::efi_location`] (default [`EFI_HIBERNATE_LOCATION`]).
+    pub efi_hibernate_location: PathBuf,
+}
+
+impl Default for ResumeSources {
+    fn default() -> ResumeSources {
+        ResumeSources {
+            sys_power_resume: PathBuf::from(SYS_POWER_RESUME),
+            efi_hibernate_location: PathBuf::from(EFI_HIBERNATE_LOCATION),
+        }
+    }
+}
 
 /// What the initrd can see about hibernation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,14 +61,19 @@ pub struct ResumeFacts {
 impl ResumeFacts {
     /// Read them from this machine.
     pub fn read(cmdline: &Cmdline) -> ResumeFacts {
+        ResumeFacts::read_from(cmdline, &ResumeSources::default())
+    }
+
+    /// Read them from `cmdline` and the files `sources` names.
+    pub fn read_from(cmdline: &Cmdline, sources: &ResumeSources) -> ResumeFacts {
         ResumeFacts {
             resume_arg: cmdline
                 .value("resume")
                 .filter(|v| !v.is_empty())
                 .map(str::to_owned),
             noresume: cmdline.has_flag("noresume"),
-            efi_location: std::path::Path::new(EFI_HIBERNATE_LOCATION).exists(),
-            sys_power_resume: std::fs::read_to_string("/sys/power/resume")
+            efi_location: sources.efi_hibernate_location.exists(),
+            sys_power_resume: std::fs::read_to_string(&sources.sys_power_resume)
                 .ok()
                 .map(|s| s.trim().to_owned()),
         }
@@ -115,5 +145,27 @@ mod tests {
         );
         let cmd = Cmdline::parse("root=/dev/vda2 resume= quiet");
         assert_eq!(ResumeFacts::read(&cmd).resume_arg, None);
+    }
+
+    #[test]
+    fn facts_are_read_from_the_named_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let sources = ResumeSources {
+            sys_power_resume: dir.path().join("resume"),
+            efi_hibernate_location: dir.path().join("HibernateLocation"),
+        };
+        let cmd = Cmdline::parse("root=/dev/vda2 resume=/dev/vda3");
+        // Neither file: a kernel without hibernation, no EFI variable.
+        let f = ResumeFacts::read_from(&cmd, &sources);
+        assert_eq!(f, facts(Some("/dev/vda3"), false, false, None));
+        std::fs::write(&sources.sys_power_resume, "0:0\n").unwrap();
+        std::fs::write(&sources.efi_hibernate_location, b"\x07\0\0\0{}").unwrap();
+        let f = ResumeFacts::read_from(&cmd, &sources);
+        assert_eq!(f, facts(Some("/dev/vda3"), false, true, Some("0:0")));
+        assert!(f.pending_resume().is_some());
+        assert_eq!(
+            ResumeSources::default().sys_power_resume,
+            std::path::Path::new("/sys/power/resume")
+        );
     }
 }

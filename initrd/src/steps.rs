@@ -88,6 +88,10 @@ impl Step {
         Step::RefuseCommit,
     ];
 
+    /// The steps that delete a subvolume left under a swap name by an earlier, abandoned run
+    /// (with no request, or before a request's own copy is made).
+    pub const LEFTOVER: [Step; 2] = [Step::DeleteStale, Step::CommitStale];
+
     /// The steps of a wipe of an existing `@root`.
     pub const WIPE: [Step; 6] = [
         Step::WipeCopy,
@@ -183,5 +187,19 @@ mod tests {
             Step::RESTORE.map(|s| s.number()),
             [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
         );
+        assert_eq!(Step::REFUSE.map(|s| s.number()), [11, 12, 13]);
+        assert_eq!(Step::LEFTOVER.map(|s| s.number()), [14, 15]);
+        assert_eq!(Step::WIPE.map(|s| s.number()), [21, 22, 23, 24, 25, 26]);
+        // The groups are every step, each once.
+        let mut grouped: Vec<Step> = [
+            &Step::RESTORE[..],
+            &Step::REFUSE[..],
+            &Step::LEFTOVER[..],
+            &Step::WIPE[..],
+        ]
+        .concat();
+        assert_eq!(grouped.len(), Step::ALL.len());
+        grouped.sort_by_key(|s| s.number());
+        assert_eq!(grouped, Step::ALL);
     }
 }

@@ -1,6 +1,9 @@
 //! The test-only fault switch against a real loop-device Btrfs: the real binary stops right
 //! after step N (exit 99), and the next run converges — for every step, and with a second
-//! stop during the recovery run. Needs `--features test-hooks` (this target requires it).
+//! stop during the recovery run. Every step the binary defines is the first stop of some run:
+//! restores of @home and of @persist (1-10), a refusal (11-13), leftovers under swap names
+//! with and without a request (14-15), wipes of an existing and of a missing @root (21-26).
+//! Needs `--features test-hooks` (this target requires it).
 //!
 //! A stopped process is not a power cut (the page cache survives it); the boot tier does real
 //! power cuts, the model in `src/model.rs` every prefix of uncommitted work. This proves the
@@ -9,11 +12,15 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt as _;
+
 use common::*;
 use initrd::steps::Step;
-use layout::OutcomeResult;
+use layout::{OutcomeResult, RestoreRequest};
 
-fn stop_after(fs: &testbed::LoopFs, job: &str, step: u32) -> bool {
+/// Run `job` with the stop switch at `step`: `Some(log)` when it stopped there (exit 99),
+/// `None` when it finished without reaching it (exit 0).
+fn stop_after(fs: &testbed::LoopFs, job: &str, step: u32) -> Option<String> {
     let n = step.to_string();
     let out = run(fs, job, &[("TACID_TEST_STOP_AFTER", &n)]);
     let err = stderr(&out);
@@ -23,29 +30,123 @@ fn stop_after(fs: &testbed::LoopFs, job: &str, step: u32) -> bool {
                 err.contains(&format!("test stop after step {step} (")),
                 "{err}"
             );
-            true
+            Some(err)
         }
-        Some(0) => false, // the run did not reach that step
+        Some(0) => None, // the run did not reach that step
         other => panic!("{job} stopped after {step}: exit {other:?}\n{err}"),
     }
+}
+
+/// Stop `job` after `step`, which it must reach; its log.
+fn must_stop(fs: &testbed::LoopFs, job: &str, step: u32, what: &str) -> String {
+    stop_after(fs, job, step).unwrap_or_else(|| panic!("{what}: step {step} was not reached"))
 }
 
 fn live_exists(fs: &testbed::LoopFs, name: &str) {
     assert!(is_dir(&fs.top().join(name)), "{name} is missing");
 }
 
+/// The steps each test below stops after first, one run per step. Together they are every
+/// step the binary defines (checked by `every_step_is_a_first_stop_point`).
+const RESTORE_FIRST_STOPS: [Step; 10] = Step::RESTORE;
+const REFUSE_FIRST_STOPS: [Step; 3] = Step::REFUSE;
+/// A leftover alone (no request), and a leftover under the swap name a request needs.
+const LEFTOVER_FIRST_STOPS: [Step; 2] = Step::LEFTOVER;
+const WIPE_FIRST_STOPS: [Step; 6] = Step::WIPE;
+/// A wipe with `@root` missing copies `@root-blank` straight to `@root`: those two steps only.
+const WIPE_MISSING_ROOT_FIRST_STOPS: [Step; 2] = [Step::WipeCopy, Step::WipeCommitCopy];
+
 #[test]
-fn loop_a_restore_stopped_after_any_step_completes_once() {
-    for step in Step::RESTORE {
+fn every_step_is_a_first_stop_point() {
+    let mut covered: Vec<u32> = [
+        &RESTORE_FIRST_STOPS[..],
+        &REFUSE_FIRST_STOPS[..],
+        &LEFTOVER_FIRST_STOPS[..],
+        &WIPE_FIRST_STOPS[..],
+        &WIPE_MISSING_ROOT_FIRST_STOPS[..],
+    ]
+    .concat()
+    .iter()
+    .map(|s| s.number())
+    .collect();
+    covered.sort();
+    covered.dedup();
+    let all: Vec<u32> = Step::ALL.iter().map(|s| s.number()).collect();
+    assert_eq!(covered, all, "a step no fault run stops after first");
+}
+
+/// A restore the fault runs take through every step: how to set it up (returns the request,
+/// staged) and what the machine looks like once it has happened.
+struct Story {
+    live: &'static str,
+    set_up: fn(&testbed::LoopFs) -> RestoreRequest,
+    restored: fn(&testbed::LoopFs, &RestoreRequest),
+}
+
+const HOME: Story = Story {
+    live: "@home",
+    set_up: |fs| {
+        let request = home_story(fs);
+        stage(fs, &request);
+        request
+    },
+    restored: assert_home_restored,
+};
+
+/// `@persist` holds the mount point of the snapshot store (`.snapshots`), which the snapshot
+/// does not have: the restored copy must get it (step 3), or the next boot cannot mount it.
+const PERSIST: Story = Story {
+    live: "@persist",
+    set_up: |fs| {
+        write(fs, "@persist/etc/machine-id", "0123");
+        assert!(!exists(fs, "@persist/.snapshots"));
+        let request = snapshot(fs, "@persist", 2);
+        write(fs, "@persist/etc/machine-id", "4567");
+        write(fs, "@persist/var/lost", "written after the snapshot");
+        stage(fs, &request);
+        request
+    },
+    restored: |fs, request| {
+        assert_eq!(read(fs, "@persist/etc/machine-id"), "0123");
+        assert!(!exists(fs, "@persist/var/lost"));
+        let rel = layout::SNAPSHOTS_MOUNT_POINT
+            .strip_prefix("/persist/")
+            .expect("under /persist");
+        let meta = std::fs::symlink_metadata(fs.top().join("@persist").join(rel))
+            .expect("the .snapshots mount point in the new @persist");
+        assert!(meta.is_dir());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+        assert_eq!(parent_uuid_of(fs, "@persist"), Some(request.uuid()));
+        assert!(!request_path(fs).exists(), "the request is removed");
+        assert!(swap_names(fs).is_empty(), "left over: {:?}", swap_names(fs));
+        let o = outcome(fs);
+        assert_eq!(o.result, OutcomeResult::Done, "{o}");
+        assert_eq!(o.request, Some(*request));
+    },
+};
+
+/// After the recovery, nothing happens a second time: what was written since is kept and no
+/// subvolume changes.
+fn assert_not_again(fs: &testbed::LoopFs, live: &str, what: &str) {
+    let after = format!("{live}/written-after-the-restore");
+    write(fs, &after, "kept");
+    let before = fs.subvolumes_snapshot().expect("list");
+    let o = outcome(fs);
+    let log = run_ok(fs, "restore-data");
+    assert!(log.contains("no restore is staged"), "{what}: {log}");
+    assert_eq!(read(fs, &after), "kept", "{what}: {log}");
+    assert_eq!(fs.subvolumes_snapshot().expect("list"), before, "{what}");
+    assert_eq!(outcome(fs), o, "{what}: the outcome is not rewritten");
+}
+
+fn restore_stopped_after_any_step(story: &Story) {
+    for step in RESTORE_FIRST_STOPS {
         let Some(mut fs) = machine() else { return };
-        let request = home_story(&fs);
-        stage(&fs, &request);
-        assert!(
-            stop_after(&fs, "restore-data", step.number()),
-            "{step} was not reached"
-        );
-        live_exists(&fs, "@home");
+        let request = (story.set_up)(&fs);
+        must_stop(&fs, "restore-data", step.number(), story.live);
+        live_exists(&fs, story.live);
         fs.remount().expect("remount");
+        live_exists(&fs, story.live);
         // A second stop during the recovery, at the first step it takes (which also says
         // where the recovery picks up: a copy is exchanged, an exchange finished, ...).
         let again = match step.number() {
@@ -55,40 +156,135 @@ fn loop_a_restore_stopped_after_any_step_completes_once() {
             _ => None,
         };
         if let Some(n) = again {
-            assert!(
-                stop_after(&fs, "restore-data", n),
-                "after {step} the recovery did not take step {n}"
+            must_stop(
+                &fs,
+                "restore-data",
+                n,
+                &format!("{}: the recovery after {step}", story.live),
             );
-            live_exists(&fs, "@home");
+            live_exists(&fs, story.live);
         }
+        let what = format!("{}: after {step}, then {again:?}", story.live);
+        run_ok(&fs, "restore-data");
+        (story.restored)(&fs, &request);
+        fs.remount().expect("remount");
+        (story.restored)(&fs, &request);
+        assert_not_again(&fs, story.live, &what);
+    }
+}
+
+#[test]
+fn loop_a_restore_stopped_after_any_step_completes_once() {
+    restore_stopped_after_any_step(&HOME);
+}
+
+#[test]
+fn loop_a_restore_of_persist_stopped_after_any_step_completes_once_with_its_mount_point() {
+    restore_stopped_after_any_step(&PERSIST);
+}
+
+/// A subvolume left under a swap name by an abandoned run, with a nested subvolume in it
+/// (deleted first), as a plain subvolume: no parent, so it is no copy of any request.
+fn leave_over(fs: &testbed::LoopFs, live: &str) {
+    let swap = format!("{live}.tacid-swap");
+    sh("btrfs", &["-q", "subvolume", "create", &path(fs, &swap)]);
+    write(fs, &format!("{swap}/old/file"), "abandoned");
+    sh(
+        "btrfs",
+        &[
+            "-q",
+            "subvolume",
+            "create",
+            &path(fs, &format!("{swap}/old/nested")),
+        ],
+    );
+}
+
+#[test]
+fn loop_deleting_leftovers_stopped_after_any_step_completes() {
+    for step in LEFTOVER_FIRST_STOPS {
+        let Some(mut fs) = machine() else { return };
+        write(&fs, "@home/alice/kept", "live data");
+        write(&fs, "@log/journal", "live log");
+        let before = fs.subvolumes_snapshot().expect("list");
+        // Two leftovers and no request: each is deleted in turn.
+        leave_over(&fs, "@home");
+        leave_over(&fs, "@log");
+        must_stop(&fs, "restore-data", step.number(), "leftovers");
         live_exists(&fs, "@home");
+        live_exists(&fs, "@log");
+        fs.remount().expect("remount");
+        // The recovery deletes the other leftover: it takes step 14 first.
+        must_stop(
+            &fs,
+            "restore-data",
+            Step::DeleteStale.number(),
+            &format!("the recovery after {step}"),
+        );
+        live_exists(&fs, "@home");
+        live_exists(&fs, "@log");
         let log = run_ok(&fs, "restore-data");
+        assert!(log.contains("no restore is staged"), "{log}");
+        assert!(
+            swap_names(&fs).is_empty(),
+            "after {step}: {:?}",
+            swap_names(&fs)
+        );
+        assert_eq!(
+            fs.subvolumes_snapshot().expect("list"),
+            before,
+            "after {step}"
+        );
+        assert_eq!(read(&fs, "@home/alice/kept"), "live data");
+        assert_eq!(read(&fs, "@log/journal"), "live log");
+        assert!(
+            !exists(
+                &fs,
+                &format!(
+                    "{}/{}",
+                    layout::SNAPSHOTS_SUBVOLUME,
+                    layout::OUTCOME_FILE_NAME
+                )
+            ),
+            "no request, no outcome"
+        );
+    }
+}
+
+#[test]
+fn loop_a_restore_with_a_leftover_under_its_swap_name_stopped_after_any_step_completes_once() {
+    for step in LEFTOVER_FIRST_STOPS {
+        let Some(mut fs) = machine() else { return };
+        let request = home_story(&fs);
+        leave_over(&fs, "@home");
+        stage(&fs, &request);
+        let log = must_stop(&fs, "restore-data", step.number(), "leftover, then restore");
+        assert!(log.contains("a leftover from an abandoned swap"), "{log}");
+        live_exists(&fs, "@home");
+        fs.remount().expect("remount");
+        // The recovery goes on with the request: its copy first.
+        must_stop(
+            &fs,
+            "restore-data",
+            Step::RestoreCopy.number(),
+            &format!("the recovery after {step}"),
+        );
+        live_exists(&fs, "@home");
+        run_ok(&fs, "restore-data");
         assert_home_restored(&fs, &request);
         fs.remount().expect("remount");
         assert_home_restored(&fs, &request);
-        // Nothing happens a second time.
-        write(&fs, "@home/alice/after", "kept");
-        let before = fs.subvolumes_snapshot().expect("list");
-        run_ok(&fs, "restore-data");
-        assert_eq!(
-            read(&fs, "@home/alice/after"),
-            "kept",
-            "after {step}, then {again:?}: {log}"
-        );
-        assert_eq!(fs.subvolumes_snapshot().expect("list"), before);
+        assert_not_again(&fs, "@home", &format!("after {step}"));
     }
 }
 
 #[test]
 fn loop_a_refusal_stopped_after_any_step_completes() {
-    for step in Step::REFUSE {
+    for step in REFUSE_FIRST_STOPS {
         let Some(fs) = machine() else { return };
         stage_bytes(&fs, b"@home nonsense\n");
         let before = fs.subvolumes_snapshot().expect("list");
-        assert!(
-            stop_after(&fs, "restore-data", step.number()),
-            "{step} was not reached"
-        );
+        must_stop(&fs, "restore-data", step.number(), "refusal");
         run_ok(&fs, "restore-data");
         assert_eq!(fs.subvolumes_snapshot().expect("list"), before);
         assert_eq!(outcome(&fs).result, OutcomeResult::Refused);
@@ -98,26 +294,25 @@ fn loop_a_refusal_stopped_after_any_step_completes() {
 
 #[test]
 fn loop_a_wipe_stopped_after_any_step_completes() {
-    for step in Step::WIPE {
+    for step in WIPE_FIRST_STOPS {
         let Some(fs) = machine() else { return };
         write(&fs, "@root/etc/hostname", "old");
         sh(
             "btrfs",
             &["-q", "subvolume", "create", &path(&fs, "@root/nested")],
         );
-        assert!(
-            stop_after(&fs, "wipe-root", step.number()),
-            "{step} was not reached"
-        );
+        must_stop(&fs, "wipe-root", step.number(), "wipe");
         live_exists(&fs, "@root");
         let again = match step.number() {
             21 | 22 => 23,
             23 | 24 => 25,
             _ => 21,
         };
-        assert!(
-            stop_after(&fs, "wipe-root", again),
-            "after {step} the recovery did not take step {again}"
+        must_stop(
+            &fs,
+            "wipe-root",
+            again,
+            &format!("wipe: the recovery after {step}"),
         );
         live_exists(&fs, "@root");
         run_ok(&fs, "wipe-root");
@@ -131,6 +326,55 @@ fn loop_a_wipe_stopped_after_any_step_completes() {
             parent_uuid_of(&fs, "@root"),
             Some(uuid_of(&fs, layout::ROOT_BLANK_SUBVOLUME))
         );
+    }
+}
+
+#[test]
+fn loop_a_wipe_with_root_missing_stopped_after_any_step_completes() {
+    for step in WIPE_MISSING_ROOT_FIRST_STOPS {
+        let Some(mut fs) = machine() else { return };
+        let before = fs.subvolumes_snapshot().expect("list");
+        sh("btrfs", &["-q", "subvolume", "delete", &path(&fs, "@root")]);
+        let log = must_stop(&fs, "wipe-root", step.number(), "wipe, @root missing");
+        assert!(log.contains("@root is missing"), "{log}");
+        // Made straight under the live name at step 21: from then on it exists.
+        live_exists(&fs, "@root");
+        assert!(swap_names(&fs).is_empty(), "{:?}", swap_names(&fs));
+        fs.remount().expect("remount");
+        live_exists(&fs, "@root");
+        // The next boot does not know that @root is fresh (the boot may have written to it):
+        // it wipes it as usual, starting with the copy.
+        must_stop(
+            &fs,
+            "wipe-root",
+            Step::WipeCopy.number(),
+            &format!("wipe: the recovery after {step}"),
+        );
+        live_exists(&fs, "@root");
+        let log = run_ok(&fs, "wipe-root");
+        assert!(!log.contains("@root is missing"), "{log}");
+        assert_eq!(
+            std::fs::read_dir(fs.top().join("@root")).unwrap().count(),
+            0,
+            "after {step}"
+        );
+        assert!(swap_names(&fs).is_empty());
+        assert_eq!(
+            parent_uuid_of(&fs, "@root"),
+            Some(uuid_of(&fs, layout::ROOT_BLANK_SUBVOLUME))
+        );
+        // Only @root is new: the same layout names, every other subvolume as it was.
+        let after = fs.subvolumes_snapshot().expect("list");
+        let names =
+            |l: &[(String, u64, String)]| l.iter().map(|(p, _, _)| p.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&after), names(&before));
+        let others = |l: &[(String, u64, String)]| {
+            l.iter()
+                .filter(|(p, _, _)| p != "@root")
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(others(&after), others(&before));
     }
 }
 

@@ -9,6 +9,10 @@ use std::os::unix::fs::{symlink, PermissionsExt as _};
 use common::*;
 use layout::{OutcomeResult, SNAPSHOTS_SUBVOLUME};
 
+/// Without `--top` the binary mounts at /run/tacid-initrd/<job>, one path for every test in
+/// this process: those tests take turns.
+static MOUNT_DIR: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn loop_a_good_request_is_honoured_once() {
     let Some(mut fs) = machine() else { return };
@@ -536,6 +540,49 @@ fn loop_the_fault_switches_are_not_in_user_builds() {
     assert_home_restored(&fs, &request);
 }
 
+/// Without the `test-hooks` feature the hibernation facts come from the kernel only: a user
+/// build ignores `TACID_TEST_CMDLINE`, `TACID_TEST_SYS_POWER_RESUME` and
+/// `TACID_TEST_EFI_HIBERNATE_LOCATION` (which would say "a resume is pending"), and restores.
+/// Runs without `--top`, as the unit does (the check applies only then).
+#[cfg(not(feature = "test-hooks"))]
+#[test]
+fn loop_the_injected_hibernation_facts_are_not_in_user_builds() {
+    use initrd::cmdline::Cmdline;
+    use initrd::resume::ResumeFacts;
+    if let Some(why) = ResumeFacts::read(&Cmdline::from_proc()).pending_resume() {
+        eprintln!(
+            "\n*** SKIPPED: this machine itself has a resume pending ({why}); the restore \
+             would rightly wait ***\n"
+        );
+        return;
+    }
+    let Some(mut fs) = machine() else { return };
+    let request = home_story(&fs);
+    stage(&fs, &request);
+    let sys = fs.scratch().join("sys-power-resume");
+    fs::write(&sys, "0:0\n").unwrap();
+    let efi = fs.scratch().join("HibernateLocation-efivar");
+    fs::write(&efi, b"\x07\0\0\0{}").unwrap();
+    let device = fs.device().to_str().expect("utf-8").to_owned();
+    fs.unmount().expect("unmount");
+    let _only_one = MOUNT_DIR.lock().unwrap_or_else(|e| e.into_inner());
+    let out = std::process::Command::new(BIN)
+        .args(["restore-data", "--device", &device])
+        .env("TACID_TEST_CMDLINE", "root=LABEL=tacid resume=/dev/vda3")
+        .env("TACID_TEST_SYS_POWER_RESUME", &sys)
+        .env("TACID_TEST_EFI_HIBERNATE_LOCATION", &efi)
+        .output()
+        .expect("run");
+    fs.mount().expect("mount");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        !err.contains("TEST BUILD") && !err.contains("waits for a normal boot"),
+        "{err}"
+    );
+    assert_home_restored(&fs, &request);
+}
+
 #[test]
 fn loop_without_top_the_device_is_mounted_and_unmounted() {
     let Some(mut fs) = machine() else { return };
@@ -544,6 +591,7 @@ fn loop_without_top_the_device_is_mounted_and_unmounted() {
     write(&fs, "@root/etc/hostname", "old");
     fs.unmount().expect("unmount");
     let device = fs.device().to_str().expect("utf-8").to_owned();
+    let _only_one = MOUNT_DIR.lock().unwrap_or_else(|e| e.into_inner());
     for job in ["restore-data", "wipe-root"] {
         let out = std::process::Command::new(BIN)
             .args([job, "--device", &device])
