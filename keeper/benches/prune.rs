@@ -35,6 +35,36 @@ fn snapper(args: &[&str]) -> bool {
         .unwrap_or(false)
 }
 
+/// A run cut short leaves its snapper config behind, naming a filesystem that is gone, and
+/// snapper then refuses to create it again; snapper cannot delete it either (its
+/// subvolume is gone), so its two records are removed by hand.
+fn forget_stale_snapper_config() {
+    let config = std::path::Path::new("/etc/snapper/configs").join(SNAPPER_CONFIG);
+    if !config.exists() {
+        return;
+    }
+    eprintln!("bench: removing the snapper config {SNAPPER_CONFIG} an earlier run left");
+    let _ = std::fs::remove_file(&config);
+    let default = std::path::Path::new("/etc/default/snapper");
+    if let Ok(text) = std::fs::read_to_string(default) {
+        let cleaned: String = text
+            .lines()
+            .map(|line| match line.strip_prefix("SNAPPER_CONFIGS=") {
+                Some(list) => {
+                    let kept: Vec<&str> = list
+                        .trim_matches('"')
+                        .split_whitespace()
+                        .filter(|name| *name != SNAPPER_CONFIG)
+                        .collect();
+                    format!("SNAPPER_CONFIGS=\"{}\"\n", kept.join(" "))
+                }
+                None => format!("{line}\n"),
+            })
+            .collect();
+        let _ = std::fs::write(default, cleaned);
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if !args.iter().any(|a| a == "--bench") {
@@ -59,7 +89,7 @@ fn main() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    w.start_keeper(None);
+    // The keeper starts once the journal is written below: it holds it exclusively.
     let persist = layout::SubvolumeName::parse("@persist").expect("layout");
     let engine = stem::Engine::open(w.top()).expect("engine");
 
@@ -88,8 +118,10 @@ fn main() {
         }
     }
     let _ = w.journal_rows();
+    w.start_keeper(None);
 
     // snapper: 1000 snapshots of the same subvolume, cleaned up by its number rule.
+    forget_stale_snapper_config();
     let snapper_ok = snapper(&["create-config", &w.top().join("@persist").to_string_lossy()])
         && snapper(&[
             "set-config",
@@ -105,7 +137,9 @@ fn main() {
             );
         }
     } else {
-        eprintln!("bench: snapper is not usable here; its column is left out");
+        eprintln!(
+            "bench: SNAPPER IS NOT USABLE HERE (apt-get install snapper); no ratio against it"
+        );
     }
     Command::new("sync").status().expect("sync");
 

@@ -2,6 +2,11 @@
 //!
 //! SQLite in WAL mode with `synchronous=FULL`, both set explicitly and read back at open: a
 //! row the keeper has answered a caller about is on the disk (one fdatasync per commit).
+//! The keeper holds it with `locking_mode=EXCLUSIVE`, set before WAL: the WAL index then
+//! lives in the keeper's heap, not in a memory-mapped `-shm` file, whose pages need new
+//! blocks on a copy-on-write filesystem and kill the process with SIGBUS when the disk is
+//! full (adr/0013). A full disk is then "database or disk is full", an answer to the caller.
+//! The price: while a keeper has the journal open, nobody else can read it.
 //! It lives on the snapshots subvolume, which no restore replaces (adr/0011).
 //! Schema changes are numbered migrations, recorded in `PRAGMA user_version`.
 
@@ -93,6 +98,19 @@ pub enum JournalError {
     },
     #[error("journal {path} has schema version {found}, newer than this keeper knows ({SCHEMA_VERSION}); run the newer keeper, or restore the journal's backup")]
     TooNew { path: String, found: i64 },
+}
+
+impl JournalError {
+    /// SQLite could not write because the filesystem is full.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(
+            self,
+            JournalError::Sqlite {
+                source: rusqlite::Error::SqliteFailure(e, _),
+                ..
+            } if e.code == rusqlite::ErrorCode::DiskFull
+        )
+    }
 }
 
 /// Who asked, from the bus's record and the user database.
@@ -196,6 +214,18 @@ impl Journal {
         let conn = Connection::open(path).map_err(sq)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(sq)?;
+        // Before anything reads the database, so that no shared-memory WAL index is made.
+        let locking: String = conn
+            .query_row("PRAGMA locking_mode=EXCLUSIVE", [], |r| r.get(0))
+            .map_err(sq)?;
+        if !locking.eq_ignore_ascii_case("exclusive") {
+            return Err(JournalError::Pragma {
+                path: p,
+                pragma: "locking_mode",
+                wanted: "exclusive",
+                actual: locking,
+            });
+        }
         let mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
             .map_err(sq)?;
@@ -664,6 +694,40 @@ mod tests {
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
         assert_eq!(mode, "wal");
+        let locking: String = j
+            .conn
+            .query_row("PRAGMA locking_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(locking, "exclusive");
+    }
+
+    #[test]
+    fn the_wal_index_is_in_memory_and_the_journal_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.sqlite");
+        let j = Journal::open(&path).unwrap();
+        j.begin(
+            &alice(),
+            action::SNAPSHOT,
+            "@home",
+            "test",
+            false,
+            "",
+            state::PENDING,
+            "",
+        )
+        .unwrap();
+        // No memory-mapped WAL index to fault on when the disk is full.
+        assert!(path.with_extension("sqlite-wal").exists());
+        assert!(!path.with_extension("sqlite-shm").exists());
+        // A second opener is refused while the first holds it.
+        let other = Connection::open(&path).unwrap();
+        other.busy_timeout(std::time::Duration::ZERO).unwrap();
+        let read = other.query_row("SELECT count(*) FROM requests", [], |r| r.get::<_, i64>(0));
+        assert!(read.is_err(), "a second reader got in: {read:?}");
+        drop(other);
+        drop(j);
+        assert_eq!(Journal::open(&path).unwrap().requests().unwrap().len(), 1);
     }
 
     #[test]

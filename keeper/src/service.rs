@@ -63,6 +63,13 @@ pub struct Keeper {
 
 impl From<JournalError> for KeeperError {
     fn from(e: JournalError) -> Self {
+        if e.is_disk_full() {
+            return KeeperError::Journal(format!(
+                "{e}; nothing was done. The journal shares its filesystem with what tacid \
+                 snapshots: free space on it (delete files, or old snapshots with \
+                 `tacid data prune`) and ask again"
+            ));
+        }
         KeeperError::Journal(format!(
             "{e}; nothing was done. See `journalctl -u tacid-keeper`"
         ))
@@ -88,6 +95,30 @@ fn stem_error(e: StemError) -> KeeperError {
             _ => KeeperError::StemFailed(format!("{message} (stem error {name})")),
         },
         StemError::Bus(_) => KeeperError::StemFailed(e.to_string()),
+    }
+}
+
+/// A refusal journals the words it was sent, but anybody can send words: only this much.
+const MAX_REFUSED_WORDS: usize = 4096;
+
+/// The first `max` bytes of `text`, cut at a character boundary.
+fn at_most(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// "/persist, /var/log and /home": the restorable subvolumes where people see them.
+fn restorable_paths() -> String {
+    let paths: Vec<&str> = SubvolumeName::restorable()
+        .iter()
+        .map(|s| s.display_path())
+        .collect();
+    match paths.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => paths.join(""),
     }
 }
 
@@ -488,8 +519,20 @@ impl Keeper {
         let sub = snap.subvolume();
         if !sub.subvolume().restorable {
             return Err(KeeperError::NotAllowedForSubvolume(format!(
-                "{} ({sub}) is never put back: its snapshots exist, but restoring it would strand what depends on it",
-                sub.display_path()
+                "{} ({sub}) is never put back: its snapshots exist, but restoring it would strand what depends on it; \
+                 only {} are put back{}",
+                sub.display_path(),
+                restorable_paths(),
+                // Snapshotted only when asked, never restorable: the store (DESIGN.md section 2),
+                // which goes back with the system leg.
+                if sub.subvolume().snapshotted == layout::Snapshotted::Optional {
+                    format!(
+                        " (to go back to an older {}, boot an older NixOS generation)",
+                        sub.display_path()
+                    )
+                } else {
+                    String::new()
+                }
             )));
         }
         let disk = self.find(&snap).await?;
@@ -634,11 +677,29 @@ impl Keeper {
         let since = to_micros(SystemTime::now() - CONSENT_WINDOW);
         let shown = self.journal(|j| j.words_shown(uid, name, since))?;
         if shown.as_deref() != Some(words_shown) {
-            return Err(KeeperError::WordsNotShown(format!(
+            let why = format!(
                 "these are not the words the keeper showed you for {name} in the last {} minutes; \
                  run `tacid data restore {name}` again, read what it costs, then add --yes",
                 CONSENT_WINDOW.as_secs() / 60
-            )));
+            );
+            // A refused request is journalled as refused, with the words given (adr/0011).
+            tracing::warn!(uid, user = %asker.name, snapshot = name, "refused: {why}");
+            let recorded = self.journal(|j| {
+                j.begin(
+                    &asker,
+                    action::RESTORE,
+                    name,
+                    "",
+                    false,
+                    at_most(words_shown, MAX_REFUSED_WORDS),
+                    state::REFUSED,
+                    &why,
+                )
+            });
+            if let Err(e) = recorded {
+                tracing::error!("could not journal a refusal: {}", e.message());
+            }
+            return Err(KeeperError::WordsNotShown(why));
         }
         let id = self.journal(|j| {
             j.begin(
@@ -835,5 +896,19 @@ impl Keeper {
             hard_floor_bytes: space.map(|s| s.hard_floor_bytes).unwrap_or_default(),
             deletions_pending: space.map(|s| s.deletions_pending).unwrap_or_default(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::at_most;
+
+    #[test]
+    fn refused_words_are_cut_at_a_character_boundary() {
+        assert_eq!(at_most("short", 4096), "short");
+        assert_eq!(at_most("abcdef", 3), "abc");
+        // "é" is two bytes: a cut inside it goes back to before it.
+        assert_eq!(at_most("aé", 2), "a");
+        assert_eq!(at_most(&"x".repeat(10_000), 4096).len(), 4096);
     }
 }

@@ -468,8 +468,17 @@ impl World {
     }
 
     /// The journal's rows, read directly (as root; ownership given back to the keeper).
+    /// A running keeper holds the journal exclusively (adr/0013), so this reads a copy of
+    /// the database and its WAL, taken while the keeper is between requests.
     pub fn journal_rows(&self) -> (Vec<RequestRow>, Vec<SnapshotRow>) {
-        let j = Journal::open(&self.journal).expect("journal opens");
+        let copy = tempfile::tempdir().expect("a directory for the copy");
+        let copied = copy.path().join("journal.sqlite");
+        fs::copy(&self.journal, &copied).expect("copy the journal");
+        let wal = PathBuf::from(format!("{}-wal", self.journal.display()));
+        if wal.exists() {
+            fs::copy(&wal, copy.path().join("journal.sqlite-wal")).expect("copy its WAL");
+        }
+        let j = Journal::open(&copied).expect("journal opens");
         let rows = (
             j.requests().expect("requests"),
             j.snapshots().expect("snapshots"),
@@ -522,5 +531,129 @@ impl Drop for World {
         let _ = self.bus.wait();
         let _ = Command::new("umount").arg(&self.state).status();
         let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The keeper's own proxy (`keeper::wire::Keeper1Proxy`), called from the test process as
+/// root: for calls the CLI never makes (confirming words it was not shown).
+pub struct RootKeeper {
+    runtime: tokio::runtime::Runtime,
+    pub proxy: keeper::wire::Keeper1Proxy<'static>,
+}
+
+impl RootKeeper {
+    /// Wait for a call on the proxy.
+    pub fn run<F: std::future::Future>(&self, call: F) -> F::Output {
+        self.runtime.block_on(call)
+    }
+}
+
+impl World {
+    /// A connection to the private bus as root, and the keeper's proxy on it.
+    pub fn keeper_as_root(&self) -> RootKeeper {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let proxy = runtime.block_on(async {
+            let conn = zbus::connection::Builder::address(self.address.as_str())
+                .build()
+                .await
+                .expect("root connects to the private bus");
+            keeper::wire::Keeper1Proxy::builder(&conn)
+                .cache_properties(zbus::proxy::CacheProperties::No)
+                .build()
+                .await
+                .expect("the keeper's proxy")
+        });
+        RootKeeper { runtime, proxy }
+    }
+
+    /// Call a method of `org.tacid.Keeper1` as `user` with `dbus-send` (string arguments
+    /// only), as a program other than the CLI would: (succeeded, stdout, stderr).
+    pub fn call_keeper_as(
+        &self,
+        user: &str,
+        method: &str,
+        args: &[&str],
+    ) -> (bool, String, String) {
+        let out = Command::new("/usr/bin/setpriv")
+            .args([
+                &format!("--reuid={user}"),
+                &format!("--regid={user}"),
+                "--init-groups",
+            ])
+            .args([
+                "/usr/bin/dbus-send",
+                &format!("--bus={}", self.address),
+                "--print-reply",
+            ])
+            .arg(format!("--dest={}", names::KEEPER_BUS_NAME))
+            .arg(names::KEEPER_OBJECT_PATH)
+            .arg(format!("{}.{method}", names::KEEPER_BUS_NAME))
+            .args(args.iter().map(|a| format!("string:{a}")))
+            .output()
+            .expect("dbus-send runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Make the restore previews `uid` was shown for `snapshot` `age` old, as if shown that
+    /// long ago. The keeper must be stopped: a running keeper holds the journal exclusively.
+    /// How many rows changed.
+    pub fn age_previews(&self, uid: u32, snapshot: &str, age: Duration) -> usize {
+        assert!(
+            self.keeper.is_none(),
+            "stop the keeper before writing to its journal"
+        );
+        let asked = keeper::words::to_micros(std::time::SystemTime::now() - age);
+        let conn = rusqlite::Connection::open(&self.journal).expect("journal opens");
+        let changed = conn
+            .execute(
+                "UPDATE requests SET asked_micros = ?1
+                 WHERE action = ?2 AND uid = ?3 AND subject = ?4",
+                rusqlite::params![
+                    asked,
+                    keeper::journal::action::RESTORE_PREVIEW,
+                    i64::from(uid),
+                    snapshot
+                ],
+            )
+            .expect("the previews are aged");
+        drop(conn);
+        for entry in fs::read_dir(&self.state).expect("state dir").flatten() {
+            ok(
+                "chown",
+                &[
+                    &format!("{0}:{0}", names::KEEPER_USER),
+                    entry.path().to_str().expect("utf-8"),
+                ],
+            );
+        }
+        changed
+    }
+
+    /// Wait until the keeper's log says `text` at least `times` times (one per start, say).
+    pub fn wait_keeper_log_times(&self, text: &str, times: usize) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let log = fs::read_to_string(self.keeper_log()).unwrap_or_default();
+            if log.matches(text).count() >= times {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "keeper logged {text:?} fewer than {times} times; log:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// How many times the keeper has been started in this world.
+    pub fn keeper_starts(&self) -> u32 {
+        self.keeper_starts
     }
 }
