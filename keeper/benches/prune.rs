@@ -15,7 +15,6 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use keeper::journal::{Asker, Journal, Member};
 use keeper::wire::Keeper1Proxy;
 
 const COUNT: usize = 1000;
@@ -97,27 +96,7 @@ fn main() {
     let taken: Vec<_> = (0..COUNT)
         .map(|_| engine.take(persist).expect("take"))
         .collect();
-    {
-        let mut j = Journal::open(&w.journal).expect("journal");
-        let root = Asker {
-            uid: 0,
-            name: "root".into(),
-        };
-        for s in &taken {
-            let id = j
-                .begin_set(&root, "@persist", "timeline", false)
-                .expect("set");
-            let m = Member {
-                name: s.name.to_string(),
-                uuid: s.uuid.hyphenated().to_string(),
-                of_subvolume: "@persist".into(),
-                taken_micros: s.name.taken_unix_micros(),
-            };
-            j.complete_set(id, &[m], "complete").expect("complete");
-            j.mark_timeline(id).expect("timeline");
-        }
-    }
-    let _ = w.journal_rows();
+    w.journal_timeline_sets(&taken);
     w.start_keeper(None);
 
     // snapper: 1000 snapshots of the same subvolume, cleaned up by its number rule.

@@ -38,15 +38,6 @@ fn take(w: &World, subvolumes: &[&str]) -> Vec<String> {
         .collect()
 }
 
-fn request_file(w: &World) -> Option<String> {
-    std::fs::read_to_string(
-        w.top()
-            .join(layout::SNAPSHOTS_SUBVOLUME)
-            .join(layout::REQUEST_FILE_NAME),
-    )
-    .ok()
-}
-
 /// What `tacid data status --json` says is staged (the stem's own answer, via the keeper).
 fn staged_per_status(w: &World) -> String {
     let (code, out, err) = w.tacid(STRANGER, &["data", "status", "--json"]);
@@ -136,7 +127,7 @@ fn bus_restore_confirm_refuses_words_not_shown_to_that_uid_for_that_snapshot_rec
 
     // Nothing was staged, by any of them: no request on disk, the stem says none, and the
     // journal says each was refused, with the words given and what to do.
-    assert!(request_file(&w).is_none(), "a refused confirmation staged");
+    assert!(w.request_file().is_none(), "a refused confirmation staged");
     assert_eq!(staged_per_status(&w), "");
     let refused: Vec<_> = restore_rows(&w)
         .into_iter()
@@ -176,7 +167,7 @@ fn bus_restore_confirm_refuses_words_not_shown_to_that_uid_for_that_snapshot_rec
     let (ok, out, err) = confirm_as_approver(&w, &a, &words);
     assert!(ok, "words shown 14 minutes ago: {err}");
     assert!(out.contains("reboot to put it back"), "{out}");
-    let request = request_file(&w).expect("staged");
+    let request = w.request_file().expect("staged");
     assert!(request.starts_with(&format!("@home {a} ")), "{request}");
     assert_eq!(staged_per_status(&w), a);
     let last = restore_rows(&w).pop().expect("the staging row");
@@ -446,7 +437,7 @@ fn bus_restore_refusals_have_their_exit_codes_say_what_to_do_and_change_nothing(
             "{v}"
         );
     }
-    assert!(request_file(&w).is_none());
+    assert!(w.request_file().is_none());
     assert_eq!(w.disk_snapshots(), disk_before);
     assert_eq!(
         w.journal_rows().0.len(),
@@ -491,12 +482,12 @@ fn bus_restore_refusals_have_their_exit_codes_say_what_to_do_and_change_nothing(
                 && s.ends_with("It happens at the next reboot.")),
         "{p}"
     );
-    assert!(request_file(&w).is_none(), "a preview staged");
+    assert!(w.request_file().is_none(), "a preview staged");
 
     // A second, different restore while one is staged: refused, and the staged one stands.
     let (code, _, err) = w.tacid(APPROVER, &["data", "restore", &home, "--yes"]);
     assert_eq!(code, 0, "{err}");
-    let staged = request_file(&w).expect("staged");
+    let staged = w.request_file().expect("staged");
     for args in [
         &["data", "restore", &log, "--yes"][..],
         &["data", "restore", &log, "--yes", "--json"][..],
@@ -516,7 +507,7 @@ fn bus_restore_refusals_have_their_exit_codes_say_what_to_do_and_change_nothing(
                 "{v}"
             );
         }
-        assert_eq!(request_file(&w).as_deref(), Some(staged.as_str()));
+        assert_eq!(w.request_file().as_deref(), Some(staged.as_str()));
         assert_eq!(staged_per_status(&w), home);
     }
     let refused: Vec<_> = restore_rows(&w)
@@ -537,7 +528,7 @@ fn bus_restore_refusals_have_their_exit_codes_say_what_to_do_and_change_nothing(
     assert_eq!(code, 4, "{err}");
     assert_eq!(json(&out)["error"], "NotAuthorized", "{out}");
     assert!(
-        request_file(&w).is_some(),
+        w.request_file().is_some(),
         "a stranger withdrew the restore"
     );
     let (code, out, err) = w.tacid(APPROVER, &["data", "cancel", "--json"]);
@@ -551,7 +542,7 @@ fn bus_restore_refusals_have_their_exit_codes_say_what_to_do_and_change_nothing(
             "message": format!("withdrawn: /home will not go back to {home}; nothing else changed"),
         })
     );
-    assert!(request_file(&w).is_none());
+    assert!(w.request_file().is_none());
     let (code, out, _) = w.tacid(APPROVER, &["data", "cancel", "--json"]);
     assert_eq!(code, 0);
     assert_eq!(
@@ -568,6 +559,6 @@ fn bus_restore_refusals_have_their_exit_codes_say_what_to_do_and_change_nothing(
     // staged one alone.
     let (code, _, err) = w.tacid(APPROVER, &["data", "restore", &log, "--yes"]);
     assert_eq!(code, 0, "{err}");
-    let request = request_file(&w).expect("staged");
+    let request = w.request_file().expect("staged");
     assert!(request.starts_with(&format!("@log {log} ")), "{request}");
 }

@@ -35,15 +35,6 @@ fn snapshot_home(w: &World) -> String {
         .to_owned()
 }
 
-fn request_file(w: &World) -> Option<String> {
-    std::fs::read_to_string(
-        w.top()
-            .join(layout::SNAPSHOTS_SUBVOLUME)
-            .join(layout::REQUEST_FILE_NAME),
-    )
-    .ok()
-}
-
 #[test]
 fn bus_a_stranger_is_refused_and_journalled_an_approver_stages() {
     let Some(w) = World::start() else { return };
@@ -69,7 +60,7 @@ fn bus_a_stranger_is_refused_and_journalled_an_approver_stages() {
         "{out}"
     );
     assert!(
-        request_file(&w).is_none(),
+        w.request_file().is_none(),
         "a refused restore staged something"
     );
 
@@ -130,7 +121,7 @@ fn bus_a_stranger_is_refused_and_journalled_an_approver_stages() {
             ),
         "{out}"
     );
-    assert!(request_file(&w).is_none());
+    assert!(w.request_file().is_none());
     let (code, out, err) = w.tacid(APPROVER, &["data", "restore", &name, "--yes"]);
     assert_eq!(code, 0, "{err}");
     assert!(
@@ -138,7 +129,7 @@ fn bus_a_stranger_is_refused_and_journalled_an_approver_stages() {
         "{out}"
     );
     assert!(!out.to_lowercase().contains("restored"), "{out}");
-    let request = request_file(&w).expect("the request is staged");
+    let request = w.request_file().expect("the request is staged");
     assert!(request.starts_with(&format!("@home {name} ")), "{request}");
     let (code, out, _) = w.tacid(APPROVER, &["data", "restore", &name, "--yes", "--json"]);
     assert_eq!(code, 0);
@@ -199,7 +190,7 @@ fn bus_a_stranger_is_refused_and_journalled_an_approver_stages() {
 
     let (code, _, err) = w.tacid(APPROVER, &["data", "cancel"]);
     assert_eq!(code, 0, "{err}");
-    assert!(request_file(&w).is_none());
+    assert!(w.request_file().is_none());
     let (code, out, _) = w.tacid(APPROVER, &["data", "cancel"]);
     assert_eq!(
         (code, out.trim()),
@@ -395,7 +386,7 @@ fn bus_the_keeper_killed_mid_request_loses_nothing_acknowledged() {
             if staged { state::STAGED } else { state::FAILED },
             "after {point}: {last:?}"
         );
-        assert_eq!(request_file(&w).is_some(), staged, "after {point}");
+        assert_eq!(w.request_file().is_some(), staged, "after {point}");
         assert!(last.words_shown.starts_with("This puts /home back to"));
     }
 }

@@ -402,7 +402,6 @@ fn bus_below_the_hard_floor_a_snapshot_is_refused_and_the_journal_says_why() {
 /// newest and the rest go; the time is printed.
 #[test]
 fn loop_prune_of_5000_snapshots_through_the_keeper() {
-    use keeper::journal::{Asker, Journal, Member};
     const COUNT: usize = 5000;
     let Some(mut w) = World::start() else { return };
     // The journal is written below as the keeper would write it, so the keeper is stopped
@@ -433,27 +432,7 @@ fn loop_prune_of_5000_snapshots_through_the_keeper() {
         taken.push(engine.take(persist).expect("take"));
     }
     let took_snapshots = started.elapsed();
-    {
-        let mut j = Journal::open(&w.journal).expect("journal");
-        let root = Asker {
-            uid: 0,
-            name: "root".into(),
-        };
-        for s in &taken {
-            let id = j
-                .begin_set(&root, "@persist", "timeline", false)
-                .expect("set");
-            let m = Member {
-                name: s.name.to_string(),
-                uuid: s.uuid.hyphenated().to_string(),
-                of_subvolume: "@persist".into(),
-                taken_micros: s.name.taken_unix_micros(),
-            };
-            j.complete_set(id, &[m], "complete").expect("complete");
-            j.mark_timeline(id).expect("timeline");
-        }
-    }
-    let _ = w.journal_rows(); // gives the files back to the keeper's user
+    w.journal_timeline_sets(&taken);
     w.start_keeper(None);
     println!(
         "setup: {COUNT} snapshots in {:.1} s, journalled in {:.1} s",

@@ -657,3 +657,46 @@ impl World {
         self.keeper_starts
     }
 }
+
+impl World {
+    /// Journal `taken` as the keeper journals timeline sets, one member each, asked by root:
+    /// a large setup in seconds rather than minutes of requests. The keeper must be stopped
+    /// (it holds the journal exclusively); the journal's files are given back to its user.
+    pub fn journal_timeline_sets(&self, taken: &[stem::Snapshot]) {
+        use keeper::journal::{Asker, Member};
+        assert!(
+            self.keeper.is_none(),
+            "stop the keeper before writing to its journal"
+        );
+        {
+            let mut j = Journal::open(&self.journal).expect("journal");
+            let root = Asker {
+                uid: 0,
+                name: "root".into(),
+            };
+            for s in taken {
+                let of = s.name.subvolume().to_string();
+                let id = j.begin_set(&root, &of, "timeline", false).expect("set");
+                let m = Member {
+                    name: s.name.to_string(),
+                    uuid: s.uuid.hyphenated().to_string(),
+                    of_subvolume: of,
+                    taken_micros: s.name.taken_unix_micros(),
+                };
+                j.complete_set(id, &[m], "complete").expect("complete");
+                j.mark_timeline(id).expect("timeline");
+            }
+        }
+        let _ = self.journal_rows(); // gives the files back to the keeper's user
+    }
+
+    /// The staged request's text, read from the store as the initrd will read it.
+    pub fn request_file(&self) -> Option<String> {
+        fs::read_to_string(
+            self.top()
+                .join(layout::SNAPSHOTS_SUBVOLUME)
+                .join(layout::REQUEST_FILE_NAME),
+        )
+        .ok()
+    }
+}
