@@ -475,11 +475,20 @@ mod tests {
         drop(fs); // busy: unmounted lazily
         assert!(!scratch.exists(), "{scratch:?} was removed on drop");
         drop(held);
-        let attached = run("losetup", &["-a"]).expect("losetup -a");
+        // The lazy unmount finishes, and autoclear detaches the device, when the kernel
+        // drops the last reference, a moment after the close: wait for it, a while.
         let scratch = scratch.display().to_string();
+        let mut attached = String::new();
+        for _ in 0..100 {
+            attached = run("losetup", &["-a"]).expect("losetup -a");
+            if !attached.contains(&scratch) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         assert!(
             !attached.contains(&scratch),
-            "{device} still attached to {scratch}: {attached}"
+            "{device} still attached to {scratch} 5 s after the last file closed: {attached}"
         );
     }
 
