@@ -169,13 +169,21 @@ impl Keeper {
         words: &str,
         why: String,
     ) -> KeeperError {
+        self.journal_refusal(asker, act, subject, words, &why);
+        KeeperError::NotAuthorized(why)
+    }
+
+    /// Log and journal a refused request, with the words it was sent (at most
+    /// [`MAX_REFUSED_WORDS`] of them); a journal that cannot take it is logged, and the
+    /// refusal stands.
+    fn journal_refusal(&self, asker: &Asker, act: &str, subject: &str, words: &str, why: &str) {
         tracing::warn!(uid = asker.uid, user = %asker.name, act, subject, "refused: {why}");
+        let words = at_most(words, MAX_REFUSED_WORDS);
         let recorded =
-            self.journal(|j| j.begin(asker, act, subject, "", false, words, state::REFUSED, &why));
+            self.journal(|j| j.begin(asker, act, subject, "", false, words, state::REFUSED, why));
         if let Err(e) = recorded {
             tracing::error!("could not journal a refusal: {}", e.message());
         }
-        KeeperError::NotAuthorized(why)
     }
 
     /// Bring the journal in line with the disk; once per start, retried while the stem is away.
@@ -683,22 +691,7 @@ impl Keeper {
                 CONSENT_WINDOW.as_secs() / 60
             );
             // A refused request is journalled as refused, with the words given (adr/0011).
-            tracing::warn!(uid, user = %asker.name, snapshot = name, "refused: {why}");
-            let recorded = self.journal(|j| {
-                j.begin(
-                    &asker,
-                    action::RESTORE,
-                    name,
-                    "",
-                    false,
-                    at_most(words_shown, MAX_REFUSED_WORDS),
-                    state::REFUSED,
-                    &why,
-                )
-            });
-            if let Err(e) = recorded {
-                tracing::error!("could not journal a refusal: {}", e.message());
-            }
+            self.journal_refusal(&asker, action::RESTORE, name, words_shown, &why);
             return Err(KeeperError::WordsNotShown(why));
         }
         let id = self.journal(|j| {
