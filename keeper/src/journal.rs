@@ -668,24 +668,28 @@ mod tests {
         }
     }
 
+    /// Alice's snapshot request, journalled pending; its id.
+    fn pending_snapshot(j: &Journal) -> i64 {
+        j.begin(
+            &alice(),
+            action::SNAPSHOT,
+            "@home",
+            "test",
+            false,
+            "",
+            state::PENDING,
+            "",
+        )
+        .unwrap()
+    }
+
     #[test]
     fn opens_in_wal_full_at_the_current_schema_and_reopens() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.sqlite");
         let j = Journal::open(&path).unwrap();
         assert_eq!(j.schema_version().unwrap(), SCHEMA_VERSION);
-        let id = j
-            .begin(
-                &alice(),
-                action::SNAPSHOT,
-                "@home",
-                "test",
-                false,
-                "",
-                state::PENDING,
-                "",
-            )
-            .unwrap();
+        let id = pending_snapshot(&j);
         drop(j);
         let j = Journal::open(&path).unwrap();
         assert_eq!(j.pending_sets().unwrap()[0].id, id);
@@ -706,17 +710,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.sqlite");
         let j = Journal::open(&path).unwrap();
-        j.begin(
-            &alice(),
-            action::SNAPSHOT,
-            "@home",
-            "test",
-            false,
-            "",
-            state::PENDING,
-            "",
-        )
-        .unwrap();
+        pending_snapshot(&j);
         // No memory-mapped WAL index to fault on when the disk is full.
         assert!(path.with_extension("sqlite-wal").exists());
         assert!(!path.with_extension("sqlite-shm").exists());
