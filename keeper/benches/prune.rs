@@ -15,8 +15,6 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use keeper::wire::Keeper1Proxy;
-
 const COUNT: usize = 1000;
 const SNAPPER_CONFIG: &str = "tacid-prune-bench";
 
@@ -72,22 +70,7 @@ fn main() {
     let Some(mut w) = common::World::start() else {
         return;
     };
-    w.stop_keeper();
-    w.keeper_args = [
-        "--keep-hourly",
-        "1",
-        "--keep-daily",
-        "0",
-        "--keep-weekly",
-        "0",
-        "--keep-monthly",
-        "0",
-        "--free-floor-bytes",
-        "0",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    w.stop_keeper_and_set_args(common::KEEP_ONLY_THE_NEWEST_HOURLY);
     // The keeper starts once the journal is written below: it holds it exclusively.
     let persist = layout::SubvolumeName::parse("@persist").expect("layout");
     let engine = stem::Engine::open(w.top()).expect("engine");
@@ -161,20 +144,9 @@ fn main() {
         engine.delete(v.name).expect("engine delete");
         stem_side.push(t.elapsed());
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let over_bus = runtime.block_on(async {
-        let conn = zbus::connection::Builder::address(w.address.as_str())
-            .build()
-            .await
-            .expect("bus");
-        let keeper = Keeper1Proxy::builder(&conn)
-            .cache_properties(zbus::proxy::CacheProperties::No)
-            .build()
-            .await
-            .expect("proxy");
+    let root = w.keeper_as_root();
+    let over_bus = root.run(async {
+        let keeper = &root.proxy;
         // The keeper learns of them through its reconciliation (unknown origin): list once.
         keeper.list().await.expect("list");
         let mut times = Vec::new();

@@ -66,25 +66,15 @@ fn bus_a_stranger_is_refused_and_journalled_an_approver_stages() {
 
     // Nobody but the keeper's user reaches the stem, not even an approver.
     for user in [STRANGER, APPROVER] {
-        let out = std::process::Command::new("/usr/bin/setpriv")
-            .args([
-                &format!("--reuid={user}"),
-                &format!("--regid={user}"),
-                "--init-groups",
-            ])
-            .args([
-                "/usr/bin/dbus-send",
-                &format!("--bus={}", w.address),
-                "--print-reply",
-            ])
-            .arg(format!("--dest={}", layout::names::STEM_BUS_NAME))
-            .arg(layout::names::STEM_OBJECT_PATH)
-            .arg(format!("{}.List", layout::names::STEM_BUS_NAME))
-            .output()
-            .expect("dbus-send runs");
-        let err = String::from_utf8_lossy(&out.stderr);
+        let (answered, _, err) = w.dbus_send_as(
+            user,
+            layout::names::STEM_BUS_NAME,
+            layout::names::STEM_OBJECT_PATH,
+            "List",
+            &[],
+        );
         assert!(
-            !out.status.success() && err.contains("AccessDenied"),
+            !answered && err.contains("AccessDenied"),
             "{user} reached the stem: {err}"
         );
     }

@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::{World, APPROVER, STRANGER};
+use common::{World, APPROVER, KEEP_ONLY_THE_NEWEST_HOURLY, STRANGER};
 
 fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
@@ -90,8 +90,7 @@ fn fill_until_free_below(w: &World, free: u64) -> u64 {
 }
 
 fn restart_keeper(w: &mut World, args: &[&str]) {
-    w.stop_keeper();
-    w.keeper_args = args.iter().map(|s| s.to_string()).collect();
+    w.stop_keeper_and_set_args(args);
     w.start_keeper(None);
 }
 
@@ -101,19 +100,10 @@ fn bus_prune_explains_every_choice_then_deletes_and_journals_the_rule() {
     restart_keeper(
         &mut w,
         &[
-            "--keep-pre-switch-sets",
-            "1",
-            "--keep-hourly",
-            "1",
-            "--keep-daily",
-            "0",
-            "--keep-weekly",
-            "0",
-            "--keep-monthly",
-            "0",
-            "--free-floor-bytes",
-            "0",
-        ],
+            &["--keep-pre-switch-sets", "1"],
+            KEEP_ONLY_THE_NEWEST_HOURLY,
+        ]
+        .concat(),
     );
     let p1 = take(&w, &["--pre-switch", "--reason", "switch 1"]);
     let p2 = take(&w, &["--pre-switch", "--reason", "switch 2"]);
@@ -406,22 +396,7 @@ fn loop_prune_of_5000_snapshots_through_the_keeper() {
     let Some(mut w) = World::start() else { return };
     // The journal is written below as the keeper would write it, so the keeper is stopped
     // (it holds the journal exclusively) and started again once it is written.
-    w.stop_keeper();
-    w.keeper_args = [
-        "--keep-hourly",
-        "1",
-        "--keep-daily",
-        "0",
-        "--keep-weekly",
-        "0",
-        "--keep-monthly",
-        "0",
-        "--free-floor-bytes",
-        "0",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    w.stop_keeper_and_set_args(KEEP_ONLY_THE_NEWEST_HOURLY);
     // Taken and journalled directly (as the keeper would, one timeline set each), to keep
     // the setup to a minute; the prune below is the real path.
     let started = std::time::Instant::now();

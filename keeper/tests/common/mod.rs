@@ -180,6 +180,21 @@ pub struct World {
     pub keeper_args: Vec<String>,
 }
 
+/// Keeper flags for the large prune setups: timeline retention keeps only the newest
+/// hourly snapshot, and no free-space floor.
+pub const KEEP_ONLY_THE_NEWEST_HOURLY: &[&str] = &[
+    "--keep-hourly",
+    "1",
+    "--keep-daily",
+    "0",
+    "--keep-weekly",
+    "0",
+    "--keep-monthly",
+    "0",
+    "--free-floor-bytes",
+    "0",
+];
+
 impl World {
     /// `None` when this machine cannot run the tier (already reported loudly).
     pub fn start() -> Option<World> {
@@ -411,6 +426,12 @@ impl World {
         self.wait_owner(names::KEEPER_BUS_NAME, false, &self.keeper_log());
     }
 
+    /// Stop the keeper and give its next start these flags.
+    pub fn stop_keeper_and_set_args(&mut self, args: &[&str]) {
+        self.stop_keeper();
+        self.keeper_args = args.iter().map(|s| s.to_string()).collect();
+    }
+
     /// Stop the keeper the way systemd does (SIGTERM), and wait for it.
     pub fn stop_keeper(&mut self) {
         if let Some(mut c) = self.keeper.take() {
@@ -484,6 +505,13 @@ impl World {
             j.snapshots().expect("snapshots"),
         );
         drop(j);
+        self.give_journal_back();
+        rows
+    }
+
+    /// Files root made in the keeper's directory (a journal opened as root makes its WAL)
+    /// go back to the keeper's user.
+    pub fn give_journal_back(&self) {
         for entry in fs::read_dir(&self.state).expect("state dir").flatten() {
             ok(
                 "chown",
@@ -493,7 +521,6 @@ impl World {
                 ],
             );
         }
-        rows
     }
 
     /// Names of the snapshots on disk (the btrfs CLI as oracle), and any temporary names.
@@ -577,6 +604,25 @@ impl World {
         method: &str,
         args: &[&str],
     ) -> (bool, String, String) {
+        self.dbus_send_as(
+            user,
+            names::KEEPER_BUS_NAME,
+            names::KEEPER_OBJECT_PATH,
+            method,
+            args,
+        )
+    }
+
+    /// Call `method` of the daemon owning `destination` (whose interface has the same name)
+    /// as `user` with `dbus-send`, string arguments only: (succeeded, stdout, stderr).
+    pub fn dbus_send_as(
+        &self,
+        user: &str,
+        destination: &str,
+        path: &str,
+        method: &str,
+        args: &[&str],
+    ) -> (bool, String, String) {
         let out = Command::new("/usr/bin/setpriv")
             .args([
                 &format!("--reuid={user}"),
@@ -588,9 +634,9 @@ impl World {
                 &format!("--bus={}", self.address),
                 "--print-reply",
             ])
-            .arg(format!("--dest={}", names::KEEPER_BUS_NAME))
-            .arg(names::KEEPER_OBJECT_PATH)
-            .arg(format!("{}.{method}", names::KEEPER_BUS_NAME))
+            .arg(format!("--dest={destination}"))
+            .arg(path)
+            .arg(format!("{destination}.{method}"))
             .args(args.iter().map(|a| format!("string:{a}")))
             .output()
             .expect("dbus-send runs");
@@ -624,15 +670,7 @@ impl World {
             )
             .expect("the previews are aged");
         drop(conn);
-        for entry in fs::read_dir(&self.state).expect("state dir").flatten() {
-            ok(
-                "chown",
-                &[
-                    &format!("{0}:{0}", names::KEEPER_USER),
-                    entry.path().to_str().expect("utf-8"),
-                ],
-            );
-        }
+        self.give_journal_back();
         changed
     }
 
@@ -687,7 +725,7 @@ impl World {
                 j.mark_timeline(id).expect("timeline");
             }
         }
-        let _ = self.journal_rows(); // gives the files back to the keeper's user
+        self.give_journal_back();
     }
 
     /// The staged request's text, read from the store as the initrd will read it.
