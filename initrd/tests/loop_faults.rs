@@ -316,17 +316,24 @@ fn loop_a_wipe_stopped_after_any_step_completes() {
         );
         live_exists(&fs, "@root");
         run_ok(&fs, "wipe-root");
-        assert_eq!(
-            std::fs::read_dir(fs.top().join("@root")).unwrap().count(),
-            0,
-            "after {step}, {again:?}"
-        );
-        assert!(swap_names(&fs).is_empty());
-        assert_eq!(
-            parent_uuid_of(&fs, "@root"),
-            Some(uuid_of(&fs, layout::ROOT_BLANK_SUBVOLUME))
-        );
+        assert_root_is_fresh(&fs, &format!("after {step}, {again:?}"));
     }
+}
+
+/// A wipe converged: `@root` is empty, made from `@root-blank`, and nothing is left under a
+/// swap name.
+fn assert_root_is_fresh(fs: &testbed::LoopFs, context: &str) {
+    assert_eq!(
+        std::fs::read_dir(fs.top().join("@root")).unwrap().count(),
+        0,
+        "{context}"
+    );
+    assert!(swap_names(fs).is_empty(), "{context}");
+    assert_eq!(
+        parent_uuid_of(fs, "@root"),
+        Some(uuid_of(fs, layout::ROOT_BLANK_SUBVOLUME)),
+        "{context}"
+    );
 }
 
 #[test]
@@ -353,16 +360,7 @@ fn loop_a_wipe_with_root_missing_stopped_after_any_step_completes() {
         live_exists(&fs, "@root");
         let log = run_ok(&fs, "wipe-root");
         assert!(!log.contains("@root is missing"), "{log}");
-        assert_eq!(
-            std::fs::read_dir(fs.top().join("@root")).unwrap().count(),
-            0,
-            "after {step}"
-        );
-        assert!(swap_names(&fs).is_empty());
-        assert_eq!(
-            parent_uuid_of(&fs, "@root"),
-            Some(uuid_of(&fs, layout::ROOT_BLANK_SUBVOLUME))
-        );
+        assert_root_is_fresh(&fs, &format!("after {step}"));
         // Only @root is new: the same layout names, every other subvolume as it was.
         let after = fs.subvolumes_snapshot().expect("list");
         let names =

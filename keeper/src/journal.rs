@@ -202,6 +202,31 @@ pub struct Journal {
 const PRESENT: &str = "present";
 const GONE: &str = "gone";
 
+/// Set a pragma that answers with the mode in force, and check the answer: SQLite keeps
+/// the old mode, without an error, when it cannot change it.
+fn set_mode(
+    conn: &Connection,
+    path: &str,
+    pragma: &'static str,
+    wanted: &'static str,
+) -> Result<(), JournalError> {
+    let actual: String = conn
+        .query_row(&format!("PRAGMA {pragma}={wanted}"), [], |r| r.get(0))
+        .map_err(|source| JournalError::Sqlite {
+            path: path.to_owned(),
+            source,
+        })?;
+    if !actual.eq_ignore_ascii_case(wanted) {
+        return Err(JournalError::Pragma {
+            path: path.to_owned(),
+            pragma,
+            wanted,
+            actual,
+        });
+    }
+    Ok(())
+}
+
 impl Journal {
     /// Open (creating if needed) the journal at `path`, set WAL and `synchronous=FULL` and
     /// check both took, and bring the schema up to date.
@@ -215,28 +240,8 @@ impl Journal {
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(sq)?;
         // Before anything reads the database, so that no shared-memory WAL index is made.
-        let locking: String = conn
-            .query_row("PRAGMA locking_mode=EXCLUSIVE", [], |r| r.get(0))
-            .map_err(sq)?;
-        if !locking.eq_ignore_ascii_case("exclusive") {
-            return Err(JournalError::Pragma {
-                path: p,
-                pragma: "locking_mode",
-                wanted: "exclusive",
-                actual: locking,
-            });
-        }
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-            .map_err(sq)?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(JournalError::Pragma {
-                path: p,
-                pragma: "journal_mode",
-                wanted: "wal",
-                actual: mode,
-            });
-        }
+        set_mode(&conn, &p, "locking_mode", "exclusive")?;
+        set_mode(&conn, &p, "journal_mode", "wal")?;
         conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
             .map_err(sq)?;
         // FULL is 2.
