@@ -99,14 +99,29 @@ pub enum Rule {
     FreeSpaceFloor { free_bytes: u64, floor_bytes: u64 },
 }
 
+const PRE_SWITCH_SETS: &str = "pre-switch-sets";
+const TIMELINE: &str = "timeline";
+const MANUAL_MAX_AGE: &str = "manual-max-age";
+const FREE_SPACE_FLOOR: &str = "free-space-floor";
+
+/// Each rule's code, in the order the rules are applied, with what holds for every
+/// snapshot it chooses (the per-set detail is each choice's own sentence, [`Rule`]'s
+/// `Display`).
+pub const RULES: [(&str, &str); 4] = [
+    (PRE_SWITCH_SETS, "the rule for pre-switch sets"),
+    (TIMELINE, "the timeline rule"),
+    (MANUAL_MAX_AGE, "the maximum age of manual snapshots"),
+    (FREE_SPACE_FLOOR, "the free-space floor"),
+];
+
 impl Rule {
     /// A short stable name, for the journal and for programs.
     pub fn code(&self) -> &'static str {
         match self {
-            Rule::PreSwitchSets { .. } => "pre-switch-sets",
-            Rule::Timeline { .. } => "timeline",
-            Rule::ManualMaxAge { .. } => "manual-max-age",
-            Rule::FreeSpaceFloor { .. } => "free-space-floor",
+            Rule::PreSwitchSets { .. } => PRE_SWITCH_SETS,
+            Rule::Timeline { .. } => TIMELINE,
+            Rule::ManualMaxAge { .. } => MANUAL_MAX_AGE,
+            Rule::FreeSpaceFloor { .. } => FREE_SPACE_FLOOR,
         }
     }
 }

@@ -269,16 +269,6 @@ pub fn status(s: &Status, now: SystemTime) -> String {
     out
 }
 
-/// The rules in the order they are applied, each named by what holds for every snapshot it
-/// chose. The per-set or per-snapshot detail (which set, which counts) is each entry's own
-/// `why`: two sets chosen by one rule have two reasons.
-const RULES: [(&str, &str); 4] = [
-    ("pre-switch-sets", "the rule for pre-switch sets"),
-    ("timeline", "the timeline rule"),
-    ("manual-max-age", "the maximum age of manual snapshots"),
-    ("free-space-floor", "the free-space floor"),
-];
-
 /// `tacid data prune [--dry-run]`: what goes (or would), rule by rule, and under each rule
 /// every distinct reason (for pre-switch sets, one per set) with the snapshots it chose.
 pub fn prune(r: &PruneReport, now: SystemTime) -> String {
@@ -299,7 +289,9 @@ pub fn prune(r: &PruneReport, now: SystemTime) -> String {
     }
     // Rule by rule, in the order the rules are applied; a rule this CLI does not know (a
     // newer keeper's) after them, under its code, so that nothing deleted goes unlisted.
-    let mut rules: Vec<(&str, String)> = RULES
+    // The per-set detail (which set, which counts) is each entry's own `why`: two sets
+    // chosen by one rule have two reasons.
+    let mut rules: Vec<(&str, String)> = keeper::retention::RULES
         .iter()
         .map(|(code, name)| (*code, (*name).to_owned()))
         .collect();
