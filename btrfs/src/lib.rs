@@ -6,7 +6,7 @@
 //! binary for the initrd (adr/0006).
 //!
 //! Durability is the caller's to ask for: [`Dir::commit`] commits the filesystem's
-//! current transaction; see `../shared/MACHINE-NOTES.md` for which operations commit.
+//! current transaction; see `docs/machine-facts.md` for which operations commit.
 
 pub mod changes;
 #[doc(hidden)]

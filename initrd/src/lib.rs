@@ -1,7 +1,7 @@
 //! tacid-initrd: the part of tacid that runs in the initrd, before anything is mounted.
 //!
 //! Two jobs, each a swap of one name at the top of the Btrfs filesystem:
-//! - [`driver::restore_data`] honours a staged restore request (DESIGN.md section 4);
+//! - [`driver::restore_data`] honours a staged restore request (docs/design.md section 4);
 //! - [`driver::wipe_root`] makes `@root` again from `@root-blank`.
 //!
 //! Both are one state machine ([`machine`]) over an abstract disk ([`disk::Disk`]): the pure

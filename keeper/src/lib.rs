@@ -1,4 +1,4 @@
-//! The keeper: the unprivileged half of tacid (DESIGN.md section 3).
+//! The keeper: the unprivileged half of tacid (docs/design.md section 3).
 //!
 //! It decides who may ask for what ([`authority`]), tells people what a restore costs
 //! ([`words`]), records who asked, what they were told and what happened ([`journal`]),

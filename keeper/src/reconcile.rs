@@ -1,4 +1,4 @@
-//! Journal against disk, after a start or a crash (DESIGN.md section 5).
+//! Journal against disk, after a start or a crash (docs/design.md section 5).
 //!
 //! The disk is the truth about existence, the journal about who and why. A plain function
 //! of both, so every case is a unit test; the keeper applies the plan it returns.

@@ -531,7 +531,7 @@ impl Keeper {
                  only {} are put back{}",
                 sub.display_path(),
                 restorable_paths(),
-                // Snapshotted only when asked, never restorable: the store (DESIGN.md section 2),
+                // Snapshotted only when asked, never restorable: the store (docs/design.md section 2),
                 // which goes back with the system leg.
                 if sub.subvolume().snapshotted == layout::Snapshotted::Optional {
                     format!(

@@ -1,4 +1,4 @@
-//! The words people read: times, and what a restore costs (DESIGN.md section 6).
+//! The words people read: times, and what a restore costs (docs/design.md section 6).
 //!
 //! Times are shown in UTC and say so: the keeper is a long-running multi-threaded daemon,
 //! where the local offset cannot be read soundly, and one clock for every user of the

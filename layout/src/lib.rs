@@ -26,7 +26,10 @@ pub const ROOT_SUBVOLUME: &str = "@root";
 /// The read-only, empty template of [`ROOT_SUBVOLUME`].
 pub const ROOT_BLANK_SUBVOLUME: &str = "@root-blank";
 
-/// The staged restore request, a file at the top of [`SNAPSHOTS_SUBVOLUME`].
+/// The staged restore request, a file at the top of [`SNAPSHOTS_SUBVOLUME`]. One file, two
+/// names: the initrd, which mounts only the top of the filesystem, reaches it as
+/// `@snapshots/.restore`; the running system, which mounts the subvolume at
+/// [`SNAPSHOTS_MOUNT_POINT`], sees it as `/persist/.snapshots/.restore` ([`request_path`]).
 pub const REQUEST_FILE_NAME: &str = ".restore";
 /// Where the initrd moves a request it refused, so it is not retried at every boot.
 pub const REFUSED_REQUEST_FILE_NAME: &str = ".restore.refused";

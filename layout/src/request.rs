@@ -1,4 +1,5 @@
-//! The staged restore request: `/persist/.snapshots/.restore`.
+//! The staged restore request: `.restore` at the top of `@snapshots` (the initrd reaches it
+//! as `@snapshots/.restore`, the running system as `/persist/.snapshots/.restore`).
 //!
 //! Grammar (one canonical form, nothing else is accepted):
 //!

@@ -1,4 +1,4 @@
-//! The subvolume table: DESIGN.md section 2, in code, once.
+//! The subvolume table: docs/design.md section 2, in code, once.
 
 use std::fmt;
 

@@ -12,7 +12,7 @@
 //!   of Tuesday" and no "put back this one file". The only files the stem writes are the
 //!   restore request; the only ones it reads are the request and the initrd's outcome.
 //! - No method restores anything now. A restore is staged and honoured at the next boot by
-//!   the initrd, the only time the subvolume is not in use (DESIGN.md section 4).
+//!   the initrd, the only time the subvolume is not in use (docs/design.md section 4).
 //! - No method takes a path. Subvolumes are named by the layout's own names (`@home`) and
 //!   snapshots by their canonical names; anything else is refused before the engine sees it.
 //! - No method names a caller or a reason: who asked and why is the keeper's journal, and

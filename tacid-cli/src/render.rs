@@ -1,4 +1,4 @@
-//! Sentences for people (DESIGN.md section 6). Every time is shown in UTC and says so.
+//! Sentences for people (docs/design.md section 6). Every time is shown in UTC and says so.
 
 use std::fmt::Write as _;
 use std::time::SystemTime;

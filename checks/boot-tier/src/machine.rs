@@ -38,7 +38,7 @@ impl Accel {
 /// KVM when it truly boots a stock kernel here, TCG otherwise (decided once).
 ///
 /// `/dev/kvm` may be `kvm_pvm`, which accepts a stock kernel and hangs it silently
-/// (MACHINE-NOTES.md), so KVM must prove itself: an 8 s probe boot must print
+/// (docs/machine-facts.md), so KVM must prove itself: an 8 s probe boot must print
 /// "Linux version".
 pub fn accel(parts: &Parts) -> Accel {
     static ACCEL: OnceLock<Accel> = OnceLock::new();

@@ -29,7 +29,8 @@ pub const TARGET: &str = "x86_64-unknown-linux-gnu";
 /// The feature that makes `tacid-initrd` honour `tacid.test_pause_after=N`.
 pub const TEST_FEATURE: &str = "test-hooks";
 
-/// dracut modules and drivers of the test initrd (MACHINE-NOTES.md's working set).
+/// dracut modules and drivers of the test initrd: a set found to boot a systemd initrd on
+/// Btrfs in qemu (adr/0008).
 const DRACUT_MODULES: &str =
     "systemd systemd-initrd dracut-systemd udev-rules btrfs rootfs-block base fs-lib";
 const DRACUT_DRIVERS: &str = "virtio_pci virtio_blk btrfs";
