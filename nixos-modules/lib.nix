@@ -189,7 +189,7 @@ let
   # configuration's checks as root, for every action (check and dry-activate too), with
   # the incoming toplevel as $1; a non-zero exit stops the switch before anything changes.
   # Newer ones pass the action as $2; older ones pass only the toplevel, but every one sets
-  # NIXOS_ACTION in the check's environment (adr/0014). With neither, the action is
+  # NIXOS_ACTION in the check's environment (adr/0009). With neither, the action is
   # unknown and a snapshot is taken: a switch may be under way.
   # PATH is not to be trusted there (nixos-rebuild runs it under systemd-run), so every
   # tool comes by absolute path.

@@ -63,6 +63,8 @@ in
 {
   inherit forced;
   checks = all (x: x) [
+    (check "the module sets no option that is only a sink here (its values would go unchecked)"
+      (all (d: d.option.type.name != "sink") defined))
     (check "every value the module sets evaluates, all the way down" forceAll)
     (check "the module sets exactly these options: ${toString forced}"
       (forced == [

@@ -1,15 +1,23 @@
-# checks.x86_64-linux.install: the boot tier's story, on NixOS.
+# checks.<system>.install (x86_64-linux, aarch64-linux): the boot tier's story, on NixOS.
 #
 # Install the layout on an empty disk, boot it, write a file, snapshot, change it, stage
 # the restore, reboot: the file is back and everything written since is gone; reboot
 # again: no second restore. Then a switch takes a pre-switch snapshot set, a failed one
 # stops the switch, and the override lets exactly one switch through.
 #
-# The machine first boots an ordinary NixOS from its own disk, makes the layout on the
-# empty second disk, then boots the `tacid` specialisation, whose root is the layout.
+# The machine first boots an ordinary NixOS from its own disk (/dev/vda, the root image
+# qemu-vm.nix makes with a boot partition when useBootLoader is on), makes the layout on
+# the empty second disk (/dev/vdb, virtualisation.emptyDiskImages), then boots the
+# `tacid` specialisation through systemd-boot, whose root is the layout on that disk.
+# Each reboot is machine.shutdown() and machine.start(): qemu-vm.nix's start script
+# creates the root image, the empty disks and the EFI variables only when they do not
+# exist yet, so every boot after the first is of the same disks.
 # Names come from the evaluated configuration and the layout, not from literals.
 #
-# NOT RUN where this was written (no Nix builder there); see docs/nixos.md.
+# Read against upstream's testing framework (nixos/lib/testing/, virtualisation/
+# qemu-vm.nix, test-driver) but NOT RUN where this was written (no Nix builder there);
+# its Python is linted and type-checked as the driver would (checks/nix-checks.sh). See
+# docs/nixos.md.
 { tacidModule, makeDiskLayout }:
 let
   tacidLib = import ../../nixos-modules/lib.nix;
@@ -103,11 +111,14 @@ in
       with subtest("the first switch to tacid takes no snapshot, and says why"):
           out = machine.succeed("${first.system.build.toplevel}/bin/switch-to-configuration boot 2>&1")
           assert "no snapshot before this switch" in out, out
-          # Boot the tacid configuration by default from now on.
+          # Boot the tacid configuration by default from now on: systemd-boot's entry for the
+          # specialisation (the builder writes one per specialisation of each generation)
+          # becomes loader.conf's default.
           machine.succeed(
               "entry=$(grep -lF -- '${first.system.build.toplevel}/init' /boot/loader/entries/*.conf | head -n1); "
               "test -n \"$entry\"; "
-              "sed -i \"s|^default .*|default $(basename \"$entry\")|\" /boot/loader/loader.conf"
+              "sed -i '/^default /d' /boot/loader/loader.conf; "
+              "echo \"default $(basename \"$entry\")\" >>/boot/loader/loader.conf"
           )
           machine.succeed("sync")
 

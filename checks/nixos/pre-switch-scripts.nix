@@ -5,7 +5,7 @@
 #     --arg nixpkgsLib ../shared/nixpkgs-lib/lib --arg nixosSubset ../shared/nixos-subset \
 #     --argstr tacid /x/tacid --argstr coreutils /usr --argstr skipFile /x/skip
 # gives { older = "..."; newer = "..."; } for checks/nix-checks.sh to run under each
-# contract of switch-to-configuration (adr/0014):
+# contract of switch-to-configuration (adr/0009):
 # - older: the copied nixos/modules/system/activation/pre-switch-check.nix itself (its
 #   `apply` wraps each fragment in `( ... )` and makes `script` with writeShellScript);
 #   switch-to-configuration of that era runs it with the toplevel only, NIXOS_ACTION set.

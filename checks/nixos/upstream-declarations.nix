@@ -6,7 +6,7 @@
 # Each declaration names its upstream file in nixpkgs (NixOS/nixpkgs, nixos/modules/...)
 # and carries that file's type; the defaults are upstream's where the evaluation reads
 # them. Descriptions are shortened. Read from upstream with the project's search tool
-# (repository NixOS/nixpkgs); the commits read are named in docs/nixos.md.
+# (repository NixOS/nixpkgs); docs/nixos.md lists them.
 { config, lib, pkgs, utils, ... }:
 let
   inherit (lib) mkOption types;
@@ -133,7 +133,7 @@ in
     # nixos/modules/virtualisation/nixos-containers.nix
     boot.isContainer = mkOption {
       type = types.bool;
-      default = false;
+      default = false; # upstream: config.boot.isNspawnContainer, false but in nspawn
       description = "Whether this NixOS machine is a lightweight container running in another NixOS system.";
     };
 
