@@ -89,6 +89,20 @@ if [ -f "$nixpkgs_lib/modules.nix" ] && [ -f "$nixos_subset/nixos/lib/utils.nix"
   upstream_args=(--arg nixpkgsLib "$(realpath "$nixpkgs_lib")" --arg nixosSubset "$(realpath "$nixos_subset")")
   echo "upstream: lib from $(realpath "$nixpkgs_lib"), NixOS modules from $(realpath "$nixos_subset")"
 fi
+# Evaluates checks/nixos/$1 on the upstream inputs into $work/$2; true when it evaluated,
+# said nothing on stderr, and its checks are true.
+eval_checks() {
+  local file=checks/nixos/$1 out=$work/$2
+  if ! nix-instantiate --eval --strict --json "$file" "${upstream_args[@]}" >"$out" 2>"$out.err" ||
+    [ -s "$out.err" ]; then
+    fail "$file: $(cat "$out.err")"
+  elif [ "$(jq -r .checks "$out")" != true ]; then
+    fail "$file: checks are not true"
+  else
+    return 0
+  fi
+  return 1
+}
 have_upstream() {
   if [ "${#upstream_args[@]}" -eq 0 ]; then
     skip "$1 needs nixpkgs' lib ($nixpkgs_lib) and the upstream NixOS modules ($nixos_subset); set TACID_NIXPKGS_LIB and TACID_NIXOS_SUBSET"
@@ -123,12 +137,7 @@ expect_eval_failure() {
   fi
 }
 if have_upstream "evaluating the module on real types"; then
-  if ! nix-instantiate --eval --strict --json checks/nixos/eval-module.nix "${upstream_args[@]}" \
-    >"$work/module.json" 2>"$work/module-err" || [ -s "$work/module-err" ]; then
-    fail "checks/nixos/eval-module.nix: $(cat "$work/module-err")"
-  elif [ "$(jq -r .checks "$work/module.json")" != true ]; then
-    fail "checks/nixos/eval-module.nix: checks are not true"
-  else
+  if eval_checks eval-module.nix module.json; then
     echo "checks/nixos/eval-module.nix: true; forced: $(jq -r '.forced | join(" ")' "$work/module.json")"
   fi
   expect_eval_failure "a colon in the keeper's description (a passwd field)" \
@@ -140,14 +149,7 @@ if have_upstream "evaluating the module on real types"; then
 fi
 
 step "evaluate the flake for both systems against a stand-in nixpkgs; lint and type-check the VM test's Python"
-if ! have_upstream "evaluating the flake"; then
-  :
-elif ! nix-instantiate --eval --strict --json checks/nixos/eval-flake.nix "${upstream_args[@]}" \
-  >"$work/flake.json" 2>"$work/flake-err" || [ -s "$work/flake-err" ]; then
-  fail "checks/nixos/eval-flake.nix: $(cat "$work/flake-err")"
-elif [ "$(jq -r .checks "$work/flake.json")" != true ]; then
-  fail "checks/nixos/eval-flake.nix: checks are not true"
-else
+if have_upstream "evaluating the flake" && eval_checks eval-flake.nix flake.json; then
   echo "flake outputs for x86_64-linux and aarch64-linux: as expected"
   jq -r .testScript "$work/flake.json" >"$work/testScript.py"
   # As the NixOS test driver does before a VM test runs (nixos/lib/testing/driver.nix);

@@ -59,6 +59,12 @@ let
   dropInScript = config: (builtins.elemAt config.systemd.packages 1).script;
   pruneOnly = tacidLib.pruneOnlyDropIn { unit = "${package}/lib/systemd/system/${layout.timeline_unit}"; };
   preSwitch = c.system.preSwitchChecks.tacid;
+  # The units systemd.nix renders from systemd.services and systemd.timers (that module is
+  # not among the copies; the functions it calls are, in systemd-lib.nix).
+  systemdLib = good._module.args.utils.systemdUtils.lib;
+  systemUnits =
+    lib.mapAttrs' (n: _: lib.nameValuePair "${n}.service" (systemdLib.serviceToUnit c.systemd.services.${n})) (setByModule "systemd.services")
+    // lib.mapAttrs' (n: _: lib.nameValuePair "${n}.timer" (systemdLib.timerToUnit c.systemd.timers.${n})) (setByModule "systemd.timers");
 in
 {
   inherit forced;
@@ -129,6 +135,10 @@ in
     (check "only shipped system units are enabled, each by its [Install] target"
       (attrNames (setByModule "systemd.services") == map (e: unitAttr (tacidLib.fileName e)) tacidLib.enabledSystemUnits
         && all (e: c.systemd.services.${unitAttr (tacidLib.fileName e)}.wantedBy == [ e.wanted_by ]) tacidLib.enabledSystemUnits))
+    (check "the system units render as systemd.nix renders them, as drop-ins on the package's units"
+      (all nixos.force (builtins.attrValues systemUnits)
+        && attrNames systemUnits == [ layout.keeper_unit layout.timeline_timer ]
+        && all (u: u.overrideStrategy == "asDropinIfExists" && !(hasInfix "ExecStart" u.text)) (builtins.attrValues systemUnits)))
     (check "tmpfiles makes the keeper's directory"
       (setByModule "systemd.tmpfiles.rules" == tacidLib.tmpfilesRules
         && all (r: elem r c.systemd.tmpfiles.rules) tacidLib.tmpfilesRules))
