@@ -3,11 +3,16 @@
 #   1. every .nix file parses (nix-instantiate --parse, Debian's nix-bin);
 #   2. every .nix file is formatted (nixpkgs-fmt --check) and has no dead code (deadnix);
 #   3. what the module derives from layout.json evaluates to what the JSON says
-#      (checks/nixos/eval-lib.nix, checks/nixos/eval-module.nix), and the flake's outputs
-#      against a stand-in nixpkgs (checks/nixos/eval-flake.nix), whose rendering of the
-#      VM test's Python must pass pyflakes;
-#   4. the pre-switch check behaves: skips, snapshots, stops the switch, lets it through
-#      once when told to, run in bash against a stand-in CLI;
+#      (checks/nixos/eval-lib.nix); the module itself on nixpkgs' real module system with
+#      the upstream NixOS declarations of what it sets, every value it sets forced
+#      (checks/nixos/eval-module.nix), and failing as it should where the types say no;
+#      the flake's outputs for both systems against a stand-in nixpkgs
+#      (checks/nixos/eval-flake.nix), whose rendering of the VM test's Python must pass
+#      pyflakes and mypy as the NixOS test driver runs them;
+#   4. the pre-switch check behaves inside the script each generation of upstream's
+#      pre-switch-check.nix makes, under the contract of the switch-to-configuration of
+#      its day: skips, snapshots, stops the switch, lets it through once when told to,
+#      run in bash against a stand-in CLI; the newer script passes shellcheck;
 #   5. the package's install steps find every file they ship; the module's drop-ins keep
 #      the shipped ExecStart but their values; the timeline service and timer, as shipped
 #      and as the module makes them with the timeline off (prune only), pass
@@ -16,6 +21,13 @@
 #      a device with a filesystem unless --force.
 # What does NOT run here: `nix flake check`, the package build, the NixOS VM test
 # (checks.install). They need Nix with nixpkgs and a builder.
+#
+# Inputs from outside the repository, as parameters (one nixpkgs checkout serves for both):
+#   TACID_NIXPKGS_LIB   nixpkgs' lib/ directory; default ../shared/nixpkgs-lib/lib
+#   TACID_NIXOS_SUBSET  a directory with nixos/lib and nixos/modules at their upstream
+#                       paths; default ../shared/nixos-subset
+# relative to the repository root. The .nix files under checks/nixos take them as
+# --arg nixpkgsLib / --arg nixosSubset, with the same defaults.
 #
 # Exit non-zero on any failure. Under CI=true, a step that cannot run fails instead of
 # being skipped.
@@ -44,7 +56,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 export NIX_CONFIG="build-users-group ="
 
 step "tools"
-for pair in nix-instantiate:nix-bin jq:jq pyflakes3:pyflakes3; do
+for pair in nix-instantiate:nix-bin jq:jq pyflakes3:pyflakes3 mypy:mypy shellcheck:shellcheck; do
   if ! command -v "${pair%%:*}" >/dev/null; then
     apt-get install -y -qq "${pair#*:}" >/dev/null || fail "cannot install ${pair#*:} (apt-get install ${pair#*:})"
   fi
@@ -70,11 +82,37 @@ nixpkgs-fmt --check "${nix_files[@]}" || fail "not formatted; run: nixpkgs-fmt $
 step "dead code (deadnix --fail)"
 deadnix --fail "${nix_files[@]}" || fail "deadnix found unused code"
 
+nixpkgs_lib="${TACID_NIXPKGS_LIB:-../shared/nixpkgs-lib/lib}"
+nixos_subset="${TACID_NIXOS_SUBSET:-../shared/nixos-subset}"
+upstream_args=()
+if [ -f "$nixpkgs_lib/modules.nix" ] && [ -f "$nixos_subset/nixos/lib/utils.nix" ]; then
+  upstream_args=(--arg nixpkgsLib "$(realpath "$nixpkgs_lib")" --arg nixosSubset "$(realpath "$nixos_subset")")
+  echo "upstream: lib from $(realpath "$nixpkgs_lib"), NixOS modules from $(realpath "$nixos_subset")"
+fi
+# Evaluates checks/nixos/$1 on the upstream inputs into $work/$2; true when it evaluated,
+# said nothing on stderr, and its checks are true.
+eval_checks() {
+  local file=checks/nixos/$1 out=$work/$2
+  if ! nix-instantiate --eval --strict --json "$file" "${upstream_args[@]}" >"$out" 2>"$out.err" ||
+    [ -s "$out.err" ]; then
+    fail "$file: $(cat "$out.err")"
+  elif [ "$(jq -r .checks "$out")" != true ]; then
+    fail "$file: checks are not true"
+  else
+    return 0
+  fi
+  return 1
+}
+have_upstream() {
+  if [ "${#upstream_args[@]}" -eq 0 ]; then
+    skip "$1 needs nixpkgs' lib ($nixpkgs_lib) and the upstream NixOS modules ($nixos_subset); set TACID_NIXPKGS_LIB and TACID_NIXOS_SUBSET"
+    return 1
+  fi
+}
+
 step "evaluate what the module derives from layout.json"
-for f in checks/nixos/eval-lib.nix checks/nixos/eval-module.nix; do
-  result="$(nix-instantiate --eval --strict "$f" 2>&1)"
-  if [ "$result" != true ]; then fail "$f: $result"; else echo "$f: true"; fi
-done
+result="$(nix-instantiate --eval --strict checks/nixos/eval-lib.nix 2>&1)"
+if [ "$result" != true ]; then fail "checks/nixos/eval-lib.nix: $result"; else echo "checks/nixos/eval-lib.nix: true"; fi
 
 work="$(mktemp -d)"
 loop_dev=""
@@ -84,86 +122,139 @@ cleanup() {
 }
 trap cleanup EXIT
 
-step "evaluate the flake against a stand-in nixpkgs; lint the VM test's Python"
-if ! nix-instantiate --eval --strict --json checks/nixos/eval-flake.nix >"$work/flake.json" 2>"$work/flake-err"; then
-  fail "checks/nixos/eval-flake.nix: $(cat "$work/flake-err")"
-elif [ "$(jq -r .checks "$work/flake.json")" != true ]; then
-  fail "checks/nixos/eval-flake.nix: checks are not true"
-else
-  {
-    echo 'machine = subtest = None  # the NixOS test driver provides these'
-    jq -r .testScript "$work/flake.json"
-  } >"$work/testScript.py"
-  # The NixOS test driver lints the script too (pyflakes); a failure there costs a VM build.
-  if pyflakes3 "$work/testScript.py"; then
-    echo "flake outputs: as expected; the VM test's Python: parses, pyflakes-clean"
+step "evaluate the module on nixpkgs' module system with upstream's declarations; force what it sets"
+keeper_user="$(jq -r .keeper_user nixos-modules/layout.json)"
+# The negative tests: each evaluation must fail, and with this error of the module system.
+expect_eval_failure() {
+  local what=$1 module=$2 message=$3
+  if nix-instantiate --eval --strict --json checks/nixos/eval-module.nix "${upstream_args[@]}" \
+    --arg extraModule "$module" >"$work/neg-out" 2>"$work/neg-err"; then
+    fail "eval-module: $what must fail evaluation, but it evaluated: $(cat "$work/neg-out")"
+  elif ! grep -qF -- "$message" "$work/neg-err"; then
+    fail "eval-module: $what failed, but not with \"$message\": $(cat "$work/neg-err")"
+  else
+    echo "fails as it should: $what ($message)"
+  fi
+}
+if have_upstream "evaluating the module on real types"; then
+  if eval_checks eval-module.nix module.json; then
+    echo "checks/nixos/eval-module.nix: true; forced: $(jq -r '.forced | join(" ")' "$work/module.json")"
+  fi
+  expect_eval_failure "a colon in the keeper's description (a passwd field)" \
+    "{ lib, ... }: { users.users.\"$keeper_user\".description = lib.mkForce \"tacid keeper: consent\"; }" \
+    "A definition for option \`users.users.$keeper_user.description' is not of type \`string, not containing newlines or colons'"
+  expect_eval_failure "an option nothing declares (_module.check is on)" \
+    "{ services.tacid.noSuchOption = true; }" \
+    "The option \`services.tacid.noSuchOption' does not exist."
+fi
+
+step "evaluate the flake for both systems against a stand-in nixpkgs; lint and type-check the VM test's Python"
+if have_upstream "evaluating the flake" && eval_checks eval-flake.nix flake.json; then
+  echo "flake outputs for x86_64-linux and aarch64-linux: as expected"
+  jq -r .testScript "$work/flake.json" >"$work/testScript.py"
+  # As the NixOS test driver does before a VM test runs (nixos/lib/testing/driver.nix);
+  # a failure there costs a VM build. pyflakes with the driver's globals as builtins;
+  # mypy on the type hints, one line per node, then the script.
+  if PYFLAKES_BUILTINS=machine,machines,start_all,subtest pyflakes3 "$work/testScript.py"; then
+    echo "the VM test's Python: pyflakes-clean"
   else
     fail "the VM test's Python (checks/nixos/install.nix) does not pass pyflakes"
   fi
+  {
+    cat checks/nixos/test-driver-types.py
+    echo "machine: QemuMachine;"
+    cat "$work/testScript.py"
+  } >"$work/testScriptWithTypes.py"
+  if (cd "$work" && mypy --no-implicit-optional --pretty --no-color-output --cache-dir "$work/mypy-cache" \
+    testScriptWithTypes.py) >"$work/mypy-out" 2>&1; then
+    echo "the VM test's Python: mypy $(mypy --version | cut -d' ' -f2) finds no type errors"
+  else
+    fail "the VM test's Python (checks/nixos/install.nix) does not pass mypy: $(cat "$work/mypy-out")"
+  fi
 fi
 
-step "the pre-switch check, run against a stand-in CLI"
+step "the pre-switch check, under both switch-to-configuration contracts, against a stand-in CLI"
 mkdir -p "$work/bin" "$work/incoming"
 coreutils_prefix="$(dirname "$(dirname "$(command -v readlink)")")"
-nix-instantiate --eval --strict --json -E "
-  (import ./nixos-modules/lib.nix).preSwitchScript {
-    tacid = \"$work/bin/tacid\";
-    coreutils = \"$coreutils_prefix\";
-    skipFile = \"$work/skip\";
-    snapshotArgs = [ \"@persist\" \"@home\" ];
-  }" | jq -r . >"$work/fragment.sh"
-# Wrapped the way nixpkgs' pre-switch-check.nix wraps each fragment.
-{
-  echo '('
-  cat "$work/fragment.sh"
-  echo ')'
-  echo 'if [[ $? != 0 ]]; then echo "Pre-switch check tacid failed"; exit 1; fi'
-} >"$work/pre-switch"
-cat >"$work/bin/tacid" <<EOF
-#!/usr/bin/env bash
-printf '%s\n' "\$@" >"$work/tacid-args"
-exit "\$(cat "$work/tacid-exit")"
-EOF
+snapshot_set_size="$(jq '[.subvolumes[] | select(.snapshotted == "yes")] | length' nixos-modules/layout.json)"
+printf '#!/usr/bin/env bash\nprintf "%%s\\n" "$@" >"%s"\nexit "$(cat "%s")"\n' \
+  "$work/tacid-args" "$work/tacid-exit" >"$work/bin/tacid"
 chmod +x "$work/bin/tacid"
-run_check() { bash "$work/pre-switch" "$@" >"$work/out" 2>&1; }
 called() { [ -e "$work/tacid-args" ]; }
+if have_upstream "the pre-switch check inside upstream's script" &&
+  nix-instantiate --eval --strict --json checks/nixos/pre-switch-scripts.nix "${upstream_args[@]}" \
+    --argstr tacid "$work/bin/tacid" --argstr coreutils "$coreutils_prefix" --argstr skipFile "$work/skip" \
+    >"$work/pre-switch.json" 2>"$work/pre-switch-err"; then
+  jq -r .older "$work/pre-switch.json" >"$work/pre-switch-older"
+  jq -r .newer "$work/pre-switch.json" >"$work/pre-switch-newer"
+  # writeShellApplication fails the system's build on any shellcheck finding.
+  if shellcheck "$work/pre-switch-newer"; then
+    echo "the newer pre-switch script: shellcheck-clean"
+  else
+    fail "the pre-switch fragment (nixos-modules/lib.nix) fails shellcheck in the newer upstream script, which writeShellApplication checks"
+  fi
+  for contract in older newer; do
+    failures_before=$failures
+    # older: switch-to-configuration passes the toplevel only, and sets NIXOS_ACTION;
+    # newer: the toplevel and the action, and NIXOS_ACTION too.
+    run_check() {
+      if [ "$contract" = older ]; then
+        NIXOS_ACTION="$1" bash "$work/pre-switch-$contract" "$work/incoming"
+      else
+        NIXOS_ACTION="$1" bash "$work/pre-switch-$contract" "$work/incoming" "$1"
+      fi >"$work/out" 2>&1
+    }
+    rm -f "$work/tacid-args" "$work/skip"
+    echo 0 >"$work/tacid-exit"
+    for action in check dry-activate; do
+      run_check "$action" && ! called ||
+        fail "pre-switch ($contract): '$action' must neither fail nor snapshot; said: $(cat "$work/out")"
+    done
+    for action in switch boot test; do
+      rm -f "$work/tacid-args"
+      run_check "$action" && called &&
+        grep -qx -- '--pre-switch' "$work/tacid-args" &&
+        [ "$(grep -c '^@' "$work/tacid-args")" = "$snapshot_set_size" ] &&
+        grep -qx -- "before switching to $work/incoming" "$work/tacid-args" ||
+        fail "pre-switch ($contract): '$action' must take a pre-switch snapshot set with the reason; got: $(cat "$work/out" "$work/tacid-args" 2>/dev/null)"
+    done
 
-rm -f "$work/tacid-args"
-echo 0 >"$work/tacid-exit"
-run_check "$work/incoming" check && ! called ||
-  fail "pre-switch: 'check' must neither fail nor snapshot"
-run_check "$work/incoming" dry-activate && ! called ||
-  fail "pre-switch: 'dry-activate' must neither fail nor snapshot"
+    rm -f "$work/tacid-args"
+    echo 3 >"$work/tacid-exit"
+    if run_check switch; then
+      fail "pre-switch ($contract): a failed snapshot must stop the switch"
+    elif ! grep -q "touch $work/skip" "$work/out"; then
+      fail "pre-switch ($contract): a failed snapshot must say how to switch anyway; said: $(cat "$work/out")"
+    fi
 
-run_check "$work/incoming" switch && called &&
-  grep -qx -- '--pre-switch' "$work/tacid-args" &&
-  [ "$(grep -c '^@' "$work/tacid-args")" = 2 ] &&
-  grep -qx -- "before switching to $work/incoming" "$work/tacid-args" ||
-  fail "pre-switch: a switch must take a pre-switch snapshot with the reason; got: $(cat "$work/out" "$work/tacid-args" 2>/dev/null)"
+    rm -f "$work/tacid-args"
+    touch "$work/skip"
+    run_check switch && ! called && [ ! -e "$work/skip" ] &&
+      grep -q "NO snapshot" "$work/out" ||
+      fail "pre-switch ($contract): the override must let one switch through, loudly, and be used up"
+    if run_check switch; then
+      fail "pre-switch ($contract): the override must apply to one switch only"
+    fi
 
-rm -f "$work/tacid-args"
-echo 3 >"$work/tacid-exit"
-if run_check "$work/incoming" switch; then
-  fail "pre-switch: a failed snapshot must stop the switch"
-elif ! grep -q "touch $work/skip" "$work/out"; then
-  fail "pre-switch: a failed snapshot must say how to switch anyway; said: $(cat "$work/out")"
+    rm -f "$work/tacid-args"
+    mv "$work/bin/tacid" "$work/bin/tacid.away"
+    run_check switch && ! called ||
+      fail "pre-switch ($contract): a running system without tacid (first switch) must not stop the switch"
+    mv "$work/bin/tacid.away" "$work/bin/tacid"
+    [ "$failures" != "$failures_before" ] ||
+      echo "pre-switch check ($contract contract): check and dry-activate skip; switch, boot, test snapshot; a failure stops the switch; the override works once; first switch: ok"
+  done
+  # Neither $2 nor NIXOS_ACTION: the action is unknown, so a switch may be under way.
+  rm -f "$work/tacid-args"
+  echo 0 >"$work/tacid-exit"
+  if env -u NIXOS_ACTION bash "$work/pre-switch-older" "$work/incoming" >"$work/out" 2>&1 && called; then
+    echo "pre-switch check, no action known (no \$2, no NIXOS_ACTION): takes the snapshot"
+  else
+    fail "pre-switch: with no action known it must take the snapshot; said: $(cat "$work/out")"
+  fi
+elif [ "${#upstream_args[@]}" -ne 0 ]; then
+  fail "checks/nixos/pre-switch-scripts.nix: $(cat "$work/pre-switch-err")"
 fi
-
-rm -f "$work/tacid-args"
-touch "$work/skip"
-run_check "$work/incoming" switch && ! called && [ ! -e "$work/skip" ] &&
-  grep -q "NO snapshot" "$work/out" ||
-  fail "pre-switch: the override must let one switch through, loudly, and be used up"
-if run_check "$work/incoming" switch; then
-  fail "pre-switch: the override must apply to one switch only"
-fi
-
-rm -f "$work/tacid-args"
-mv "$work/bin/tacid" "$work/bin/tacid.away"
-run_check "$work/incoming" switch && ! called ||
-  fail "pre-switch: a running system without tacid (first switch) must not stop the switch"
-mv "$work/bin/tacid.away" "$work/bin/tacid"
-echo "pre-switch check: skips, snapshots, stops, overrides once, first switch: ok"
 
 step "the package's install steps (shipped.json) against the repository"
 install_commands="$(nix-instantiate --eval --strict --json -E '(import ./nixos-modules/lib.nix).installCommands' |
@@ -301,7 +392,8 @@ nix-instantiate --eval --strict --json -E "
   (import ./nixos-modules/lib.nix).pruneOnlyDropIn { unit = \"$units/$timeline_service\"; }" |
   jq -r . >"$work/prune-only.sh"
 mkdir -p "$units/$timeline_service.d"
-drop_in="$units/$timeline_service.d/services-tacid.conf"
+module_drop_in="$(nix-instantiate --eval --json -E '(import ./nixos-modules/lib.nix).moduleDropIn' | jq -r .)"
+drop_in="$units/$timeline_service.d/$module_drop_in"
 prune_only=false
 if ! bash -euo pipefail "$work/prune-only.sh" >"$work/prune-only.conf" 2>"$work/prune-only-err"; then
   fail "the prune-only drop-in for $timeline_service: $(cat "$work/prune-only-err")"

@@ -186,8 +186,11 @@ let
   shellQuote = s: "'" + builtins.replaceStrings [ "'" ] [ "'\\''" ] s + "'";
 
   # The fragment for system.preSwitchChecks. switch-to-configuration runs the *incoming*
-  # configuration's checks as root with the incoming toplevel as $1 and (in current
-  # nixpkgs) the action as $2; a non-zero exit stops the switch before anything changes.
+  # configuration's checks as root, for every action (check and dry-activate too), with
+  # the incoming toplevel as $1; a non-zero exit stops the switch before anything changes.
+  # Newer ones pass the action as $2; older ones pass only the toplevel, but every one sets
+  # NIXOS_ACTION in the check's environment (adr/0009). With neither, the action is
+  # unknown and a snapshot is taken: a switch may be under way.
   # PATH is not to be trusted there (nixos-rebuild runs it under systemd-run), so every
   # tool comes by absolute path.
   preSwitchScript =
@@ -201,7 +204,7 @@ let
     }:
     ''
       incoming="''${1:-}"
-      action="''${2:-}"
+      action="''${2:-''${NIXOS_ACTION:-}}"
       readlink=${coreutils}/bin/readlink
       case "$action" in
         check | dry-activate) exit 0 ;;
@@ -291,6 +294,11 @@ let
       echo 'ExecStopPost='
     '';
 
+  # The name of the module's drop-ins in the shipped units' .d directories. Drop-ins
+  # apply in the order of their names, across directories; a test's drop-in that must win
+  # over the module's sorts after it.
+  moduleDropIn = "services-tacid.conf";
+
   # The package's install steps for everything it ships besides the binaries.
   installCommands = concatStringsSep "\n" (
     map (e: "install -Dm644 ${sourcePath e} \"$out/${installedPath e}\"") shipped.files
@@ -345,5 +353,6 @@ in
     execStartDropIn
     execStartDropInAll
     pruneOnlyDropIn
+    moduleDropIn
     ;
 }

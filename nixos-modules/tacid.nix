@@ -52,7 +52,7 @@ let
         unit = "${cfg.package}/${unitDir}/${layout.keeper_unit}";
         values = keeperValues;
       }}
-    ) >$out/${unitDir}/${layout.keeper_unit}.d/services-tacid.conf
+    ) >$out/${unitDir}/${layout.keeper_unit}.d/${tacidLib.moduleDropIn}
     mkdir -p $out/${unitDir}/${layout.stem_unit}.d
     (
       ${tacidLib.execStartDropInAll {
@@ -65,12 +65,12 @@ let
         echo 'Requires=${utils.escapeSystemdPath cfg.device}.device'
         echo 'After=${utils.escapeSystemdPath cfg.device}.device'
       ''}
-    ) >$out/${unitDir}/${layout.stem_unit}.d/services-tacid.conf
+    ) >$out/${unitDir}/${layout.stem_unit}.d/${tacidLib.moduleDropIn}
     ${lib.optionalString (!r.timeline) ''
       mkdir -p $out/${unitDir}/${layout.timeline_unit}.d
       (
         ${tacidLib.pruneOnlyDropIn { unit = "${cfg.package}/${unitDir}/${layout.timeline_unit}"; }}
-      ) >$out/${unitDir}/${layout.timeline_unit}.d/services-tacid.conf
+      ) >$out/${unitDir}/${layout.timeline_unit}.d/${tacidLib.moduleDropIn}
     ''}
   '';
 
@@ -90,9 +90,13 @@ in
 
     package = lib.mkOption {
       type = lib.types.package;
+      # Built with this machine's package set, so it is the package for this machine's
+      # system whatever system evaluates the flake.
+      default = pkgs.callPackage ./package.nix { };
+      defaultText = lib.literalExpression "pkgs.callPackage <tacid>/nixos-modules/package.nix { }";
       description = ''
-        The tacid package (daemons, CLI, initrd binary, units and D-Bus files).
-        The flake's `nixosModules.default` sets it to the flake's own package.
+        The tacid package (daemons, CLI, initrd binary, units and D-Bus files). By default
+        this repository's package, built with the machine's own nixpkgs.
       '';
     };
 
@@ -237,7 +241,7 @@ in
     users.users.${layout.keeper_user} = {
       isSystemUser = true;
       group = layout.keeper_user;
-      description = "tacid keeper: consent and the journal of snapshots and restores";
+      description = "tacid keeper (consent, and the journal of snapshots and restores)";
     };
     users.groups.${layout.keeper_user} = { };
 

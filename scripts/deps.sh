@@ -15,6 +15,8 @@ TACID_DEBIAN_PACKAGES=(
     nix-bin              # parsing and evaluating the Nix files offline
     jq
     pyflakes3            # lints the NixOS test script the flake renders
+    mypy                 # type-checks it, as the NixOS test driver does (Debian 12: 1.0.1)
+    shellcheck           # the pre-switch script, as writeShellApplication checks it
 )
 
 install_debian_packages() {

@@ -1,66 +1,84 @@
-# Evaluates flake.nix offline against a stand-in for nixpkgs that records what it is
-# given, and renders the VM test's Python with stand-in node values:
-#   nix-instantiate --eval --strict --json checks/nixos/eval-flake.nix
-# gives { checks = true; testScript = "..."; }; checks/nix-checks.sh then parses the
-# Python. The real evaluation (`nix flake check`) needs nixpkgs; this catches a wrong
-# name or a broken string here.
+# Evaluates flake.nix offline for both of its systems, against a stand-in nixpkgs: nixpkgs'
+# real lib and a stand-in package set per system (./stand-in-pkgs.nix); evaluates its
+# nixosModules.default on the real module system for each system (./nixos-eval.nix); and
+# renders the VM test's Python with the node values of that evaluation:
+#   nix-instantiate --eval --strict --json checks/nixos/eval-flake.nix \
+#     --arg nixpkgsLib ../shared/nixpkgs-lib/lib --arg nixosSubset ../shared/nixos-subset
+# gives { checks = true; testScript = "..."; }; checks/nix-checks.sh then lints and
+# type-checks the Python as the NixOS test driver does. The real evaluation
+# (`nix flake check`) needs nixpkgs; this catches a wrong name, a system-bound output or a
+# broken string here.
+{ nixpkgsLib ? ../../../shared/nixpkgs-lib/lib
+, nixosSubset ? ../../../shared/nixos-subset
+}:
 let
+  nixos = import ./nixos-eval.nix { inherit nixpkgsLib nixosSubset; };
+  inherit (nixos) lib;
   tacidLib = import ../../nixos-modules/lib.nix;
   inherit (tacidLib) layout shipped;
-  inherit (builtins) all attrNames attrValues elem map;
+  inherit (builtins) all attrNames attrValues elem;
 
   check = what: ok: if ok then true else throw "eval-flake: ${what}";
 
-  drv = kind: args: args // { type = "derivation"; inherit kind; outPath = "/nix/store/00000000000000000000000000000000-${kind}"; };
-  tool = name: "/nix/store/00000000000000000000000000000000-${name}";
-
-  stubLib = {
-    inherit (builtins) mapAttrs concatMap;
-    concatMapStringsSep = sep: f: list: builtins.concatStringsSep sep (map f list);
-    cleanSource = src: src;
-    licenses = { mit = "mit"; asl20 = "asl20"; };
-    platforms.linux = [ "x86_64-linux" ];
+  systems = [ "x86_64-linux" "aarch64-linux" ];
+  nixpkgs = {
+    inherit lib;
+    legacyPackages = lib.genAttrs systems nixos.pkgsFor;
   };
-  pkgs = builtins.listToAttrs
-    (map (name: { inherit name; value = tool name; }) [
-      "btrfs-progs"
-      "util-linux"
-      "jq"
-      "coreutils"
-      "gnugrep"
-      "gnused"
-      "cargo"
-      "rustc"
-      "clippy"
-      "rustfmt"
-      "dbus"
-      "qemu"
-      "nixpkgs-fmt"
-      "deadnix"
-      "installShellFiles"
-      "bash"
-    ]) // {
-    lib = stubLib;
-    rustPlatform.buildRustPackage = drv "package";
-    testers.runNixOSTest = test: test;
-    writeShellApplication = drv "script";
-    mkShell = drv "shell";
-  };
-  nixpkgs.legacyPackages.x86_64-linux = pkgs;
 
   flake = import ../../flake.nix;
   outputs = flake.outputs { inherit self nixpkgs; };
   self = outputs;
-  package = outputs.packages.x86_64-linux.default;
 
+  # nixosModules.default in a machine of `system`, as the README has a user write it.
+  machineOn = system: extra: nixos.eval {
+    inherit system;
+    modules = [
+      outputs.nixosModules.default
+      { services.tacid.enable = true; boot.initrd.systemd.enable = true; }
+      extra
+    ];
+  };
+
+  perSystem = system:
+    let
+      package = outputs.packages.${system}.default;
+      machine = (machineOn system { }).config;
+      test = outputs.checks.${system}.install;
+    in
+    [
+      (check "${system}: the package is built with ${system}'s package set"
+        (package.system == system && elem system package.meta.platforms))
+      (check "${system}: the package builds exactly the shipped binaries"
+        (package.cargoBuildFlags == builtins.concatMap (b: [ "--bin" b.name ]) (attrValues shipped.binaries)))
+      (check "${system}: the package builds against the committed Cargo.lock" (package ? cargoLock))
+      (check "${system}: the package's version is the workspace's"
+        (package.version == (builtins.fromTOML (builtins.readFile ../../Cargo.toml)).workspace.package.version))
+      (check "${system}: the package installs the shipped files and rewrites the units' paths"
+        (lib.hasInfix (builtins.head (lib.splitString "\n" tacidLib.installCommands)) package.postInstall
+          && lib.hasInfix "${nixpkgs.legacyPackages.${system}.coreutils}/bin/install " package.postInstall))
+      (check "${system}: the package's CLI is its main program" (package.meta.mainProgram == shipped.binaries.cli.name))
+      (check "${system}: the disk script is a package of its own, given the committed layout"
+        (outputs.packages.${system}.make-disk-layout.name == "make-disk-layout"
+          && builtins.match ".*TACID_LAYOUT_JSON=.*layout.json.*" outputs.packages.${system}.make-disk-layout.text != null))
+      (check "${system}: nixosModules.default gives the machine ${system}'s package, the flake's own"
+        (machine.services.tacid.package.system == system
+          && machine.services.tacid.package.outPath == package.outPath))
+      (check "${system}: nixosModules.default passes every assertion there"
+        (builtins.filter (a: !a.assertion) machine.assertions == [ ]))
+      (check "${system}: the VM test has one machine and is named"
+        (attrNames test.nodes == [ "machine" ] && test.name == "tacid-install"))
+      (check "${system}: a development shell and a formatter"
+        (outputs.devShells.${system}.default.name == "shell" && outputs.formatter.${system}.name == "nixpkgs-fmt"))
+    ];
+
+  # The VM test's script, rendered with the values of the tacid configuration as the real
+  # module system makes them (the test reads its mounts and pre-switch set from there).
   test = outputs.checks.x86_64-linux.install;
   toplevel = name: "/nix/store/00000000000000000000000000000000-nixos-system-machine-${name}";
   specialisation = name: {
     system.build.toplevel = toplevel name;
-    services.tacid = {
-      fileSystems = tacidLib.fileSystemsFor layout.default_device;
-      preSwitchSnapshot.subvolumes = tacidLib.snapshotByDefault;
-    };
+    inherit ((machineOn "x86_64-linux" { }).config) services;
   };
   testScript = test.testScript {
     nodes.machine.specialisation = {
@@ -70,27 +88,20 @@ let
   };
 in
 {
-  checks = all (x: x) [
+  checks = all (x: x) ([
     (check "the flake says what it is" (builtins.isString flake.description))
-    (check "the package builds exactly the shipped binaries"
-      (package.cargoBuildFlags == builtins.concatMap (b: [ "--bin" b.name ]) (attrValues shipped.binaries)))
-    (check "the package builds against the committed Cargo.lock" (package ? cargoLock))
-    (check "the package's version is the workspace's"
-      (package.version == (builtins.fromTOML (builtins.readFile ../../Cargo.toml)).workspace.package.version))
-    (check "the package installs the shipped files and rewrites the units' paths"
-      (builtins.match ".*${builtins.replaceStrings [ "$" ] [ "\\$" ] (builtins.head (builtins.split "\n" tacidLib.installCommands))}.*sed -i.*" package.postInstall != null))
-    (check "the package's CLI is its main program" (package.meta.mainProgram == shipped.binaries.cli.name))
-    (check "the flake exports the module, the package, the check, a shell and a formatter"
+    (check "the flake exports the module, the packages, the check, a shell and a formatter"
       (attrNames outputs == [ "checks" "devShells" "formatter" "nixosModules" "packages" ]))
-    (check "the disk script is a package of its own, given the committed layout"
-      (outputs.packages.x86_64-linux.make-disk-layout.name == "make-disk-layout"
-        && builtins.match ".*TACID_LAYOUT_JSON=.*layout.json.*" outputs.packages.x86_64-linux.make-disk-layout.text != null))
-    (check "the VM test has one machine and is named"
-      (attrNames test.nodes == [ "machine" ] && test.name == "tacid-install"))
+    (check "every per-system output is there for both systems, and only those"
+      (all (o: attrNames outputs.${o} == lib.sort lib.lessThan systems) [ "checks" "devShells" "formatter" "packages" ]))
+    (check "nixosModules.default is a module, not tied to a system" (builtins.isPath outputs.nixosModules.default))
+    (check "the two systems' packages differ" (outputs.packages.x86_64-linux.default.outPath != outputs.packages.aarch64-linux.default.outPath))
     (check "the test names the next configuration's toplevel"
-      (builtins.match ".*${toplevel "tacid-next"}/bin/switch-to-configuration test.*" testScript != null))
+      (lib.hasInfix "${toplevel "tacid-next"}/bin/switch-to-configuration test" testScript))
+    (check "the test's breaking drop-in sorts after the module's, so it wins"
+      (lib.hasInfix "${layout.keeper_unit}.d/zz-" testScript && "zz-" > tacidLib.moduleDropIn))
     (check "the test takes the story's file from a restorable subvolume"
       (elem (builtins.head tacidLib.restorableMounted).name tacidLib.snapshotByDefault))
-  ];
+  ] ++ lib.concatMap perSystem systems);
   inherit testScript;
 }

@@ -1,151 +1,188 @@
-# Evaluates nixos-modules/tacid.nix offline, against a small stand-in for nixpkgs' lib
-# (only what the module calls), and checks the configuration it produces:
-#   nix-instantiate --eval --strict checks/nixos/eval-module.nix
-# This is no substitute for evaluating it inside NixOS (checks.install does that); it
-# catches a wrong attribute path or a name not taken from the layout, here, without Nix's
-# package set.
+# Evaluates nixos-modules/tacid.nix with nixpkgs' real module system and the upstream
+# NixOS declarations of everything it sets (./nixos-eval.nix), forces every value it
+# sets, and checks the configuration it produces:
+#   nix-instantiate --eval --strict --json checks/nixos/eval-module.nix \
+#     --arg nixpkgsLib ../shared/nixpkgs-lib/lib --arg nixosSubset ../shared/nixos-subset
+# gives { checks = true; forced = [ the options it set ]; }, or fails with the check that
+# did not hold (or the type error the module system found).
+#
+# `extraModule` is one more module in the evaluation; checks/nix-checks.sh uses it for
+# the negative tests (a colon in the keeper's description, an option nothing declares).
+{ nixpkgsLib ? ../../../shared/nixpkgs-lib/lib
+, nixosSubset ? ../../../shared/nixos-subset
+, extraModule ? { }
+}:
 let
+  nixos = import ./nixos-eval.nix { inherit nixpkgsLib nixosSubset; };
+  inherit (nixos) lib;
   tacidLib = import ../../nixos-modules/lib.nix;
   inherit (tacidLib) layout shipped;
   inherit (builtins) all attrNames elem filter head length map;
 
   check = what: ok: if ok then true else throw "eval-module: ${what}";
 
-  stubLib = {
-    mkEnableOption = description: { _option = true; inherit description; };
-    mkOption = attrs: attrs // { _option = true; };
-    mkIf = cond: value: if cond then value else { };
-    # Priorities do not matter here: there is no other definition to lose to.
-    mkDefault = value: value;
-    optionalString = cond: string: if cond then string else "";
-    inherit (builtins) mapAttrs;
-    literalExpression = text: { _literal = text; };
-    concatStringsSep = builtins.concatStringsSep;
-    concatMapStringsSep = sep: f: list: builtins.concatStringsSep sep (map f list);
-    types = {
-      package = "package";
-      str = "str";
-      bool = "bool";
-      attrs = "attrs";
-      listOf = t: "listOf ${t}";
-      strMatching = re: "strMatching ${re}";
-      ints.unsigned = "ints.unsigned";
-    };
+  tacidModule = ../../nixos-modules/tacid.nix;
+
+  # A machine with tacid enabled, as the README tells a user to write it.
+  machine = settings: nixos.eval {
+    system = "x86_64-linux";
+    modules = [
+      tacidModule
+      {
+        services.tacid = { enable = true; } // settings;
+        boot.initrd.systemd.enable = true;
+      }
+      extraModule
+    ];
   };
 
-  package = "/nix/store/00000000000000000000000000000000-tacid";
-  cfgWith = device: {
-    enable = true;
-    inherit package device;
-    approverGroup = layout.default_approver_group;
-    # The options' own defaults, as the module system would fill them in.
-    retention = builtins.mapAttrs (_: o: o.default) module0.options.services.tacid.retention;
-    preSwitchSnapshot = {
-      enable = true;
-      subvolumes = tacidLib.snapshotByDefault;
-    };
-    fileSystems = tacidLib.fileSystemsFor device;
-  };
-  cfg = cfgWith layout.default_device;
+  good = machine { };
+  c = good.config;
+  options = good.options.services.tacid;
+  other = (machine { device = "/dev/vdb"; }).config;
+  noTimeline = (machine { retention.timeline = false; }).config;
 
-  moduleWith = cfg: import ../../nixos-modules/tacid.nix {
-    lib = stubLib;
-    utils.escapeSystemdPath = p: builtins.replaceStrings [ "/" "-" ] [ "-" "\\x2d" ] (builtins.substring 1 (-1) p);
-    pkgs = {
-      # A store path that also carries its build script, so the checks can read it.
-      runCommand = name: _env: script: { outPath = "/nix/store/00000000000000000000000000000000-${name}"; inherit script; };
-      coreutils = "/nix/store/00000000000000000000000000000000-coreutils";
-    };
-    config = {
-      services.tacid = cfg;
-      boot.initrd.systemd.enable = true;
-      fileSystems = cfg.fileSystems;
-      users.groups = {
-        ${layout.default_approver_group} = { };
-        ${layout.keeper_user} = { };
-      };
-    };
-  };
-  module = moduleWith cfg;
-  # The module's options do not depend on the configuration: read them from any instance.
-  module0 = moduleWith { enable = false; };
-  other = (moduleWith (cfgWith "/dev/vdb")).config;
-  c = module.config;
-  options = module.options.services.tacid;
+  package = c.services.tacid.package;
+  keeper = c.users.users.${layout.keeper_user};
+  failing = config: map (a: a.message) (filter (a: !a.assertion) config.assertions);
+
+  # Every option the module sets, and the value each ends up with.
+  defined = nixos.definitionsOf tacidModule good;
+  forced = map (d: lib.showOption d.option.loc) defined;
+  forceAll = all (d: nixos.forceDefined d.definition d.value) defined;
+  # The value of the option `path` from the module's own definition alone.
+  setByModule = path: (head (filter (d: lib.showOption d.option.loc == path) defined)).value;
 
   unitAttr = tacidLib.serviceAttrName;
-  # A literal substring (replaceStrings matches text, not a regular expression).
-  hasInfix = needle: haystack: builtins.replaceStrings [ needle ] [ "" ] haystack != haystack;
-
-  # Timeline snapshots off: the timer stays, and the timeline service only prunes.
-  noTimeline = (moduleWith (cfg // { retention = cfg.retention // { timeline = false; }; })).config;
+  hasInfix = lib.hasInfix;
   timerAttr = tacidLib.timerAttrName layout.timeline_timer;
   dropInScript = config: (builtins.elemAt config.systemd.packages 1).script;
   pruneOnly = tacidLib.pruneOnlyDropIn { unit = "${package}/lib/systemd/system/${layout.timeline_unit}"; };
+  preSwitch = c.system.preSwitchChecks.tacid;
+  # The units systemd.nix renders from systemd.services and systemd.timers (that module is
+  # not among the copies; the functions it calls are, in systemd-lib.nix).
+  systemdLib = good._module.args.utils.systemdUtils.lib;
+  systemUnits =
+    lib.mapAttrs' (n: _: lib.nameValuePair "${n}.service" (systemdLib.serviceToUnit c.systemd.services.${n})) (setByModule "systemd.services")
+    // lib.mapAttrs' (n: _: lib.nameValuePair "${n}.timer" (systemdLib.timerToUnit c.systemd.timers.${n})) (setByModule "systemd.timers");
 in
-all (x: x) [
-  (check "the module declares enable, package, device, approverGroup and the pre-switch snapshot"
-    (all (o: options ? ${o}) [ "enable" "package" "device" "approverGroup" "preSwitchSnapshot" ]))
-  (check "approverGroup defaults to the layout's group"
-    (options.approverGroup.default == layout.default_approver_group))
-  (check "device defaults to the layout's device"
-    (options.device.default == layout.default_device))
-  (check "the pre-switch set defaults to the default snapshot set"
-    (options.preSwitchSnapshot.subvolumes.default == tacidLib.snapshotByDefault))
-  (check "a good configuration passes every assertion"
-    (filter (a: !a.assertion) c.assertions == [ ]))
-  (check "fileSystems is the layout's mounts"
-    (c.fileSystems == tacidLib.fileSystemsFor layout.default_device))
-  (check "the initrd gets tacid-initrd at /bin from the package"
-    (c.boot.initrd.systemd.extraBin.${shipped.binaries.initrd.name} == "${package}/bin/${shipped.binaries.initrd.name}"))
-  (check "the initrd gets the package's units (a copy of them), and enables what shipped.json says"
-    (length c.boot.initrd.systemd.packages == 1
-      && all (e: elem (unitAttr (tacidLib.fileName e)) (attrNames c.boot.initrd.systemd.services)) tacidLib.enabledInitrdUnits
-      && all (n: elem "${n}.service" tacidLib.initrdUnits) (attrNames c.boot.initrd.systemd.services)))
-  (check "systemd units and D-Bus files come from the package"
-    (builtins.head c.systemd.packages == package && length c.systemd.packages == 2
-      && c.services.dbus.packages == [ package ]))
-  (check "only shipped system units are enabled"
-    (all (n: elem "${n}.service" [ layout.stem_unit layout.keeper_unit ]) (attrNames c.systemd.services)))
-  (check "the keeper's user and group exist"
-    (c.users.users.${layout.keeper_user}.isSystemUser && c.users.users.${layout.keeper_user}.group == layout.keeper_user
-      && c.users.groups ? ${layout.keeper_user}))
-  (check "tmpfiles makes the keeper's directory"
-    (c.systemd.tmpfiles.rules == tacidLib.tmpfilesRules))
-  (check "the pre-switch check runs the running system's CLI on the configured set"
-    (builtins.match ".*/run/current-system/sw/bin/${shipped.binaries.cli.name} data snapshot --pre-switch ${builtins.concatStringsSep " " (map (n: "'${n}'") cfg.preSwitchSnapshot.subvolumes)} --reason.*" c.system.preSwitchChecks.tacid != null))
-  (check "no kernel parameter for the default device"
-    (c.boot.kernelParams == [ ]))
-  (check "another device goes to the initrd on the kernel command line, and into every mount"
-    (other.boot.kernelParams == [ "${layout.kernel_device_key}=/dev/vdb" ]
-      && all (f: f.device == "/dev/vdb") (builtins.attrValues other.fileSystems)
-      && filter (a: !a.assertion) other.assertions == [ ]))
-  (check "the documented default of the pre-switch set is a Nix list of it"
-    (options.preSwitchSnapshot.subvolumes.defaultText._literal
-      == "[ ${builtins.concatStringsSep " " (map (n: "\"${n}\"") tacidLib.snapshotByDefault)} ]"))
-  (check "retention defaults are adr/0013's and each is a whole number"
-    (cfg.retention == {
-      preSwitchSets = 10;
-      hourly = 24;
-      daily = 7;
-      weekly = 4;
-      monthly = 6;
-      manualMaxAgeDays = 0;
-      freeFloorBytes = 2147483648;
-      hardFloorBytes = 536870912;
-      timeline = true;
-    } && all (o: o.type == "ints.unsigned") (builtins.attrValues (removeAttrs options.retention [ "timeline" ]))))
-  (check "the timeline timer is enabled, with the timeline on and off (then it checks the floor)"
-    (c.systemd.timers.${timerAttr}.wantedBy == [ "timers.target" ]
-      && (noTimeline.systemd.timers.${timerAttr}.wantedBy or [ ]) == [ "timers.target" ]
-      && attrNames c.systemd.timers == [ timerAttr ] && attrNames noTimeline.systemd.timers == [ timerAttr ]))
-  (check "timeline on: the shipped timeline service as it is, no drop-in for it"
-    (!(hasInfix layout.timeline_unit (dropInScript c))
-      && hasInfix "${layout.keeper_unit}.d/services-tacid.conf" (dropInScript c)))
-  (check "timeline off: a drop-in makes the package's timeline service prune only"
-    (hasInfix "mkdir -p $out/lib/systemd/system/${layout.timeline_unit}.d" (dropInScript noTimeline)
-      && hasInfix pruneOnly (dropInScript noTimeline)
-      && hasInfix ") >$out/lib/systemd/system/${layout.timeline_unit}.d/services-tacid.conf" (dropInScript noTimeline)))
-  (check "the root is mounted from the root subvolume"
-    ((head (filter (s: s.name == layout.root_subvolume) layout.subvolumes)).mount_point == "/"))
-]
+{
+  inherit forced;
+  checks = all (x: x) [
+    (check "the module sets no option that is only a sink here (its values would go unchecked)"
+      (all (d: d.option.type.name != "sink") defined))
+    (check "every value the module sets evaluates, all the way down" forceAll)
+    (check "the module sets exactly these options: ${toString forced}"
+      (forced == [
+        "assertions"
+        "boot.initrd.systemd.extraBin"
+        "boot.initrd.systemd.packages"
+        "boot.initrd.systemd.services"
+        "boot.initrd.systemd.storePaths"
+        "boot.kernelParams"
+        "environment.systemPackages"
+        "fileSystems"
+        "services.dbus.packages"
+        "services.tacid.fileSystems"
+        "system.preSwitchChecks"
+        "systemd.packages"
+        "systemd.services"
+        "systemd.timers"
+        "systemd.tmpfiles.rules"
+        "users.groups"
+        "users.users"
+      ]))
+    (check "every assertion holds, the module's and upstream's: ${toString (failing c)}" (failing c == [ ]))
+    (check "no warnings: ${toString c.warnings}" (c.warnings == [ ]))
+    (check "the module declares enable, package, device, approverGroup and the pre-switch snapshot"
+      (all (o: options ? ${o}) [ "enable" "package" "device" "approverGroup" "preSwitchSnapshot" ]))
+    (check "the package defaults to this repository's, built with the machine's package set"
+      (lib.isDerivation package && package.pname == "tacid" && package.system == "x86_64-linux"
+        && package.cargoBuildFlags == builtins.concatMap (b: [ "--bin" b.name ]) (builtins.attrValues shipped.binaries)))
+    (check "approverGroup defaults to the layout's group" (c.services.tacid.approverGroup == layout.default_approver_group))
+    (check "device defaults to the layout's device" (c.services.tacid.device == layout.default_device))
+    (check "the pre-switch set defaults to the default snapshot set"
+      (c.services.tacid.preSwitchSnapshot.subvolumes == tacidLib.snapshotByDefault))
+    (check "the documented default of the pre-switch set is a Nix list of it"
+      (options.preSwitchSnapshot.subvolumes.defaultText.text
+        == "[ ${builtins.concatStringsSep " " (map (n: "\"${n}\"") tacidLib.snapshotByDefault)} ]"))
+    (check "the keeper's user is a system user in its own group, and its description is a passwd field"
+      (keeper.isSystemUser && !keeper.isNormalUser && keeper.group == layout.keeper_user
+        && !(hasInfix ":" keeper.description) && c.users.groups ? ${layout.keeper_user}
+        && keeper.name == layout.keeper_user))
+    # With the systemd initrd, upstream's filesystems.nix adds x-initrd.mount to the mounts
+    # needed for boot: that is what makes the initrd mount them.
+    (check "every mount of the layout, as a real fileSystems entry, mounted in the initrd when needed for boot"
+      (all
+        (s:
+          let
+            fs = c.fileSystems.${s.mount_point};
+            neededForBoot = s.name != layout.snapshots_subvolume;
+          in
+          fs.device == layout.default_device && fs.fsType == "btrfs" && fs.mountPoint == s.mount_point
+          && filter (lib.hasPrefix "subvol=") fs.options == [ "subvol=${s.name}" ]
+          && fs.neededForBoot == neededForBoot && elem "x-initrd.mount" fs.options == neededForBoot)
+        tacidLib.mounted))
+    (check "the initrd gets tacid-initrd at /bin from the package"
+      (c.boot.initrd.systemd.extraBin.${shipped.binaries.initrd.name} == "${package}/bin/${shipped.binaries.initrd.name}"))
+    (check "the initrd gets the package's units (a copy of them), and enables what shipped.json says"
+      (length c.boot.initrd.systemd.packages == 1
+        && all (e: c.boot.initrd.systemd.services.${unitAttr (tacidLib.fileName e)}.wantedBy == [ e.wanted_by ]) tacidLib.enabledInitrdUnits
+        && all (u: c.boot.initrd.systemd.units ? ${u} && nixos.force c.boot.initrd.systemd.units.${u}) tacidLib.initrdUnits))
+    (check "systemd units and D-Bus files come from the package"
+      (head c.systemd.packages == package && length c.systemd.packages == 2
+        && c.services.dbus.packages == [ package ] && elem package c.environment.systemPackages))
+    (check "only shipped system units are enabled, each by its [Install] target"
+      (attrNames (setByModule "systemd.services") == map (e: unitAttr (tacidLib.fileName e)) tacidLib.enabledSystemUnits
+        && all (e: c.systemd.services.${unitAttr (tacidLib.fileName e)}.wantedBy == [ e.wanted_by ]) tacidLib.enabledSystemUnits))
+    (check "the system units render as systemd.nix renders them, as drop-ins on the package's units"
+      (all nixos.force (builtins.attrValues systemUnits)
+        && attrNames systemUnits == [ layout.keeper_unit layout.timeline_timer ]
+        && all (u: u.overrideStrategy == "asDropinIfExists" && !(hasInfix "ExecStart" u.text)) (builtins.attrValues systemUnits)))
+    (check "tmpfiles makes the keeper's directory"
+      (setByModule "systemd.tmpfiles.rules" == tacidLib.tmpfilesRules
+        && all (r: elem r c.systemd.tmpfiles.rules) tacidLib.tmpfilesRules))
+    (check "the pre-switch check runs the running system's CLI on the configured set"
+      (hasInfix "/run/current-system/sw/bin/${shipped.binaries.cli.name} data snapshot --pre-switch ${builtins.concatStringsSep " " (map (n: "'${n}'") c.services.tacid.preSwitchSnapshot.subvolumes)} --reason" preSwitch))
+    (check "upstream's pre-switch-check.nix puts the fragment into the switch's script"
+      (hasInfix preSwitch c.system.preSwitchChecks.script.text))
+    (check "no pre-switch check when it is turned off"
+      (!((machine { preSwitchSnapshot.enable = false; }).config.system.preSwitchChecks ? tacid)))
+    (check "no kernel parameter for the default device"
+      (setByModule "boot.kernelParams" == [ ] && !(lib.any (lib.hasPrefix "${layout.kernel_device_key}=") c.boot.kernelParams)))
+    (check "another device goes to the initrd on the kernel command line, into every mount and the stem's drop-in"
+      (elem "${layout.kernel_device_key}=/dev/vdb" other.boot.kernelParams
+        && all (s: other.fileSystems.${s.mount_point}.device == "/dev/vdb") tacidLib.mounted
+        && failing other == [ ]
+        && hasInfix "DeviceAllow=/dev/vdb rw" (dropInScript other)))
+    (check "retention defaults are adr/0013's and each count is a whole number"
+      (c.services.tacid.retention == {
+        preSwitchSets = 10;
+        hourly = 24;
+        daily = 7;
+        weekly = 4;
+        monthly = 6;
+        manualMaxAgeDays = 0;
+        freeFloorBytes = 2147483648;
+        hardFloorBytes = 536870912;
+        timeline = true;
+      } && all (o: o.type.name == "unsignedInt") (builtins.attrValues (removeAttrs options.retention [ "timeline" ]))))
+    (check "the timeline timer is enabled, with the timeline on and off (then it checks the floor)"
+      (c.systemd.timers.${timerAttr}.wantedBy == [ "timers.target" ]
+        && noTimeline.systemd.timers.${timerAttr}.wantedBy == [ "timers.target" ]
+        && attrNames c.systemd.timers == [ timerAttr ] && attrNames noTimeline.systemd.timers == [ timerAttr ]))
+    (check "timeline on: the shipped timeline service as it is, no drop-in for it"
+      (!(hasInfix layout.timeline_unit (dropInScript c))
+        && hasInfix "${layout.keeper_unit}.d/${tacidLib.moduleDropIn}" (dropInScript c)))
+    (check "timeline off: a drop-in makes the package's timeline service prune only"
+      (hasInfix "mkdir -p $out/lib/systemd/system/${layout.timeline_unit}.d" (dropInScript noTimeline)
+        && hasInfix pruneOnly (dropInScript noTimeline)
+        && hasInfix ") >$out/lib/systemd/system/${layout.timeline_unit}.d/${tacidLib.moduleDropIn}" (dropInScript noTimeline)))
+    (check "a missing approver group fails its assertion, naming the option"
+      (lib.any (hasInfix "services.tacid.approverGroup") (failing (machine { approverGroup = "nobody-has-this-group"; }).config)))
+    (check "the root is mounted from the root subvolume"
+      ((head (filter (s: s.name == layout.root_subvolume) layout.subvolumes)).mount_point == "/"))
+    (check "the keeper's user and the drop-in's flags name the layout's keeper"
+      (elem layout.keeper_user (attrNames c.users.users)))
+  ];
+}

@@ -1,15 +1,23 @@
-# checks.x86_64-linux.install: the boot tier's story, on NixOS.
+# checks.<system>.install (x86_64-linux, aarch64-linux): the boot tier's story, on NixOS.
 #
 # Install the layout on an empty disk, boot it, write a file, snapshot, change it, stage
 # the restore, reboot: the file is back and everything written since is gone; reboot
 # again: no second restore. Then a switch takes a pre-switch snapshot set, a failed one
 # stops the switch, and the override lets exactly one switch through.
 #
-# The machine first boots an ordinary NixOS from its own disk, makes the layout on the
-# empty second disk, then boots the `tacid` specialisation, whose root is the layout.
+# The machine first boots an ordinary NixOS from its own disk (/dev/vda, the root image
+# qemu-vm.nix makes with a boot partition when useBootLoader is on), makes the layout on
+# the empty second disk (/dev/vdb, virtualisation.emptyDiskImages), then boots the
+# `tacid` specialisation through systemd-boot, whose root is the layout on that disk.
+# Each reboot is machine.shutdown() and machine.start(): qemu-vm.nix's start script
+# creates the root image, the empty disks and the EFI variables only when they do not
+# exist yet, so every boot after the first is of the same disks.
 # Names come from the evaluated configuration and the layout, not from literals.
 #
-# NOT RUN where this was written (no Nix builder there); see docs/nixos.md.
+# Read against upstream's testing framework (nixos/lib/testing/, virtualisation/
+# qemu-vm.nix, test-driver) but NOT RUN where this was written (no Nix builder there);
+# its Python is linted and type-checked as the driver would (checks/nix-checks.sh). See
+# docs/nixos.md.
 { tacidModule, makeDiskLayout }:
 let
   tacidLib = import ../../nixos-modules/lib.nix;
@@ -60,44 +68,68 @@ in
       next = nodes.machine.specialisation.tacid-next.configuration;
       mountPoints = builtins.attrNames first.services.tacid.fileSystems;
       preSwitchSet = first.services.tacid.preSwitchSnapshot.subvolumes;
+      # The module's drop-in for the keeper (tacid.nix), and the test's, which must sort
+      # after it.
+      dropIn = tacidLib.moduleDropIn;
+      breakDropIn = "zz-tacid-test-break.conf";
     in
+    assert breakDropIn > dropIn;
     ''
       import json
+      from typing import Any
 
       data = "${data.mount_point}"
+      installed_disk = "/dev/vdb"  # virtualisation.emptyDiskImages: the drive after the root disk
 
 
-      def tacid_json(args):
+      def tacid_json(args: str) -> Any:
           return json.loads(machine.succeed(f"${cli} {args} --json"))
 
 
-      def reboot():
+      def boot_id() -> str:
+          return machine.succeed("cat /proc/sys/kernel/random/boot_id").strip()
+
+
+      def reboot() -> None:
+          # A real reboot: the VM powers off and starts again from the same disk images
+          # (qemu-vm.nix keeps the root image, the empty disks and the EFI variables in the
+          # test's state directory), so only what is on the disks survives.
+          before = boot_id()
           machine.shutdown()
           machine.start()
           machine.wait_for_unit("multi-user.target")
+          assert boot_id() != before, "the machine did not boot again"
 
 
       with subtest("install the layout on an empty disk"):
           machine.wait_for_unit("multi-user.target")
-          machine.succeed("make-disk-layout /dev/vdb")
-          machine.fail("make-disk-layout /dev/vdb")  # it holds a filesystem now
+          assert machine.succeed("findmnt -n -o SOURCE /").startswith("/dev/vda"), "the first system runs from the root disk"
+          machine.fail(f"blkid {installed_disk}")  # empty: no filesystem, no partition table
+          machine.succeed(f"make-disk-layout {installed_disk}")
+          machine.fail(f"make-disk-layout {installed_disk}")  # it holds a filesystem now
 
       with subtest("the first switch to tacid takes no snapshot, and says why"):
           out = machine.succeed("${first.system.build.toplevel}/bin/switch-to-configuration boot 2>&1")
           assert "no snapshot before this switch" in out, out
-          # Boot the tacid configuration by default from now on.
+          # Boot the tacid configuration by default from now on: systemd-boot's entry for the
+          # specialisation (the builder writes one per specialisation of each generation)
+          # becomes loader.conf's default.
           machine.succeed(
               "entry=$(grep -lF -- '${first.system.build.toplevel}/init' /boot/loader/entries/*.conf | head -n1); "
               "test -n \"$entry\"; "
-              "sed -i \"s|^default .*|default $(basename \"$entry\")|\" /boot/loader/loader.conf"
+              "sed -i '/^default /d' /boot/loader/loader.conf; "
+              "echo \"default $(basename \"$entry\")\" >>/boot/loader/loader.conf"
           )
           machine.succeed("sync")
 
-      with subtest("boot the layout: systemd initrd, the root made again from its blank"):
+      with subtest("boot the layout: systemd initrd, the root made again from its blank, on the installed disk"):
           reboot()
           machine.succeed("test \"$(readlink -f /run/current-system)\" = ${first.system.build.toplevel}")
           assert "(initrd)" in machine.succeed("systemd-analyze")
           machine.succeed("findmnt -n -o FSTYPE,OPTIONS / | grep -E 'btrfs.*subvol=/?${layout.root_subvolume}(,|$)'")
+          root_device = machine.succeed("findmnt -n -o SOURCE /").strip()
+          assert root_device.startswith(f"{installed_disk}["), f"/ is {root_device}, not on {installed_disk}"
+          machine.succeed(f"test \"$(readlink -f ${layout.default_device})\" = {installed_disk}")
           for mount_point in ${builtins.toJSON mountPoints}:
               machine.succeed(f"findmnt -n {mount_point}")
           machine.succeed("test \"$(stat -c %a ${layout.snapshots_mount_point})\" = 700")
@@ -112,8 +144,8 @@ in
       with subtest("change the file, write more, stage the restore"):
           machine.succeed(f"echo wednesday > {data}/story")
           machine.succeed(f"touch {data}/written-after-the-snapshot /on-the-ephemeral-root")
-          status, words = machine.execute(f"${cli} data restore {snapshot}")
-          assert status == 3, f"a restore without --yes shows the cost and changes nothing (exit 3), got {status}: {words}"
+          exit_code, words = machine.execute(f"${cli} data restore {snapshot}")
+          assert exit_code == 3, f"a restore without --yes shows the cost and changes nothing (exit 3), got {exit_code}: {words}"
           assert data in words, words
           staged = tacid_json(f"data restore {snapshot} --yes")
           assert staged["staged"]["reboot_needed"], staged
@@ -144,26 +176,38 @@ in
           assert all("${next.system.build.toplevel}" in s["reason"] for s in taken), taken
           assert len({s["set_id"] for s in taken}) == 1, taken
 
-      with subtest("a failed pre-switch snapshot stops the switch; the override lets one through"):
-          # Break the keeper for now: a runtime drop-in (units live read-only in the store).
+      with subtest("a failed pre-switch snapshot stops the switch"):
+          # Break the keeper for now with a runtime drop-in (units live read-only in the
+          # store). Drop-ins apply in the order of their file names across directories, so
+          # this one sorts after the module's ${dropIn}, or the module's ExecStart= would
+          # win and the keeper would start.
           machine.succeed(
               "mkdir -p /run/systemd/system/${layout.keeper_unit}.d && "
               "printf '[Service]\\nExecStart=\\nExecStart=/run/current-system/sw/bin/false\\n' "
-              ">/run/systemd/system/${layout.keeper_unit}.d/break.conf && "
+              ">/run/systemd/system/${layout.keeper_unit}.d/${breakDropIn} && "
               "systemctl daemon-reload && systemctl stop ${layout.keeper_unit}"
           )
-          status, out = machine.execute("${first.system.build.toplevel}/bin/switch-to-configuration test 2>&1")
-          assert status != 0, out
+          exec_start = machine.succeed("systemctl show -p ExecStart --value ${layout.keeper_unit}")
+          assert "/bin/false" in exec_start, f"the breaking drop-in is not the one in effect: {exec_start}"
+          exit_code, out = machine.execute("${first.system.build.toplevel}/bin/switch-to-configuration test 2>&1")
+          assert exit_code != 0, out
           assert "touch ${tacidLib.preSwitchSkipFile}" in out, out
           machine.succeed("grep -qx next /etc/tacid-test-configuration")  # nothing changed
+          # Mend the keeper. It failed and was restarted until systemd gave up
+          # (Restart=on-failure, the start limit): forget that, or it would stay failed.
+          machine.succeed(
+              "rm -r /run/systemd/system/${layout.keeper_unit}.d && systemctl daemon-reload && "
+              "systemctl reset-failed ${layout.keeper_unit}"
+          )
+          tacid_json("data status")  # the keeper answers again
+
+      with subtest("the override lets one switch through without a snapshot, once"):
+          before = {s["name"] for s in tacid_json("data list")}
           machine.succeed("touch ${tacidLib.preSwitchSkipFile}")
           out = machine.succeed("${first.system.build.toplevel}/bin/switch-to-configuration test 2>&1")
           assert "NO snapshot before this switch" in out, out
           machine.succeed("grep -qx first /etc/tacid-test-configuration")
           machine.fail("test -e ${tacidLib.preSwitchSkipFile}")  # used up
-          machine.succeed(
-              "rm -r /run/systemd/system/${layout.keeper_unit}.d && systemctl daemon-reload"
-          )
-          tacid_json("data status")  # the keeper answers again
+          assert {s["name"] for s in tacid_json("data list")} == before, "the override switch took a snapshot"
     '';
 }
