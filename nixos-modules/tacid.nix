@@ -11,6 +11,8 @@
 let
   tacidLib = import ./lib.nix;
   inherit (tacidLib) layout shipped;
+  # Every option's default is the layout's (layout::defaults, rendered into layout.json).
+  d = layout.defaults;
   cfg = config.services.tacid;
 
   bin = which: "${cfg.package}/bin/${shipped.binaries.${which}.name}";
@@ -117,7 +119,7 @@ in
     approverGroup = lib.mkOption {
       # A plain group name: it goes onto the keeper's command line.
       type = lib.types.strMatching "[A-Za-z_][A-Za-z0-9_-]*";
-      default = layout.default_approver_group;
+      default = d.approver_group;
       description = ''
         Members of this group may take snapshots and stage restores through `tacid`;
         root always may. A restore deletes everything written since its snapshot, so
@@ -152,22 +154,22 @@ in
     # hour by the timeline timer) and the free-space floor also before every snapshot; the
     # stem refuses snapshots below the hard floor.
     retention = {
-      preSwitchSets = count 10 ''
+      preSwitchSets = count d.keep_pre_switch_sets ''
         How many of the newest pre-switch snapshot sets are kept; older sets are deleted
         by `tacid data prune`, each set whole.
       '';
-      hourly = count 24 ''
+      hourly = count d.keep_hourly ''
         Timeline sets (`tacid data snapshot --timeline`): keep the newest of each of the
         last this many hours that have one.
       '';
-      daily = count 7 "Likewise for days (UTC).";
-      weekly = count 4 "Likewise for weeks (Monday to Sunday, UTC).";
-      monthly = count 6 "Likewise for months (UTC).";
-      manualMaxAgeDays = count 0 ''
+      daily = count d.keep_daily "Likewise for days (UTC).";
+      weekly = count d.keep_weekly "Likewise for weeks (Monday to Sunday, UTC).";
+      monthly = count d.keep_monthly "Likewise for months (UTC).";
+      manualMaxAgeDays = count d.manual_max_age_days ''
         Manual snapshots older than this many days are deleted by `tacid data prune`;
         0 keeps them until a person deletes them.
       '';
-      freeFloorBytes = count 2147483648 ''
+      freeFloorBytes = count d.free_floor_bytes ''
         Below this many free bytes, the oldest automatic snapshot set (pre-switch or
         timeline) is deleted as well, one set per round: before every snapshot and at
         every `tacid data prune`. Never a manual one, one a person marked to keep, or one
@@ -184,7 +186,7 @@ in
           checked on a timer.
         '';
       };
-      hardFloorBytes = count 536870912 ''
+      hardFloorBytes = count d.hard_floor_bytes ''
         Below this many free bytes, the stem refuses to take a snapshot (the error says
         so and nothing is made), rather than fill the disk. 0: no hard floor.
       '';

@@ -16,8 +16,8 @@ let
     inherit device;
     initrdSystemd = true;
     fileSystems = fs;
-    approverGroup = layout.default_approver_group;
-    groups = [ layout.default_approver_group layout.keeper_user ];
+    approverGroup = layout.defaults.approver_group;
+    groups = [ layout.defaults.approver_group layout.keeper_user ];
     preSwitchSubvolumes = tacidLib.snapshotByDefault;
   };
   failing = args: map (a: a.message) (filter (a: !a.assertion) (tacidLib.assertionsFor (good // args)));

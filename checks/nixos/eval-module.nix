@@ -99,7 +99,7 @@ in
     (check "the package defaults to this repository's, built with the machine's package set"
       (lib.isDerivation package && package.pname == "tacid" && package.system == "x86_64-linux"
         && package.cargoBuildFlags == builtins.concatMap (b: [ "--bin" b.name ]) (builtins.attrValues shipped.binaries)))
-    (check "approverGroup defaults to the layout's group" (c.services.tacid.approverGroup == layout.default_approver_group))
+    (check "approverGroup defaults to the layout's group" (c.services.tacid.approverGroup == layout.defaults.approver_group))
     (check "device defaults to the layout's device" (c.services.tacid.device == layout.default_device))
     (check "the pre-switch set defaults to the default snapshot set"
       (c.services.tacid.preSwitchSnapshot.subvolumes == tacidLib.snapshotByDefault))
@@ -155,16 +155,16 @@ in
         && all (s: other.fileSystems.${s.mount_point}.device == "/dev/vdb") tacidLib.mounted
         && failing other == [ ]
         && hasInfix "DeviceAllow=/dev/vdb rw" (dropInScript other)))
-    (check "retention defaults are adr/0013's and each count is a whole number"
+    (check "retention defaults are the layout's (layout::defaults) and each count is a whole number"
       (c.services.tacid.retention == {
-        preSwitchSets = 10;
-        hourly = 24;
-        daily = 7;
-        weekly = 4;
-        monthly = 6;
-        manualMaxAgeDays = 0;
-        freeFloorBytes = 2147483648;
-        hardFloorBytes = 536870912;
+        preSwitchSets = layout.defaults.keep_pre_switch_sets;
+        hourly = layout.defaults.keep_hourly;
+        daily = layout.defaults.keep_daily;
+        weekly = layout.defaults.keep_weekly;
+        monthly = layout.defaults.keep_monthly;
+        manualMaxAgeDays = layout.defaults.manual_max_age_days;
+        freeFloorBytes = layout.defaults.free_floor_bytes;
+        hardFloorBytes = layout.defaults.hard_floor_bytes;
         timeline = true;
       } && all (o: o.type.name == "unsignedInt") (builtins.attrValues (removeAttrs options.retention [ "timeline" ]))))
     (check "the timeline timer is enabled, with the timeline on and off (then it checks the floor)"

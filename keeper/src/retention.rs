@@ -67,16 +67,18 @@ pub struct Policy {
 }
 
 impl Default for Policy {
-    /// The documented defaults (adr/0013).
+    /// The documented defaults (adr/0013), from `layout::defaults`.
     fn default() -> Self {
+        use layout::defaults as d;
         Policy {
-            pre_switch_sets: 10,
-            hourly: 24,
-            daily: 7,
-            weekly: 4,
-            monthly: 6,
-            manual_max_age: None,
-            floor_bytes: 2 << 30,
+            pre_switch_sets: d::KEEP_PRE_SWITCH_SETS,
+            hourly: d::KEEP_HOURLY,
+            daily: d::KEEP_DAILY,
+            weekly: d::KEEP_WEEKLY,
+            monthly: d::KEEP_MONTHLY,
+            manual_max_age: (d::MANUAL_MAX_AGE_DAYS > 0)
+                .then(|| Duration::from_secs(d::MANUAL_MAX_AGE_DAYS * 86_400)),
+            floor_bytes: d::FREE_FLOOR_BYTES,
         }
     }
 }

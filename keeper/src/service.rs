@@ -24,7 +24,7 @@ mod retention;
 pub use retention::describe as describe_policy;
 
 /// How long the words of a preview stay good for a confirmation.
-pub const CONSENT_WINDOW: Duration = Duration::from_secs(15 * 60);
+pub const CONSENT_WINDOW: Duration = Duration::from_secs(layout::defaults::CONSENT_WINDOW_SECS);
 
 /// How long a preview counts what changed since the snapshot before it answers "at least".
 pub const PREVIEW_COUNT_LIMIT: Duration = Duration::from_secs(5);

@@ -97,28 +97,35 @@ fn systemd_accepts_the_unit_and_scores_it_hardened() {
 }
 
 #[test]
-fn the_units_retention_flags_are_the_keepers_own_defaults() {
+fn the_units_flags_are_the_layouts_defaults_and_the_keepers_own() {
+    use layout::defaults as d;
     let unit = read("systemd/tacid-keeper.service");
-    let exec = unit
-        .lines()
-        .find(|l| l.starts_with("ExecStart="))
-        .expect("ExecStart");
-    let value = |flag: &str| -> u64 {
-        let mut words = exec.split_whitespace();
-        words
-            .find(|w| *w == flag)
-            .unwrap_or_else(|| panic!("no {flag} in {exec}"));
-        words.next().expect("a value").parse().expect("a number")
-    };
-    let p = keeper::retention::Policy::default();
-    assert_eq!(value("--keep-pre-switch-sets"), p.pre_switch_sets as u64);
-    assert_eq!(value("--keep-hourly"), p.hourly as u64);
-    assert_eq!(value("--keep-daily"), p.daily as u64);
-    assert_eq!(value("--keep-weekly"), p.weekly as u64);
-    assert_eq!(value("--keep-monthly"), p.monthly as u64);
-    assert_eq!(value("--manual-max-age-days"), 0);
-    assert!(p.manual_max_age.is_none());
-    assert_eq!(value("--free-floor-bytes"), p.floor_bytes);
+    let flags = testbed::command_line::exec_start_flags(&unit);
+    for (flag, value) in [
+        ("--approver-group", d::APPROVER_GROUP.to_owned()),
+        (
+            "--keep-pre-switch-sets",
+            d::KEEP_PRE_SWITCH_SETS.to_string(),
+        ),
+        ("--keep-hourly", d::KEEP_HOURLY.to_string()),
+        ("--keep-daily", d::KEEP_DAILY.to_string()),
+        ("--keep-weekly", d::KEEP_WEEKLY.to_string()),
+        ("--keep-monthly", d::KEEP_MONTHLY.to_string()),
+        ("--manual-max-age-days", d::MANUAL_MAX_AGE_DAYS.to_string()),
+        ("--free-floor-bytes", d::FREE_FLOOR_BYTES.to_string()),
+    ] {
+        assert_eq!(
+            flags.get(flag),
+            Some(&value),
+            "the unit's {flag} is not layout::defaults' {value}"
+        );
+    }
+    // A keeper started by hand, with no flags, behaves as the shipped unit does.
+    testbed::command_line::assert_unit_passes_the_binarys_defaults(
+        &unit,
+        Path::new(env!("CARGO_BIN_EXE_tacid-keeper")),
+        &[],
+    );
 }
 
 #[test]

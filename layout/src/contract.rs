@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 
+use crate::defaults::{Defaults, DEFAULTS};
 use crate::names;
 use crate::subvolume::{Subvolume, SUBVOLUMES};
 
@@ -28,7 +29,6 @@ pub struct Contract {
     pub keeper_bus_name: &'static str,
     pub keeper_object_path: &'static str,
     pub keeper_user: &'static str,
-    pub default_approver_group: &'static str,
     pub stem_unit: &'static str,
     pub keeper_unit: &'static str,
     pub timeline_unit: &'static str,
@@ -38,6 +38,8 @@ pub struct Contract {
     pub kernel_device_key: &'static str,
     pub default_device: &'static str,
     pub filesystem_label: &'static str,
+    /// Every tunable default (`defaults`): the module's option defaults.
+    pub defaults: &'static Defaults,
 }
 
 impl Contract {
@@ -57,7 +59,6 @@ impl Contract {
             keeper_bus_name: names::KEEPER_BUS_NAME,
             keeper_object_path: names::KEEPER_OBJECT_PATH,
             keeper_user: names::KEEPER_USER,
-            default_approver_group: names::DEFAULT_APPROVER_GROUP,
             stem_unit: names::STEM_UNIT,
             keeper_unit: names::KEEPER_UNIT,
             timeline_unit: names::TIMELINE_UNIT,
@@ -67,6 +68,7 @@ impl Contract {
             kernel_device_key: names::KERNEL_DEVICE_KEY,
             default_device: names::DEFAULT_DEVICE,
             filesystem_label: names::FILESYSTEM_LABEL,
+            defaults: &DEFAULTS,
         }
     }
 

@@ -5,6 +5,7 @@
 //! request's format from here. This crate does no I/O.
 
 mod contract;
+pub mod defaults;
 pub mod origin;
 mod outcome;
 mod request;
@@ -61,8 +62,6 @@ pub mod names {
     pub const KEEPER_OBJECT_PATH: &str = "/org/tacid/Keeper1";
     /// The keeper's system user and group.
     pub const KEEPER_USER: &str = "tacid-keeper";
-    /// The approver group when none is configured.
-    pub const DEFAULT_APPROVER_GROUP: &str = "wheel";
     /// systemd units shipped in the package.
     pub const STEM_UNIT: &str = "tacid-stem.service";
     pub const KEEPER_UNIT: &str = "tacid-keeper.service";

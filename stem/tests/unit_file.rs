@@ -220,6 +220,23 @@ fn the_checker_catches_each_way_of_hiding_a_mount() {
 }
 
 #[test]
+fn the_units_floor_is_the_layouts_default_and_the_stems_own() {
+    let text = read(&unit_path());
+    let unit = assignments(&text);
+    assert_eq!(
+        exec_option(&unit, "--hard-floor-bytes"),
+        layout::defaults::HARD_FLOOR_BYTES.to_string()
+    );
+    // A stem started by hand behaves as the shipped unit does, but for where it mounts
+    // the filesystem (tests run it on a filesystem already mounted).
+    testbed::command_line::assert_unit_passes_the_binarys_defaults(
+        &text,
+        Path::new(env!("CARGO_BIN_EXE_tacid-stem")),
+        &["--device", "--top"],
+    );
+}
+
+#[test]
 fn the_unit_names_what_the_layout_names() {
     let unit = assignments(&read(&unit_path()));
     assert_eq!(value(&unit, "Type"), "dbus");

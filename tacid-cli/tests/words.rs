@@ -35,3 +35,11 @@ fn help_states_the_boundaries() {
     assert!(text.contains("no backup against a dead"), "{text}");
     assert!(text.contains("not the world outside"), "{text}");
 }
+
+#[test]
+fn help_names_the_layouts_default_approver_group() {
+    let out = tacid().args(["--help"]).output().expect("runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let said = format!("(default: {})", layout::defaults::APPROVER_GROUP);
+    assert!(text.contains(&said), "--help must say {said}:\n{text}");
+}

@@ -24,6 +24,8 @@
 //! `btrfs` command-line tool on purpose: they are an oracle independent of the code under
 //! test.
 
+pub mod command_line;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;

@@ -21,7 +21,7 @@ struct Args {
     #[arg(long, default_value = "/var/lib/tacid-keeper/journal.sqlite")]
     journal: PathBuf,
     /// Members of this group (and root) may snapshot, restore and cancel.
-    #[arg(long, default_value = names::DEFAULT_APPROVER_GROUP)]
+    #[arg(long, default_value = layout::defaults::APPROVER_GROUP)]
     approver_group: String,
     /// Connect to this bus instead of the system bus (tests).
     #[arg(long, env = "TACID_BUS_ADDRESS", hide = true)]
@@ -52,7 +52,7 @@ struct RetentionArgs {
     #[arg(long, value_name = "N", default_value_t = Policy::default().monthly)]
     keep_monthly: usize,
     /// Delete manual snapshots older than N days (0: keep them until a person deletes them).
-    #[arg(long, value_name = "DAYS", default_value_t = 0)]
+    #[arg(long, value_name = "DAYS", default_value_t = layout::defaults::MANUAL_MAX_AGE_DAYS)]
     manual_max_age_days: u64,
     /// Below this many free bytes, the oldest automatic snapshots are deleted (0: no floor).
     #[arg(long, value_name = "BYTES", default_value_t = Policy::default().floor_bytes)]

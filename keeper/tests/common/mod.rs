@@ -20,7 +20,7 @@ use layout::names;
 
 pub const APPROVER: &str = "tacid-approver";
 pub const STRANGER: &str = "tacid-stranger";
-pub const APPROVER_GROUP: &str = "wheel";
+pub const APPROVER_GROUP: &str = layout::defaults::APPROVER_GROUP;
 
 pub fn skip(why: &str) -> bool {
     if std::env::var("CI").as_deref() == Ok("true") {
@@ -277,9 +277,10 @@ impl World {
             stem: None,
             keeper: None,
             keeper_starts: 0,
-            stem_args: Vec::new(),
-            // The loop filesystem is smaller than the default free-space floor, below which
-            // every snapshot would prune first; tests that want the floor set it.
+            // The loop filesystem is smaller than the default floors (the stem's hard floor,
+            // below which snapshots are refused, and the keeper's free-space floor, below
+            // which every snapshot prunes first); tests that want a floor set it.
+            stem_args: vec!["--hard-floor-bytes".into(), "0".into()],
             keeper_args: vec!["--free-floor-bytes".into(), "0".into()],
         };
         w.start_stem();

@@ -44,8 +44,8 @@ struct Args {
     keeper_user: String,
 
     /// Refuse new snapshots while fewer than this many bytes are free (0: no hard floor).
-    /// The NixOS module sets it from services.tacid.retention.hardFloor.
-    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    /// The NixOS module sets it from services.tacid.retention.hardFloorBytes.
+    #[arg(long, value_name = "BYTES", default_value_t = layout::defaults::HARD_FLOOR_BYTES)]
     hard_floor_bytes: u64,
 
     /// Print the interface's introspection XML (as committed in stem/org.tacid.Stem1.xml)

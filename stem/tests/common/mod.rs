@@ -209,6 +209,8 @@ impl StemDaemon {
     pub fn start(bus: &PrivateBus, keeper_user: &str, args: &[&str]) -> StemDaemon {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tacid-stem"))
             .args(["--bus", bus.address(), "--keeper-user", keeper_user])
+            // The loop filesystems are smaller than the default hard floor.
+            .args(["--hard-floor-bytes", "0"])
             .args(args)
             .env("RUST_LOG", "info")
             .spawn()

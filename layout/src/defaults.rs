@@ -1,0 +1,66 @@
+//! Every tunable default, once.
+//!
+//! The binaries' command-line defaults are these values, so a daemon started by hand behaves
+//! as the shipped unit does; the shipped units pass the same values (a test reads them
+//! back); the NixOS module's option defaults come from `layout.json`, where [`Defaults`]
+//! is rendered. Change a default here and nowhere else.
+
+use serde::Serialize;
+
+/// Members of this group (and root) may snapshot, restore, cancel, delete and keep.
+pub const APPROVER_GROUP: &str = "wheel";
+
+/// Retention (adr/0013): the newest this many pre-switch sets stay.
+pub const KEEP_PRE_SWITCH_SETS: usize = 10;
+/// Retention: the newest timeline set of each of the last this many hours that have one.
+pub const KEEP_HOURLY: usize = 24;
+/// Retention: likewise for days.
+pub const KEEP_DAILY: usize = 7;
+/// Retention: likewise for weeks (Monday to Sunday, UTC).
+pub const KEEP_WEEKLY: usize = 4;
+/// Retention: likewise for months.
+pub const KEEP_MONTHLY: usize = 6;
+/// Retention: manual snapshots older than this many days go; 0 keeps them until a person
+/// deletes them.
+pub const MANUAL_MAX_AGE_DAYS: u64 = 0;
+
+/// Below this many free bytes the keeper deletes the oldest automatic snapshots, and every
+/// snapshot prunes first (the keeper's floor; 0 is none).
+pub const FREE_FLOOR_BYTES: u64 = 2 << 30;
+/// Below this many free bytes the stem refuses a snapshot, inside the act (0 is none).
+/// Lower than [`FREE_FLOOR_BYTES`], so pruning comes first and refusal only when it could
+/// not free enough.
+pub const HARD_FLOOR_BYTES: u64 = 512 << 20;
+const _: () = assert!(HARD_FLOOR_BYTES < FREE_FLOOR_BYTES);
+
+/// How long the words a preview showed a person stand as what they may consent to.
+pub const CONSENT_WINDOW_SECS: u64 = 15 * 60;
+
+/// The defaults as data, for `layout.json` and through it the NixOS module.
+#[derive(Debug, Serialize)]
+pub struct Defaults {
+    pub approver_group: &'static str,
+    pub keep_pre_switch_sets: usize,
+    pub keep_hourly: usize,
+    pub keep_daily: usize,
+    pub keep_weekly: usize,
+    pub keep_monthly: usize,
+    pub manual_max_age_days: u64,
+    pub free_floor_bytes: u64,
+    pub hard_floor_bytes: u64,
+    pub consent_window_secs: u64,
+}
+
+/// The one instance.
+pub const DEFAULTS: Defaults = Defaults {
+    approver_group: APPROVER_GROUP,
+    keep_pre_switch_sets: KEEP_PRE_SWITCH_SETS,
+    keep_hourly: KEEP_HOURLY,
+    keep_daily: KEEP_DAILY,
+    keep_weekly: KEEP_WEEKLY,
+    keep_monthly: KEEP_MONTHLY,
+    manual_max_age_days: MANUAL_MAX_AGE_DAYS,
+    free_floor_bytes: FREE_FLOOR_BYTES,
+    hard_floor_bytes: HARD_FLOOR_BYTES,
+    consent_window_secs: CONSENT_WINDOW_SECS,
+};
