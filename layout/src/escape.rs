@@ -144,15 +144,27 @@ mod tests {
             (b"cut \xc3", r"cut \xC3"),
             (br"back\slash", r"back\\slash"),
             (br"\x41", r"\\x41"),
-            ("caf\u{e9} 日本 🙂 \u{fffd}".as_bytes(), "café 日本 🙂 \u{fffd}"),
+            (
+                "caf\u{e9} 日本 🙂 \u{fffd}".as_bytes(),
+                "café 日本 🙂 \u{fffd}",
+            ),
             // C1 controls: CSI as a character.
             ("c1 \u{9b}31m".as_bytes(), r"c1 \xC2\x9B31m"),
             // Bidi: an override, an isolate, a mark; zero-width space and joiner; BOM.
             ("evil\u{202e}txt.exe".as_bytes(), r"evil\xE2\x80\xAEtxt.exe"),
-            ("\u{2066}a\u{2069}\u{200f}".as_bytes(), r"\xE2\x81\xA6a\xE2\x81\xA9\xE2\x80\x8F"),
-            ("zero\u{200b}width\u{200d}\u{feff}".as_bytes(), r"zero\xE2\x80\x8Bwidth\xE2\x80\x8D\xEF\xBB\xBF"),
+            (
+                "\u{2066}a\u{2069}\u{200f}".as_bytes(),
+                r"\xE2\x81\xA6a\xE2\x81\xA9\xE2\x80\x8F",
+            ),
+            (
+                "zero\u{200b}width\u{200d}\u{feff}".as_bytes(),
+                r"zero\xE2\x80\x8Bwidth\xE2\x80\x8D\xEF\xBB\xBF",
+            ),
             // Line and paragraph separators, a no-break space, private use.
-            ("\u{2028}\u{2029}\u{a0}\u{e000}".as_bytes(), r"\xE2\x80\xA8\xE2\x80\xA9\xC2\xA0\xEE\x80\x80"),
+            (
+                "\u{2028}\u{2029}\u{a0}\u{e000}".as_bytes(),
+                r"\xE2\x80\xA8\xE2\x80\xA9\xC2\xA0\xEE\x80\x80",
+            ),
             // A combining mark on a letter stays; with nothing before it, it is escaped.
             ("e\u{301}".as_bytes(), "e\u{301}"),
             ("\u{301}x".as_bytes(), r"\xCC\x81x"),
@@ -166,7 +178,13 @@ mod tests {
     #[test]
     fn only_the_two_escapes_are_taken() {
         assert_eq!(unescape(r"\xff\xFF").unwrap(), b"\xff\xff");
-        for (bad, at) in [(r"\", 0), (r"a\n", 1), (r"\x4", 0), (r"\xg0", 0), (r"ab\u{41}", 2)] {
+        for (bad, at) in [
+            (r"\", 0),
+            (r"a\n", 1),
+            (r"\x4", 0),
+            (r"\xg0", 0),
+            (r"ab\u{41}", 2),
+        ] {
             assert_eq!(unescape(bad), Err(UnescapeError { at }), "{bad:?}");
         }
     }
