@@ -14,7 +14,7 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{bin, World, APPROVER, STRANGER};
+use common::{World, APPROVER, STRANGER};
 
 /// The names the stranger makes, raw, and how an approver must see each (written out
 /// here, not computed with the escaper under test).
@@ -60,16 +60,8 @@ fn as_user(user: &str, dir: &Path, program: &str, args: &[&OsStr]) {
 
 /// The CLI as `user`, its output as bytes (a lossy conversion would hide what is tested).
 fn tacid_raw(w: &World, user: &str, args: &[&str]) -> Output {
-    Command::new("/usr/bin/setpriv")
-        .args([
-            &format!("--reuid={user}"),
-            &format!("--regid={user}"),
-            "--init-groups",
-        ])
-        .arg(bin("tacid"))
-        .args(args)
-        .env("TACID_BUS_ADDRESS", &w.address)
-        .output()
+    w.spawn_tacid(user, args)
+        .wait_with_output()
         .expect("tacid runs")
 }
 
