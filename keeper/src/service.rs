@@ -855,9 +855,11 @@ impl Keeper {
                 .and_then(|s| SubvolumeName::parse(&s.subvolume).ok())
                 .map(|s| s.display_path().to_owned())
                 .unwrap_or_default(),
+            // Given back by the caller (checked equal to the keeper's own words), so shown
+            // like anything else a caller sent.
             staged_words: staging
                 .as_ref()
-                .map(|r| r.words_shown.clone())
+                .map(|r| escape(r.words_shown.as_bytes()))
                 .unwrap_or_default(),
             staged_by: staging
                 .as_ref()

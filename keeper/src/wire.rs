@@ -118,8 +118,8 @@ pub struct Status {
     /// The staged restore (empty `staged_snapshot` when none).
     pub staged_snapshot: String,
     pub staged_of_path: String,
-    /// The words shown when it was staged, and to whom (the user name escaped; empty when
-    /// not journalled).
+    /// The words shown when it was staged, and to whom (both escaped; empty when not
+    /// journalled).
     pub staged_words: String,
     pub staged_by: String,
     /// The initrd's last outcome (empty `outcome_id` when none was ever read).
