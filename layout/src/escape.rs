@@ -10,8 +10,9 @@
 //! - anything not shown as itself is `\xHH` for each of its bytes (two upper-case hex
 //!   digits): bytes that are not UTF-8, control characters (C0, DEL, C1), format
 //!   characters (bidi controls, zero-width characters), line and paragraph separators,
-//!   spaces other than U+0020, private-use, surrogate and unassigned code points, and a
-//!   combining mark with nothing shown before it to combine with;
+//!   spaces other than U+0020 and the letters that show as blank (Hangul fillers, the blank
+//!   Braille pattern), private-use, surrogate and unassigned code points, and a combining
+//!   mark with nothing shown before it to combine with;
 //! - every other character is itself (`é`, `日本`, `🙂`).
 //!
 //! The output never holds a control character, so a terminal shows what the bytes are,
@@ -67,6 +68,14 @@ fn hex(f: &mut fmt::Formatter<'_>, bytes: &[u8]) -> fmt::Result {
 fn shown_as_itself(c: char, after_shown: bool) -> bool {
     if c.is_ascii() {
         return matches!(c, ' '..='~');
+    }
+    // Letters and a symbol that show as blank space or nothing at all (Hangul fillers,
+    // the blank Braille pattern): alike to a space, escaped like the other spaces.
+    if matches!(
+        c,
+        '\u{115f}' | '\u{1160}' | '\u{3164}' | '\u{ffa0}' | '\u{2800}'
+    ) {
+        return false;
     }
     use GeneralCategory as G;
     match c.general_category() {
@@ -164,6 +173,11 @@ mod tests {
             (
                 "\u{2028}\u{2029}\u{a0}\u{e000}".as_bytes(),
                 r"\xE2\x80\xA8\xE2\x80\xA9\xC2\xA0\xEE\x80\x80",
+            ),
+            // Blank letters: a Hangul filler, the blank Braille pattern.
+            (
+                "a\u{3164}b\u{2800}".as_bytes(),
+                r"a\xE3\x85\xA4b\xE2\xA0\x80",
             ),
             // A combining mark on a letter stays; with nothing before it, it is escaped.
             ("e\u{301}".as_bytes(), "e\u{301}"),
