@@ -60,8 +60,9 @@ pub enum Change {
 pub struct ChangedPath {
     pub change: Change,
     pub directory: bool,
-    /// Relative, `/`-separated; bytes that are not UTF-8 are shown as U+FFFD.
-    pub path: String,
+    /// Relative, `/`-separated: the names' own bytes, whatever they are (a name is any
+    /// bytes but NUL and `/`); shown to people only escaped (`layout::escape`).
+    pub path: Vec<u8>,
 }
 
 /// What changed since the snapshot.
@@ -526,7 +527,7 @@ impl Top {
                 counter.changes.paths.push(ChangedPath {
                     change: *change,
                     directory: *directory,
-                    path: String::from_utf8_lossy(&path).into_owned(),
+                    path,
                 });
             }
             counter.changes.paths_left_off =

@@ -48,8 +48,9 @@ pub struct SubvolumeInfo {
     pub uuid: Uuid,
     /// The UUID of the subvolume it is a snapshot of; `None` for a subvolume made empty.
     pub parent_uuid: Option<Uuid>,
-    /// When it was made (Btrfs "otime").
-    pub created: SystemTime,
+    /// When it was made (Btrfs "otime"); `None` when Btrfs holds no valid one: none set
+    /// (a root item older than the field), before 1970, or nanoseconds out of range.
+    pub created: Option<SystemTime>,
     /// The generation it was made in; and its last change.
     pub created_generation: u64,
     pub generation: u64,
@@ -257,8 +258,14 @@ fn uuid_or_none(bytes: [u8; 16]) -> Option<Uuid> {
     (!uuid.is_nil()).then_some(uuid)
 }
 
-fn time_of(sec: u64, nsec: u32) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::new(sec, nsec.min(999_999_999))
+/// A Btrfs timespec as a time. Its seconds are the kernel's signed `time64_t` stored in
+/// 64 unsigned bits: one above `i64::MAX` is before 1970, refused rather than read as a
+/// far future (or an overflow). All zero is "not set", as `btrfs subvolume show` says.
+fn time_of(sec: u64, nsec: u32) -> Option<SystemTime> {
+    if (sec, nsec) == (0, 0) || nsec > 999_999_999 || i64::try_from(sec).is_err() {
+        return None;
+    }
+    SystemTime::UNIX_EPOCH.checked_add(Duration::new(sec, nsec))
 }
 
 /// Read a little-endian integer of `N` bytes at `at`, or zero past the end (old, shorter
@@ -1028,8 +1035,11 @@ mod tests {
         );
         assert_eq!(
             info.created,
-            SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)
+            Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000))
         );
+        // Before 1970 on disk (a negative time64_t): no time, not one in a far future.
+        put(&mut data, offset_of!(R, otime), &(-1i64).to_le_bytes());
+        assert_eq!(RootItem::parse(&data).info(300, 256, 256).created, None);
 
         put(&mut data, offset_of!(R, generation_v2), &3u64.to_le_bytes());
         let stale = RootItem::parse(&data).info(300, 256, 256);

@@ -5,6 +5,7 @@
 //! change things (snapshot, restore, cancel); anybody may look (list, preview, status).
 //! Any failure to decide is a refusal.
 
+use layout::escape::Escaped;
 use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
 
 use crate::journal::Asker;
@@ -67,18 +68,27 @@ impl Authority {
             Ok(None) => return refuse(format!("the approver group {group:?} does not exist")),
             Err(e) => return refuse(format!("looking up the group {group:?} failed ({e})")),
         };
+        // The groups are looked up by name, and `nix` has already made a name that is not
+        // UTF-8 lossy: U+FFFD could then be another user's name. Such a name is a no.
         let Ok(cname) = std::ffi::CString::new(user.name.as_bytes()) else {
             return refuse(format!("user {:?} has an unusable name", user.name));
         };
+        if user.name.contains(char::REPLACEMENT_CHARACTER) {
+            return refuse(format!(
+                "the user name of uid {uid} is not UTF-8 (shown as {}), so its groups cannot be \
+                 looked up by it",
+                Escaped(user.name.as_bytes())
+            ));
+        }
         match getgrouplist(&cname, user.gid) {
             Ok(groups) if member(&groups, user.gid, approver_gid) => Ok(()),
             Ok(_) => refuse(format!(
                 "{} (uid {uid}) is not in the group {group:?}",
-                user.name
+                Escaped(user.name.as_bytes())
             )),
             Err(e) => refuse(format!(
                 "looking up the groups of {} failed ({e})",
-                user.name
+                Escaped(user.name.as_bytes())
             )),
         }
     }

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
+use layout::escape::{escape, Escaped};
 use layout::{SnapshotName, SubvolumeName};
 
 use crate::authority::{Act, Authority};
@@ -342,8 +343,8 @@ impl Keeper {
                     .unwrap_or("?");
                 let (reason, asked_by, uid, origin, pre_switch, set_id) = match row {
                     Some(r) => (
-                        r.reason.clone(),
-                        r.user_name.clone(),
+                        escape(r.reason.as_bytes()),
+                        escape(r.user_name.as_bytes()),
                         r.uid,
                         "journal",
                         r.pre_switch,
@@ -460,8 +461,8 @@ impl Keeper {
                             .unwrap_or("?")
                             .to_owned(),
                         taken_micros: m.taken_micros,
-                        reason: reason.to_owned(),
-                        asked_by: asker.name.clone(),
+                        reason: escape(reason.as_bytes()),
+                        asked_by: escape(asker.name.as_bytes()),
                         asked_by_uid: uid,
                         origin: "journal".into(),
                         pre_switch,
@@ -636,7 +637,7 @@ impl Keeper {
                 path: if p.path.is_empty() {
                     sub.display_path().to_owned()
                 } else {
-                    format!("{root}/{}", p.path)
+                    format!("{root}/{}", Escaped(&p.path))
                 },
             })
             .collect();
@@ -854,13 +855,15 @@ impl Keeper {
                 .and_then(|s| SubvolumeName::parse(&s.subvolume).ok())
                 .map(|s| s.display_path().to_owned())
                 .unwrap_or_default(),
+            // Given back by the caller (checked equal to the keeper's own words), so shown
+            // like anything else a caller sent.
             staged_words: staging
                 .as_ref()
-                .map(|r| r.words_shown.clone())
+                .map(|r| escape(r.words_shown.as_bytes()))
                 .unwrap_or_default(),
             staged_by: staging
                 .as_ref()
-                .map(|r| r.user_name.clone())
+                .map(|r| escape(r.user_name.as_bytes()))
                 .unwrap_or_default(),
             outcome_id: outcome.as_ref().map(|o| o.id.clone()).unwrap_or_default(),
             outcome_result: outcome
@@ -873,7 +876,7 @@ impl Keeper {
                 .unwrap_or_default(),
             outcome_reason: outcome
                 .as_ref()
-                .map(|o| o.reason.clone())
+                .map(|o| escape(o.reason.as_bytes()))
                 .unwrap_or_default(),
             outcome_finished_micros: outcome
                 .as_ref()

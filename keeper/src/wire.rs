@@ -2,7 +2,10 @@
 //! argument and result types, and its named errors.
 //!
 //! D-Bus has no "absent": an empty string or `0` means "none" in the fields that say so.
-//! Times are microseconds since the epoch, UTC.
+//! Times are microseconds since the epoch, UTC. Strings that somebody other than the keeper
+//! chose (paths, user names, reasons, what a boot said) are in the visible form of
+//! `layout::escape` (adr/0017): `\\` and `\xHH`, no control character, and reversible
+//! (`layout::escape::unescape`) to the exact bytes.
 
 use serde::{Deserialize, Serialize};
 use zbus::Type;
@@ -18,9 +21,9 @@ pub struct SnapshotEntry {
     pub of_path: String,
     /// When it was taken, µs since the epoch (UTC).
     pub taken_micros: i64,
-    /// Why it was taken, in words ("asked by alice: before the upgrade"); empty when unknown.
+    /// The reason given when it was taken, escaped; empty when none or unknown.
     pub reason: String,
-    /// Who asked: user name, and uid (`u32::MAX` when the journal does not know).
+    /// Who asked: user name (escaped), and uid (`u32::MAX` when the journal does not know).
     pub asked_by: String,
     pub asked_by_uid: u32,
     /// `journal` (the keeper took it), or `unknown-origin` (on disk, never journalled).
@@ -76,8 +79,9 @@ pub struct ChangedPath {
     /// `removed` (a restore brings it back).
     pub change: String,
     pub directory: bool,
-    /// The full path where people see it (`/home/alice/notes.txt`); for a removed one,
-    /// where it was.
+    /// The full path where people see it (`/home/alice/notes.txt`), escaped: a name of
+    /// any bytes is one line, and `layout::escape::unescape` gives its bytes back. For a
+    /// removed one, where it was.
     pub path: String,
 }
 
@@ -114,7 +118,8 @@ pub struct Status {
     /// The staged restore (empty `staged_snapshot` when none).
     pub staged_snapshot: String,
     pub staged_of_path: String,
-    /// The words shown when it was staged, and to whom (empty when not journalled).
+    /// The words shown when it was staged, and to whom (both escaped; empty when not
+    /// journalled).
     pub staged_words: String,
     pub staged_by: String,
     /// The initrd's last outcome (empty `outcome_id` when none was ever read).
@@ -122,6 +127,7 @@ pub struct Status {
     /// `done` or `refused`.
     pub outcome_result: String,
     pub outcome_request: String,
+    /// What the boot said, escaped.
     pub outcome_reason: String,
     pub outcome_finished_micros: i64,
     /// This is the first status that reports this outcome to this caller (by uid).

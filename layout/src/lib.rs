@@ -6,6 +6,7 @@
 
 mod contract;
 pub mod defaults;
+pub mod escape;
 pub mod origin;
 mod outcome;
 mod request;

@@ -251,6 +251,38 @@ mod tests {
         assert!(Outcome::parse(bad.as_bytes()).is_err());
     }
 
+    #[test]
+    fn a_finish_before_1970_is_refused_not_wrapped() {
+        let o = Outcome::new(
+            OutcomeResult::Refused,
+            UNIX_EPOCH + Duration::from_secs(1),
+            None,
+            Reason::new("x"),
+        );
+        let text = o.render();
+        assert!(
+            text.contains("finished 1970-01-01T000001.000000Z\n"),
+            "{text}"
+        );
+        let before = text.replace("1970-01-01T000001", "1969-12-31T235959");
+        assert_eq!(
+            Outcome::parse(before.as_bytes()),
+            Err(OutcomeError::Line(3))
+        );
+        // Late ones are exact, not wrapped past 2554.
+        let late = text.replace("1970-01-01T000001", "9000-01-01T000000");
+        let parsed = Outcome::parse(late.as_bytes()).unwrap();
+        assert_eq!(
+            parsed
+                .finished
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_secs(),
+            221_845_392_000
+        );
+        assert_eq!(parsed.render(), late);
+    }
+
     proptest! {
         #[test]
         fn round_trip(done in any::<bool>(), secs in 0u64..4_000_000_000, micros in 0u64..4_000_000_000_000_000, reason in "\\PC{0,700}") {

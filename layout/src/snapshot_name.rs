@@ -131,8 +131,16 @@ pub(crate) fn parse_stamp(s: &[u8]) -> Result<PrimitiveDateTime, SnapshotNameErr
         .map_err(|e| SnapshotNameError::Time(e.to_string()))?;
     let time = Time::from_hms_micro(hour, minute, second, micro)
         .map_err(|e| SnapshotNameError::Time(e.to_string()))?;
-    Ok(PrimitiveDateTime::new(date, time))
+    let when = PrimitiveDateTime::new(date, time);
+    // Nothing on a tacid machine happened before 1970: an earlier time is refused here,
+    // not carried on to wrap into a far future where it is read as a time since the epoch.
+    if when.assume_utc().unix_timestamp() < 0 {
+        return Err(SnapshotNameError::Time(BEFORE_1970.into()));
+    }
+    Ok(when)
 }
+
+const BEFORE_1970: &str = "it is before 1970-01-01 00:00:00 UTC";
 
 /// The UTC time stamp used in snapshot names and outcome records.
 pub(crate) struct Stamp(pub(crate) PrimitiveDateTime);
@@ -141,15 +149,19 @@ impl Stamp {
     pub(crate) fn from_system_time(when: SystemTime) -> Result<Self, SnapshotNameError> {
         let micros = when
             .duration_since(UNIX_EPOCH)
-            .map_err(|_| SnapshotNameError::Time("before 1970".into()))?
+            .map_err(|_| SnapshotNameError::Time(BEFORE_1970.into()))?
             .as_micros();
         let whole = OffsetDateTime::from_unix_timestamp_nanos(micros as i128 * 1000)
             .map_err(|e| SnapshotNameError::Time(e.to_string()))?;
         Ok(Stamp(PrimitiveDateTime::new(whole.date(), whole.time())))
     }
 
+    /// Exact for every stamp [`parse_stamp`] and [`Stamp::from_system_time`] make (1970 to
+    /// 9999): whole seconds and the microseconds, never nanoseconds squeezed into 64 bits.
     pub(crate) fn to_system_time(&self) -> SystemTime {
-        UNIX_EPOCH + Duration::from_nanos(self.0.assume_utc().unix_timestamp_nanos() as u64)
+        let utc = self.0.assume_utc();
+        let seconds = u64::try_from(utc.unix_timestamp()).unwrap_or(0);
+        UNIX_EPOCH + Duration::new(seconds, utc.nanosecond())
     }
 }
 
@@ -267,6 +279,35 @@ mod tests {
             SnapshotName::parse(&"x".repeat(300)),
             Err(SnapshotNameError::TooLong)
         );
+    }
+
+    #[test]
+    fn times_before_1970_are_refused_not_wrapped() {
+        for before in [
+            "@home.1969-12-31T235959.999999Z",
+            "@home.1900-01-01T000000.000000Z",
+            "@home.0000-01-01T000000.000000Z",
+        ] {
+            assert_eq!(
+                SnapshotName::parse(before),
+                Err(SnapshotNameError::Time(BEFORE_1970.into())),
+                "{before}"
+            );
+        }
+        let epoch = SnapshotName::parse("@home.1970-01-01T000000.000000Z").unwrap();
+        assert_eq!(epoch.taken(), UNIX_EPOCH);
+        assert_eq!(
+            SnapshotName::new(home(), UNIX_EPOCH - Duration::from_micros(1)),
+            Err(SnapshotNameError::Time(BEFORE_1970.into()))
+        );
+        // The far end: 64 bits of nanoseconds end in 2554; names go on to 9999, exactly.
+        let last = SnapshotName::parse("@home.9999-12-31T235959.999999Z").unwrap();
+        assert_eq!(last.taken_unix_micros(), 253_402_300_799_999_999);
+        assert_eq!(
+            last.taken(),
+            UNIX_EPOCH + Duration::from_micros(253_402_300_799_999_999)
+        );
+        assert_eq!(SnapshotName::new(home(), last.taken()).unwrap(), last);
     }
 
     #[test]

@@ -28,7 +28,8 @@ pub struct Snapshot {
     pub of: SubvolumeName,
     /// How `of` is known.
     pub origin: Origin,
-    /// When it was taken (the Btrfs creation time).
+    /// When it was taken: the Btrfs creation time, or the time in its name when Btrfs
+    /// holds no valid one (`btrfs::SubvolumeInfo::created`).
     #[serde(with = "unix_micros")]
     pub taken: SystemTime,
     pub readonly: bool,
@@ -367,7 +368,7 @@ impl Engine {
                         uuid: info.uuid,
                         of: subvolume,
                         origin: Origin::ParentUuid,
-                        taken: info.created,
+                        taken: info.created.unwrap_or_else(|| name.taken()),
                         readonly: info.readonly,
                         staged: false,
                     })
@@ -451,7 +452,7 @@ impl Engine {
                 uuid: info.uuid,
                 of,
                 origin,
-                taken: info.created,
+                taken: info.created.unwrap_or_else(|| stored.name.taken()),
                 readonly: info.readonly,
                 staged: staged.is_some_and(|r| r.snapshot() == stored.name),
             });

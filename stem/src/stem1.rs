@@ -61,7 +61,8 @@ pub struct SnapshotInfo {
     pub of: String,
     /// How `of` is known.
     pub origin: Origin,
-    /// When it was taken (the Btrfs creation time), in microseconds since the Unix epoch.
+    /// When it was taken (the Btrfs creation time, or the time in its name when Btrfs
+    /// holds no valid one), in microseconds since the Unix epoch.
     pub taken_unix_micros: i64,
     /// Whether it is read-only (only read-only snapshots are restored).
     pub readonly: bool,
@@ -171,7 +172,9 @@ pub struct ChangedPathInfo {
     pub change: String,
     pub directory: bool,
     /// Relative to the subvolume's root; for a removed one, where it was in the snapshot.
-    pub path: String,
+    /// Bytes (`ay`), not a string: a name is any bytes but NUL and `/`, and D-Bus strings
+    /// are UTF-8 only. Whoever shows it escapes it (`layout::escape`, adr/0017).
+    pub path: Vec<u8>,
 }
 
 /// The errors of `org.tacid.Stem1`; each has its own D-Bus name

@@ -471,7 +471,10 @@ fn bus_keeper_asks_what_changed_since_a_snapshot() {
     let mut paths: Vec<_> = c
         .paths
         .iter()
-        .map(|p| (p.change.as_str(), p.directory, p.path.as_str()))
+        .map(|p| {
+            let path = std::str::from_utf8(&p.path).expect("UTF-8 names here");
+            (p.change.as_str(), p.directory, path)
+        })
         .collect();
     paths.sort();
     assert_eq!(

@@ -51,7 +51,7 @@ complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcom
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from snapshot" -s h -l help -d 'Print help'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -l yes -d 'Stage the restore after showing what it costs. Nothing is put back until the next reboot; `tacid data cancel` withdraws it until then'
-complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -l details -d 'Also list the paths changed since the snapshot: what the restore deletes (added), puts back (modified) or brings back (removed). Root and the approver group only'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -l details -d 'Also list the paths changed since the snapshot: what the restore deletes (added), puts back (modified) or brings back (removed), one per line, escaped (a backslash is \\\\, any other byte not shown as itself is \\xHH). Root and the approver group only'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -l json -d 'Print JSON for programs instead of sentences for people'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -s h -l help -d 'Print help'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from status" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r

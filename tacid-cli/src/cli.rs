@@ -55,6 +55,14 @@ What tacid does not do:
   disk. A restore puts back files, not the world outside: mail sent stays sent, money
   paid stays paid.";
 
+const SHOWN_NAMES: &str = "\
+How names are shown:
+  File names, user names and reasons are shown escaped, in text and JSON alike, so
+  that no name can move the cursor, colour the terminal or start a line of its own:
+  a backslash is \\\\, and every byte of a control character, of an invisible or
+  bidi character, or that is not UTF-8, is \\xHH. `printf '%b\\n' 'NAME'` gives
+  the exact bytes back.";
+
 /// tacid: snapshots of /persist, /var/log and /home, and restores honoured at the next boot.
 #[derive(Debug, Parser)]
 #[command(
@@ -65,7 +73,7 @@ What tacid does not do:
 boot honours. A restore deletes everything written since the snapshot, so tacid always says \
 what is lost before it stages one, and nothing is put back until you reboot.",
     after_help = BOUNDARIES,
-    after_long_help = format!("{BOUNDARIES}\n\n{EXIT_TABLE}"),
+    after_long_help = format!("{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{EXIT_TABLE}"),
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -78,7 +86,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// The data leg: snapshots and restores of /persist, /var/log and /home.
-    #[command(subcommand, after_long_help = format!("{BOUNDARIES}\n\n{EXIT_TABLE}"))]
+    #[command(subcommand, after_long_help = format!("{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{EXIT_TABLE}"))]
     Data(Data),
 }
 
@@ -178,7 +186,9 @@ pub struct RestoreArgs {
     #[arg(long)]
     pub yes: bool,
     /// Also list the paths changed since the snapshot: what the restore deletes (added),
-    /// puts back (modified) or brings back (removed). Root and the approver group only.
+    /// puts back (modified) or brings back (removed), one per line, escaped (a backslash
+    /// is \\, any other byte not shown as itself is \xHH). Root and the approver group
+    /// only.
     #[arg(long)]
     pub details: bool,
     #[command(flatten)]
