@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use btrfs::{Change, Changes, Counts};
 use layout::{SnapshotName, SubvolumeName};
+use stem::engine::Commit;
 use stem::{Engine, EngineError};
 use testbed::LoopFs;
 
@@ -420,4 +421,76 @@ fn loop_changes_after_a_restore_count_along_the_live_history() {
         engine.changes_since(s2.name, Duration::from_secs(5), false, &mut |_| {}),
         Err(EngineError::NotInHistory { .. })
     ));
+}
+
+#[test]
+fn loop_a_count_is_reused_while_the_live_generation_stands_and_a_lookers_never_commits() {
+    let Some((fs, engine)) = machine(256 << 20) else {
+        return;
+    };
+    let home = fs.top().join("@home");
+    write(&home.join("kept"), 10);
+    let snap = engine.take(sv("@home")).unwrap();
+    write(&home.join("added"), 4096);
+
+    // A looker's count never commits: the superblock's generation stands, whatever is dirty.
+    let before = fs.superblock_generation().unwrap();
+    let never = engine
+        .prepare_change_count(snap.name, Commit::Never)
+        .unwrap();
+    assert!(never.reused().is_none(), "nothing was counted yet");
+    never
+        .run(Instant::now() + Duration::from_secs(60), false, &mut |_| {})
+        .unwrap();
+    let again = engine
+        .prepare_change_count(snap.name, Commit::Never)
+        .unwrap();
+    assert!(
+        again.reused().is_some(),
+        "the same generation: counted once"
+    );
+    assert_eq!(
+        fs.superblock_generation().unwrap(),
+        before,
+        "a looker's count committed"
+    );
+
+    // Somebody who may confirm commits first: the write moved @home's generation, so the
+    // count is made again, and it is exact.
+    let first = engine
+        .prepare_change_count(snap.name, Commit::First)
+        .unwrap();
+    assert!(fs.superblock_generation().unwrap() > before);
+    assert!(
+        first.reused().is_none(),
+        "a count of an older generation was reused"
+    );
+    let exact = first
+        .run(Instant::now() + Duration::from_secs(60), false, &mut |_| {})
+        .unwrap();
+    assert_eq!(
+        (exact.files, exact.bytes_written, exact.complete),
+        (counts(1, 0, 0), 4096, true)
+    );
+    // Nothing changed since: the commit finds nothing to do and the count is given again.
+    let same = engine
+        .prepare_change_count(snap.name, Commit::First)
+        .unwrap();
+    assert_eq!(same.reused(), Some(exact.clone()));
+
+    // A write not yet committed: a looker is given the count of the last commit (it says
+    // so in its words); the next commit moves the generation and the count is made again.
+    write(&home.join("later"), 4096);
+    let stale = engine
+        .prepare_change_count(snap.name, Commit::Never)
+        .unwrap();
+    assert_eq!(stale.reused(), Some(exact));
+    let fresh = engine
+        .prepare_change_count(snap.name, Commit::First)
+        .unwrap();
+    assert!(fresh.reused().is_none());
+    let c = fresh
+        .run(Instant::now() + Duration::from_secs(60), false, &mut |_| {})
+        .unwrap();
+    assert_eq!((c.files, c.bytes_written), (counts(2, 0, 0), 8192));
 }
