@@ -555,13 +555,19 @@ fn bus_the_preview_counts_what_changed_and_details_are_for_approvers() {
 
     let counts = "1 file changed, 2 added, 1 removed; 1 directory added, 0 removed since then \
                   (16.0 KiB written)";
-    let (code, out, err) = w.tacid(STRANGER, &["data", "restore", &name]);
-    assert_eq!(code, 3, "{err}");
-    assert!(out.contains(counts), "{out}");
+    // The approver's preview commits first, so every write so far is counted.
     let (code, out, err) = w.tacid(APPROVER, &["data", "restore", &name]);
     assert_eq!(code, 3, "{err}");
     assert!(
         out.starts_with("This puts /home back to ") && out.contains(counts),
+        "{out}"
+    );
+    // A stranger's never makes the stem commit (adr/0016): it counts what the last commit
+    // holds, here the approver's, and says so.
+    let (code, out, err) = w.tacid(STRANGER, &["data", "restore", &name]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        out.contains(&format!("{counts}, as of the filesystem's last commit.")),
         "{out}"
     );
     // The counts are part of the words journalled as shown to the approver.

@@ -284,7 +284,7 @@ mod tests {
     fn deletions_record_their_rule_and_keeps_their_person() {
         let dir = tempfile::tempdir().unwrap();
         let mut j = Journal::open(&dir.path().join("j.sqlite")).unwrap();
-        assert_eq!(j.schema_version().unwrap(), 3);
+        assert!(j.schema_version().unwrap() >= 3);
         let ds = vec![
             Deletion {
                 name: "@home.2026-12-01T140200.123456Z".into(),

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 use keeper::journal::{Journal, RequestRow, SnapshotRow};
 use layout::names;
 
+pub mod hostile;
+
 pub const APPROVER: &str = "tacid-approver";
 pub const STRANGER: &str = "tacid-stranger";
 pub const APPROVER_GROUP: &str = "wheel";
