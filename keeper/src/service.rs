@@ -229,8 +229,8 @@ impl Keeper {
                     "refused again and again: {why}; the refusals of {act} from {who} are counted in one journal row for {minutes} minutes, not journalled or logged one by one"
                 );
                 let outcome = format!(
-                    "{why} [this row counts every refusal of {act} from {who} for {minutes} \
-                     minutes, until finished_micros; the subject is the first one's]"
+                    "{why} (this row counts the refusals of {act} from {who} over {minutes} \
+                     minutes, in its calls; the subject shown is the first one's)"
                 );
                 (row_asker, outcome, Some(key))
             }

@@ -13,7 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::hostile::{as_user, journal_bytes, median, ms, pipelined, wait_until, watch};
+use common::hostile::{
+    as_user, assert_within_unit_limits, journal_bytes, keeper_unit, median, ms, pipelined,
+    stem_unit, wait_until, watch,
+};
 use common::{uid_of, World, APPROVER, STRANGER};
 use keeper::caps::{MAX_NAME_BYTES, MAX_WORDS_BYTES};
 use keeper::journal::state;
@@ -157,6 +160,8 @@ fn hostile_a_strangers_flood_of_huge_names_grows_the_journal_by_a_bounded_amount
         stem_peaks.rss_kib,
     );
 
+    assert_within_unit_limits("the keeper", keeper_peaks, &keeper_unit());
+    assert_within_unit_limits("the stem", stem_peaks, &stem_unit());
     // Every call was refused as not authorized: nothing was deleted, kept or staged.
     assert_eq!(results.len(), calls);
     let not_refused: Vec<_> = results

@@ -14,7 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::hostile::{as_user, keep_calling, median, ms, pipelined, watch};
+use common::hostile::{
+    as_user, assert_within_unit_limits, keep_calling, keeper_unit, median, ms, pipelined,
+    stem_unit, watch,
+};
 use common::{World, APPROVER, STRANGER};
 use keeper::wire::{KeeperError, RestorePreview};
 
@@ -168,6 +171,8 @@ fn hostile_two_hundred_stranger_previews_make_no_commit_and_do_not_hold_up_an_ap
         stem_peaks.rss_kib,
     );
 
+    assert_within_unit_limits("the keeper", keeper_peaks, &keeper_unit());
+    assert_within_unit_limits("the stem", stem_peaks, &stem_unit());
     // No commit (a periodic one of Btrfs's own may fall in the window), and every answer
     // counted: one count, reused while /home's generation stood.
     assert!(commits <= 1, "{commits} commits during the previews");
@@ -191,6 +196,8 @@ fn hostile_hundreds_of_concurrent_stranger_calls_never_get_an_approver_refused_b
     // 8 connections (a user may have 256 on the system bus), 64 calls in flight on each:
     // lists, statuses and previews, all open to anybody. The bus lets one connection wait for
     // at most 128 replies; the keeper's calls to the bus and the stem must stay below that.
+    let keeper_watch = watch(w.keeper_pid().expect("keeper"));
+    let stem_watch = watch(w.stem_pid().expect("stem"));
     let stop = Arc::new(AtomicBool::new(false));
     let flood = keep_calling(&w, STRANGER, 8, 64, stop.clone(), move |keeper, i| {
         let home = home.clone();
@@ -206,12 +213,15 @@ fn hostile_hundreds_of_concurrent_stranger_calls_never_get_an_approver_refused_b
     let during: Vec<Duration> = (0..3).map(|_| approver_set(&w).0).collect();
     stop.store(true, Ordering::Relaxed);
     let (answered, failures) = flood();
+    let (keeper_peaks, stem_peaks) = (keeper_watch.finish(), stem_watch.finish());
     eprintln!(
         "FIGURE open calls: {answered} stranger calls, 512 in flight, {} failed; the approver's \
-         sets during them {:?} ms",
+         sets during them {:?} ms; keeper peak {keeper_peaks:?}; stem peak {stem_peaks:?}",
         failures.len(),
         during.iter().map(|d| ms(*d).round()).collect::<Vec<_>>()
     );
+    assert_within_unit_limits("the keeper", keeper_peaks, &keeper_unit());
+    assert_within_unit_limits("the stem", stem_peaks, &stem_unit());
     assert!(
         failures.is_empty(),
         "{:?}",

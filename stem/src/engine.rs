@@ -15,7 +15,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 mod changes;
-pub use changes::{ChangeCount, Commit, MAX_PATHS, MAX_REUSED_COUNTS};
+pub use changes::{ChangeCount, Commit, MAX_COUNTED_INODES, MAX_PATHS, MAX_REUSED_COUNTS};
 
 /// One snapshot in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

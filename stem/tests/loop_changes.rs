@@ -293,17 +293,19 @@ fn loop_changes_in_a_hundred_thousand_files_and_the_time_limit() {
         .unwrap()
         .subvolume_info()
         .unwrap();
-    let budget = |max_items: u64| {
+    let bounded = |max_items: u64, max_inodes: usize| {
         let options = btrfs::ChangesOptions {
             deadline: Instant::now() + Duration::from_secs(60),
             with_paths: false,
             max_paths: 0,
             max_items,
+            max_inodes,
             progress_every: Duration::from_secs(1),
         };
         top.changes_since(&live, &snapshot, options, &mut |_| {})
             .unwrap()
     };
+    let budget = |max_items: u64| bounded(max_items, usize::MAX);
     let full = budget(u64::MAX);
     assert!(full.complete);
     assert_eq!((full.files, full.directories), (c.files, c.directories));
@@ -328,6 +330,13 @@ fn loop_changes_in_a_hundred_thousand_files_and_the_time_limit() {
     }
     assert!(partway > 0, "no cut fell partway through the count");
 
+    // A bound on memory: at most 100 changed inodes held. Those are classified, every
+    // number is a lower bound, and the answer says it is incomplete.
+    let held = bounded(u64::MAX, 100);
+    assert!(!held.complete);
+    assert!(held.total() > 0 && held.total() <= 100, "{held:?}");
+    assert!(held.files.added <= full.files.added && held.files.modified <= full.files.modified);
+
     // Progress is reported while the count runs: with no least interval, at every check
     // of the clock (each 1024 items), each report further on than the last.
     let mut reports: Vec<btrfs::Progress> = Vec::new();
@@ -336,6 +345,7 @@ fn loop_changes_in_a_hundred_thousand_files_and_the_time_limit() {
         with_paths: false,
         max_paths: 0,
         max_items: u64::MAX,
+        max_inodes: usize::MAX,
         progress_every: Duration::ZERO,
     };
     let reported = top

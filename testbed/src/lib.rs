@@ -31,6 +31,8 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod units;
+
 /// The smallest image `mkfs.btrfs` (6.2, default profiles) accepts, rounded up.
 pub const MIN_SIZE: u64 = 115 << 20;
 

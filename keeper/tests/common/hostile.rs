@@ -141,7 +141,7 @@ fn status_field(pid: u32, field: &str) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     text.lines()
         .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().split_whitespace().next()?.parse().ok())
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
 
 fn open_files(pid: u32) -> Option<u64> {
@@ -195,15 +195,33 @@ pub fn journal_bytes(w: &World) -> u64 {
         .sum()
 }
 
-/// A value of `[Service]` in a shipped unit file (`None` when the key is absent).
-pub fn unit_value(unit_file: &Path, key: &str) -> Option<String> {
+/// The shipped units, by daemon.
+pub fn stem_unit() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../stem/systemd/tacid-stem.service")
+}
+
+pub fn keeper_unit() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/tacid-keeper.service")
+}
+
+/// What the daemon needed under attack leaves at least half of each limit its unit sets:
+/// the limits are the measured needs with room (adr/0016), and this keeps them so.
+pub fn assert_within_unit_limits(daemon: &str, peaks: Peaks, unit_file: &Path) {
     let text = std::fs::read_to_string(unit_file)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", unit_file.display()));
-    text.lines()
-        .filter_map(|l| l.trim().split_once('='))
-        .filter(|(k, _)| k.trim() == key)
-        .map(|(_, v)| v.trim().to_owned())
-        .last()
+    let limit = |key: &str| {
+        testbed::units::value(&text, key)
+            .unwrap_or_else(|| panic!("{} sets no {key}=", unit_file.display()))
+    };
+    let tasks: u64 = limit("TasksMax").parse().expect("TasksMax= a number");
+    let files: u64 = limit("LimitNOFILE").parse().expect("LimitNOFILE= a number");
+    let memory =
+        testbed::units::size_bytes(&limit("MemoryHigh")).expect("MemoryHigh= a size") >> 10;
+    assert!(
+        peaks.threads * 2 <= tasks && peaks.fds * 2 <= files && peaks.rss_kib * 2 <= memory,
+        "{daemon} needed {peaks:?}; its unit allows TasksMax={tasks} LimitNOFILE={files} \
+         MemoryHigh={memory} KiB: less than twice the need"
+    );
 }
 
 /// The median of some durations.

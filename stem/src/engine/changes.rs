@@ -20,6 +20,10 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// How many snapshot-of links are followed from the live subvolume back to the snapshot.
 const MAX_LINEAGE: usize = 64;
 
+/// A count holds at most this many changed inodes (about 250 bytes each, so ~250 MB at
+/// most); past it the answer says "at least" (adr/0016, the stem's MemoryMax).
+pub const MAX_COUNTED_INODES: usize = 1_000_000;
+
 /// How many complete counts are kept for reuse (a few hundred bytes each, without paths).
 pub const MAX_REUSED_COUNTS: usize = 64;
 
@@ -91,6 +95,7 @@ impl ChangeCount {
             with_paths,
             max_paths: MAX_PATHS,
             max_items: u64::MAX,
+            max_inodes: MAX_COUNTED_INODES,
             progress_every: PROGRESS_EVERY,
         };
         let changes = self
