@@ -163,7 +163,8 @@ impl Keeper1 {
     }
 
     /// What restoring `snapshot` would cost, in the words of what is lost. Changes nothing.
-    /// Anybody may ask. Errors: NotAuthorized (caller unknown), InvalidArgument,
+    /// Anybody may ask; for somebody who may not confirm, the changes are counted as of the
+    /// filesystem's last commit (adr/0016), and a caller's previews take turns. Errors: NotAuthorized (caller unknown), InvalidArgument,
     /// NotAllowedForSubvolume, NoSuchSnapshot, StemNotRunning, StemFailed, Journal.
     async fn restore_preview(
         &self,
