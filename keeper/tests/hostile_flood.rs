@@ -13,10 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::hostile::{
-    as_user, assert_within_unit_limits, journal_bytes, keeper_unit, median, ms, pipelined,
-    stem_unit, wait_until, watch,
-};
+use common::hostile::{as_user, journal_bytes, median, ms, pipelined, wait_until, watch_daemons};
 use common::{uid_of, World, APPROVER, STRANGER};
 use keeper::caps::{MAX_NAME_BYTES, MAX_WORDS_BYTES};
 use keeper::journal::state;
@@ -57,26 +54,15 @@ fn flood_name_bytes() -> usize {
         .unwrap_or(HUGE)
 }
 
-fn snapshot_home(w: &World) -> String {
-    let (code, out, err) = w.tacid(APPROVER, &["data", "snapshot", "/home", "--json"]);
-    assert_eq!(code, 0, "snapshot failed: {err}");
-    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
-    v["snapshots"][0]["name"]
-        .as_str()
-        .expect("a name")
-        .to_owned()
-}
-
 #[test]
 fn hostile_a_strangers_flood_of_huge_names_grows_the_journal_by_a_bounded_amount() {
     let Some(w) = World::start() else { return };
-    let name = snapshot_home(&w);
+    let name = w.snapshot_home();
     let calls = flood_calls();
     let name_bytes = flood_name_bytes();
     let in_flight = flood_in_flight();
     let journal_before = journal_bytes(&w);
-    let keeper_watch = watch(w.keeper_pid().expect("keeper"));
-    let stem_watch = watch(w.stem_pid().expect("stem"));
+    let daemons = watch_daemons(&w);
 
     // Four connections of the stranger's, 32 calls in flight on each, every call with a
     // name of 100 KB: Delete, Keep, RestoreDetails and RestoreConfirm in turn (each is
@@ -132,8 +118,7 @@ fn hostile_a_strangers_flood_of_huge_names_grows_the_journal_by_a_bounded_amount
         .flat_map(|f| f.join().expect("a flood thread"))
         .collect();
     let flood_took = started.elapsed();
-    let keeper_peaks = keeper_watch.finish();
-    let stem_peaks = stem_watch.finish();
+    let peaks = daemons.finish();
 
     let mut after = Vec::new();
     for _ in 0..3 {
@@ -145,23 +130,15 @@ fn hostile_a_strangers_flood_of_huge_names_grows_the_journal_by_a_bounded_amount
     eprintln!(
         "FIGURE flood: {calls} stranger calls with {name_bytes}-byte names in {:.1} s; journal \
          {journal_before} -> {journal_after} bytes (+{}); approver's snapshot during the \
-         flood {:?} ms (median {:.1}), after it {:.1} ms (median); keeper peak {} threads, \
-         {} fds, {} KiB RSS; stem peak {} threads, {} fds, {} KiB RSS",
+         flood {:?} ms (median {:.1}), after it {:.1} ms (median); {peaks}",
         flood_took.as_secs_f64(),
         journal_after.saturating_sub(journal_before),
         during.iter().map(|d| ms(*d).round()).collect::<Vec<_>>(),
         ms(median(during.clone())),
         ms(median(after)),
-        keeper_peaks.threads,
-        keeper_peaks.fds,
-        keeper_peaks.rss_kib,
-        stem_peaks.threads,
-        stem_peaks.fds,
-        stem_peaks.rss_kib,
     );
 
-    assert_within_unit_limits("the keeper", keeper_peaks, &keeper_unit());
-    assert_within_unit_limits("the stem", stem_peaks, &stem_unit());
+    peaks.assert_within_unit_limits();
     // Every call was refused as not authorized: nothing was deleted, kept or staged.
     assert_eq!(results.len(), calls);
     let not_refused: Vec<_> = results
@@ -235,7 +212,7 @@ fn message(e: &KeeperError) -> String {
 #[test]
 fn hostile_huge_strings_are_capped_before_they_are_parsed_journalled_logged_or_echoed() {
     let Some(mut w) = World::start() else { return };
-    let name = snapshot_home(&w);
+    let name = w.snapshot_home();
     let huge = "A".repeat(HUGE);
     let huge_words = format!("This puts /home back to {}", "x".repeat(HUGE));
 

@@ -14,10 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::hostile::{
-    as_user, assert_within_unit_limits, keep_calling, keeper_unit, median, ms, pipelined,
-    stem_unit, watch,
-};
+use common::hostile::{as_user, keep_calling, median, ms, pipelined, watch_daemons};
 use common::{World, APPROVER, STRANGER};
 use keeper::wire::{KeeperError, RestorePreview};
 
@@ -105,8 +102,7 @@ fn hostile_two_hundred_stranger_previews_make_no_commit_and_do_not_hold_up_an_ap
     let (_, home) = approver_set(&w);
     let writer = Writer::start(&w);
     std::thread::sleep(Duration::from_millis(200));
-    let keeper_watch = watch(w.keeper_pid().expect("keeper"));
-    let stem_watch = watch(w.stem_pid().expect("stem"));
+    let daemons = watch_daemons(&w);
 
     // The approver's set with the machine busy, no previews: the baseline.
     let baseline = median((0..3).map(|_| approver_set(&w).0).collect());
@@ -142,8 +138,7 @@ fn hostile_two_hundred_stranger_previews_make_no_commit_and_do_not_hold_up_an_ap
     stop.store(true, Ordering::Relaxed);
     let (more, failed) = again();
     drop(writer);
-    let keeper_peaks = keeper_watch.finish();
-    let stem_peaks = stem_watch.finish();
+    let peaks = daemons.finish();
 
     let stem_log = std::fs::read_to_string(w.stem_log()).expect("the stem's log");
     let (counts, reused) = (
@@ -158,21 +153,13 @@ fn hostile_two_hundred_stranger_previews_make_no_commit_and_do_not_hold_up_an_ap
         "FIGURE previews: {PREVIEWS} concurrent stranger previews took {:.0} ms and caused {commits} \
          commits; {counted} of them carried counts (the stem counted {counts} times in all and \
          gave a count again {reused} times); the approver's set {:.1} ms during {more} \
-         more previews against {:.1} ms without (medians of 3); keeper peak {} threads, {} fds, \
-         {} KiB RSS; stem peak {} threads, {} fds, {} KiB RSS",
+         more previews against {:.1} ms without (medians of 3); {peaks}",
         ms(previews_took),
         ms(during),
         ms(baseline),
-        keeper_peaks.threads,
-        keeper_peaks.fds,
-        keeper_peaks.rss_kib,
-        stem_peaks.threads,
-        stem_peaks.fds,
-        stem_peaks.rss_kib,
     );
 
-    assert_within_unit_limits("the keeper", keeper_peaks, &keeper_unit());
-    assert_within_unit_limits("the stem", stem_peaks, &stem_unit());
+    peaks.assert_within_unit_limits();
     // No commit (a periodic one of Btrfs's own may fall in the window), and every answer
     // counted: one count, reused while /home's generation stood.
     assert!(commits <= 1, "{commits} commits during the previews");
@@ -196,8 +183,7 @@ fn hostile_hundreds_of_concurrent_stranger_calls_never_get_an_approver_refused_b
     // 8 connections (a user may have 256 on the system bus), 64 calls in flight on each:
     // lists, statuses and previews, all open to anybody. The bus lets one connection wait for
     // at most 128 replies; the keeper's calls to the bus and the stem must stay below that.
-    let keeper_watch = watch(w.keeper_pid().expect("keeper"));
-    let stem_watch = watch(w.stem_pid().expect("stem"));
+    let daemons = watch_daemons(&w);
     let stop = Arc::new(AtomicBool::new(false));
     let flood = keep_calling(&w, STRANGER, 8, 64, stop.clone(), move |keeper, i| {
         let home = home.clone();
@@ -213,15 +199,14 @@ fn hostile_hundreds_of_concurrent_stranger_calls_never_get_an_approver_refused_b
     let during: Vec<Duration> = (0..3).map(|_| approver_set(&w).0).collect();
     stop.store(true, Ordering::Relaxed);
     let (answered, failures) = flood();
-    let (keeper_peaks, stem_peaks) = (keeper_watch.finish(), stem_watch.finish());
+    let peaks = daemons.finish();
     eprintln!(
         "FIGURE open calls: {answered} stranger calls, 512 in flight, {} failed; the approver's \
-         sets during them {:?} ms; keeper peak {keeper_peaks:?}; stem peak {stem_peaks:?}",
+         sets during them {:?} ms; {peaks}",
         failures.len(),
         during.iter().map(|d| ms(*d).round()).collect::<Vec<_>>()
     );
-    assert_within_unit_limits("the keeper", keeper_peaks, &keeper_unit());
-    assert_within_unit_limits("the stem", stem_peaks, &stem_unit());
+    peaks.assert_within_unit_limits();
     assert!(
         failures.is_empty(),
         "{:?}",

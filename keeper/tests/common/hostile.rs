@@ -196,17 +196,17 @@ pub fn journal_bytes(w: &World) -> u64 {
 }
 
 /// The shipped units, by daemon.
-pub fn stem_unit() -> PathBuf {
+fn stem_unit() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../stem/systemd/tacid-stem.service")
 }
 
-pub fn keeper_unit() -> PathBuf {
+fn keeper_unit() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/tacid-keeper.service")
 }
 
 /// What the daemon needed under attack leaves at least half of each limit its unit sets:
 /// the limits are the measured needs with room (adr/0016), and this keeps them so.
-pub fn assert_within_unit_limits(daemon: &str, peaks: Peaks, unit_file: &Path) {
+fn assert_within_unit_limits(daemon: &str, peaks: Peaks, unit_file: &Path) {
     let text = std::fs::read_to_string(unit_file)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", unit_file.display()));
     let limit = |key: &str| {
@@ -219,9 +219,60 @@ pub fn assert_within_unit_limits(daemon: &str, peaks: Peaks, unit_file: &Path) {
         testbed::units::size_bytes(&limit("MemoryHigh")).expect("MemoryHigh= a size") >> 10;
     assert!(
         peaks.threads * 2 <= tasks && peaks.fds * 2 <= files && peaks.rss_kib * 2 <= memory,
-        "{daemon} needed {peaks:?}; its unit allows TasksMax={tasks} LimitNOFILE={files} \
+        "{daemon} needed {peaks}; its unit allows TasksMax={tasks} LimitNOFILE={files} \
          MemoryHigh={memory} KiB: less than twice the need"
     );
+}
+
+impl std::fmt::Display for Peaks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} threads, {} fds, {} KiB resident",
+            self.threads, self.fds, self.rss_kib
+        )
+    }
+}
+
+/// Both daemons of the world, watched.
+pub struct Daemons {
+    keeper: Watch,
+    stem: Watch,
+}
+
+pub fn watch_daemons(w: &World) -> Daemons {
+    Daemons {
+        keeper: watch(w.keeper_pid().expect("the keeper runs")),
+        stem: watch(w.stem_pid().expect("the stem runs")),
+    }
+}
+
+/// The daemons' peaks, checked against their units' limits.
+pub struct DaemonPeaks {
+    pub keeper: Peaks,
+    pub stem: Peaks,
+}
+
+impl Daemons {
+    pub fn finish(self) -> DaemonPeaks {
+        DaemonPeaks {
+            keeper: self.keeper.finish(),
+            stem: self.stem.finish(),
+        }
+    }
+}
+
+impl DaemonPeaks {
+    pub fn assert_within_unit_limits(&self) {
+        assert_within_unit_limits("the keeper", self.keeper, &keeper_unit());
+        assert_within_unit_limits("the stem", self.stem, &stem_unit());
+    }
+}
+
+impl std::fmt::Display for DaemonPeaks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "keeper peak {}; stem peak {}", self.keeper, self.stem)
+    }
 }
 
 /// The median of some durations.
