@@ -118,6 +118,9 @@ pub struct ChangesOptions {
     /// Stop, as at the deadline, after looking at this many tree items (`u64::MAX`: no
     /// bound but time). A bound on work that does not depend on the machine's speed.
     pub max_items: u64,
+    /// Stop, as at the deadline, once this many changed inodes are held (`usize::MAX`: no
+    /// bound). A bound on memory: each costs about 250 bytes while the count runs.
+    pub max_inodes: usize,
     /// The least time between two calls of the progress callback (the stem: a second).
     pub progress_every: Duration,
 }
@@ -352,6 +355,7 @@ impl Top {
 
         // 1. The blocks of the live tree written since: inode items and file extents.
         let mut touched: BTreeMap<u64, Inode> = BTreeMap::new();
+        let mut full = false;
         let mut bytes = 0u64;
         let everything = SearchKey {
             tree_id: live.id,
@@ -365,6 +369,12 @@ impl Top {
                         if let Some(inode) = Inode::parse(item.data) {
                             if inode.transid > since {
                                 touched.insert(item.objectid, inode);
+                                if touched.len() >= counter.options.max_inodes {
+                                    // Those held are still classified; the rest is not
+                                    // looked at, and the answer says it is incomplete.
+                                    full = true;
+                                    return ControlFlow::Break(());
+                                }
                             }
                         }
                     }
@@ -534,7 +544,7 @@ impl Top {
                 found.len() as u64 - counter.changes.paths.len() as u64;
         }
 
-        counter.changes.complete = !counter.out_of_time;
+        counter.changes.complete = !counter.out_of_time && !full;
         counter.changes.items_seen = counter.items_seen;
         Ok(counter.changes)
     }

@@ -73,6 +73,9 @@ const MIGRATIONS: &[&str] = &[
         kept_micros INTEGER NOT NULL,
         request_id INTEGER NOT NULL REFERENCES requests(id)
     );",
+    // 4: a refused row may stand for many calls: refusals past a caller's allowance are
+    // counted in one row (adr/0016), from asked_micros to finished_micros.
+    "ALTER TABLE requests ADD COLUMN calls INTEGER NOT NULL DEFAULT 1;",
 ];
 
 mod retention;
@@ -157,6 +160,8 @@ pub struct RequestRow {
     pub words_shown: String,
     pub state: String,
     pub outcome: String,
+    /// How many calls the row stands for: 1, or more for refusals counted in it (adr/0016).
+    pub calls: u64,
 }
 
 /// A snapshot as recorded, with the request that made it (if the keeper made it).
@@ -388,6 +393,30 @@ impl Journal {
         Ok(id)
     }
 
+    /// Write the counts of refused rows that stand for many calls (adr/0016): row `id` now
+    /// stands for `calls` refusals, the last at `last_micros`. One commit for all.
+    pub fn count_refusals(&mut self, counts: &[(i64, u64, i64)]) -> Result<(), JournalError> {
+        let path = self.path.display().to_string();
+        let sq = |source| JournalError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(sq)?;
+        for (id, calls, last_micros) in counts {
+            tx.execute(
+                "UPDATE requests SET calls = ?2, finished_micros = ?3 WHERE id = ?1 AND state = ?4",
+                params![
+                    id,
+                    i64::try_from(*calls).unwrap_or(i64::MAX),
+                    last_micros,
+                    state::REFUSED
+                ],
+            )
+            .map_err(sq)?;
+        }
+        tx.commit().map_err(sq)
+    }
+
     /// Record the end of a request.
     pub fn finish(&self, id: i64, state: &str, outcome: &str) -> Result<(), JournalError> {
         self.conn
@@ -490,7 +519,7 @@ impl Journal {
             .prepare_cached(
                 "SELECT s.name, s.uuid, s.of_subvolume, s.taken_micros, s.state,
                         r.id, r.asked_micros, r.uid, r.user_name, r.action, r.subject, r.reason,
-                        r.pre_switch, r.words_shown, r.state, r.outcome
+                        r.pre_switch, r.words_shown, r.state, r.outcome, r.calls
                  FROM snapshots s LEFT JOIN requests r ON r.id = s.request_id",
             )
             .map_err(|e| self.err(e))?;
@@ -510,6 +539,7 @@ impl Journal {
                         words_shown: r.get(13)?,
                         state: r.get(14)?,
                         outcome: r.get(15)?,
+                        calls: r.get::<_, i64>(16)?.max(1) as u64,
                     }),
                 };
                 Ok(SnapshotRow {
@@ -532,7 +562,7 @@ impl Journal {
     ) -> Result<Vec<RequestRow>, JournalError> {
         let sql = format!(
             "SELECT id, asked_micros, uid, user_name, action, subject, reason, pre_switch,
-                    words_shown, state, outcome FROM requests WHERE {cond} ORDER BY id"
+                    words_shown, state, outcome, calls FROM requests WHERE {cond} ORDER BY id"
         );
         let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
         let rows = stmt
@@ -549,6 +579,7 @@ impl Journal {
                     words_shown: r.get(8)?,
                     state: r.get(9)?,
                     outcome: r.get(10)?,
+                    calls: r.get::<_, i64>(11)?.max(1) as u64,
                 })
             })
             .map_err(|e| self.err(e))?;
@@ -760,10 +791,31 @@ mod tests {
         let j = Journal::open(&path).unwrap();
         assert_eq!(j.schema_version().unwrap(), SCHEMA_VERSION);
         assert_eq!(j.requests().unwrap()[0].reason, "old");
+        // Version 4: an old row stands for one call.
+        assert_eq!(j.requests().unwrap()[0].calls, 1);
         // Version 3: an old snapshot set is neither timeline nor kept.
         assert!(j.timeline_sets().unwrap().is_empty());
         assert!(j.keeps().unwrap().is_empty());
         assert_eq!(j.report_latest_outcome(0).unwrap(), None);
+    }
+
+    #[test]
+    fn a_refused_row_counts_the_calls_it_stands_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&dir.path().join("j")).unwrap();
+        let refused = j
+            .begin(&alice(), "delete", "x", "", false, "", state::REFUSED, "no")
+            .unwrap();
+        let pending = pending_snapshot(&j);
+        j.count_refusals(&[(refused, 10_000, 42), (pending, 5, 42)])
+            .unwrap();
+        let rows = j.requests().unwrap();
+        assert_eq!(
+            (rows[0].calls, rows[0].state.as_str()),
+            (10_000, state::REFUSED)
+        );
+        // Only refused rows are counted.
+        assert_eq!(rows[1].calls, 1);
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //!   is who the bus says, and the words are checked against what the keeper showed them.
 //! - No signals and no properties.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -33,36 +34,96 @@ use crate::wire::{
 #[derive(Debug, Clone)]
 pub struct Keeper1 {
     keeper: Arc<Keeper>,
+    callers: Arc<Callers>,
 }
 
 impl Keeper1 {
     pub fn new(keeper: Arc<Keeper>) -> Self {
-        Keeper1 { keeper }
+        Keeper1 {
+            keeper,
+            callers: Arc::new(Callers::default()),
+        }
+    }
+}
+
+/// The most questions "who is calling?" the keeper has waiting for the bus at once: the bus
+/// refuses a connection's calls past 128 waiting replies, and the stem's share of those
+/// must stay free (adr/0016).
+pub const MAX_CALLER_LOOKUPS: usize = 32;
+
+/// Past this many senders remembered, the memory of them starts again.
+const REMEMBERED_SENDERS: usize = 4096;
+
+/// The uids of the connections that called. A unique name is never given to another
+/// connection while the bus runs, so what the bus said of it stays true.
+#[derive(Debug)]
+struct Callers {
+    known: std::sync::Mutex<HashMap<String, u32>>,
+    lookups: tokio::sync::Semaphore,
+}
+
+impl Default for Callers {
+    fn default() -> Self {
+        Callers {
+            known: std::sync::Mutex::new(HashMap::new()),
+            lookups: tokio::sync::Semaphore::new(MAX_CALLER_LOOKUPS),
+        }
     }
 }
 
 /// The caller's uid from the bus's own record; any failure is a refusal.
-async fn caller(connection: &Connection, header: &Header<'_>) -> Result<u32, KeeperError> {
+async fn caller(
+    callers: &Callers,
+    connection: &Connection,
+    header: &Header<'_>,
+) -> Result<u32, KeeperError> {
     let sender = header
         .sender()
         .ok_or_else(|| KeeperError::NotAuthorized("the call carries no sender; refused".into()))?;
+    let known = |callers: &Callers| {
+        callers
+            .known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(sender.as_str())
+            .copied()
+    };
+    if let Some(uid) = known(callers) {
+        return Ok(uid);
+    }
     let unknown = |e: zbus::Error| {
         KeeperError::NotAuthorized(format!(
             "the bus could not say who is calling ({e}); refused"
         ))
     };
+    let _turn = callers
+        .lookups
+        .acquire()
+        .await
+        .map_err(|e| KeeperError::NotAuthorized(format!("{e}; refused")))?;
+    // Another call of the same connection may have asked while this one waited.
+    if let Some(uid) = known(callers) {
+        return Ok(uid);
+    }
     let bus = fdo::DBusProxy::builder(connection)
         .cache_properties(CacheProperties::No)
         .build()
         .await
         .map_err(unknown)?;
-    bus.get_connection_unix_user(BusName::Unique(sender.to_owned()))
+    let uid = bus
+        .get_connection_unix_user(BusName::Unique(sender.to_owned()))
         .await
         .map_err(|e| {
             KeeperError::NotAuthorized(format!(
                 "the bus could not say who is calling ({e}); refused"
             ))
-        })
+        })?;
+    let mut known = callers.known.lock().unwrap_or_else(|p| p.into_inner());
+    if known.len() >= REMEMBERED_SENDERS {
+        known.clear();
+    }
+    known.insert(sender.as_str().to_owned(), uid);
+    Ok(uid)
 }
 
 /// `org.tacid.Keeper1`: authority, consent and the journal in front of the stem.
@@ -78,7 +139,7 @@ impl Keeper1 {
         #[zbus(connection)] connection: &Connection,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<Vec<SnapshotEntry>, KeeperError> {
-        let uid = caller(connection, &header).await?;
+        let uid = caller(&self.callers, connection, &header).await?;
         self.keeper.list(uid).await
     }
 
@@ -95,14 +156,15 @@ impl Keeper1 {
         reason: &str,
         pre_switch: bool,
     ) -> Result<SnapshotSet, KeeperError> {
-        let uid = caller(connection, &header).await?;
+        let uid = caller(&self.callers, connection, &header).await?;
         self.keeper
             .snapshot(uid, &subvolumes, reason, pre_switch)
             .await
     }
 
     /// What restoring `snapshot` would cost, in the words of what is lost. Changes nothing.
-    /// Anybody may ask. Errors: NotAuthorized (caller unknown), InvalidArgument,
+    /// Anybody may ask; for somebody who may not confirm, the changes are counted as of the
+    /// filesystem's last commit (adr/0016), and a caller's previews take turns. Errors: NotAuthorized (caller unknown), InvalidArgument,
     /// NotAllowedForSubvolume, NoSuchSnapshot, StemNotRunning, StemFailed, Journal.
     async fn restore_preview(
         &self,
@@ -110,7 +172,7 @@ impl Keeper1 {
         #[zbus(header)] header: Header<'_>,
         snapshot: &str,
     ) -> Result<RestorePreview, KeeperError> {
-        let uid = caller(connection, &header).await?;
+        let uid = caller(&self.callers, connection, &header).await?;
         self.keeper.restore_preview(uid, snapshot).await
     }
 
@@ -125,7 +187,7 @@ impl Keeper1 {
         #[zbus(header)] header: Header<'_>,
         snapshot: &str,
     ) -> Result<RestoreDetails, KeeperError> {
-        let uid = caller(connection, &header).await?;
+        let uid = caller(&self.callers, connection, &header).await?;
         self.keeper.restore_details(uid, snapshot).await
     }
 
@@ -141,7 +203,7 @@ impl Keeper1 {
         snapshot: &str,
         words_shown: &str,
     ) -> Result<RestoreStaged, KeeperError> {
-        let uid = caller(connection, &header).await?;
+        let uid = caller(&self.callers, connection, &header).await?;
         self.keeper
             .restore_confirm(uid, snapshot, words_shown)
             .await
@@ -155,7 +217,7 @@ impl Keeper1 {
         #[zbus(connection)] connection: &Connection,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<Status, KeeperError> {
-        let uid = caller(connection, &header).await?;
+        let uid = caller(&self.callers, connection, &header).await?;
         self.keeper.status(uid).await
     }
 
@@ -166,7 +228,7 @@ impl Keeper1 {
         #[zbus(connection)] connection: &Connection,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<Cancelled, KeeperError> {
-        let uid = caller(connection, &header).await?;
+        let uid = caller(&self.callers, connection, &header).await?;
         self.keeper.cancel(uid).await
     }
 
@@ -180,7 +242,7 @@ impl Keeper1 {
         #[zbus(header)] header: Header<'_>,
         name: &str,
     ) -> Result<Deleted, KeeperError> {
-        let uid = caller(connection, &header).await?;
+        let uid = caller(&self.callers, connection, &header).await?;
         self.keeper.delete(uid, name).await
     }
 
@@ -194,7 +256,7 @@ impl Keeper1 {
         name: &str,
         keep: bool,
     ) -> Result<KeepMarked, KeeperError> {
-        let uid = caller(connection, &header).await?;
+        let uid = caller(&self.callers, connection, &header).await?;
         self.keeper.keep(uid, name, keep).await
     }
 
@@ -208,7 +270,7 @@ impl Keeper1 {
         #[zbus(header)] header: Header<'_>,
         dry_run: bool,
     ) -> Result<PruneReport, KeeperError> {
-        let uid = caller(connection, &header).await?;
+        let uid = caller(&self.callers, connection, &header).await?;
         self.keeper.prune(uid, dry_run).await
     }
 
@@ -220,7 +282,7 @@ impl Keeper1 {
         #[zbus(connection)] connection: &Connection,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<SnapshotSet, KeeperError> {
-        let uid = caller(connection, &header).await?;
+        let uid = caller(&self.callers, connection, &header).await?;
         self.keeper.snapshot_timeline(uid).await
     }
 }

@@ -14,11 +14,15 @@ pub mod words;
 #[cfg(feature = "daemon")]
 pub mod authority;
 #[cfg(feature = "daemon")]
+pub mod caps;
+#[cfg(feature = "daemon")]
 pub mod journal;
 #[cfg(feature = "daemon")]
 pub mod keeper1;
 #[cfg(feature = "daemon")]
 pub mod reconcile;
+#[cfg(feature = "daemon")]
+pub mod refusals;
 #[cfg(feature = "daemon")]
 pub mod service;
 #[cfg(feature = "daemon")]

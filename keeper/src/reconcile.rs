@@ -108,6 +108,7 @@ mod tests {
             words_shown: String::new(),
             state: state::PENDING.into(),
             outcome: String::new(),
+            calls: 1,
         }
     }
 

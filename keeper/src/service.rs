@@ -6,22 +6,26 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use layout::escape::{escape, Escaped};
 use layout::{SnapshotName, SubvolumeName};
 
 use crate::authority::{Act, Authority};
+use crate::caps;
 use crate::journal::{action, state, Asker, Journal, JournalError, Member, OutcomeRow};
 use crate::reconcile;
+use crate::refusals::{self, Verdict};
 use crate::stem_client::{StemClient, StemError};
 use crate::wire::{
-    Cancelled, ChangedPath, KeeperError, RestoreDetails, RestorePreview, RestoreStaged,
-    SnapshotEntry, SnapshotSet, Status,
+    Cancelled, ChangedPath, KeeperError, RestoreDetails, RestoreStaged, SnapshotEntry, SnapshotSet,
+    Status,
 };
-use crate::words::{self, from_micros, to_micros};
+use crate::words::to_micros;
 
+mod preview;
 mod retention;
+pub use preview::MAX_LOOKER_COUNTS;
 pub use retention::describe as describe_policy;
 
 /// How long the words of a preview stay good for a confirmation.
@@ -60,7 +64,18 @@ pub struct Keeper {
     reconciled: tokio::sync::Mutex<bool>,
     /// What retention keeps (adr/0013).
     policy: crate::retention::Policy,
+    /// Refusals past a caller's allowance, counted rather than journalled one by one.
+    refusals: Mutex<refusals::Limiter>,
+    /// Each caller's turn to preview, and the lookers' counts in flight (adr/0016).
+    previews: preview::Previews,
+    /// Lookers' requests that reach the stem, in flight at once (adr/0016).
+    looker_requests: tokio::sync::Semaphore,
 }
+
+/// Requests of people who may only look (list, status, a preview, a dry run of prune) that
+/// reach the stem, in flight at once over all of them: however many such calls arrive, the
+/// rest wait in the keeper, and root's and approvers' requests never queue behind them.
+pub const MAX_LOOKER_REQUESTS: usize = 8;
 
 impl From<JournalError> for KeeperError {
     fn from(e: JournalError) -> Self {
@@ -99,18 +114,6 @@ fn stem_error(e: StemError) -> KeeperError {
     }
 }
 
-/// A refusal journals the words it was sent, but anybody can send words: only this much.
-const MAX_REFUSED_WORDS: usize = 4096;
-
-/// The first `max` bytes of `text`, cut at a character boundary.
-fn at_most(text: &str, max: usize) -> &str {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
 /// "/persist, /var/log and /home": the restorable subvolumes where people see them.
 fn restorable_paths() -> String {
     let paths: Vec<&str> = SubvolumeName::restorable()
@@ -123,10 +126,18 @@ fn restorable_paths() -> String {
     }
 }
 
+/// A snapshot name from a caller; one longer than any name is refused before it is parsed,
+/// and the error shows it capped.
 fn parse_snapshot(name: &str) -> Result<SnapshotName, KeeperError> {
-    SnapshotName::parse(name).map_err(|e| {
+    let parsed = if name.len() > caps::MAX_NAME_BYTES {
+        Err(layout::SnapshotNameError::TooLong)
+    } else {
+        SnapshotName::parse(name)
+    };
+    parsed.map_err(|e| {
         KeeperError::InvalidArgument(format!(
-            "{name:?} is not a snapshot name: {e}; see `tacid data list` for names"
+            "{:?} is not a snapshot name: {e}; see `tacid data list` for names",
+            caps::name(name)
         ))
     })
 }
@@ -140,6 +151,9 @@ impl Keeper {
             sets: tokio::sync::Mutex::new(()),
             reconciled: tokio::sync::Mutex::new(false),
             policy: crate::retention::Policy::default(),
+            refusals: Mutex::new(refusals::Limiter::new(Instant::now())),
+            previews: preview::Previews::new(),
+            looker_requests: tokio::sync::Semaphore::new(MAX_LOOKER_REQUESTS),
         }
     }
 
@@ -165,7 +179,7 @@ impl Keeper {
     fn refuse(
         &self,
         asker: &Asker,
-        act: &str,
+        act: &'static str,
         subject: &str,
         words: &str,
         why: String,
@@ -174,17 +188,124 @@ impl Keeper {
         KeeperError::NotAuthorized(why)
     }
 
-    /// Log and journal a refused request, with the words it was sent (at most
-    /// [`MAX_REFUSED_WORDS`] of them); a journal that cannot take it is logged, and the
-    /// refusal stands.
-    fn journal_refusal(&self, asker: &Asker, act: &str, subject: &str, words: &str, why: &str) {
-        tracing::warn!(uid = asker.uid, user = %asker.name, act, subject, "refused: {why}");
-        let words = at_most(words, MAX_REFUSED_WORDS);
-        let recorded =
-            self.journal(|j| j.begin(asker, act, subject, "", false, words, state::REFUSED, why));
-        if let Err(e) = recorded {
+    /// Log and journal a refused request, with its subject and the words it was sent
+    /// capped; past the caller's allowance, only counted (adr/0016). A journal that cannot
+    /// take it is logged, and the refusal stands.
+    fn journal_refusal(
+        &self,
+        asker: &Asker,
+        act: &'static str,
+        subject: &str,
+        words: &str,
+        why: &str,
+    ) {
+        let subject = caps::name(subject);
+        let words = caps::capped(words, caps::MAX_WORDS_BYTES);
+        let verdict = self
+            .refusals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .decide(asker.uid, act, Instant::now(), to_micros(SystemTime::now()));
+        let (row_asker, outcome, key) = match verdict {
+            Verdict::Counted => return,
+            Verdict::OwnRow => {
+                tracing::warn!(uid = asker.uid, user = %asker.name, act, subject = %subject, "refused: {why}");
+                (asker.clone(), why.to_owned(), None)
+            }
+            Verdict::OpenRow(key) => {
+                let minutes = refusals::WINDOW.as_secs() / 60;
+                let (who, row_asker) = if key.uid == refusals::SEVERAL_CALLERS {
+                    (
+                        "callers past the keeper's overall allowance".to_owned(),
+                        Asker {
+                            uid: refusals::SEVERAL_CALLERS,
+                            name: format!("several callers, the first {}", asker.name),
+                        },
+                    )
+                } else {
+                    (format!("{} (uid {})", asker.name, asker.uid), asker.clone())
+                };
+                tracing::warn!(
+                    uid = asker.uid, user = %asker.name, act, subject = %subject,
+                    "refused again and again: {why}; the refusals of {act} from {who} are counted in one journal row for {minutes} minutes, not journalled or logged one by one"
+                );
+                let outcome = format!(
+                    "{why} (this row counts the refusals of {act} from {who} over {minutes} \
+                     minutes, in its calls; the subject shown is the first one's)"
+                );
+                (row_asker, outcome, Some(key))
+            }
+        };
+        let recorded = self.journal(|j| {
+            j.begin(
+                &row_asker,
+                act,
+                &subject,
+                "",
+                false,
+                &words,
+                state::REFUSED,
+                &outcome,
+            )
+        });
+        if let Err(e) = &recorded {
             tracing::error!("could not journal a refusal: {}", e.message());
         }
+        if let Some(key) = key {
+            self.refusals
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .opened(key, recorded.ok());
+        }
+    }
+
+    /// Write the counts of refusals the journal does not have yet, in one commit; the
+    /// daemon calls this every second and when it stops (adr/0016).
+    pub fn flush_refusals(&self) {
+        let counts = self
+            .refusals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .to_flush();
+        if !counts.is_empty() {
+            let rows: Vec<(i64, u64, i64)> = counts
+                .iter()
+                .map(|f| (f.id, f.calls, f.last_micros))
+                .collect();
+            if let Err(e) = self.journal(|j| j.count_refusals(&rows)) {
+                tracing::error!("could not journal the count of refusals: {}", e.message());
+                return;
+            }
+        }
+        let closed = self
+            .refusals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .flushed(&counts, Instant::now());
+        for c in closed {
+            tracing::info!(
+                uid = c.key.uid,
+                act = c.key.act,
+                row = c.id,
+                "{} refusals of {} counted in journal row {}",
+                c.calls,
+                c.key.act,
+                c.id
+            );
+        }
+    }
+
+    /// A turn among the lookers' requests for somebody who may only look (`None`, no turn
+    /// needed, for root and approvers).
+    async fn looker_turn(&self, may_change: bool) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        if may_change {
+            return None;
+        }
+        self.looker_requests.acquire().await.ok()
+    }
+
+    fn may_change(&self, uid: u32) -> bool {
+        self.authority.decide(uid, Act::Change).is_ok()
     }
 
     /// Bring the journal in line with the disk; once per start, retried while the stem is away.
@@ -324,7 +445,8 @@ impl Keeper {
     }
 
     /// Every snapshot, newest first, with what the journal knows of each.
-    pub async fn list(&self, _uid: u32) -> Result<Vec<SnapshotEntry>, KeeperError> {
+    pub async fn list(&self, uid: u32) -> Result<Vec<SnapshotEntry>, KeeperError> {
+        let _turn = self.looker_turn(self.may_change(uid)).await;
         self.ensure_reconciled().await;
         self.settle_leftovers().await;
         let started = std::time::Instant::now();
@@ -392,9 +514,33 @@ impl Keeper {
     ) -> Result<SnapshotSet, KeeperError> {
         let started = std::time::Instant::now();
         let asker = Authority::asker(uid);
+        // Every string is checked against its cap before anything else looks at it.
+        if reason.len() > caps::MAX_REASON_BYTES || reason.chars().any(char::is_control) {
+            return Err(KeeperError::InvalidArgument(format!(
+                "a reason is one line of at most {} bytes, what the journal keeps (this one: {} bytes{})",
+                caps::MAX_REASON_BYTES,
+                reason.len(),
+                if reason.len() <= caps::MAX_REASON_BYTES { ", with a control character" } else { "" }
+            )));
+        }
+        if subvolumes.len() > caps::max_set_names() {
+            return Err(KeeperError::InvalidArgument(format!(
+                "a snapshot set names at most {} subvolumes (this one: {}); name each once",
+                caps::max_set_names(),
+                subvolumes.len()
+            )));
+        }
         let mut set: Vec<SubvolumeName> = Vec::new();
         for s in subvolumes {
-            let sub = SubvolumeName::from_name_or_mount_point(s).map_err(|e| {
+            let parsed = if s.len() > caps::MAX_NAME_BYTES {
+                Err(format!(
+                    "{:?} is not a subvolume of the tacid layout",
+                    caps::name(s)
+                ))
+            } else {
+                SubvolumeName::from_name_or_mount_point(s).map_err(|e| e.to_string())
+            };
+            let sub = parsed.map_err(|e| {
                 KeeperError::InvalidArgument(format!(
                     "{e}; name a subvolume or its mount point, e.g. /home"
                 ))
@@ -415,11 +561,6 @@ impl Keeper {
         }
         let names: Vec<String> = set.iter().map(|s| s.to_string()).collect();
         let subject = names.join(" ");
-        if reason.len() > 500 || reason.chars().any(char::is_control) {
-            return Err(KeeperError::InvalidArgument(
-                "a reason is one line of at most 500 bytes".into(),
-            ));
-        }
         if let Err(why) = self.authority.decide(uid, Act::Change) {
             return Err(self.refuse(&asker, action::SNAPSHOT, &subject, "", why));
         }
@@ -517,91 +658,6 @@ impl Keeper {
             })
     }
 
-    /// What restoring `name` would do, in words. Changes nothing on disk; the words shown
-    /// to somebody who may confirm are journalled, so the confirmation can be checked.
-    pub async fn restore_preview(
-        &self,
-        uid: u32,
-        name: &str,
-    ) -> Result<RestorePreview, KeeperError> {
-        let snap = parse_snapshot(name)?;
-        let sub = snap.subvolume();
-        if !sub.subvolume().restorable {
-            return Err(KeeperError::NotAllowedForSubvolume(format!(
-                "{} ({sub}) is never put back: its snapshots exist, but restoring it would strand what depends on it; \
-                 only {} are put back{}",
-                sub.display_path(),
-                restorable_paths(),
-                // Snapshotted only when asked, never restorable: the store (docs/design.md section 2),
-                // which goes back with the system leg.
-                if sub.subvolume().snapshotted == layout::Snapshotted::Optional {
-                    format!(
-                        " (to go back to an older {}, boot an older NixOS generation)",
-                        sub.display_path()
-                    )
-                } else {
-                    String::new()
-                }
-            )));
-        }
-        let disk = self.find(&snap).await?;
-        let words = self.restore_words(&snap, disk.member.taken_micros).await;
-        if self.authority.decide(uid, Act::Change).is_ok() {
-            let asker = Authority::asker(uid);
-            self.journal(|j| {
-                j.begin(
-                    &asker,
-                    action::RESTORE_PREVIEW,
-                    name,
-                    "",
-                    false,
-                    &words,
-                    state::SHOWN,
-                    "shown; nothing changed",
-                )
-            })?;
-        }
-        Ok(RestorePreview {
-            snapshot: name.to_owned(),
-            of: sub.to_string(),
-            of_path: sub.display_path().to_owned(),
-            taken_micros: disk.member.taken_micros,
-            words,
-            already_staged: disk.staged,
-        })
-    }
-
-    /// The words of a restore preview: with what changed since counted by the stem, or,
-    /// when it cannot count (a snapshot off the live subvolume's history, a stem without
-    /// ChangesSince), the words without the counts.
-    async fn restore_words(&self, snap: &SnapshotName, taken_micros: i64) -> String {
-        let sub = snap.subvolume();
-        let (taken, now) = (from_micros(taken_micros), SystemTime::now());
-        let name = snap.to_string();
-        match self
-            .stem
-            .changes_since(&name, PREVIEW_COUNT_LIMIT, false)
-            .await
-        {
-            Ok(c) => {
-                let counts = words::ChangeCounts {
-                    files_modified: c.files_modified,
-                    files_added: c.files_added,
-                    files_removed: c.files_removed,
-                    directories_added: c.directories_added,
-                    directories_removed: c.directories_removed,
-                    bytes_written: c.bytes_written,
-                    complete: c.complete,
-                };
-                words::restore_words_counted(sub.display_path(), taken, now, &counts)
-            }
-            Err(e) => {
-                tracing::warn!(snapshot = %name, "the changes since it were not counted: {e}");
-                words::restore_words(sub.display_path(), taken, now)
-            }
-        }
-    }
-
     /// The paths a restore of `name` would put back or delete: the changes since the
     /// snapshot, path by path. Approvers and root only (paths name other people's files);
     /// each listing is journalled with its counts.
@@ -684,7 +740,12 @@ impl Keeper {
         }
         let snap = parse_snapshot(name)?;
         let since = to_micros(SystemTime::now() - CONSENT_WINDOW);
-        let shown = self.journal(|j| j.words_shown(uid, name, since))?;
+        // Words longer than any the keeper shows were not shown; they are not compared.
+        let shown = if words_shown.len() > caps::MAX_WORDS_BYTES {
+            None
+        } else {
+            self.journal(|j| j.words_shown(uid, name, since))?
+        };
         if shown.as_deref() != Some(words_shown) {
             let why = format!(
                 "these are not the words the keeper showed you for {name} in the last {} minutes; \
@@ -811,6 +872,7 @@ impl Keeper {
 
     /// The staged restore, the latest outcome of a boot, and the journal's state.
     pub async fn status(&self, uid: u32) -> Result<Status, KeeperError> {
+        let _turn = self.looker_turn(self.may_change(uid)).await;
         self.ensure_reconciled().await;
         self.settle_leftovers().await;
         let staged = self.stem.staged().await;
@@ -892,19 +954,5 @@ impl Keeper {
             hard_floor_bytes: space.map(|s| s.hard_floor_bytes).unwrap_or_default(),
             deletions_pending: space.map(|s| s.deletions_pending).unwrap_or_default(),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::at_most;
-
-    #[test]
-    fn refused_words_are_cut_at_a_character_boundary() {
-        assert_eq!(at_most("short", 4096), "short");
-        assert_eq!(at_most("abcdef", 3), "abc");
-        // "é" is two bytes: a cut inside it goes back to before it.
-        assert_eq!(at_most("aé", 2), "a");
-        assert_eq!(at_most(&"x".repeat(10_000), 4096).len(), 4096);
     }
 }

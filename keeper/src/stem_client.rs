@@ -63,10 +63,26 @@ pub enum StemError {
     Bus(String),
 }
 
+/// The most calls the keeper has waiting for the stem's answer at once. The bus lets one
+/// connection wait for at most 128 replies (the system bus's `max_replies_per_connection`)
+/// and refuses the call past that, whoever it is for: a flood of requests must queue here,
+/// in the keeper, not be refused there (adr/0016).
+pub const MAX_CALLS_IN_FLIGHT: usize = 48;
+
 /// The stem, over the keeper's bus connection (set once the connection exists).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StemClient {
     connection: OnceLock<Connection>,
+    in_flight: tokio::sync::Semaphore,
+}
+
+impl Default for StemClient {
+    fn default() -> Self {
+        StemClient {
+            connection: OnceLock::new(),
+            in_flight: tokio::sync::Semaphore::new(MAX_CALLS_IN_FLIGHT),
+        }
+    }
 }
 
 fn member(s: &stem1::SnapshotInfo) -> DiskSnapshot {
@@ -159,6 +175,11 @@ impl StemClient {
         F: Fn(Stem1Proxy<'static>) -> Fut,
         Fut: std::future::Future<Output = Result<T, stem1::Error>>,
     {
+        let _turn = self
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|e| StemError::Bus(e.to_string()))?;
         let proxy = self.proxy().await?;
         match f(proxy.clone()).await.map_err(classify) {
             Err(StemError::NotRunning) => {
@@ -212,6 +233,22 @@ impl StemClient {
         self.call(|p| {
             let name = name.clone();
             async move { p.changes_since(&name, limit_ms, with_paths).await }
+        })
+        .await
+    }
+
+    /// What changed since the snapshot `name` as far as the filesystem's last commit shows,
+    /// without committing (stopping after `limit`); for previews by people who only look.
+    pub async fn changes_since_last_commit(
+        &self,
+        name: &str,
+        limit: Duration,
+    ) -> Result<stem1::ChangesInfo, StemError> {
+        let name = name.to_owned();
+        let limit_ms = u32::try_from(limit.as_millis()).unwrap_or(u32::MAX);
+        self.call(|p| {
+            let name = name.clone();
+            async move { p.changes_since_last_commit(&name, limit_ms).await }
         })
         .await
     }

@@ -90,13 +90,16 @@ pub struct ChangeCounts {
 /// `412 files changed, 37 added, 9 removed since then (1.2 GiB written)`, with "at least"
 /// when the count was cut short, and the directories added or removed when there are any.
 pub fn change_words(c: &ChangeCounts) -> String {
-    let nothing_counted = c.files_modified
-        + c.files_added
-        + c.files_removed
-        + c.directories_added
-        + c.directories_removed
-        + c.bytes_written
-        == 0;
+    let nothing_counted = [
+        c.files_modified,
+        c.files_added,
+        c.files_removed,
+        c.directories_added,
+        c.directories_removed,
+        c.bytes_written,
+    ]
+    .iter()
+    .all(|n| *n == 0);
     if !c.complete && nothing_counted {
         // "at least 0 files changed" would read as "nothing changed".
         return "what changed since then could not be counted in time".into();
@@ -111,7 +114,7 @@ pub fn change_words(c: &ChangeCounts) -> String {
         "{at_least}{} {files} changed, {} added, {} removed",
         c.files_modified, c.files_added, c.files_removed
     );
-    if c.directories_added + c.directories_removed > 0 {
+    if c.directories_added > 0 || c.directories_removed > 0 {
         let dirs = if c.directories_added == 1 {
             "directory"
         } else {
@@ -152,9 +155,36 @@ pub fn restore_words_counted(
     now: SystemTime,
     changes: &ChangeCounts,
 ) -> String {
+    counted_sentence(of_path, taken, now, changes, "")
+}
+
+/// As [`restore_words_counted`], for counts of what the filesystem's last commit holds
+/// (previews by people who may only look never make the stem commit, adr/0016).
+pub fn restore_words_counted_at_last_commit(
+    of_path: &str,
+    taken: SystemTime,
+    now: SystemTime,
+    changes: &ChangeCounts,
+) -> String {
+    counted_sentence(
+        of_path,
+        taken,
+        now,
+        changes,
+        ", as of the filesystem's last commit",
+    )
+}
+
+fn counted_sentence(
+    of_path: &str,
+    taken: SystemTime,
+    now: SystemTime,
+    changes: &ChangeCounts,
+    as_of: &str,
+) -> String {
     format!(
-        "This puts {of_path} back to {} ({}): {}. Everything written to {of_path} since then \
-         is deleted. It happens at the next reboot.",
+        "This puts {of_path} back to {} ({}): {}{as_of}. Everything written to {of_path} since \
+         then is deleted. It happens at the next reboot.",
         human_time(taken, now),
         ago(taken, now),
         change_words(changes)
@@ -225,6 +255,12 @@ mod tests {
             "This puts /home back to Tue 1 Dec 14:02 UTC (2 days ago): 412 files changed, 37 \
              added, 9 removed since then (1.2 GiB written). Everything written to /home since \
              then is deleted. It happens at the next reboot."
+        );
+        assert_eq!(
+            restore_words_counted_at_last_commit("/home", taken, now, &counts),
+            "This puts /home back to Tue 1 Dec 14:02 UTC (2 days ago): 412 files changed, 37 \
+             added, 9 removed since then (1.2 GiB written), as of the filesystem's last commit. \
+             Everything written to /home since then is deleted. It happens at the next reboot."
         );
         let cut = ChangeCounts {
             files_modified: 1,

@@ -16,29 +16,10 @@ fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
-fn snapshot_home(w: &World) -> String {
-    let (code, out, err) = w.tacid(
-        APPROVER,
-        &[
-            "data",
-            "snapshot",
-            "/home",
-            "--reason",
-            "before the test",
-            "--json",
-        ],
-    );
-    assert_eq!(code, 0, "snapshot failed: {err}");
-    json(&out)["snapshots"][0]["name"]
-        .as_str()
-        .expect("a name")
-        .to_owned()
-}
-
 #[test]
 fn bus_a_stranger_is_refused_and_journalled_an_approver_stages() {
     let Some(w) = World::start() else { return };
-    let name = snapshot_home(&w);
+    let name = w.snapshot_home();
 
     // The stranger may look, but not restore, snapshot or cancel.
     let (code, _, err) = w.tacid(STRANGER, &["data", "restore", &name, "--yes"]);
@@ -227,7 +208,7 @@ fn bus_fifty_concurrent_snapshots_all_complete_unique_and_journalled() {
 #[test]
 fn bus_the_stem_going_away_and_back_is_survived() {
     let Some(mut w) = World::start() else { return };
-    snapshot_home(&w);
+    w.snapshot_home();
     w.kill_stem();
     let (code, _, err) = w.tacid(APPROVER, &["data", "snapshot", "/home"]);
     assert_eq!(code, 7, "{err}");
@@ -239,7 +220,7 @@ fn bus_the_stem_going_away_and_back_is_survived() {
     assert_eq!(code, 0);
     assert_eq!(json(&out)["stem_running"], false);
     w.start_stem();
-    snapshot_home(&w);
+    w.snapshot_home();
     let (code, out, _) = w.tacid(APPROVER, &["data", "status", "--json"]);
     assert_eq!(code, 0);
     assert_eq!(json(&out)["stem_running"], true);
@@ -286,7 +267,7 @@ fn bus_the_keeper_killed_mid_request_loses_nothing_acknowledged() {
         return;
     }
     let Some(mut w) = World::start() else { return };
-    let acknowledged = [snapshot_home(&w), snapshot_home(&w)];
+    let acknowledged = [w.snapshot_home(), w.snapshot_home()];
 
     for (point, expect) in [
         ("set-pending", state::FAILED),
@@ -544,7 +525,7 @@ fn bus_the_preview_counts_what_changed_and_details_are_for_approvers() {
     write("kept", 10).unwrap();
     write("edited", 10).unwrap();
     write("removed", 10).unwrap();
-    let name = snapshot_home(&w);
+    let name = w.snapshot_home();
 
     // A real change set: two files added, one edited, one removed, one directory added.
     write("new1", 4096).unwrap();
@@ -555,13 +536,19 @@ fn bus_the_preview_counts_what_changed_and_details_are_for_approvers() {
 
     let counts = "1 file changed, 2 added, 1 removed; 1 directory added, 0 removed since then \
                   (16.0 KiB written)";
-    let (code, out, err) = w.tacid(STRANGER, &["data", "restore", &name]);
-    assert_eq!(code, 3, "{err}");
-    assert!(out.contains(counts), "{out}");
+    // The approver's preview commits first, so every write so far is counted.
     let (code, out, err) = w.tacid(APPROVER, &["data", "restore", &name]);
     assert_eq!(code, 3, "{err}");
     assert!(
         out.starts_with("This puts /home back to ") && out.contains(counts),
+        "{out}"
+    );
+    // A stranger's never makes the stem commit (adr/0016): it counts what the last commit
+    // holds, here the approver's, and says so.
+    let (code, out, err) = w.tacid(STRANGER, &["data", "restore", &name]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        out.contains(&format!("{counts}, as of the filesystem's last commit.")),
         "{out}"
     );
     // The counts are part of the words journalled as shown to the approver.

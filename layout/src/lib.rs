@@ -16,7 +16,9 @@ mod subvolume;
 pub use contract::{Contract, CONTRACT_JSON_PATH};
 pub use outcome::{Outcome, OutcomeError, OutcomeResult, Reason, MAX_OUTCOME_BYTES};
 pub use request::{RequestError, RestoreRequest, MAX_REQUEST_BYTES};
-pub use snapshot_name::{SnapshotName, SnapshotNameError};
+pub use snapshot_name::{
+    SnapshotName, SnapshotNameError, MAX_NAME_BYTES as MAX_SNAPSHOT_NAME_BYTES,
+};
 pub use subvolume::{Snapshotted, Subvolume, SubvolumeName, SubvolumeNameError, SUBVOLUMES};
 
 /// The subvolume that holds every snapshot, the staged request and the keeper's journal.

@@ -15,7 +15,7 @@ use time::{Date, Month, OffsetDateTime, PrimitiveDateTime, Time};
 use crate::subvolume::{SubvolumeName, SubvolumeNameError};
 
 /// Longest possible canonical name; anything longer is rejected before parsing.
-const MAX_NAME_BYTES: usize = 64;
+pub const MAX_NAME_BYTES: usize = 64;
 
 /// A valid snapshot name. It can only be built canonical.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]

@@ -15,7 +15,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 mod changes;
-pub use changes::{ChangeCount, MAX_PATHS};
+pub use changes::{ChangeCount, Commit, MAX_COUNTED_INODES, MAX_PATHS, MAX_REUSED_COUNTS};
 
 /// One snapshot in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -136,6 +136,8 @@ pub struct Engine {
     deleted: Mutex<Vec<u64>>,
     /// Wakes the thread that commits deletions off the request path.
     committer: Mutex<Option<mpsc::Sender<()>>>,
+    /// Complete counts of changes, reused while the live subvolume's generation stands.
+    reused_counts: std::sync::Arc<Mutex<changes::ReusedCounts>>,
 }
 
 /// A number of bytes, shown for people.
@@ -188,6 +190,7 @@ impl Engine {
             hard_floor: AtomicU64::new(0),
             deleted: Mutex::new(Vec::new()),
             committer: Mutex::new(None),
+            reused_counts: Default::default(),
         })
     }
 

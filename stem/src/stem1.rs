@@ -34,7 +34,7 @@ use zbus::object_server::Interface as _;
 use zbus::{interface, Connection, Type};
 
 use crate::caller::{Authority, Refusal};
-use crate::engine::{self, EngineError, Staged};
+use crate::engine::{self, Commit, EngineError, Staged};
 use crate::worker::{Worker, WorkerGone};
 
 /// How the engine knows what a snapshot is of (on the wire: `"parent-uuid"` or `"name-only"`).
@@ -511,10 +511,12 @@ impl Stem1 {
 
     /// What changed in the live subvolume since the snapshot `name`: files and directories
     /// added, modified and removed, and bytes written, from Btrfs metadata only (no file
-    /// content is read). `time_limit_ms`: past it (at most 20000) the answer has
-    /// complete = false and every number is a lower bound. `with_paths`: list the changed
-    /// paths too. Errors: AccessDenied, InvalidArgument, NotRestorable, NoSuchSnapshot,
-    /// NotReadOnly, NotInHistory, LiveSubvolumeMissing, StoreUnsafe, Failed.
+    /// content is read). The filesystem is committed first, so every write so far counts.
+    /// `time_limit_ms`: past it (at most 20000) the answer has complete = false and every
+    /// number is a lower bound. `with_paths`: list the changed paths too. Without paths, a
+    /// count made earlier is given again while the live subvolume's generation stands.
+    /// Errors: AccessDenied, InvalidArgument, NotRestorable, NoSuchSnapshot, NotReadOnly,
+    /// NotInHistory, LiveSubvolumeMissing, StoreUnsafe, Failed.
     #[zbus(out_args("changes"))]
     async fn changes_since(
         &self,
@@ -526,18 +528,59 @@ impl Stem1 {
     ) -> Result<ChangesInfo, Error> {
         self.admit(connection, &header).await?;
         let name = parse_snapshot(name)?;
+        self.count_changes(name, time_limit_ms, with_paths, Commit::First)
+            .await
+    }
+
+    /// As ChangesSince without paths, but never commits the filesystem: it counts what the
+    /// last commit holds (writes not yet committed may be missing), and gives a count made
+    /// earlier again while the live subvolume's generation stands. For previews by people
+    /// who may only look (adr/0016). Errors: as ChangesSince.
+    #[zbus(out_args("changes"))]
+    async fn changes_since_last_commit(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+        time_limit_ms: u32,
+    ) -> Result<ChangesInfo, Error> {
+        self.admit(connection, &header).await?;
+        let name = parse_snapshot(name)?;
+        self.count_changes(name, time_limit_ms, false, Commit::Never)
+            .await
+    }
+}
+
+impl Stem1 {
+    /// ChangesSince and ChangesSinceLastCommit: the checks (and the commit) on the engine's
+    /// thread, a kept count when there is one, else the count off it, one at a time.
+    async fn count_changes(
+        &self,
+        name: SnapshotName,
+        time_limit_ms: u32,
+        with_paths: bool,
+        commit: Commit,
+    ) -> Result<ChangesInfo, Error> {
         let limit = Duration::from_millis(u64::from(time_limit_ms.min(MAX_CHANGES_LIMIT_MS)));
         let deadline = std::time::Instant::now() + limit;
+        let what = format!("read changes since {name}");
+        let count = self
+            .act(what.clone(), move |e| e.prepare_change_count(name, commit))
+            .await?;
+        if !with_paths {
+            if let Some(kept) = count.reused() {
+                tracing::debug!(
+                    "{what}: given again (the live subvolume has not changed since it was counted)"
+                );
+                return Ok(ChangesInfo::from(&kept));
+            }
+        }
         // Counts wait for each other (each may take seconds), never for the engine's
         // thread beyond the checks and the commit: a snapshot is not held up by a count.
         let _turn = CHANGE_COUNTS
             .acquire()
             .await
             .map_err(|e| Error::Failed(e.to_string()))?;
-        let what = format!("read changes since {name}");
-        let count = self
-            .act(what.clone(), move |e| e.prepare_change_count(name))
-            .await?;
         let counted = tokio::task::spawn_blocking(move || {
             count.run(deadline, with_paths, &mut |p| {
                 tracing::info!(
@@ -552,7 +595,7 @@ impl Stem1 {
         .map_err(|e| Error::Failed(format!("{what}: the count stopped: {e}")))?;
         match counted {
             Ok(changes) => {
-                tracing::debug!("{what}: done");
+                tracing::debug!("{what}: counted");
                 Ok(ChangesInfo::from(&changes))
             }
             Err(e) => {

@@ -40,6 +40,10 @@ const EVERY_METHOD: &[(&str, &[&str])] = &[
             "boolean:true",
         ],
     ),
+    (
+        "ChangesSinceLastCommit",
+        &["string:@home.2026-12-01T140200.123456Z", "uint32:1000"],
+    ),
 ];
 
 #[test]

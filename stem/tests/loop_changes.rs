@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use btrfs::{Change, Changes, Counts};
 use layout::{SnapshotName, SubvolumeName};
+use stem::engine::Commit;
 use stem::{Engine, EngineError};
 use testbed::LoopFs;
 
@@ -292,17 +293,19 @@ fn loop_changes_in_a_hundred_thousand_files_and_the_time_limit() {
         .unwrap()
         .subvolume_info()
         .unwrap();
-    let budget = |max_items: u64| {
+    let bounded = |max_items: u64, max_inodes: usize| {
         let options = btrfs::ChangesOptions {
             deadline: Instant::now() + Duration::from_secs(60),
             with_paths: false,
             max_paths: 0,
             max_items,
+            max_inodes,
             progress_every: Duration::from_secs(1),
         };
         top.changes_since(&live, &snapshot, options, &mut |_| {})
             .unwrap()
     };
+    let budget = |max_items: u64| bounded(max_items, usize::MAX);
     let full = budget(u64::MAX);
     assert!(full.complete);
     assert_eq!((full.files, full.directories), (c.files, c.directories));
@@ -327,6 +330,13 @@ fn loop_changes_in_a_hundred_thousand_files_and_the_time_limit() {
     }
     assert!(partway > 0, "no cut fell partway through the count");
 
+    // A bound on memory: at most 100 changed inodes held. Those are classified, every
+    // number is a lower bound, and the answer says it is incomplete.
+    let held = bounded(u64::MAX, 100);
+    assert!(!held.complete);
+    assert!(held.total() > 0 && held.total() <= 100, "{held:?}");
+    assert!(held.files.added <= full.files.added && held.files.modified <= full.files.modified);
+
     // Progress is reported while the count runs: with no least interval, at every check
     // of the clock (each 1024 items), each report further on than the last.
     let mut reports: Vec<btrfs::Progress> = Vec::new();
@@ -335,6 +345,7 @@ fn loop_changes_in_a_hundred_thousand_files_and_the_time_limit() {
         with_paths: false,
         max_paths: 0,
         max_items: u64::MAX,
+        max_inodes: usize::MAX,
         progress_every: Duration::ZERO,
     };
     let reported = top
@@ -420,4 +431,76 @@ fn loop_changes_after_a_restore_count_along_the_live_history() {
         engine.changes_since(s2.name, Duration::from_secs(5), false, &mut |_| {}),
         Err(EngineError::NotInHistory { .. })
     ));
+}
+
+#[test]
+fn loop_a_count_is_reused_while_the_live_generation_stands_and_a_lookers_never_commits() {
+    let Some((fs, engine)) = machine(256 << 20) else {
+        return;
+    };
+    let home = fs.top().join("@home");
+    write(&home.join("kept"), 10);
+    let snap = engine.take(sv("@home")).unwrap();
+    write(&home.join("added"), 4096);
+
+    // A looker's count never commits: the superblock's generation stands, whatever is dirty.
+    let before = fs.superblock_generation().unwrap();
+    let never = engine
+        .prepare_change_count(snap.name, Commit::Never)
+        .unwrap();
+    assert!(never.reused().is_none(), "nothing was counted yet");
+    never
+        .run(Instant::now() + Duration::from_secs(60), false, &mut |_| {})
+        .unwrap();
+    let again = engine
+        .prepare_change_count(snap.name, Commit::Never)
+        .unwrap();
+    assert!(
+        again.reused().is_some(),
+        "the same generation: counted once"
+    );
+    assert_eq!(
+        fs.superblock_generation().unwrap(),
+        before,
+        "a looker's count committed"
+    );
+
+    // Somebody who may confirm commits first: the write moved @home's generation, so the
+    // count is made again, and it is exact.
+    let first = engine
+        .prepare_change_count(snap.name, Commit::First)
+        .unwrap();
+    assert!(fs.superblock_generation().unwrap() > before);
+    assert!(
+        first.reused().is_none(),
+        "a count of an older generation was reused"
+    );
+    let exact = first
+        .run(Instant::now() + Duration::from_secs(60), false, &mut |_| {})
+        .unwrap();
+    assert_eq!(
+        (exact.files, exact.bytes_written, exact.complete),
+        (counts(1, 0, 0), 4096, true)
+    );
+    // Nothing changed since: the commit finds nothing to do and the count is given again.
+    let same = engine
+        .prepare_change_count(snap.name, Commit::First)
+        .unwrap();
+    assert_eq!(same.reused(), Some(exact.clone()));
+
+    // A write not yet committed: a looker is given the count of the last commit (it says
+    // so in its words); the next commit moves the generation and the count is made again.
+    write(&home.join("later"), 4096);
+    let stale = engine
+        .prepare_change_count(snap.name, Commit::Never)
+        .unwrap();
+    assert_eq!(stale.reused(), Some(exact));
+    let fresh = engine
+        .prepare_change_count(snap.name, Commit::First)
+        .unwrap();
+    assert!(fresh.reused().is_none());
+    let c = fresh
+        .run(Instant::now() + Duration::from_secs(60), false, &mut |_| {})
+        .unwrap();
+    assert_eq!((c.files, c.bytes_written), (counts(2, 0, 0), 8192));
 }

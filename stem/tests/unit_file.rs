@@ -271,6 +271,37 @@ fn the_unit_names_what_the_layout_names() {
 }
 
 #[test]
+fn the_unit_limits_threads_files_and_memory_with_room_for_the_largest_count() {
+    let text = read(&unit_path());
+    let unit = assignments(&text);
+    let number = |key: &str| -> u64 {
+        value(&unit, key)
+            .parse()
+            .unwrap_or_else(|_| panic!("{key}= must be a number"))
+    };
+    let size = |key: &str| -> u64 {
+        testbed::units::size_bytes(value(&unit, key))
+            .unwrap_or_else(|| panic!("{key}= must be a size"))
+    };
+    // The measured needs are checked against these in the hostile tier (keeper/tests/
+    // hostile_*.rs); here, that they are set, once, and consistent.
+    assert!((8..=64).contains(&number("TasksMax")), "TasksMax=");
+    assert!((64..=1024).contains(&number("LimitNOFILE")), "LimitNOFILE=");
+    let (high, max) = (size("MemoryHigh"), size("MemoryMax"));
+    assert!(high < max, "MemoryHigh= must be below MemoryMax=");
+    // A count holds at most MAX_COUNTED_INODES changed inodes, about 250 bytes each: the
+    // largest count fits under MemoryHigh= with room for the rest of the daemon.
+    let largest_count = stem::engine::MAX_COUNTED_INODES as u64 * 250;
+    assert!(
+        largest_count + (64 << 20) <= high,
+        "a count of {} inodes (~{} MiB) does not fit under MemoryHigh={} MiB",
+        stem::engine::MAX_COUNTED_INODES,
+        largest_count >> 20,
+        high >> 20
+    );
+}
+
+#[test]
 fn the_activation_file_and_policy_name_the_stem_and_the_keeper() {
     let dbus = stem_dir().join("dbus");
     let service = assignments(&read(
@@ -375,11 +406,12 @@ fn systemd_analyze_verify_is_clean() {
     );
 }
 
-/// The exposure score DESIGN and issue 4 ask for: at most 2.0 of 10.
-const MAX_EXPOSURE: f64 = 2.0;
+/// The exposure score: at most what it was before the limits of issue 12 (1.6 of 10; DESIGN
+/// and issue 4 asked for at most 2.0). Limits must not cost hardening.
+const MAX_EXPOSURE: f64 = 1.6;
 
 #[test]
-fn systemd_analyze_security_exposure_is_at_most_2() {
+fn systemd_analyze_security_exposure_is_at_most_1_6() {
     let Some(analyze) = systemd_analyze() else {
         return;
     };

@@ -33,6 +33,8 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod units;
+
 /// The smallest image `mkfs.btrfs` (6.2, default profiles) accepts, rounded up.
 pub const MIN_SIZE: u64 = 115 << 20;
 
@@ -250,6 +252,26 @@ impl LoopFs {
             }
         }
         Ok(written)
+    }
+
+    /// The generation in the superblock on the device: one more for every transaction
+    /// committed (`btrfs inspect-internal dump-super`, the oracle). Counting commits is how
+    /// a test tells that something did not make the filesystem commit.
+    pub fn superblock_generation(&self) -> io::Result<u64> {
+        let out = run(
+            "btrfs",
+            &["inspect-internal", "dump-super", &path_str(self.device())?],
+        )?;
+        out.lines()
+            .find_map(|l| {
+                let mut words = l.split_whitespace();
+                (words.next() == Some("generation"))
+                    .then(|| words.next()?.parse().ok())
+                    .flatten()
+            })
+            .ok_or_else(|| {
+                io::Error::other(format!("testbed: no generation in dump-super:\n{out}"))
+            })
     }
 
     fn lay_out(&self) -> io::Result<()> {

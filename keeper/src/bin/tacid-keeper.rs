@@ -74,6 +74,9 @@ impl RetentionArgs {
     }
 }
 
+/// Threads for blocking work (journal writes) beside the two workers.
+const BLOCKING_THREADS: usize = 4;
+
 fn init_logging() {
     use tracing_subscriber::prelude::*;
     let filter = tracing_subscriber::EnvFilter::try_from_env("TACID_LOG")
@@ -110,8 +113,12 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     init_logging();
+    // Journal writes leave the workers with block_in_place, each for a thread of the
+    // blocking pool; they queue on the journal's one lock anyway, so a few threads are
+    // plenty, and a flood of requests cannot make hundreds (adr/0016).
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .max_blocking_threads(BLOCKING_THREADS)
         .enable_all()
         .build()
     {
@@ -171,6 +178,16 @@ async fn run(args: Args) -> Result<(), String> {
             e.message()
         ),
     }
+    // Refusals counted rather than journalled one by one reach the journal once a second.
+    let counting = keeper.clone();
+    let flusher = tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            counting.flush_refusals();
+        }
+    });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| e.to_string())?;
     tokio::select! {
@@ -178,5 +195,7 @@ async fn run(args: Args) -> Result<(), String> {
         _ = tokio::signal::ctrl_c() => {},
     }
     tracing::info!("stopping");
+    flusher.abort();
+    keeper.flush_refusals();
     Ok(())
 }

@@ -222,11 +222,12 @@ impl Keeper {
     /// Apply the retention policy; with `dry_run`, only say what would go and why.
     pub async fn prune(&self, uid: u32, dry_run: bool) -> Result<PruneReport, KeeperError> {
         let asker = Authority::asker(uid);
-        if !dry_run {
-            if let Err(why) = self.authority.decide(uid, Act::Change) {
-                return Err(self.refuse(&asker, "prune", "", "", why));
-            }
-        }
+        let may_change = match self.authority.decide(uid, Act::Change) {
+            Ok(()) => true,
+            Err(why) if !dry_run => return Err(self.refuse(&asker, "prune", "", "", why)),
+            Err(_) => false,
+        };
+        let _turn = self.looker_turn(may_change).await;
         self.ensure_reconciled().await;
         // No set is taken while retention looks at the store.
         let _sets = self.sets.lock().await;

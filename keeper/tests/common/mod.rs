@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 use keeper::journal::{Journal, RequestRow, SnapshotRow};
 use layout::names;
 
+pub mod hostile;
+
 pub const APPROVER: &str = "tacid-approver";
 pub const STRANGER: &str = "tacid-stranger";
 pub const APPROVER_GROUP: &str = layout::defaults::APPROVER_GROUP;
@@ -474,6 +476,28 @@ impl World {
             .stderr(Stdio::piped())
             .spawn()
             .expect("tacid starts")
+    }
+
+    /// The approver's snapshot of /home, through the CLI; its name.
+    pub fn snapshot_home(&self) -> String {
+        let (code, out, err) = self.tacid(
+            APPROVER,
+            &[
+                "data",
+                "snapshot",
+                "/home",
+                "--reason",
+                "before the test",
+                "--json",
+            ],
+        );
+        assert_eq!(code, 0, "snapshot failed: {err}");
+        let v: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+        v["snapshots"][0]["name"]
+            .as_str()
+            .expect("a name")
+            .to_owned()
     }
 
     /// The CLI as `user`: (exit code, stdout, stderr).

@@ -74,7 +74,9 @@ fn main() -> ExitCode {
         );
     }
     // One thread serves the bus; the engine has its own. Small and enough: calls are few.
+    // Counts run on the blocking pool one at a time; two threads bound it (TasksMax=).
     let runtime = match tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(2)
         .enable_all()
         .build()
     {

@@ -1,7 +1,8 @@
 //! What a restore would throw away: the changes in a live subvolume since one of its
 //! snapshots, counted from Btrfs metadata (adr/0012, `btrfs::changes`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use btrfs::{Changes, ChangesOptions, Progress, SubvolumeEntry, SubvolumeInfo};
@@ -19,6 +20,54 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// How many snapshot-of links are followed from the live subvolume back to the snapshot.
 const MAX_LINEAGE: usize = 64;
 
+/// A count holds at most this many changed inodes (about 250 bytes each, so ~250 MB at
+/// most); past it the answer says "at least" (adr/0016, the stem's MemoryMax).
+pub const MAX_COUNTED_INODES: usize = 1_000_000;
+
+/// How many complete counts are kept for reuse (a few hundred bytes each, without paths).
+pub const MAX_REUSED_COUNTS: usize = 64;
+
+/// Whether a count first commits the filesystem (adr/0012, adr/0016).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// Commit first, so that every write so far is counted: for somebody who may confirm.
+    First,
+    /// Never commit: count what the filesystem's last commit holds (writes not yet
+    /// committed may be missing). For people who only look.
+    Never,
+}
+
+/// What a count is of: the live subvolume as of one generation, against one snapshot. A
+/// subvolume's generation moves with every commit that changes it, so a count made at the
+/// same key counts the same trees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CountKey {
+    live: Uuid,
+    live_generation: u64,
+    snapshot: Uuid,
+}
+
+/// Complete counts, newest last, at most [`MAX_REUSED_COUNTS`].
+#[derive(Debug, Default)]
+pub(super) struct ReusedCounts(VecDeque<(CountKey, Changes)>);
+
+impl ReusedCounts {
+    fn get(&self, key: &CountKey) -> Option<Changes> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, c)| c.clone())
+    }
+
+    fn put(&mut self, key: CountKey, counts: Changes) {
+        self.0.retain(|(k, _)| *k != key);
+        if self.0.len() >= MAX_REUSED_COUNTS {
+            self.0.pop_front();
+        }
+        self.0.push_back((key, counts));
+    }
+}
+
 /// A count of the changes since a snapshot, checked and ready to run: the checks and the
 /// commit are quick and belong on the engine's thread; the count itself may take seconds
 /// and runs elsewhere, so that it never holds up a snapshot.
@@ -27,10 +76,14 @@ pub struct ChangeCount {
     top: btrfs::Top,
     live: SubvolumeInfo,
     snapshot: SubvolumeInfo,
+    key: CountKey,
+    reused: Arc<Mutex<ReusedCounts>>,
 }
 
 impl ChangeCount {
-    /// Count until `deadline`; see [`Engine::changes_since`].
+    /// Count until `deadline`; see [`Engine::changes_since`]. A complete count is kept, so
+    /// that [`ChangeCount::reused`] can give it again while the live subvolume's generation
+    /// stands (without its paths).
     pub fn run(
         &self,
         deadline: Instant,
@@ -42,11 +95,33 @@ impl ChangeCount {
             with_paths,
             max_paths: MAX_PATHS,
             max_items: u64::MAX,
+            max_inodes: MAX_COUNTED_INODES,
             progress_every: PROGRESS_EVERY,
         };
-        Ok(self
+        let changes = self
             .top
-            .changes_since(&self.live, &self.snapshot, options, progress)?)
+            .changes_since(&self.live, &self.snapshot, options, progress)?;
+        if changes.complete {
+            let counts = Changes {
+                paths: Vec::new(),
+                paths_left_off: 0,
+                ..changes.clone()
+            };
+            self.reused
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .put(self.key, counts);
+        }
+        Ok(changes)
+    }
+
+    /// A complete count made earlier of the same live generation against the same
+    /// snapshot (without paths), if one is kept: the same trees, so the same answer.
+    pub fn reused(&self) -> Option<Changes> {
+        self.reused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&self.key)
     }
 }
 
@@ -66,12 +141,17 @@ impl Engine {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Changes, EngineError> {
         let deadline = Instant::now() + limit;
-        self.prepare_change_count(name)?
+        self.prepare_change_count(name, Commit::First)?
             .run(deadline, with_paths, progress)
     }
 
-    /// The checks and the commit of [`Engine::changes_since`], without the count.
-    pub fn prepare_change_count(&self, name: SnapshotName) -> Result<ChangeCount, EngineError> {
+    /// The checks of [`Engine::changes_since`] and, with [`Commit::First`], its commit;
+    /// without the count.
+    pub fn prepare_change_count(
+        &self,
+        name: SnapshotName,
+        commit: Commit,
+    ) -> Result<ChangeCount, EngineError> {
         let subvolume = name.subvolume();
         if !subvolume.subvolume().restorable {
             return Err(EngineError::NotRestorable(subvolume));
@@ -84,7 +164,9 @@ impl Engine {
         let live_dir = self.live(subvolume)?;
         // Data not yet written back has no extent items yet, and inode updates wait in
         // memory until a commit: write everything out first, so the count is exact.
-        live_dir.commit()?;
+        if commit == Commit::First {
+            live_dir.commit()?;
+        }
         let live = live_dir.subvolume_info()?;
         let stored = store.list_subvolumes()?;
         if !on_history_of(&live, &snapshot, &stored) {
@@ -95,8 +177,14 @@ impl Engine {
         }
         Ok(ChangeCount {
             top: self.top.try_clone()?,
+            key: CountKey {
+                live: live.uuid,
+                live_generation: live.generation,
+                snapshot: snapshot.uuid,
+            },
             live,
             snapshot,
+            reused: self.reused_counts.clone(),
         })
     }
 }

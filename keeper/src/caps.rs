@@ -1,0 +1,104 @@
+//! How long a string a caller sends may be (adr/0016).
+//!
+//! Anybody on the machine can call the keeper, with strings of any length the bus carries
+//! (tens of MiB). Every such string is checked against its cap before it is parsed,
+//! journalled, logged or echoed in an error; what goes into the journal or a log beyond a
+//! cap is cut, and says how long it was.
+
+use std::borrow::Cow;
+
+/// A name (of a snapshot, a subvolume or a mount point): at most a snapshot name's length,
+/// which is longer than every name of the layout.
+pub const MAX_NAME_BYTES: usize = layout::MAX_SNAPSHOT_NAME_BYTES;
+
+/// A snapshot's reason: one line of at most this many bytes, what the journal keeps.
+pub const MAX_REASON_BYTES: usize = 500;
+
+/// The words given back to a restore's confirmation: longer than any words the keeper
+/// shows (a test checks the longest), so words beyond it cannot be the words shown. A
+/// refusal journals at most this many of them.
+pub const MAX_WORDS_BYTES: usize = 1024;
+
+/// A snapshot set names at most this many subvolumes (each of the layout once).
+pub fn max_set_names() -> usize {
+    layout::SUBVOLUMES.len()
+}
+
+/// The first `max` bytes of `text`, cut at a character boundary.
+pub fn prefix(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// `text` as it may be journalled, logged or shown back: itself when it is at most `max`
+/// bytes, else its first `max` bytes and how long it was (`AAAA… (100000 bytes)`).
+pub fn capped(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(format!("{}… ({} bytes)", prefix(text, max), text.len()))
+    }
+}
+
+/// A name as it may be journalled, logged or shown back.
+pub fn name(text: &str) -> Cow<'_, str> {
+    capped(text, MAX_NAME_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cut_at_a_character_boundary_and_say_how_long() {
+        assert_eq!(prefix("short", 4096), "short");
+        assert_eq!(prefix("abcdef", 3), "abc");
+        // "é" is two bytes: a cut inside it goes back to before it.
+        assert_eq!(prefix("aé", 2), "a");
+        assert_eq!(capped("abc", 3), "abc");
+        assert_eq!(capped("abcdef", 3), "abc… (6 bytes)");
+        let huge = "A".repeat(100_000);
+        let shown = name(&huge);
+        assert!(shown.len() < MAX_NAME_BYTES + 32, "{shown}");
+        assert!(shown.ends_with("… (100000 bytes)"), "{shown}");
+    }
+
+    #[test]
+    fn the_longest_words_the_keeper_shows_are_within_the_cap() {
+        use crate::words::{self, ChangeCounts};
+        use std::time::{Duration, UNIX_EPOCH};
+        let most = ChangeCounts {
+            files_modified: u64::MAX,
+            files_added: u64::MAX,
+            files_removed: u64::MAX,
+            directories_added: u64::MAX,
+            directories_removed: u64::MAX,
+            bytes_written: u64::MAX,
+            complete: false,
+        };
+        let (taken, now) = (UNIX_EPOCH, UNIX_EPOCH + Duration::from_secs(1 << 40));
+        for s in layout::SUBVOLUMES {
+            let path = s.mount_point.unwrap_or(s.name);
+            for w in [
+                words::restore_words(path, taken, now),
+                words::restore_words_counted(path, taken, now, &most),
+                words::restore_words_counted_at_last_commit(path, taken, now, &most),
+            ] {
+                assert!(w.len() < MAX_WORDS_BYTES / 2, "{} bytes: {w}", w.len());
+            }
+        }
+    }
+
+    #[test]
+    fn every_name_of_the_layout_is_within_the_cap() {
+        for s in layout::SUBVOLUMES {
+            assert!(s.name.len() <= MAX_NAME_BYTES, "{}", s.name);
+            if let Some(m) = s.mount_point {
+                assert!(m.len() <= MAX_NAME_BYTES, "{m}");
+            }
+        }
+    }
+}
