@@ -322,20 +322,6 @@ fn loop_a_wipe_stopped_after_any_step_completes() {
 
 /// A wipe converged: `@root` is empty, made from `@root-blank`, and nothing is left under a
 /// swap name.
-fn assert_root_is_fresh(fs: &testbed::LoopFs, context: &str) {
-    assert_eq!(
-        std::fs::read_dir(fs.top().join("@root")).unwrap().count(),
-        0,
-        "{context}"
-    );
-    assert!(swap_names(fs).is_empty(), "{context}");
-    assert_eq!(
-        parent_uuid_of(fs, "@root"),
-        Some(uuid_of(fs, layout::ROOT_BLANK_SUBVOLUME)),
-        "{context}"
-    );
-}
-
 #[test]
 fn loop_a_wipe_with_root_missing_stopped_after_any_step_completes() {
     for step in WIPE_MISSING_ROOT_FIRST_STOPS {

@@ -295,6 +295,30 @@ impl Drop for LoopFs {
     }
 }
 
+/// Run `f` as an ordinary user: on a thread of its own whose real, effective and saved uid
+/// and gid are `uid` and `gid`, with no supplementary groups and therefore no capabilities
+/// (the kernel clears them when every uid leaves 0). Only that thread changes: on Linux the
+/// raw `setresuid`/`setresgid` are per thread, and the test process stays root. A handle
+/// opened before is used inside as a user's working directory would be: every `*at` call
+/// and ioctl is checked against the thread's own credentials.
+pub fn as_user<T: Send>(uid: u32, gid: u32, f: impl FnOnce() -> T + Send) -> T {
+    use rustix::process::{Gid, Uid};
+    use rustix::thread::{set_thread_groups, set_thread_res_gid, set_thread_res_uid};
+    assert!(uid != 0, "testbed::as_user: uid 0 is not an ordinary user");
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let gid_ = Gid::from_raw(gid);
+            let uid_ = Uid::from_raw(uid);
+            set_thread_groups(&[]).expect("drop supplementary groups");
+            set_thread_res_gid(gid_, gid_, gid_).expect("setresgid");
+            set_thread_res_uid(uid_, uid_, uid_).expect("setresuid");
+            f()
+        })
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
 fn missing_prerequisite() -> Option<String> {
     if !rustix::process::geteuid().is_root() {
         return Some("not running as root".into());
