@@ -60,8 +60,8 @@ pub enum Change {
 pub struct ChangedPath {
     pub change: Change,
     pub directory: bool,
-    /// Relative, `/`-separated; bytes that are not UTF-8 are shown as U+FFFD.
-    pub path: String,
+    /// Relative, `/`-separated, the bytes of the names as on disk.
+    pub path: std::ffi::OsString,
 }
 
 /// What changed since the snapshot.
@@ -134,9 +134,10 @@ const CHECK_EVERY: u64 = 1024;
 
 /// The fields of a `btrfs_inode_item` that say whether an inode changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Inode {
-    /// The transaction that created it, and the last that changed its item.
-    created: u64,
+pub(crate) struct Inode {
+    /// The transaction that created it (the inode's generation, which its file handle
+    /// carries), and the last that changed its item.
+    pub(crate) created: u64,
     transid: u64,
     size: u64,
     nlink: u64,
@@ -526,7 +527,7 @@ impl Top {
                 counter.changes.paths.push(ChangedPath {
                     change: *change,
                     directory: *directory,
-                    path: String::from_utf8_lossy(&path).into_owned(),
+                    path: std::os::unix::ffi::OsStringExt::from_vec(path),
                 });
             }
             counter.changes.paths_left_off =
@@ -540,7 +541,7 @@ impl Top {
 }
 
 /// The inode item of `ino` in tree `tree`, if there is one.
-fn lookup_inode(
+pub(crate) fn lookup_inode(
     search: &mut TreeSearch,
     fd: std::os::fd::BorrowedFd<'_>,
     tree: u64,

@@ -42,6 +42,13 @@ fn beyond_the_layout(fs: &LoopFs) -> Vec<String> {
         .collect()
 }
 
+/// What the deletions took, as the log says.
+fn print_deletions(log: &str) {
+    for line in log.lines().filter(|l| l.contains("nested in it")) {
+        println!("    {line}");
+    }
+}
+
 /// Run `job` as its unit runs it; exit 0, and how long it took.
 fn run_unit_ok(fs: &LoopFs, job: &str, context: &str) -> (String, f64) {
     let started = Instant::now();
@@ -61,6 +68,7 @@ fn run_unit_ok(fs: &LoopFs, job: &str, context: &str) -> (String, f64) {
 fn assert_wiped_clean(fs: &LoopFs, made: usize, context: &str) {
     let (log, took) = run_unit_ok(fs, "wipe-root", context);
     println!("{context}: {made} user subvolumes in @root, wiped in {took:.2} s");
+    print_deletions(&log);
     assert_root_is_fresh(fs, context);
     assert_eq!(beyond_the_layout(fs), Vec::<String>::new(), "{context}");
     assert!(
@@ -117,8 +125,9 @@ fn hostile_the_same_in_a_home_never_blocks_an_home_restore() {
     let home = home(&fs);
     let made = hostile::as_hostile_user(&home, |dir| hostile::all_of_it(dir, 50, 200));
     stage(&fs, &request);
-    let (_, took) = run_unit_ok(&fs, "restore-data", "a home full of user subvolumes");
+    let (log, took) = run_unit_ok(&fs, "restore-data", "a home full of user subvolumes");
     println!("{made} user subvolumes in the replaced @home, restored in {took:.2} s");
+    print_deletions(&log);
     assert_home_restored(&fs, &request);
     assert_eq!(beyond_the_layout(&fs), Vec::<String>::new());
     // And a later restore works as well.

@@ -204,7 +204,7 @@ impl Engine {
         let st = rustix::fs::fstatvfs(self.top.dir()).map_err(|e| {
             EngineError::Btrfs(btrfs::Error {
                 op: "statvfs the top level",
-                name: String::new(),
+                name: Default::default(),
                 kind: ErrorKind::Other,
                 source: e.into(),
             })
@@ -263,7 +263,7 @@ impl Engine {
             .map_err(|e| {
                 EngineError::Btrfs(btrfs::Error {
                     op: "start the commit thread",
-                    name: String::new(),
+                    name: Default::default(),
                     kind: ErrorKind::Other,
                     source: e,
                 })
@@ -333,7 +333,7 @@ impl Engine {
         if !dir.is_subvolume_root()? {
             let source = btrfs::Error {
                 op: "open live subvolume",
-                name: subvolume.to_string(),
+                name: subvolume.to_string().into(),
                 kind: ErrorKind::NotASubvolume,
                 source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
             };
@@ -359,7 +359,7 @@ impl Engine {
         // Names are unique by construction: the filesystem refuses a name that exists, and
         // the next microsecond is tried. The snapshot ioctl commits its own transaction.
         for _ in 0..MAX_NAME_ATTEMPTS {
-            match live.snapshot_to(store, &name.to_string(), true) {
+            match live.snapshot_to(store, name.to_string(), true) {
                 Ok(info) => {
                     return Ok(Snapshot {
                         name,
@@ -390,7 +390,7 @@ impl Engine {
 
     /// A failed snapshot ioctl creates nothing; this makes sure of it.
     fn remove_half_made(&self, store: &Dir, name: &SnapshotName) {
-        if let Ok(dir) = store.open_dir(&name.to_string()) {
+        if let Ok(dir) = store.open_dir(name.to_string()) {
             if let Ok(info) = dir.subvolume_info() {
                 let _ = store.delete_subvolume_by_id(info.id);
                 let _ = store.commit();
@@ -469,7 +469,7 @@ impl Engine {
             if entry.info.dir_id != SUBVOLUME_ROOT_DIR {
                 continue;
             }
-            let Ok(name) = SnapshotName::parse(&entry.name) else {
+            let Some(Ok(name)) = entry.name.to_str().map(SnapshotName::parse) else {
                 continue;
             };
             let plain = StoredSnapshot {
@@ -520,14 +520,12 @@ impl Engine {
 
     /// Open a snapshot by name: it must be a subvolume root directly in the store.
     fn open_snapshot(&self, store: &Dir, name: SnapshotName) -> Result<SubvolumeInfo, EngineError> {
-        let dir = store
-            .open_dir(&name.to_string())
-            .map_err(|e| match e.kind {
-                ErrorKind::NotFound | ErrorKind::NotADirectory | ErrorKind::Escapes => {
-                    EngineError::NoSuchSnapshot(name)
-                }
-                _ => e.into(),
-            })?;
+        let dir = store.open_dir(name.to_string()).map_err(|e| match e.kind {
+            ErrorKind::NotFound | ErrorKind::NotADirectory | ErrorKind::Escapes => {
+                EngineError::NoSuchSnapshot(name)
+            }
+            _ => e.into(),
+        })?;
         if !dir.is_subvolume_root()? {
             return Err(EngineError::NoSuchSnapshot(name));
         }

@@ -589,7 +589,8 @@ impl From<&btrfs::Changes> for ChangesInfo {
                     }
                     .to_owned(),
                     directory: p.directory,
-                    path: p.path.clone(),
+                    // FIXME(issue 12, item 5): lossy until the wire carries the bytes.
+                    path: p.path.to_string_lossy().into_owned(),
                 })
                 .collect(),
             paths_left_off: c.paths_left_off,

@@ -130,7 +130,7 @@ fn loop_changes_count_adds_edits_removals_renames_links_and_directories() {
     let listed: BTreeSet<(Change, bool, &str)> = c
         .paths
         .iter()
-        .map(|p| (p.change, p.directory, p.path.as_str()))
+        .map(|p| (p.change, p.directory, p.path.to_str().expect("UTF-8 paths")))
         .collect();
     let expected: BTreeSet<(Change, bool, &str)> = [
         (Change::Added, false, "a/new1"),
@@ -288,7 +288,7 @@ fn loop_changes_in_a_hundred_thousand_files_and_the_time_limit() {
         .dir()
         .open_dir(layout::SNAPSHOTS_SUBVOLUME)
         .unwrap()
-        .open_dir(&snap.name.to_string())
+        .open_dir(snap.name.to_string())
         .unwrap()
         .subvolume_info()
         .unwrap();
