@@ -114,7 +114,7 @@ pub enum EngineError {
         snapshot: SnapshotName,
         subvolume: SubvolumeName,
     },
-    #[error("the staged request file is unreadable or malformed: {0}")]
+    #[error("the restore request file is bad: {0}; the next boot refuses it and changes nothing, and `tacid data cancel` removes it")]
     BadRequestFile(String),
     #[error("the outcome file is unreadable or malformed: {0}")]
     BadOutcomeFile(String),
@@ -435,7 +435,8 @@ impl Engine {
     /// Every snapshot in the store, newest first.
     pub fn list(&self) -> Result<Vec<Snapshot>, EngineError> {
         let store = self.store()?;
-        let staged = read_request(&store)?;
+        // A bad request names nothing: the next boot refuses it (adr/0015).
+        let staged = read_request(&store).unwrap_or(None);
         let view = self.view(&store)?;
         let mut out = Vec::with_capacity(view.stored.len());
         for (stored, info) in &view.stored {
@@ -497,11 +498,12 @@ impl Engine {
         Ok(View { stored, lineages })
     }
 
-    /// Delete a snapshot; refused while the staged request names it.
+    /// Delete a snapshot; refused while the staged request names it (a bad request names
+    /// nothing: the next boot refuses it).
     pub fn delete(&self, name: SnapshotName) -> Result<(), EngineError> {
         let _guard = self.request_lock.lock().unwrap_or_else(|p| p.into_inner());
         let store = self.store()?;
-        if let Some(staged) = read_request(&store)? {
+        if let Ok(Some(staged)) = read_request(&store) {
             if staged.snapshot() == name {
                 return Err(EngineError::Pinned(name));
             }
@@ -586,6 +588,23 @@ impl Engine {
             store.sync()?;
         }
         Ok(staged)
+    }
+
+    /// Remove the request file when it is bad — unreadable, malformed, not a regular file,
+    /// not root's: whatever is under its name goes (adr/0015). The next boot would refuse it
+    /// anyway; until it is gone no restore can be staged. Returns what was wrong with it;
+    /// `None` when nothing bad was there (no request, or a good one: that is `withdraw`).
+    pub fn discard_bad_request(&self) -> Result<Option<String>, EngineError> {
+        let _guard = self.request_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let store = self.store()?;
+        let why = match read_request(&store) {
+            Ok(_) => return Ok(None),
+            Err(EngineError::BadRequestFile(why)) => why,
+            Err(e) => return Err(e),
+        };
+        store.remove_all(REQUEST_FILE_NAME)?;
+        store.sync()?;
+        Ok(Some(why))
     }
 
     /// The staged request, if any.
