@@ -81,7 +81,7 @@ fn assert_wiped_clean(fs: &LoopFs, made: usize, context: &str) {
 }
 
 #[test]
-fn hostile_a_subvolume_under_a_directory_named_with_a_byte_that_is_not_utf8() {
+fn hostile_a_subvolume_named_with_a_byte_that_is_not_utf8_holding_another() {
     let Some(fs) = machine() else { return };
     let tmp = root_var_tmp(&fs);
     let made = hostile::as_hostile_user(&tmp, hostile::odd_names);
@@ -92,7 +92,7 @@ fn hostile_a_subvolume_under_a_directory_named_with_a_byte_that_is_not_utf8() {
         .is_err());
     let odd = std::ffi::OsStr::from_bytes(b"\xff");
     assert!(fs.top().join("@root/var/tmp").join(odd).is_dir());
-    assert_wiped_clean(&fs, made, "a \\xff directory holding subvolumes");
+    assert_wiped_clean(&fs, made, "a \\xff subvolume holding a subvolume");
 }
 
 #[test]

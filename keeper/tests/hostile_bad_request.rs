@@ -4,6 +4,8 @@
 //! refused with the way out, and `tacid data cancel` removes it, journalled (issue 12,
 //! item 2; adr/0015). Real stem, keeper, bus and CLI users, as in the bus tier.
 
+#![allow(clippy::unwrap_used)] // a panic is how a test reports
+
 mod common;
 
 use std::fs;

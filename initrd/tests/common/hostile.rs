@@ -57,10 +57,11 @@ fn open(dir: BorrowedFd<'_>, name: &std::ffi::OsStr) -> OwnedFd {
     .unwrap_or_else(|e| panic!("open {name:?}: {e}"))
 }
 
-/// An empty subvolume `name` in `dir`, opened.
-pub fn subvolume(dir: BorrowedFd<'_>, name: &str) -> OwnedFd {
-    btrfs::sys::subvol_create(dir, name).unwrap_or_else(|e| panic!("subvolume {name}: {e}"));
-    open(dir, std::ffi::OsStr::new(name))
+/// An empty subvolume `name` (any bytes but NUL and `/`) in `dir`, opened.
+pub fn subvolume(dir: BorrowedFd<'_>, name: impl AsRef<std::ffi::OsStr>) -> OwnedFd {
+    let name = name.as_ref();
+    btrfs::sys::subvol_create(dir, name).unwrap_or_else(|e| panic!("subvolume {name:?}: {e}"));
+    open(dir, name)
 }
 
 /// A snapshot of the subvolume whose root is `source`, as `dest/name`.
@@ -95,15 +96,18 @@ fn file(dir: BorrowedFd<'_>, name: &str, text: &str) {
     rustix::io::write(&fd, text.as_bytes()).expect("write");
 }
 
-/// A directory named `\xff` (not UTF-8) holding a subvolume, which holds a directory named
-/// with a newline and an escape sequence, holding another subvolume.
+/// The attack: a subvolume named `\xff` (not UTF-8) with a subvolume inside it.
+/// And a directory named `\xfe` holding a subvolume, which holds a directory named with a
+/// newline and an escape sequence, holding another subvolume.
 pub fn odd_names(dir: BorrowedFd<'_>) -> usize {
-    let odd = mkdir_open(dir, b"\xff");
-    let inside = subvolume(odd.as_fd(), "inside");
+    let odd = subvolume(dir, std::ffi::OsStr::from_bytes(b"\xff"));
+    subvolume(odd.as_fd(), "inside");
+    let odd_dir = mkdir_open(dir, b"\xfe");
+    let inside = subvolume(odd_dir.as_fd(), "inside");
     file(inside.as_fd(), "note", "not UTF-8 above me");
-    let worse = mkdir_open(inside.as_fd(), b"new\nline \x1b[31mred\xfe");
+    let worse = mkdir_open(inside.as_fd(), b"new\nline \x1b[31mred\xfd");
     subvolume(worse.as_fd(), "deeper");
-    2
+    4
 }
 
 /// `depth` directories, one inside the other, with a subvolume in the last, and one more
