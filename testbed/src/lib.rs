@@ -421,6 +421,31 @@ mod tests {
     }
 
     #[test]
+    fn as_user_drops_root_for_that_thread_only() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("\n*** SKIPPED: as_user needs root ***\n");
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+        let (uid, denied) = as_user(4242, 4242, || {
+            let denied = fs::write(dir.path().join("x"), "y").expect_err("a user writes there");
+            (rustix::process::geteuid().as_raw(), denied.kind())
+        });
+        assert_eq!(uid, 4242);
+        assert_eq!(
+            denied,
+            io::ErrorKind::PermissionDenied,
+            "no capability is left"
+        );
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "the test process stays root"
+        );
+        fs::write(dir.path().join("x"), "y").expect("root still writes");
+    }
+
+    #[test]
     fn loop_layout_is_made_and_survives_remount() {
         let Some(mut fs) = LoopFs::with_layout(MIN_SIZE).expect("make a loop Btrfs") else {
             return;
