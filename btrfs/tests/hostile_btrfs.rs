@@ -87,14 +87,7 @@ fn hostile_remove_all_takes_whatever_is_under_a_name_and_follows_no_symlink() {
     here.write_file_durably("file", b"x", 0o600).unwrap();
     let link = fs.scratch().join("outside");
     rustix::fs::symlinkat(&link, &here, "link").unwrap();
-    rustix::fs::mknodat(
-        &here,
-        "fifo",
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
+    rustix::fs::mknodat(&here, "fifo", rustix::fs::FileType::Fifo, 0o600.into(), 0).unwrap();
     let sub = hostile::subvolume(here.as_fd(), "sub");
     hostile::subvolume(sub.as_fd(), "inner");
     drop((sub, here));

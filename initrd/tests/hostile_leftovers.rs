@@ -145,30 +145,20 @@ enum InTheWay {
     Symlink,
 }
 
+/// `name` in the snapshot store.
+fn in_store(fs: &LoopFs, name: &str) -> std::path::PathBuf {
+    fs.top().join(layout::SNAPSHOTS_SUBVOLUME).join(name)
+}
+
 fn put(fs: &LoopFs, name: &str, what: InTheWay) {
-    let p = fs.top().join(layout::SNAPSHOTS_SUBVOLUME).join(name);
+    let p = in_store(fs, name);
     match what {
         InTheWay::Directory => {
             fs::create_dir_all(p.join("a/b")).unwrap();
             fs::write(p.join("a/b/file"), "inside").unwrap();
-            let fifo = p.join("a/fifo");
-            rustix::fs::mknodat(
-                rustix::fs::CWD,
-                &fifo,
-                rustix::fs::FileType::Fifo,
-                rustix::fs::Mode::from_raw_mode(0o600),
-                0,
-            )
-            .unwrap();
+            testbed::make_fifo(&p.join("a/fifo")).unwrap();
         }
-        InTheWay::Fifo => rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &p,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap(),
+        InTheWay::Fifo => testbed::make_fifo(&p).unwrap(),
         InTheWay::Symlink => {
             std::os::unix::fs::symlink(fs.scratch().join("outside"), &p).unwrap();
         }
@@ -187,10 +177,7 @@ fn hostile_a_refused_request_is_moved_aside_whatever_is_in_the_way() {
         assert!(log.contains("refused"), "{context}: {log}");
         assert_eq!(outcome(&fs).result, OutcomeResult::Refused, "{context}");
         assert!(request_path(&fs).symlink_metadata().is_err(), "{context}");
-        let aside = fs
-            .top()
-            .join(layout::SNAPSHOTS_SUBVOLUME)
-            .join(layout::REFUSED_REQUEST_FILE_NAME);
+        let aside = in_store(&fs, layout::REFUSED_REQUEST_FILE_NAME);
         assert_eq!(fs::read(&aside).unwrap(), b"@home nonsense\n", "{context}");
         assert!(aside.symlink_metadata().unwrap().is_file(), "{context}");
         assert_eq!(
@@ -211,9 +198,7 @@ fn hostile_a_request_that_is_a_directory_is_moved_aside_over_an_older_refused_on
         match older {
             Some(what) => put(&fs, layout::REFUSED_REQUEST_FILE_NAME, what),
             None => fs::write(
-                fs.top()
-                    .join(layout::SNAPSHOTS_SUBVOLUME)
-                    .join(layout::REFUSED_REQUEST_FILE_NAME),
+                in_store(&fs, layout::REFUSED_REQUEST_FILE_NAME),
                 "an older refused request\n",
             )
             .unwrap(),
@@ -223,10 +208,7 @@ fn hostile_a_request_that_is_a_directory_is_moved_aside_over_an_older_refused_on
         run_unit_ok(&fs, "restore-data", &context);
         assert_eq!(outcome(&fs).result, OutcomeResult::Refused, "{context}");
         assert!(request_path(&fs).symlink_metadata().is_err(), "{context}");
-        let aside = fs
-            .top()
-            .join(layout::SNAPSHOTS_SUBVOLUME)
-            .join(layout::REFUSED_REQUEST_FILE_NAME);
+        let aside = in_store(&fs, layout::REFUSED_REQUEST_FILE_NAME);
         assert!(
             aside.join("a/b/file").is_file(),
             "{context}: not moved aside"

@@ -44,14 +44,7 @@ fn plant(w: &World, kind: &str) -> &'static str {
             "not a regular file"
         }
         "fifo" => {
-            rustix::fs::mknodat(
-                rustix::fs::CWD,
-                &p,
-                rustix::fs::FileType::Fifo,
-                rustix::fs::Mode::from_raw_mode(0o600),
-                0,
-            )
-            .unwrap();
+            testbed::make_fifo(&p).unwrap();
             "not a regular file"
         }
         "symlink" => {

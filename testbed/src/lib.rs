@@ -319,6 +319,18 @@ pub fn as_user<T: Send>(uid: u32, gid: u32, f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// Make a fifo (mode 0600) at `path`: what tests put where a regular file is expected.
+pub fn make_fifo(path: &Path) -> io::Result<()> {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .map_err(io::Error::from)
+}
+
 fn missing_prerequisite() -> Option<String> {
     if !rustix::process::geteuid().is_root() {
         return Some("not running as root".into());
