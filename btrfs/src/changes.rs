@@ -138,9 +138,10 @@ const CHECK_EVERY: u64 = 1024;
 
 /// The fields of a `btrfs_inode_item` that say whether an inode changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Inode {
-    /// The transaction that created it, and the last that changed its item.
-    created: u64,
+pub(crate) struct Inode {
+    /// The transaction that created it (the inode's generation, which its file handle
+    /// carries), and the last that changed its item.
+    pub(crate) created: u64,
     transid: u64,
     size: u64,
     nlink: u64,
@@ -551,7 +552,7 @@ impl Top {
 }
 
 /// The inode item of `ino` in tree `tree`, if there is one.
-fn lookup_inode(
+pub(crate) fn lookup_inode(
     search: &mut TreeSearch,
     fd: std::os::fd::BorrowedFd<'_>,
     tree: u64,

@@ -7,15 +7,24 @@
 //!
 //! Durability is the caller's to ask for: [`Dir::commit`] commits the filesystem's
 //! current transaction; see `docs/machine-facts.md` for which operations commit.
+//!
+//! Names are bytes: every name a caller passes is an `impl AsRef<OsStr>` (a `&str` is one)
+//! and every name Btrfs reports is an [`OsString`], exactly as on disk. Users name files and
+//! directories with any bytes but NUL and `/`; a name made lossy UTF-8 cannot be opened
+//! again. A lossy conversion is for display only, and [`Error`] shows a name escaped.
 
 pub mod changes;
+mod nested;
 #[doc(hidden)]
 pub mod sys; // the raw ioctls, public for the benches' floor only
 
 pub use changes::{Change, ChangedPath, Changes, ChangesOptions, Counts, Progress};
+pub use nested::TreeDeleted;
 
+use std::ffi::{OsStr, OsString};
 use std::mem::offset_of;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime};
@@ -60,7 +69,8 @@ pub struct SubvolumeInfo {
 /// A subvolume directly inside another, by its name there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubvolumeEntry {
-    pub name: String,
+    /// Its name in the directory that holds it, exactly as on disk.
+    pub name: OsString,
     pub info: SubvolumeInfo,
 }
 
@@ -85,12 +95,13 @@ pub enum FileKind {
     Other,
 }
 
-/// What went wrong, with the operation and the name it was about.
+/// What went wrong, with the operation and the name it was about (shown escaped: quoted,
+/// with bytes that are not UTF-8 and control characters as `\xff`-style escapes).
 #[derive(Debug, thiserror::Error)]
 #[error("{op} {name:?}: {kind}")]
 pub struct Error {
     pub op: &'static str,
-    pub name: String,
+    pub name: OsString,
     pub kind: ErrorKind,
     #[source]
     pub source: std::io::Error,
@@ -155,24 +166,29 @@ pub const TEMP_FILE_PREFIX: &str = ".tmp.";
 pub const NAME_MAX: usize = 255;
 
 impl Error {
-    fn new(op: &'static str, name: &str, kind: ErrorKind, source: std::io::Error) -> Error {
+    fn new(
+        op: &'static str,
+        name: impl AsRef<OsStr>,
+        kind: ErrorKind,
+        source: std::io::Error,
+    ) -> Error {
         Error {
             op,
-            name: name.to_owned(),
+            name: name.as_ref().to_owned(),
             kind,
             source,
         }
     }
 
     /// From an errno, classified the usual way.
-    fn sys(op: &'static str, name: &str, errno: Errno) -> Error {
+    fn sys(op: &'static str, name: impl AsRef<OsStr>, errno: Errno) -> Error {
         Error::new(op, name, kind_of(errno), std::io::Error::from(errno))
     }
 
     /// From an errno, with `kind` for the ones this operation gives a specific meaning.
     fn sys_with(
         op: &'static str,
-        name: &str,
+        name: impl AsRef<OsStr>,
         errno: Errno,
         special: &[(Errno, ErrorKind)],
     ) -> Error {
@@ -184,7 +200,7 @@ impl Error {
     }
 
     /// A failure found by checking, not by a syscall.
-    fn check(op: &'static str, name: &str, kind: ErrorKind, why: &str) -> Error {
+    fn check(op: &'static str, name: impl AsRef<OsStr>, kind: ErrorKind, why: &str) -> Error {
         Error::new(op, name, kind, std::io::Error::other(why.to_owned()))
     }
 }
@@ -209,17 +225,19 @@ fn kind_of(errno: Errno) -> ErrorKind {
     }
 }
 
-/// Refuse anything but one plain path component, before any syscall sees it.
-fn check_name(op: &'static str, name: &str) -> Result<()> {
-    let why = if name.is_empty() {
+/// Refuse anything but one plain path component, before any syscall sees it. Any other
+/// bytes are a name: Linux names are bytes, not text.
+fn check_name(op: &'static str, name: &OsStr) -> Result<()> {
+    let bytes = name.as_bytes();
+    let why = if bytes.is_empty() {
         "the name is empty"
-    } else if name == "." || name == ".." {
+    } else if bytes == b"." || bytes == b".." {
         "`.` and `..` are not names of entries"
-    } else if name.contains('/') {
+    } else if bytes.contains(&b'/') {
         "the name contains `/`; give one path component"
-    } else if name.contains('\0') {
+    } else if bytes.contains(&0) {
         "the name contains a NUL byte"
-    } else if name.len() > NAME_MAX {
+    } else if bytes.len() > NAME_MAX {
         "the name is longer than 255 bytes"
     } else {
         return Ok(());
@@ -346,14 +364,14 @@ impl RootItem {
 }
 
 /// A `btrfs_root_ref` (ROOT_REF and ROOT_BACKREF items): the directory and the name.
-fn parse_root_ref(data: &[u8]) -> Option<(u64, String)> {
+fn parse_root_ref(data: &[u8]) -> Option<(u64, OsString)> {
     use linux_raw_sys::btrfs::btrfs_root_ref as R;
     let name_len = le::<2>(data, offset_of!(R, name_len)) as usize;
     let start = std::mem::size_of::<R>();
     let name = data.get(start..start + name_len)?;
     Some((
         le::<8>(data, offset_of!(R, dirid)),
-        String::from_utf8_lossy(name).into_owned(),
+        OsStr::from_bytes(name).to_owned(),
     ))
 }
 
@@ -378,7 +396,7 @@ impl Top {
         )
         .map_err(|e| Error::sys("open the top of the Btrfs filesystem", &shown, e))?;
         Top::from_fd(fd).map_err(|mut e| {
-            e.name = shown;
+            e.name = shown.into();
             e
         })
     }
@@ -466,8 +484,9 @@ impl Dir {
     /// Open `name`, one path component (no `/`, not `.` or `..`), beneath this directory:
     /// `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`,
     /// `O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC`.
-    pub fn open_dir(&self, name: &str) -> Result<Dir> {
+    pub fn open_dir(&self, name: impl AsRef<OsStr>) -> Result<Dir> {
         const OP: &str = "open directory";
+        let name = name.as_ref();
         check_name(OP, name)?;
         let resolve =
             ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
@@ -508,8 +527,9 @@ impl Dir {
     }
 
     /// Owner, mode and kind of `name` inside this directory, without following a symlink.
-    pub fn stat_at(&self, name: &str) -> Result<Stat> {
+    pub fn stat_at(&self, name: impl AsRef<OsStr>) -> Result<Stat> {
         const OP: &str = "stat";
+        let name = name.as_ref();
         check_name(OP, name)?;
         rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
             .map(|st| stat_of(&st))
@@ -575,8 +595,14 @@ impl Dir {
     /// Snapshot the subvolume whose root is `self` to `dest/name` (`BTRFS_IOC_SNAP_CREATE_V2`),
     /// read-only or writable. Fails with `AlreadyExists` if `name` exists; commits nothing
     /// beyond what the ioctl commits.
-    pub fn snapshot_to(&self, dest: &Dir, name: &str, readonly: bool) -> Result<SubvolumeInfo> {
+    pub fn snapshot_to(
+        &self,
+        dest: &Dir,
+        name: impl AsRef<OsStr>,
+        readonly: bool,
+    ) -> Result<SubvolumeInfo> {
         const OP: &str = "snapshot to";
+        let name = name.as_ref();
         check_name(OP, name)?;
         // The kernel snapshots the subvolume *containing* the source fd, so a plain
         // directory would silently snapshot its whole subvolume: refuse it here.
@@ -601,8 +627,9 @@ impl Dir {
     }
 
     /// Make an empty subvolume `name` in this directory (`BTRFS_IOC_SUBVOL_CREATE`).
-    pub fn create_subvolume(&self, name: &str) -> Result<SubvolumeInfo> {
+    pub fn create_subvolume(&self, name: impl AsRef<OsStr>) -> Result<SubvolumeInfo> {
         const OP: &str = "create subvolume";
+        let name = name.as_ref();
         check_name(OP, name)?;
         sys::subvol_create(self.fd.as_fd(), name).map_err(|e| {
             Error::sys_with(OP, name, e, &[(Errno::NOTTY, ErrorKind::NotASubvolume)])
@@ -664,7 +691,7 @@ impl Dir {
             .for_each(self.fd.as_fd(), key, |item| {
                 found |= item.item_type as u8 == ROOT_ITEM_KEY;
             })
-            .map_err(|e| Error::sys("look up a subvolume's tree", &id.to_string(), e))?;
+            .map_err(|e| Error::sys("look up a subvolume's tree", id.to_string(), e))?;
         Ok(found)
     }
 
@@ -680,7 +707,7 @@ impl Dir {
         let mut search = sys::TreeSearch::new();
 
         // ROOT_REF items (parent, 156, child) are contiguous: one pass names every child.
-        let mut children: Vec<(u64, u64, String)> = Vec::new();
+        let mut children: Vec<(u64, u64, OsString)> = Vec::new();
         search
             .for_each(fd, full_key(parent, ROOT_REF_KEY), |item| {
                 if let Some((dir_id, name)) = parse_root_ref(item.data) {
@@ -728,38 +755,85 @@ impl Dir {
     }
 
     /// Swap the names `a` and `b` in this directory in one step (`renameat2(RENAME_EXCHANGE)`).
-    pub fn exchange(&self, a: &str, b: &str) -> Result<()> {
-        self.rename_with("exchange", a, b, RenameFlags::EXCHANGE)
+    pub fn exchange(&self, a: impl AsRef<OsStr>, b: impl AsRef<OsStr>) -> Result<()> {
+        self.rename_with(
+            "exchange",
+            a.as_ref(),
+            self,
+            b.as_ref(),
+            RenameFlags::EXCHANGE,
+        )
     }
 
     /// Rename `from` to `to` in this directory, refusing to replace `to` (`RENAME_NOREPLACE`).
-    pub fn rename_noreplace(&self, from: &str, to: &str) -> Result<()> {
-        self.rename_with("rename (no replace)", from, to, RenameFlags::NOREPLACE)
+    pub fn rename_noreplace(&self, from: impl AsRef<OsStr>, to: impl AsRef<OsStr>) -> Result<()> {
+        self.rename_with(
+            "rename (no replace)",
+            from.as_ref(),
+            self,
+            to.as_ref(),
+            RenameFlags::NOREPLACE,
+        )
     }
 
     /// Rename `from` to `to` in this directory, replacing a file `to` (plain `renameat`).
-    pub fn rename_replace(&self, from: &str, to: &str) -> Result<()> {
-        self.rename_with("rename", from, to, RenameFlags::empty())
+    pub fn rename_replace(&self, from: impl AsRef<OsStr>, to: impl AsRef<OsStr>) -> Result<()> {
+        self.rename_with(
+            "rename",
+            from.as_ref(),
+            self,
+            to.as_ref(),
+            RenameFlags::empty(),
+        )
+    }
+
+    /// Move `from` in this directory to `to` in `dest` (on the same filesystem), refusing to
+    /// replace anything (`RENAME_NOREPLACE`). Btrfs moves a subvolume into another subvolume
+    /// this way; any other inode only within its own subvolume.
+    pub fn move_noreplace(
+        &self,
+        from: impl AsRef<OsStr>,
+        dest: &Dir,
+        to: impl AsRef<OsStr>,
+    ) -> Result<()> {
+        self.rename_with(
+            "move (no replace)",
+            from.as_ref(),
+            dest,
+            to.as_ref(),
+            RenameFlags::NOREPLACE,
+        )
     }
 
     fn rename_with(
         &self,
         op: &'static str,
-        from: &str,
-        to: &str,
+        from: &OsStr,
+        dest: &Dir,
+        to: &OsStr,
         flags: RenameFlags,
     ) -> Result<()> {
         check_name(op, from)?;
         check_name(op, to)?;
-        rustix::fs::renameat_with(&self.fd, from, &self.fd, to, flags)
-            .map_err(|e| Error::sys(op, &format!("{from} -> {to}"), e))
+        rustix::fs::renameat_with(&self.fd, from, &dest.fd, to, flags).map_err(|e| {
+            let mut both = from.to_owned();
+            both.push(" -> ");
+            both.push(to);
+            Error::sys(op, both, e)
+        })
     }
 
     /// Write `name` durably: a temp file (`.tmp.` prefix) with `mode`, fsync, rename over
     /// `name`, fsync this directory. On failure the temp file is removed and `name` is
     /// untouched.
-    pub fn write_file_durably(&self, name: &str, contents: &[u8], mode: u32) -> Result<()> {
+    pub fn write_file_durably(
+        &self,
+        name: impl AsRef<OsStr>,
+        contents: &[u8],
+        mode: u32,
+    ) -> Result<()> {
         const OP: &str = "write durably";
+        let name = name.as_ref();
         check_name(OP, name)?;
         let temp = format!(
             "{TEMP_FILE_PREFIX}{}.{}",
@@ -805,8 +879,13 @@ impl Dir {
     /// Read `name` as untrusted input: opened `O_NOFOLLOW | O_NONBLOCK` (a fifo cannot
     /// block), must be a regular file of at most `max` bytes. `Ok(None)` if it does not
     /// exist. Returns its stat so the caller can check the owner.
-    pub fn read_file_limited(&self, name: &str, max: usize) -> Result<Option<(Stat, Vec<u8>)>> {
+    pub fn read_file_limited(
+        &self,
+        name: impl AsRef<OsStr>,
+        max: usize,
+    ) -> Result<Option<(Stat, Vec<u8>)>> {
         const OP: &str = "read";
+        let name = name.as_ref();
         check_name(OP, name)?;
         // Look before opening: opening a device node can have effects of its own.
         let before = match self.stat_at(name) {
@@ -877,8 +956,9 @@ impl Dir {
     }
 
     /// Remove the file (not directory) `name`; `Ok(false)` if it did not exist.
-    pub fn remove_file(&self, name: &str) -> Result<bool> {
+    pub fn remove_file(&self, name: impl AsRef<OsStr>) -> Result<bool> {
         const OP: &str = "remove file";
+        let name = name.as_ref();
         check_name(OP, name)?;
         match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
             Ok(()) => Ok(true),
@@ -895,8 +975,9 @@ impl Dir {
     /// Make directory `name` with exactly `mode`; `Ok(false)` if a directory of that name
     /// already existed (its mode is left alone). Something else of that name is an error:
     /// `Escapes` for a symlink, `NotADirectory` for anything else.
-    pub fn create_dir(&self, name: &str, mode: u32) -> Result<bool> {
+    pub fn create_dir(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<bool> {
         const OP: &str = "create directory";
+        let name = name.as_ref();
         check_name(OP, name)?;
         match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode & 0o7777)) {
             Ok(()) => {
@@ -950,7 +1031,7 @@ mod tests {
     fn names_that_are_not_one_component_are_refused() {
         let long = "x".repeat(256);
         for name in ["", ".", "..", "a/b", "/", "../x", "a\0b", long.as_str()] {
-            let e = check_name("test", name).expect_err(name);
+            let e = check_name("test", OsStr::new(name)).expect_err(name);
             assert_eq!(e.kind, ErrorKind::InvalidName, "{name:?}");
         }
     }
@@ -968,8 +1049,10 @@ mod tests {
             longest.as_str(),
             "ünï",
         ] {
-            check_name("test", name).expect(name);
+            check_name("test", OsStr::new(name)).expect(name);
         }
+        // Names are bytes: not UTF-8 is no reason to refuse one.
+        check_name("test", OsStr::from_bytes(b"\xff\xfe")).expect("bytes");
     }
 
     #[test]
@@ -998,7 +1081,16 @@ mod tests {
         data.extend_from_slice(&7u64.to_le_bytes());
         data.extend_from_slice(&5u16.to_le_bytes());
         data.extend_from_slice(b"@home");
-        assert_eq!(parse_root_ref(&data), Some((256, "@home".to_owned())));
+        assert_eq!(parse_root_ref(&data), Some((256, OsString::from("@home"))));
+        let mut odd = data.clone();
+        odd.truncate(16);
+        odd.extend_from_slice(&1u16.to_le_bytes());
+        odd.push(0xff);
+        assert_eq!(
+            parse_root_ref(&odd),
+            Some((256, OsStr::from_bytes(b"\xff").to_owned())),
+            "a name that is not UTF-8 is kept as its bytes"
+        );
         assert_eq!(parse_root_ref(&data[..20]), None);
         // An item from an old kernel, cut before the UUIDs: no panic, nil UUIDs.
         let item = RootItem::parse(&[0u8; 200]);
@@ -1059,5 +1151,13 @@ mod tests {
             e.to_string(),
             format!("snapshot to \"a/b\": {}", ErrorKind::InvalidName)
         );
+        // A name that is not UTF-8 is shown escaped, never as U+FFFD.
+        let e = Error::check(
+            "open",
+            OsStr::from_bytes(b"\xff"),
+            ErrorKind::NotFound,
+            "why",
+        );
+        assert_eq!(e.to_string(), "open \"\\xFF\": not found");
     }
 }

@@ -1,13 +1,17 @@
-//! The Btrfs ioctls, each a small safe function over `rustix::ioctl`: the floor that
-//! benchmarks measure [`crate::Dir`] against. Production code uses [`crate::Dir`], which
-//! checks names and sources and classifies errors; these return the bare errno.
+//! The Btrfs ioctls, each a small safe function over `rustix::ioctl`, and the one syscall
+//! rustix does not wrap (`open_by_handle_at`, through `libc`): the floor that benchmarks
+//! measure [`crate::Dir`] against. Production code uses [`crate::Dir`], which checks names
+//! and sources and classifies errors; these return the bare errno.
 //!
-//! The only module with `unsafe`: every block is an ioctl whose argument is a plain-data struct of the exact
-//! type and size the kernel expects for that opcode (the opcode is computed from that very
-//! type), owned by the caller for the duration of the call.
+//! The only module with `unsafe`: every block is an ioctl (or `open_by_handle_at`) whose
+//! argument is a plain-data struct of the exact type and size the kernel expects for that
+//! opcode (the opcode is computed from that very type), owned by the caller for the duration
+//! of the call.
 #![allow(unsafe_code)]
 
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ffi::OsStr;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd as _, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
 
 use linux_raw_sys::btrfs::{
     btrfs_ioctl_get_subvol_info_args, btrfs_ioctl_ino_lookup_args, btrfs_ioctl_search_args_v2,
@@ -38,15 +42,17 @@ unsafe fn zeroed<T>() -> T {
     unsafe { std::mem::zeroed() }
 }
 
-/// Copy `name`, one path component, into a C string field (all far longer than 255).
-fn put_name(field: &mut [std::ffi::c_char], name: &str) -> Result<(), Errno> {
+/// Copy `name`, one path component of any bytes but NUL and `/`, into a C string field (all
+/// far longer than 255).
+fn put_name(field: &mut [std::ffi::c_char], name: &OsStr) -> Result<(), Errno> {
+    let name = name.as_bytes();
     if name.len() > crate::NAME_MAX || name.len() >= field.len() {
         return Err(Errno::NAMETOOLONG);
     }
-    if name.is_empty() || name.contains(['/', '\0']) {
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
         return Err(Errno::INVAL);
     }
-    for (dst, src) in field.iter_mut().zip(name.as_bytes()) {
+    for (dst, src) in field.iter_mut().zip(name) {
         *dst = *src as std::ffi::c_char;
     }
     field[name.len()] = 0;
@@ -101,7 +107,7 @@ pub fn get_subvol_info(fd: BorrowedFd<'_>) -> Result<btrfs_ioctl_get_subvol_info
 pub fn snap_create(
     dest: BorrowedFd<'_>,
     source: BorrowedFd<'_>,
-    name: &str,
+    name: impl AsRef<OsStr>,
     flags: u64,
 ) -> Result<(), Errno> {
     // SAFETY: all-zero is valid for this plain-data struct (its unions hold integers).
@@ -109,16 +115,16 @@ pub fn snap_create(
     args.fd = i64::from(source.as_raw_fd());
     args.flags = flags;
     // SAFETY: writing a field of a union of plain-data members.
-    put_name(unsafe { &mut args.__bindgen_anon_2.name }, name)?;
+    put_name(unsafe { &mut args.__bindgen_anon_2.name }, name.as_ref())?;
     // SAFETY: SNAP_CREATE_V2 reads a `btrfs_ioctl_vol_args_v2`; `source` stays open.
     unsafe { ioctl(dest, Updater::<SNAP_CREATE_V2, _>::new(&mut args)) }
 }
 
 /// `BTRFS_IOC_SUBVOL_CREATE`: an empty subvolume `dir/name`.
-pub fn subvol_create(dir: BorrowedFd<'_>, name: &str) -> Result<(), Errno> {
+pub fn subvol_create(dir: BorrowedFd<'_>, name: impl AsRef<OsStr>) -> Result<(), Errno> {
     // SAFETY: all-zero is valid for this plain-data struct.
     let mut args: btrfs_ioctl_vol_args = unsafe { zeroed() };
-    put_name(&mut args.name, name)?;
+    put_name(&mut args.name, name.as_ref())?;
     // SAFETY: SUBVOL_CREATE reads a `btrfs_ioctl_vol_args`.
     unsafe { ioctl(dir, Updater::<SUBVOL_CREATE, _>::new(&mut args)) }
 }
@@ -131,6 +137,60 @@ pub fn snap_destroy_by_id(fd: BorrowedFd<'_>, id: u64) -> Result<(), Errno> {
     args.__bindgen_anon_2.subvolid = id;
     // SAFETY: SNAP_DESTROY_V2 reads a `btrfs_ioctl_vol_args_v2`.
     unsafe { ioctl(fd, Updater::<SNAP_DESTROY_V2, _>::new(&mut args)) }
+}
+
+/// The file handle type Btrfs gives an inode without its parent (`FILEID_BTRFS_WITHOUT_PARENT`
+/// in the kernel's `include/linux/exportfs.h`), and the length of its `struct btrfs_fid`:
+/// objectid, root objectid (the subvolume id), generation.
+const FILEID_BTRFS_WITHOUT_PARENT: i32 = 0x4d;
+const BTRFS_FID_SIZE_NON_CONNECTABLE: u32 = 8 + 8 + 4;
+
+/// `struct file_handle` followed by the packed `struct btrfs_fid` (its u64 fields fall on
+/// 8-byte offsets after the 8-byte header, so `repr(C)` lays them out exactly).
+#[repr(C)]
+struct BtrfsFileHandle {
+    handle_bytes: u32,
+    handle_type: i32,
+    objectid: u64,
+    root_objectid: u64,
+    generation: u32,
+    _padding: u32,
+}
+
+/// Open the directory `ino` of subvolume `subvolume` by its file handle (`open_by_handle_at`,
+/// the handle Btrfs gives NFS): no path is walked, so neither the depth of the directory nor
+/// the bytes of the names on the way matter, and one descriptor is used. `generation` is the
+/// inode's (its INODE_ITEM's); a wrong one is ESTALE. `mount` is any descriptor on a mount of
+/// the filesystem. Needs CAP_DAC_READ_SEARCH.
+pub fn open_dir_by_handle(
+    mount: BorrowedFd<'_>,
+    subvolume: u64,
+    ino: u64,
+    generation: u32,
+) -> Result<OwnedFd, Errno> {
+    let mut handle = BtrfsFileHandle {
+        handle_bytes: BTRFS_FID_SIZE_NON_CONNECTABLE,
+        handle_type: FILEID_BTRFS_WITHOUT_PARENT,
+        objectid: ino,
+        root_objectid: subvolume,
+        generation,
+        _padding: 0,
+    };
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    // SAFETY: `handle` is a `struct file_handle` header followed by `handle_bytes` (20) bytes
+    // of handle, all inside it and alive for the call; the kernel only reads them.
+    let fd = unsafe {
+        libc::open_by_handle_at(
+            mount.as_raw_fd(),
+            std::ptr::addr_of_mut!(handle).cast::<libc::file_handle>(),
+            flags,
+        )
+    };
+    if fd < 0 {
+        return Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO));
+    }
+    // SAFETY: a descriptor the kernel just returned, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// `BTRFS_IOC_SUBVOL_GETFLAGS` on a subvolume root.

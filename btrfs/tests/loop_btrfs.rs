@@ -170,7 +170,7 @@ fn loop_lists_a_thousand_children_completely_and_fast() {
         made.push((name, info.id));
         if i % 100 == 0 {
             nested_parent
-                .create_subvolume(&format!("other-{i}"))
+                .create_subvolume(format!("other-{i}"))
                 .expect("other");
         }
     }
@@ -204,7 +204,12 @@ fn loop_lists_a_thousand_children_completely_and_fast() {
     let mut flat: Vec<(String, u64)> = list
         .iter()
         .filter(|e| e.info.dir_id == 256)
-        .map(|e| (e.name.clone(), e.info.id))
+        .map(|e| {
+            (
+                e.name.clone().into_string().expect("UTF-8 names"),
+                e.info.id,
+            )
+        })
         .collect();
     flat.sort();
     assert_eq!(flat, made);
@@ -625,7 +630,7 @@ fn loop_no_space_is_a_clean_error_and_leaves_no_half_made_snapshot() {
     let mut result = Ok(());
     for i in 0..20 {
         // Each success eats metadata; the disk is full, so one soon fails.
-        match home.snapshot_to(&store, &format!("s{i}"), true) {
+        match home.snapshot_to(&store, format!("s{i}"), true) {
             Ok(_) => continue,
             Err(e) => {
                 result = Err((i, e));

@@ -1,10 +1,9 @@
 //! The real disk: a Btrfs top level reached through the `btrfs` crate (capability style: every
 //! name is opened beneath the top handle, never following a symlink).
 
-use std::collections::VecDeque;
 use std::path::Path;
 
-use btrfs::{Dir, ErrorKind, FileKind, Top};
+use btrfs::{Dir, ErrorKind, FileKind, Top, TreeDeleted};
 use layout::{
     Outcome, MAX_REQUEST_BYTES, OUTCOME_FILE_NAME, REFUSED_REQUEST_FILE_NAME, REQUEST_FILE_NAME,
     SNAPSHOTS_SUBVOLUME,
@@ -20,14 +19,6 @@ pub enum DiskError {
     Btrfs(#[from] btrfs::Error),
     #[error("{0} at the top level is not a subvolume; tacid-initrd uses that name and will not touch it — move it away")]
     NotASubvolume(String),
-    #[error("cannot find the directory holding subvolume {id} ({name:?}) inside {parent}")]
-    NestedNotFound {
-        parent: String,
-        id: u64,
-        name: String,
-    },
-    #[error("reading a directory inside {0}: {1}")]
-    ReadDir(String, std::io::Error),
 }
 
 /// The top level of a mounted Btrfs filesystem and its snapshot store.
@@ -52,82 +43,6 @@ impl BtrfsDisk {
         let top = Top::open(path)?;
         let store = top.dir().open_dir(SNAPSHOTS_SUBVOLUME)?;
         Ok(BtrfsDisk { top, store })
-    }
-
-    /// Delete the subvolume `id` whose root is `dir`, nested subvolumes first (depth first).
-    fn delete_with_nested(&self, dir: &Dir, id: u64, label: &str) -> Result<(), DiskError> {
-        for child in dir.list_subvolumes()? {
-            match self.top.dir().delete_subvolume_by_id(child.info.id) {
-                Ok(()) => {}
-                Err(e) if e.kind == ErrorKind::NotFound => {}
-                Err(e) if e.kind == ErrorKind::NotEmpty => {
-                    let child_dir =
-                        find_nested(dir, child.info.dir_id, &child.name).ok_or_else(|| {
-                            DiskError::NestedNotFound {
-                                parent: label.to_owned(),
-                                id: child.info.id,
-                                name: child.name.clone(),
-                            }
-                        })??;
-                    self.delete_with_nested(&child_dir, child.info.id, &child.name)?;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        self.top.dir().delete_subvolume_by_id(id)?;
-        Ok(())
-    }
-}
-
-/// The inode number of every subvolume's root directory.
-const SUBVOLUME_ROOT_INO: u64 = 256;
-
-/// Open the nested subvolume `name` that sits in the directory with inode `dir_ino` somewhere
-/// inside the subvolume whose root is `root`: breadth-first over plain directories, never
-/// into other subvolumes. Only needed for a subvolume nested inside a nested one.
-fn find_nested(root: &Dir, dir_ino: u64, name: &str) -> Option<Result<Dir, DiskError>> {
-    if dir_ino == SUBVOLUME_ROOT_INO {
-        return Some(root.open_dir(name).map_err(DiskError::from));
-    }
-    let mut queue: VecDeque<Dir> = VecDeque::new();
-    let subdirs = |d: &Dir| -> Result<Vec<String>, std::io::Error> {
-        let mut names = Vec::new();
-        let mut entries = rustix::fs::Dir::read_from(d)?;
-        while let Some(entry) = entries.read() {
-            let entry = entry?;
-            let Ok(n) = entry.file_name().to_str() else {
-                continue;
-            };
-            if n == "." || n == ".." || entry.ino() == SUBVOLUME_ROOT_INO {
-                continue;
-            }
-            if entry.file_type() == rustix::fs::FileType::Directory {
-                names.push(n.to_owned());
-            }
-        }
-        Ok(names)
-    };
-    let mut first = true;
-    loop {
-        let children = if first {
-            first = false;
-            match subdirs(root) {
-                Ok(c) => c.into_iter().map(|n| root.open_dir(&n)).collect::<Vec<_>>(),
-                Err(e) => return Some(Err(DiskError::ReadDir(name.to_owned(), e))),
-            }
-        } else {
-            let d = queue.pop_front()?;
-            match subdirs(&d) {
-                Ok(c) => c.into_iter().map(|n| d.open_dir(&n)).collect(),
-                Err(e) => return Some(Err(DiskError::ReadDir(name.to_owned(), e))),
-            }
-        };
-        for child in children.into_iter().flatten() {
-            if child.stat().map(|s| s.ino).ok() == Some(dir_ino) {
-                return Some(child.open_dir(name).map_err(DiskError::from));
-            }
-            queue.push_back(child);
-        }
     }
 }
 
@@ -235,7 +150,7 @@ impl Disk for BtrfsDisk {
             .store
             .list_subvolumes()?
             .into_iter()
-            .map(|e| (e.name, subvol(&e.info)))
+            .filter_map(|e| Some((e.name.into_string().ok()?, subvol(&e.info))))
             .collect())
     }
 
@@ -285,22 +200,37 @@ impl Disk for BtrfsDisk {
             .rename_replace(REQUEST_FILE_NAME, REFUSED_REQUEST_FILE_NAME)
         {
             Ok(()) => Ok(()),
-            Err(first) => {
-                // A file cannot replace a directory nor a directory a file: remove the older
-                // refused request (a file) and try once more.
-                match self.store.remove_file(REFUSED_REQUEST_FILE_NAME) {
-                    Ok(_) => Ok(self
-                        .store
-                        .rename_noreplace(REQUEST_FILE_NAME, REFUSED_REQUEST_FILE_NAME)?),
-                    Err(_) => Err(first.into()),
-                }
+            Err(_) => {
+                // A file cannot replace a directory nor a directory a file, nor anything a
+                // directory that is not empty: whatever is in the way is an older refused
+                // request, or junk in a root-only directory; it goes (adr/0015).
+                self.store.remove_all(REFUSED_REQUEST_FILE_NAME)?;
+                Ok(self
+                    .store
+                    .rename_noreplace(REQUEST_FILE_NAME, REFUSED_REQUEST_FILE_NAME)?)
             }
         }
     }
 
-    fn delete_tree(&mut self, name: &str) -> Result<(), DiskError> {
-        let dir = self.top.dir().open_dir(name)?;
-        let id = dir.subvolume_info()?.id;
-        self.delete_with_nested(&dir, id, name)
+    fn delete_tree(&mut self, name: &str) -> Result<TreeDeleted, DiskError> {
+        let id = self.top.dir().open_dir(name)?.subvolume_id()?;
+        Ok(self.top.dir().delete_subvolume_tree(id)?)
+    }
+
+    fn rename(&mut self, from: &str, to: &str) -> Result<(), DiskError> {
+        Ok(self.top.dir().rename_noreplace(from, to)?)
+    }
+
+    fn move_into(&mut self, from: &str, into: &str) -> Result<(), DiskError> {
+        let id = self.top.dir().open_dir(from)?.subvolume_id()?;
+        let dest = self.top.dir().open_dir(into)?;
+        if !dest.is_subvolume_root()? {
+            return Err(DiskError::NotASubvolume(into.to_owned()));
+        }
+        dest.set_readonly(false)?;
+        Ok(self
+            .top
+            .dir()
+            .move_noreplace(from, &dest, format!("{from}.{id}"))?)
     }
 }

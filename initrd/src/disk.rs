@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use btrfs::FileKind;
+use btrfs::{FileKind, TreeDeleted};
 use layout::Outcome;
 
 use crate::machine::Subvol;
@@ -73,7 +73,8 @@ pub trait Disk {
     fn top_subvolume(&mut self, name: &str) -> Result<Option<Subvol>, Self::Error>;
     /// What is under `name` in the store.
     fn snapshot(&mut self, name: &str) -> Result<SnapshotFacts, Self::Error>;
-    /// Every subvolume in the store, by its name there.
+    /// Every subvolume in the store whose name is UTF-8, by its name there (no other name
+    /// can be a snapshot's).
     fn store(&mut self) -> Result<Vec<(String, Subvol)>, Self::Error>;
 
     /// A writable snapshot of `source` at `dest` at the top level.
@@ -91,6 +92,12 @@ pub trait Disk {
     fn remove_request(&mut self) -> Result<(), Self::Error>;
     /// Rename whatever is under the request's name to the refused request's name.
     fn move_request_aside(&mut self) -> Result<(), Self::Error>;
-    /// Delete the top-level subvolume `name` and every subvolume nested in it, deepest first.
-    fn delete_tree(&mut self, name: &str) -> Result<(), Self::Error>;
+    /// Delete the top-level subvolume `name` and every subvolume nested in it, deepest first,
+    /// whatever users made inside (found and deleted by id; adr/0015). Says what it took.
+    fn delete_tree(&mut self, name: &str) -> Result<TreeDeleted, Self::Error>;
+    /// Rename the top-level subvolume `from` to `to`, which must not exist.
+    fn rename(&mut self, from: &str, to: &str) -> Result<(), Self::Error>;
+    /// Move the top-level subvolume `from` into the root directory of the top-level
+    /// subvolume `into`, under a name of its own there.
+    fn move_into(&mut self, from: &str, into: &str) -> Result<(), Self::Error>;
 }

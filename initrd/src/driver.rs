@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::disk::{Disk, Source};
 use crate::machine::{
-    plan_restore, plan_wipe, swap_name, Phase, RestoreAction, SwapState, WipeAction,
+    plan_restore, plan_wipe, stuck_name, swap_name, Phase, RestoreAction, SwapState, WipeAction,
 };
 use crate::steps::Step;
 use crate::validate::{check_snapshot, judge_request_file, Refusal};
@@ -24,6 +24,9 @@ pub trait Observer {
     fn log(&mut self, line: &str);
     /// Called right after `step` was performed.
     fn after(&mut self, step: Step);
+    /// A subvolume stays set aside under a stuck name at the end of this run (`what` names
+    /// it and says why): the job is done, but the next run must try the deletion again.
+    fn left_behind(&mut self, what: &str);
 }
 
 /// Why a job could not finish. The disk is left in a state the next run finishes.
@@ -87,6 +90,9 @@ pub fn restore_data<D: Disk, O: Observer>(
     obs: &mut O,
     now: SystemTime,
 ) -> Result<RestoreReport, RunError<D::Error>> {
+    for subvolume in SubvolumeName::restorable() {
+        retry_stuck(disk, obs, subvolume.as_str())?;
+    }
     let file = disk.request().disk()?;
     let report = match judge_request_file(&file) {
         None => {
@@ -184,14 +190,12 @@ fn restore_one<D: Disk, O: Observer>(
                 requested = false;
             }
             RestoreAction::DeleteSwap => {
-                let (delete, commit_step) = match phase {
+                let steps = match phase {
                     Phase::Exchanged => (Step::RestoreDeleteOld, Step::RestoreCommitDelete),
                     _ => (Step::DeleteStale, Step::CommitStale),
                 };
                 obs.log(&format!("deleting {swap} ({phase})"));
-                disk.delete_tree(&swap).disk()?;
-                obs.after(delete);
-                commit(disk, obs, commit_step)?;
+                delete_swap(disk, obs, live, steps)?;
             }
             RestoreAction::RefuseLiveMissing => {
                 let refusal = Refusal::LiveMissing(request.subvolume());
@@ -224,9 +228,7 @@ fn clean_leftovers<D: Disk, O: Observer>(
         match plan_restore(false, phase) {
             RestoreAction::DeleteSwap => {
                 obs.log(&format!("deleting {swap}, left over from an earlier run"));
-                disk.delete_tree(&swap).disk()?;
-                obs.after(Step::DeleteStale);
-                commit(disk, obs, Step::CommitStale)?;
+                delete_swap(disk, obs, live, (Step::DeleteStale, Step::CommitStale))?;
             }
             _ => {
                 if let Phase::LiveMissing { swap_present } = phase {
@@ -248,6 +250,90 @@ fn clean_leftovers<D: Disk, O: Observer>(
         subvolume: live.to_owned(),
         phase,
     })
+}
+
+/// Delete what is under `live`'s swap name (`steps`: the deletion's and its commit's). What
+/// cannot be deleted — whatever users made inside it, the deletion finds and removes by id, so
+/// this is a filesystem refusing — must not keep the swap name taken for ever, or no later
+/// boot could make a fresh `@root` or honour a restore: it is set aside under the stuck
+/// name, the swap goes on, and the run says so (adr/0015).
+fn delete_swap<D: Disk, O: Observer>(
+    disk: &mut D,
+    obs: &mut O,
+    live: &str,
+    (delete, commit_step): (Step, Step),
+) -> Result<(), RunError<D::Error>> {
+    let swap = swap_name(live);
+    let why = match disk.delete_tree(&swap) {
+        Ok(done) => {
+            log_deleted(obs, &swap, done);
+            obs.after(delete);
+            return commit(disk, obs, commit_step);
+        }
+        Err(why) => why,
+    };
+    let stuck = stuck_name(live);
+    if disk.top_subvolume(&stuck).disk()?.is_some() {
+        obs.log(&format!(
+            "warning: {swap} cannot be deleted ({why}); moving it into {stuck}, which could not \
+             be deleted either, so that {swap} is free"
+        ));
+        disk.move_into(&swap, &stuck).disk()?;
+    } else {
+        obs.log(&format!(
+            "warning: {swap} cannot be deleted ({why}); setting it aside as {stuck} so that \
+             {swap} is free"
+        ));
+        disk.rename(&swap, &stuck).disk()?;
+    }
+    obs.after(Step::SetAside);
+    commit(disk, obs, Step::CommitSetAside)?;
+    obs.left_behind(&format!("{stuck} (could not be deleted: {why})"));
+    Ok(())
+}
+
+/// Try again to delete what an earlier run set aside under `live`'s stuck name. Failing again
+/// is no failure of the run: it was set aside so that nothing waits for it.
+fn retry_stuck<D: Disk, O: Observer>(
+    disk: &mut D,
+    obs: &mut O,
+    live: &str,
+) -> Result<(), RunError<D::Error>> {
+    let stuck = stuck_name(live);
+    if disk.top_subvolume(&stuck).disk()?.is_none() {
+        return Ok(());
+    }
+    obs.log(&format!(
+        "deleting {stuck}, set aside by an earlier run that could not delete it"
+    ));
+    match disk.delete_tree(&stuck) {
+        Ok(done) => {
+            log_deleted(obs, &stuck, done);
+            obs.after(Step::DeleteStale);
+            commit(disk, obs, Step::CommitStale)
+        }
+        Err(why) => {
+            obs.log(&format!(
+                "warning: {stuck} still cannot be deleted ({why}); it stays set aside, and the \
+                 next boot tries again"
+            ));
+            obs.left_behind(&format!("{stuck} (could not be deleted: {why})"));
+            Ok(())
+        }
+    }
+}
+
+/// What a deletion took, when it took more than the one subvolume.
+fn log_deleted<O: Observer>(obs: &mut O, name: &str, done: btrfs::TreeDeleted) {
+    if done.deleted > 1 {
+        obs.log(&format!(
+            "deleted {name} and {} subvolumes nested in it (read-only ones made writable \
+             first: {}; moved up first, their path being longer than the kernel takes: {})",
+            done.deleted - 1,
+            done.made_writable,
+            done.moved_up
+        ));
+    }
 }
 
 fn commit<D: Disk, O: Observer>(
@@ -347,6 +433,7 @@ pub fn wipe_root<D: Disk, O: Observer>(
             "warning: {ROOT_BLANK_SUBVOLUME} is writable; it should be read-only"
         ));
     }
+    retry_stuck(disk, obs, ROOT_SUBVOLUME)?;
     let swap = swap_name(ROOT_SUBVOLUME);
     // Only a copy made by this run is known fresh: after a failed run the boot went on and
     // may have written to an exchanged-in copy.
@@ -381,9 +468,8 @@ pub fn wipe_root<D: Disk, O: Observer>(
             }
             WipeAction::DeleteSwap => {
                 obs.log(&format!("deleting {swap} ({phase})"));
-                disk.delete_tree(&swap).disk()?;
-                obs.after(Step::WipeDeleteOld);
-                commit(disk, obs, Step::WipeCommitDelete)?;
+                let steps = (Step::WipeDeleteOld, Step::WipeCommitDelete);
+                delete_swap(disk, obs, ROOT_SUBVOLUME, steps)?;
             }
             WipeAction::Nothing => {
                 obs.log(&format!(

@@ -153,6 +153,14 @@ pub fn swap_name(live: &str) -> String {
     format!("{live}.tacid-swap")
 }
 
+/// Where a subvolume under the swap name goes when it cannot be deleted, so that the swap
+/// name is free for the next swap: one name per live name, beside it. A second leftover that
+/// cannot go either is moved inside the first, so the names never grow in number; every run
+/// tries to delete the whole of it again (adr/0015).
+pub fn stuck_name(live: &str) -> String {
+    format!("{live}.tacid-stuck")
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a panic is how a test reports
 mod tests {
@@ -212,5 +220,6 @@ mod tests {
             assert_ne!(action, RestoreAction::DeleteSwap);
         }
         assert_eq!(swap_name("@home"), "@home.tacid-swap");
+        assert_eq!(stuck_name("@root"), "@root.tacid-stuck");
     }
 }

@@ -51,9 +51,10 @@ fn say(line: &str) {
     eprintln!("tacid-initrd: {line}");
 }
 
-/// The log, and (only in test builds) the fault switches.
+/// The log, what a run leaves behind, and (only in test builds) the fault switches.
 #[derive(Debug, Default)]
 struct Console {
+    left_behind: Vec<String>,
     #[cfg(feature = "test-hooks")]
     stop_after: Option<u32>,
     #[cfg(feature = "test-hooks")]
@@ -77,6 +78,7 @@ impl Console {
                 ));
             }
             Console {
+                left_behind: Vec::new(),
                 stop_after,
                 pause_after,
             }
@@ -89,6 +91,10 @@ impl Console {
 impl Observer for Console {
     fn log(&mut self, line: &str) {
         say(line);
+    }
+
+    fn left_behind(&mut self, what: &str) {
+        self.left_behind.push(what.to_owned());
     }
 
     fn after(&mut self, step: Step) {
@@ -225,7 +231,7 @@ fn run(job: &Job, top: &Path, console: &mut Console) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match job {
+    let status = match job {
         Job::RestoreData(_) => match restore_data(&mut disk, console, SystemTime::now()) {
             Ok(RestoreReport::NothingStaged) => ExitCode::SUCCESS,
             Ok(RestoreReport::Restored(r)) => {
@@ -249,8 +255,12 @@ fn run(job: &Job, top: &Path, console: &mut Console) -> ExitCode {
             }
         },
         Job::WipeRoot(_) => match wipe_root(&mut disk, console) {
-            Ok(WipeReport::Wiped) => ExitCode::SUCCESS,
-            Ok(WipeReport::Created) => ExitCode::SUCCESS,
+            Ok(WipeReport::Wiped | WipeReport::Created) => {
+                if !console.left_behind.is_empty() {
+                    say("wipe-root: @root is fresh");
+                }
+                ExitCode::SUCCESS
+            }
             Err(e) => {
                 say(&format!(
                     "wipe-root: could not finish: {e}; this boot may run on the old root, the next \
@@ -259,7 +269,18 @@ fn run(job: &Job, top: &Path, console: &mut Console) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    };
+    // The job is done, but what could not be deleted stays: the unit says so by failing, and
+    // the next boot tries again (adr/0015).
+    if status == ExitCode::SUCCESS && !console.left_behind.is_empty() {
+        for what in &console.left_behind {
+            say(&format!(
+                "left behind: {what}; the next boot tries to delete it again"
+            ));
+        }
+        return ExitCode::FAILURE;
     }
+    status
 }
 
 /// The filesystem's top level mounted at a private directory under /run, for one job.

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use btrfs::FileKind;
+use btrfs::{FileKind, TreeDeleted};
 use layout::{Outcome, SubvolumeName};
 use uuid::Uuid;
 
@@ -24,6 +24,9 @@ pub struct MSub {
     pub content: Vec<u32>,
     pub dirs: BTreeSet<String>,
     pub nested: Vec<MSub>,
+    /// The filesystem refuses to delete it (what no user can make, but a disk can: the model's
+    /// stand-in for a leftover that cannot go).
+    pub pinned: bool,
 }
 
 impl MSub {
@@ -80,6 +83,14 @@ enum Op {
     DeleteTop {
         name: String,
     },
+    Rename {
+        from: String,
+        to: String,
+    },
+    MoveInto {
+        from: String,
+        into: String,
+    },
 }
 
 impl Op {
@@ -95,6 +106,8 @@ pub enum ModelError {
     Crash,
     /// An injected I/O error (ENOSPC, EIO): the driver stops, the boot goes on.
     Injected,
+    /// A pinned subvolume is in the tree to delete: the filesystem refuses (EPERM).
+    Pinned,
     /// The driver asked for something the filesystem would refuse: a driver bug.
     Refused(String),
 }
@@ -136,6 +149,7 @@ fn apply(state: &mut State, op: &Op) -> Result<(), ModelError> {
                 content: src.content.clone(),
                 dirs: src.dirs.clone(),
                 nested: Vec::new(),
+                pinned: false,
             };
             state.next_id += 1;
             state.top.insert(dest.clone(), copy);
@@ -187,8 +201,30 @@ fn apply(state: &mut State, op: &Op) -> Result<(), ModelError> {
             }
             None => return refused(format!("delete: no {name}")),
         },
+        Op::Rename { from, to } => {
+            if state.top.contains_key(to) {
+                return refused(format!("rename: {to} exists"));
+            }
+            let Some(s) = state.top.remove(from) else {
+                return refused(format!("rename: no {from}"));
+            };
+            state.top.insert(to.clone(), s);
+        }
+        Op::MoveInto { from, into } => {
+            if !state.top.contains_key(into) {
+                return refused(format!("move into: no {into}"));
+            }
+            let Some(s) = state.top.remove(from) else {
+                return refused(format!("move into: no {from}"));
+            };
+            state.top.get_mut(into).expect("checked").nested.push(s);
+        }
     }
     Ok(())
+}
+
+fn holds_pinned(s: &MSub) -> bool {
+    s.pinned || s.nested.iter().any(holds_pinned)
 }
 
 /// The model disk, with a crash or an error armed after a number of changes.
@@ -289,6 +325,25 @@ impl Model {
         self.budget = None;
     }
 
+    /// Somebody leaves, in the live subvolume `name` of the booted machine, a nested
+    /// subvolume the filesystem will refuse to delete.
+    pub fn user_pins(&mut self, name: &str) {
+        self.settle();
+        nest_pinned(&mut self.current, name, 0, true);
+        self.durable = self.current.clone();
+    }
+
+    /// Whatever was pinned can be deleted now (the filesystem was mended).
+    pub fn unpin_all(&mut self) {
+        fn unpin(s: &mut MSub) {
+            s.pinned = false;
+            s.nested.iter_mut().for_each(unpin);
+        }
+        self.settle();
+        self.current.top.values_mut().for_each(unpin);
+        self.durable = self.current.clone();
+    }
+
     /// Somebody writes to the live subvolume `name` of the booted machine.
     pub fn user_write(&mut self, name: &str, write: u32) {
         self.settle();
@@ -387,7 +442,12 @@ impl Disk for Model {
         self.change(Op::MoveAside)
     }
 
-    fn delete_tree(&mut self, name: &str) -> Result<(), ModelError> {
+    fn delete_tree(&mut self, name: &str) -> Result<TreeDeleted, ModelError> {
+        let mut done = TreeDeleted::default();
+        if self.current.top.get(name).is_some_and(holds_pinned) {
+            self.spend()?;
+            return Err(ModelError::Pinned);
+        }
         while self
             .current
             .top
@@ -397,9 +457,26 @@ impl Disk for Model {
             self.change(Op::DeleteDeepest {
                 name: name.to_owned(),
             })?;
+            done.deleted += 1;
         }
         self.change(Op::DeleteTop {
             name: name.to_owned(),
+        })?;
+        done.deleted += 1;
+        Ok(done)
+    }
+
+    fn rename(&mut self, from: &str, to: &str) -> Result<(), ModelError> {
+        self.change(Op::Rename {
+            from: from.to_owned(),
+            to: to.to_owned(),
+        })
+    }
+
+    fn move_into(&mut self, from: &str, into: &str) -> Result<(), ModelError> {
+        self.change(Op::MoveInto {
+            from: from.to_owned(),
+            into: into.to_owned(),
         })
     }
 }
@@ -421,6 +498,7 @@ pub fn laid_out() -> State {
                 content: if blank { Vec::new() } else { vec![id as u32] },
                 dirs: BTreeSet::new(),
                 nested: Vec::new(),
+                pinned: false,
             },
         );
         id += 1;
@@ -447,10 +525,28 @@ pub fn take_snapshot(state: &mut State, subvolume: SubvolumeName, name: &str) ->
         content: live.content.clone(),
         dirs: live.dirs.clone(),
         nested: Vec::new(),
+        pinned: false,
     };
     state.next_id += 1;
     state.store.insert(name.to_owned(), snap);
     uuid
+}
+
+/// A nested subvolume (with `depth` more inside it) for the live `name`; with `pinned`, the
+/// innermost cannot be deleted.
+pub fn nest_pinned(state: &mut State, name: &str, depth: usize, pinned: bool) {
+    nest(state, name, depth);
+    if pinned {
+        let mut s = state
+            .top
+            .get_mut(name)
+            .and_then(|s| s.nested.last_mut())
+            .expect("just nested");
+        while !s.nested.is_empty() {
+            s = s.nested.last_mut().expect("not empty");
+        }
+        s.pinned = true;
+    }
 }
 
 /// A nested subvolume (with `depth` more inside it) for the live `name`.
@@ -467,6 +563,7 @@ pub fn nest(state: &mut State, name: &str, depth: usize) {
             content: vec![id as u32],
             dirs: BTreeSet::new(),
             nested: Vec::new(),
+            pinned: false,
         };
         s.nested.extend(inner.take());
         inner = Some(s);
@@ -484,16 +581,19 @@ mod tests {
 
     use super::*;
     use crate::driver::{restore_data, wipe_root, Observer, RestoreReport, RunError};
-    use crate::machine::swap_name;
+    use crate::machine::{stuck_name, swap_name};
     use crate::steps::Step;
 
     #[derive(Default)]
-    struct Steps(Vec<Step>);
+    struct Steps(Vec<Step>, Vec<String>);
 
     impl Observer for Steps {
         fn log(&mut self, _line: &str) {}
         fn after(&mut self, step: Step) {
             self.0.push(step);
+        }
+        fn left_behind(&mut self, what: &str) {
+            self.1.push(what.to_owned());
         }
     }
 
@@ -590,10 +690,15 @@ mod tests {
             nested in 0usize..3,
             again in any::<bool>(),
             leftover in any::<bool>(),
+            pinned in any::<bool>(),
             faults in schedule(),
         ) {
             let sub = RESTORABLE[which];
             let (mut state, request) = staged(sub, nested, again);
+            if pinned {
+                // Something in the replaced subvolume the filesystem refuses to delete.
+                nest_pinned(&mut state, sub, nested, true);
+            }
             let other = RESTORABLE[(which + 1) % 3];
             if leftover {
                 // An abandoned swap of another subvolume, from a request that was withdrawn.
@@ -622,8 +727,12 @@ mod tests {
             if sub == "@persist" {
                 prop_assert!(live.dirs.contains(".snapshots"));
             }
-            // Clean: no swap names, no request, an outcome saying done.
-            prop_assert!(end.top.keys().all(|k| !k.contains(".tacid-")), "{:?}", end.top.keys());
+            // Clean: no swap names (what could not go set aside under one name), no request,
+            // an outcome saying done.
+            let left: Vec<&String> = end.top.keys().filter(|k| k.contains(".tacid-")).collect();
+            let stuck = stuck_name(sub);
+            let expected_left: Vec<&String> = if pinned { vec![&stuck] } else { Vec::new() };
+            prop_assert_eq!(left, expected_left);
             prop_assert_eq!(&end.request, &None);
             prop_assert_eq!(&end.refused, &None);
             let outcome = Outcome::parse(end.outcome.as_deref().unwrap().as_bytes()).unwrap();
@@ -635,6 +744,11 @@ mod tests {
                 if name != sub && !name.contains(".tacid-") {
                     prop_assert_eq!(&end.top[name], s);
                 }
+            }
+            if pinned {
+                m.unpin_all();
+                restore_data(&mut m, &mut Steps::default(), now()).unwrap();
+                prop_assert!(!m.current.top.contains_key(&stuck), "deleted once it can go");
             }
             // And the next boots do nothing more.
             m.user_write(sub, 7777);
@@ -676,26 +790,55 @@ mod tests {
         #[test]
         fn a_wipe_leaves_a_fresh_root_whatever_the_power_does(
             nested in 0usize..3,
+            pinned_boots in 0usize..4,
             faults in schedule(),
         ) {
+            const ROOT: &str = layout::ROOT_SUBVOLUME;
             let mut state = laid_out();
             for depth in 0..nested {
-                nest(&mut state, layout::ROOT_SUBVOLUME, depth);
+                nest(&mut state, ROOT, depth);
+            }
+            if pinned_boots > 0 {
+                nest_pinned(&mut state, ROOT, nested, true);
             }
             let initial = state.clone();
             let mut m = Model::new(state);
             let job = |m: &mut Model| wipe_root(m, &mut Steps::default()).map(|_| ());
-            run_schedule(&mut m, layout::ROOT_SUBVOLUME, &faults, job);
-            let end = &m.current;
-            let root = &end.top[layout::ROOT_SUBVOLUME];
-            let blank = &initial.top[layout::ROOT_BLANK_SUBVOLUME];
-            prop_assert_eq!(root.parent_uuid, Some(blank.uuid));
-            prop_assert!(root.content.is_empty() && root.nested.is_empty(), "{root:?}");
-            prop_assert!(end.top.keys().all(|k| !k.contains(".tacid-")));
-            for (name, s) in &initial.top {
-                if name != layout::ROOT_SUBVOLUME {
-                    prop_assert_eq!(&end.top[name], s);
+            run_schedule(&mut m, ROOT, &faults, job);
+            // A root the filesystem will not let go of, boot after boot: every boot still
+            // gets a fresh one, and what cannot go keeps one name.
+            for _ in 1..pinned_boots {
+                m.user_pins(ROOT);
+                let mut steps = Steps::default();
+                wipe_root(&mut m, &mut steps).unwrap();
+                prop_assert!(!steps.1.is_empty(), "says what is left behind");
+            }
+            let stuck = stuck_name(ROOT);
+            let fresh = |m: &Model| -> Result<(), TestCaseError> {
+                let end = &m.current;
+                let root = &end.top[ROOT];
+                let blank = &initial.top[layout::ROOT_BLANK_SUBVOLUME];
+                prop_assert_eq!(root.parent_uuid, Some(blank.uuid));
+                prop_assert!(root.content.is_empty() && root.nested.is_empty(), "{root:?}");
+                for (name, s) in &initial.top {
+                    if name != ROOT {
+                        prop_assert_eq!(&end.top[name], s);
+                    }
                 }
+                Ok(())
+            };
+            fresh(&m)?;
+            let left: Vec<&String> = m.current.top.keys().filter(|k| k.contains(".tacid-")).collect();
+            let expected: Vec<&String> = if pinned_boots > 0 { vec![&stuck] } else { Vec::new() };
+            prop_assert_eq!(left, expected);
+            if pinned_boots > 0 {
+                prop_assert_eq!(m.current.top[&stuck].nested.len() >= pinned_boots - 1, true);
+                m.unpin_all();
+                let mut steps = Steps::default();
+                wipe_root(&mut m, &mut steps).unwrap();
+                prop_assert!(steps.1.is_empty(), "{:?}", steps.1);
+                fresh(&m)?;
+                prop_assert!(m.current.top.keys().all(|k| !k.contains(".tacid-")));
             }
         }
     }

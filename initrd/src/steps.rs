@@ -29,9 +29,14 @@ pub enum Step {
     /// The refused request renamed to `.restore.refused`.
     RefuseMoveAside,
     RefuseCommit,
-    /// A swap name left over from an earlier, abandoned request, deleted.
+    /// A swap name left over from an earlier, abandoned request, deleted; or what an earlier
+    /// run set aside because it could not delete it.
     DeleteStale,
     CommitStale,
+    /// What is under a swap name could not be deleted: renamed to the stuck name (or moved
+    /// inside what is already there), so the swap name is free.
+    SetAside,
+    CommitSetAside,
     /// Writable snapshot of `@root-blank` under `@root.tacid-swap` (or `@root` when missing).
     WipeCopy,
     WipeCommitCopy,
@@ -43,7 +48,7 @@ pub enum Step {
 
 impl Step {
     /// Every step, in number order.
-    pub const ALL: [Step; 21] = [
+    pub const ALL: [Step; 23] = [
         Step::RestoreCopy,
         Step::RestoreCommitCopy,
         Step::RestorePrepare,
@@ -59,6 +64,8 @@ impl Step {
         Step::RefuseCommit,
         Step::DeleteStale,
         Step::CommitStale,
+        Step::SetAside,
+        Step::CommitSetAside,
         Step::WipeCopy,
         Step::WipeCommitCopy,
         Step::WipeExchange,
@@ -92,6 +99,9 @@ impl Step {
     /// (with no request, or before a request's own copy is made).
     pub const LEFTOVER: [Step; 2] = [Step::DeleteStale, Step::CommitStale];
 
+    /// The steps that set aside what cannot be deleted (in place of a deletion's two).
+    pub const SET_ASIDE: [Step; 2] = [Step::SetAside, Step::CommitSetAside];
+
     /// The steps of a wipe of an existing `@root`.
     pub const WIPE: [Step; 6] = [
         Step::WipeCopy,
@@ -102,7 +112,8 @@ impl Step {
         Step::WipeCommitDelete,
     ];
 
-    /// The step's number (stable; restore 1-10, refusal 11-13, leftovers 14-15, wipe 21-26).
+    /// The step's number (stable; restore 1-10, refusal 11-13, leftovers 14-15, setting
+    /// aside 16-17, wipe 21-26).
     pub fn number(self) -> u32 {
         match self {
             Step::RestoreCopy => 1,
@@ -120,6 +131,8 @@ impl Step {
             Step::RefuseCommit => 13,
             Step::DeleteStale => 14,
             Step::CommitStale => 15,
+            Step::SetAside => 16,
+            Step::CommitSetAside => 17,
             Step::WipeCopy => 21,
             Step::WipeCommitCopy => 22,
             Step::WipeExchange => 23,
@@ -145,8 +158,10 @@ impl Step {
             Step::RefuseOutcome => "refuse: write the outcome",
             Step::RefuseMoveAside => "refuse: move the request aside",
             Step::RefuseCommit => "refuse: commit",
-            Step::DeleteStale => "delete a leftover swap subvolume",
+            Step::DeleteStale => "delete a leftover subvolume",
             Step::CommitStale => "commit the leftover's deletion",
+            Step::SetAside => "set aside a leftover that cannot be deleted",
+            Step::CommitSetAside => "commit setting it aside",
             Step::WipeCopy => "wipe-root: copy the blank root",
             Step::WipeCommitCopy => "wipe-root: commit the copy",
             Step::WipeExchange => "wipe-root: exchange the names",
@@ -189,12 +204,14 @@ mod tests {
         );
         assert_eq!(Step::REFUSE.map(|s| s.number()), [11, 12, 13]);
         assert_eq!(Step::LEFTOVER.map(|s| s.number()), [14, 15]);
+        assert_eq!(Step::SET_ASIDE.map(|s| s.number()), [16, 17]);
         assert_eq!(Step::WIPE.map(|s| s.number()), [21, 22, 23, 24, 25, 26]);
         // The groups are every step, each once.
         let mut grouped: Vec<Step> = [
             &Step::RESTORE[..],
             &Step::REFUSE[..],
             &Step::LEFTOVER[..],
+            &Step::SET_ASIDE[..],
             &Step::WIPE[..],
         ]
         .concat();

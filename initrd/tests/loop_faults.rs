@@ -53,6 +53,8 @@ const REFUSE_FIRST_STOPS: [Step; 3] = Step::REFUSE;
 /// A leftover alone (no request), and a leftover under the swap name a request needs.
 const LEFTOVER_FIRST_STOPS: [Step; 2] = Step::LEFTOVER;
 const WIPE_FIRST_STOPS: [Step; 6] = Step::WIPE;
+/// A wipe whose old root cannot be deleted: it is set aside.
+const SET_ASIDE_FIRST_STOPS: [Step; 2] = Step::SET_ASIDE;
 /// A wipe with `@root` missing copies `@root-blank` straight to `@root`: those two steps only.
 const WIPE_MISSING_ROOT_FIRST_STOPS: [Step; 2] = [Step::WipeCopy, Step::WipeCommitCopy];
 
@@ -64,6 +66,7 @@ fn every_step_is_a_first_stop_point() {
         &LEFTOVER_FIRST_STOPS[..],
         &WIPE_FIRST_STOPS[..],
         &WIPE_MISSING_ROOT_FIRST_STOPS[..],
+        &SET_ASIDE_FIRST_STOPS[..],
     ]
     .concat()
     .iter()
@@ -322,20 +325,6 @@ fn loop_a_wipe_stopped_after_any_step_completes() {
 
 /// A wipe converged: `@root` is empty, made from `@root-blank`, and nothing is left under a
 /// swap name.
-fn assert_root_is_fresh(fs: &testbed::LoopFs, context: &str) {
-    assert_eq!(
-        std::fs::read_dir(fs.top().join("@root")).unwrap().count(),
-        0,
-        "{context}"
-    );
-    assert!(swap_names(fs).is_empty(), "{context}");
-    assert_eq!(
-        parent_uuid_of(fs, "@root"),
-        Some(uuid_of(fs, layout::ROOT_BLANK_SUBVOLUME)),
-        "{context}"
-    );
-}
-
 #[test]
 fn loop_a_wipe_with_root_missing_stopped_after_any_step_completes() {
     for step in WIPE_MISSING_ROOT_FIRST_STOPS {
@@ -413,4 +402,33 @@ fn loop_a_pause_at_a_step_announces_itself_and_waits() {
     live_exists(&fs, "@home");
     run_ok(&fs, "restore-data");
     assert_home_restored(&fs, &request);
+}
+
+#[test]
+fn loop_setting_aside_a_root_that_cannot_be_deleted_stopped_after_any_step_completes() {
+    for step in SET_ASIDE_FIRST_STOPS {
+        let Some(mut fs) = machine() else { return };
+        // No user can make this (it needs CAP_LINUX_IMMUTABLE); Btrfs then refuses to
+        // delete the subvolume, which is what setting aside is for.
+        sh(
+            "btrfs",
+            &["-q", "subvolume", "create", &path(&fs, "@root/box")],
+        );
+        sh("chattr", &["+i", &path(&fs, "@root/box")]);
+        must_stop(&fs, "wipe-root", step.number(), "setting aside");
+        fs.remount().expect("remount");
+        let out = run(&fs, "wipe-root", &[]);
+        let log = stderr(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "after {step}: left behind\n{log}"
+        );
+        assert!(log.contains("@root.tacid-stuck"), "after {step}: {log}");
+        assert_root_is_a_blank_copy(&fs, &format!("after {step}"));
+        assert_eq!(swap_names(&fs), ["@root.tacid-stuck"], "after {step}");
+        sh("chattr", &["-i", &path(&fs, "@root.tacid-stuck/box")]);
+        run_ok(&fs, "wipe-root");
+        assert_root_is_fresh(&fs, &format!("after {step}, set aside and deleted"));
+    }
 }

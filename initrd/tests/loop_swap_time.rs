@@ -31,6 +31,9 @@ impl Observer for Clock {
     fn after(&mut self, step: Step) {
         self.steps.push((step, self.start.elapsed()));
     }
+    fn left_behind(&mut self, what: &str) {
+        panic!("a plain @home left something behind: {what}");
+    }
 }
 
 fn at(clock: &Clock, step: Step) -> Duration {

@@ -45,7 +45,7 @@ fn raw_list(top: &str) {
         .expect("store");
     let mut out = String::new();
     for e in store.list_subvolumes().expect("tree search") {
-        out.push_str(&e.name);
+        out.push_str(&e.name.to_string_lossy());
         out.push('\n');
     }
     print!("{out}");

@@ -16,7 +16,7 @@ use crate::caps;
 use crate::journal::{action, state, Asker, Journal, JournalError, Member, OutcomeRow};
 use crate::reconcile;
 use crate::refusals::{self, Verdict};
-use crate::stem_client::{StemClient, StemError};
+use crate::stem_client::{Staged, StemClient, StemError, BAD_REQUEST_FILE};
 use crate::wire::{
     Cancelled, ChangedPath, KeeperError, RestoreDetails, RestoreStaged, SnapshotEntry, SnapshotSet,
     Status,
@@ -331,7 +331,9 @@ impl Keeper {
             .into_iter()
             .map(|d| d.member)
             .collect();
-        let staged = self.stem.staged().await.map_err(stem_error)?;
+        // A bad request file stages nothing: the next boot refuses it.
+        let staged = self.stem.staged_or_bad().await.map_err(stem_error)?;
+        let staged = staged.request().cloned();
         self.journal(|j| {
             let plan = reconcile::plan(&j.snapshots()?, &j.pending_sets()?, &disk);
             for name in &plan.gone {
@@ -853,15 +855,30 @@ impl Keeper {
                     message,
                 })
             }
-            Ok(None) => {
-                let message = "no restore was staged; nothing changed".to_owned();
-                self.journal(|j| j.finish(id, state::NOTHING_STAGED, &message))?;
-                Ok(Cancelled {
-                    withdrawn: false,
-                    snapshot: String::new(),
-                    of_path: String::new(),
-                    message,
-                })
+            Ok(None) => self.nothing_to_cancel(id),
+            // A bad request file is no request, yet it must go: no restore can be staged
+            // beside it (adr/0015).
+            Err(StemError::Refused { name, .. }) if name == BAD_REQUEST_FILE => {
+                match self.stem.discard_bad_request().await {
+                    Ok(Some(why)) => {
+                        let message = format!(
+                            "removed a bad restore request file ({why}); no restore was staged, \
+                             nothing else changed"
+                        );
+                        self.journal(|j| j.finish(id, state::WITHDRAWN, &message))?;
+                        Ok(Cancelled {
+                            withdrawn: true,
+                            snapshot: String::new(),
+                            of_path: String::new(),
+                            message,
+                        })
+                    }
+                    Ok(None) => self.nothing_to_cancel(id),
+                    Err(e) => {
+                        self.settle_after_stem_error(id, &e).await?;
+                        Err(stem_error(e))
+                    }
+                }
             }
             Err(e) => {
                 self.settle_after_stem_error(id, &e).await?;
@@ -870,21 +887,36 @@ impl Keeper {
         }
     }
 
+    /// Cancel's answer when nothing was staged: journalled, nothing changed.
+    fn nothing_to_cancel(&self, id: i64) -> Result<Cancelled, KeeperError> {
+        let message = "no restore was staged; nothing changed".to_owned();
+        self.journal(|j| j.finish(id, state::NOTHING_STAGED, &message))?;
+        Ok(Cancelled {
+            withdrawn: false,
+            snapshot: String::new(),
+            of_path: String::new(),
+            message,
+        })
+    }
+
     /// The staged restore, the latest outcome of a boot, and the journal's state.
     pub async fn status(&self, uid: u32) -> Result<Status, KeeperError> {
         let _turn = self.looker_turn(self.may_change(uid)).await;
         self.ensure_reconciled().await;
         self.settle_leftovers().await;
-        let staged = self.stem.staged().await;
+        let staged = self.stem.staged_or_bad().await;
         let stem_running = !matches!(staged, Err(StemError::NotRunning | StemError::WentAway));
         if stem_running {
             if let Err(e) = self.read_outcome().await {
                 tracing::warn!("reading the boot's outcome: {}", e.message());
             }
         }
-        let staged = match staged {
-            Ok(s) => s,
-            Err(StemError::NotRunning | StemError::WentAway) => None,
+        let (staged, staged_problem) = match staged {
+            Ok(Staged::Request(r)) => (Some(r), String::new()),
+            Ok(Staged::Nothing) | Err(StemError::NotRunning | StemError::WentAway) => {
+                (None, String::new())
+            }
+            Ok(Staged::Bad(why)) => (None, why),
             Err(e) => return Err(stem_error(e)),
         };
         let staging = match &staged {
@@ -953,6 +985,7 @@ impl Keeper {
             floor_bytes: self.policy.floor_bytes,
             hard_floor_bytes: space.map(|s| s.hard_floor_bytes).unwrap_or_default(),
             deletions_pending: space.map(|s| s.deletions_pending).unwrap_or_default(),
+            staged_problem,
         })
     }
 }

@@ -34,6 +34,28 @@ pub struct Request {
     pub uuid: String,
 }
 
+/// What is staged, as the stem reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Staged {
+    Nothing,
+    Request(Request),
+    /// The request file is bad; the stem's words on what is wrong with it.
+    Bad(String),
+}
+
+impl Staged {
+    /// The request, when a good one is staged.
+    pub fn request(&self) -> Option<&Request> {
+        match self {
+            Staged::Request(r) => Some(r),
+            Staged::Nothing | Staged::Bad(_) => None,
+        }
+    }
+}
+
+/// The stem's error name for a bad request file (`org.tacid.Stem1.Error.BadRequestFile`).
+pub const BAD_REQUEST_FILE: &str = "BadRequestFile";
+
 /// The initrd's outcome, as the stem reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
@@ -263,6 +285,27 @@ impl StemClient {
     pub async fn staged(&self) -> Result<Option<Request>, StemError> {
         let s = self.call(|p| async move { p.staged().await }).await?;
         Ok(s.first().map(request))
+    }
+
+    /// The staged request, if any, or what is wrong with the request file when it is bad:
+    /// a bad one stages nothing (the next boot refuses it), so it never stops the keeper.
+    pub async fn staged_or_bad(&self) -> Result<Staged, StemError> {
+        match self.staged().await {
+            Ok(Some(r)) => Ok(Staged::Request(r)),
+            Ok(None) => Ok(Staged::Nothing),
+            Err(StemError::Refused { name, message }) if name == BAD_REQUEST_FILE => {
+                Ok(Staged::Bad(message))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Remove a bad request file; what was wrong with it, `None` when nothing bad was there.
+    pub async fn discard_bad_request(&self) -> Result<Option<String>, StemError> {
+        let d = self
+            .call(|p| async move { p.discard_bad_request().await })
+            .await?;
+        Ok(d.into_iter().next())
     }
 
     /// The initrd's last outcome, if any.

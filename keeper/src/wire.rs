@@ -148,6 +148,9 @@ pub struct Status {
     pub hard_floor_bytes: u64,
     /// Deleted snapshots whose space Btrfs is still giving back.
     pub deletions_pending: u32,
+    /// What is wrong with the restore request file when it is bad (empty otherwise): it
+    /// stages nothing, the next boot refuses it, and `Cancel` removes it.
+    pub staged_problem: String,
 }
 
 /// One snapshot retention chose, with the rule that chose it.

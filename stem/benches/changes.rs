@@ -130,7 +130,7 @@ fn main() {
     let since = btrfs_top
         .dir()
         .open_dir(SNAPSHOTS_SUBVOLUME)
-        .and_then(|s| s.open_dir(&snap.name.to_string()))
+        .and_then(|s| s.open_dir(snap.name.to_string()))
         .and_then(|d| d.subvolume_info())
         .expect("snapshot info")
         .created_generation;

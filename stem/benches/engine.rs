@@ -199,7 +199,7 @@ fn main() {
     for &target in counts {
         while existing < target {
             let name = SnapshotName::new(home, SystemTime::now()).expect("name");
-            match btrfs::sys::snap_create(store.as_fd(), live.as_fd(), &name.to_string(), 1 << 1) {
+            match btrfs::sys::snap_create(store.as_fd(), live.as_fd(), name.to_string(), 1 << 1) {
                 Ok(()) => existing += 1,
                 Err(rustix::io::Errno::EXIST) => continue,
                 Err(e) => panic!("raw snapshot: {e}"),

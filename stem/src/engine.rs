@@ -115,7 +115,7 @@ pub enum EngineError {
         snapshot: SnapshotName,
         subvolume: SubvolumeName,
     },
-    #[error("the staged request file is unreadable or malformed: {0}")]
+    #[error("the restore request file is bad: {0}; the next boot refuses it and changes nothing, and `tacid data cancel` removes it")]
     BadRequestFile(String),
     #[error("the outcome file is unreadable or malformed: {0}")]
     BadOutcomeFile(String),
@@ -208,7 +208,7 @@ impl Engine {
         let st = rustix::fs::fstatvfs(self.top.dir()).map_err(|e| {
             EngineError::Btrfs(btrfs::Error {
                 op: "statvfs the top level",
-                name: String::new(),
+                name: Default::default(),
                 kind: ErrorKind::Other,
                 source: e.into(),
             })
@@ -267,7 +267,7 @@ impl Engine {
             .map_err(|e| {
                 EngineError::Btrfs(btrfs::Error {
                     op: "start the commit thread",
-                    name: String::new(),
+                    name: Default::default(),
                     kind: ErrorKind::Other,
                     source: e,
                 })
@@ -337,7 +337,7 @@ impl Engine {
         if !dir.is_subvolume_root()? {
             let source = btrfs::Error {
                 op: "open live subvolume",
-                name: subvolume.to_string(),
+                name: subvolume.to_string().into(),
                 kind: ErrorKind::NotASubvolume,
                 source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
             };
@@ -363,7 +363,7 @@ impl Engine {
         // Names are unique by construction: the filesystem refuses a name that exists, and
         // the next microsecond is tried. The snapshot ioctl commits its own transaction.
         for _ in 0..MAX_NAME_ATTEMPTS {
-            match live.snapshot_to(store, &name.to_string(), true) {
+            match live.snapshot_to(store, name.to_string(), true) {
                 Ok(info) => {
                     return Ok(Snapshot {
                         name,
@@ -394,7 +394,7 @@ impl Engine {
 
     /// A failed snapshot ioctl creates nothing; this makes sure of it.
     fn remove_half_made(&self, store: &Dir, name: &SnapshotName) {
-        if let Ok(dir) = store.open_dir(&name.to_string()) {
+        if let Ok(dir) = store.open_dir(name.to_string()) {
             if let Ok(info) = dir.subvolume_info() {
                 let _ = store.delete_subvolume_by_id(info.id);
                 let _ = store.commit();
@@ -439,7 +439,8 @@ impl Engine {
     /// Every snapshot in the store, newest first.
     pub fn list(&self) -> Result<Vec<Snapshot>, EngineError> {
         let store = self.store()?;
-        let staged = read_request(&store)?;
+        // A bad request names nothing: the next boot refuses it (adr/0015).
+        let staged = read_request(&store).unwrap_or(None);
         let view = self.view(&store)?;
         let mut out = Vec::with_capacity(view.stored.len());
         for (stored, info) in &view.stored {
@@ -473,7 +474,7 @@ impl Engine {
             if entry.info.dir_id != SUBVOLUME_ROOT_DIR {
                 continue;
             }
-            let Ok(name) = SnapshotName::parse(&entry.name) else {
+            let Some(Ok(name)) = entry.name.to_str().map(SnapshotName::parse) else {
                 continue;
             };
             let plain = StoredSnapshot {
@@ -501,11 +502,12 @@ impl Engine {
         Ok(View { stored, lineages })
     }
 
-    /// Delete a snapshot; refused while the staged request names it.
+    /// Delete a snapshot; refused while the staged request names it (a bad request names
+    /// nothing: the next boot refuses it).
     pub fn delete(&self, name: SnapshotName) -> Result<(), EngineError> {
         let _guard = self.request_lock.lock().unwrap_or_else(|p| p.into_inner());
         let store = self.store()?;
-        if let Some(staged) = read_request(&store)? {
+        if let Ok(Some(staged)) = read_request(&store) {
             if staged.snapshot() == name {
                 return Err(EngineError::Pinned(name));
             }
@@ -524,14 +526,12 @@ impl Engine {
 
     /// Open a snapshot by name: it must be a subvolume root directly in the store.
     fn open_snapshot(&self, store: &Dir, name: SnapshotName) -> Result<SubvolumeInfo, EngineError> {
-        let dir = store
-            .open_dir(&name.to_string())
-            .map_err(|e| match e.kind {
-                ErrorKind::NotFound | ErrorKind::NotADirectory | ErrorKind::Escapes => {
-                    EngineError::NoSuchSnapshot(name)
-                }
-                _ => e.into(),
-            })?;
+        let dir = store.open_dir(name.to_string()).map_err(|e| match e.kind {
+            ErrorKind::NotFound | ErrorKind::NotADirectory | ErrorKind::Escapes => {
+                EngineError::NoSuchSnapshot(name)
+            }
+            _ => e.into(),
+        })?;
         if !dir.is_subvolume_root()? {
             return Err(EngineError::NoSuchSnapshot(name));
         }
@@ -592,6 +592,23 @@ impl Engine {
             store.sync()?;
         }
         Ok(staged)
+    }
+
+    /// Remove the request file when it is bad — unreadable, malformed, not a regular file,
+    /// not root's: whatever is under its name goes (adr/0015). The next boot would refuse it
+    /// anyway; until it is gone no restore can be staged. Returns what was wrong with it;
+    /// `None` when nothing bad was there (no request, or a good one: that is `withdraw`).
+    pub fn discard_bad_request(&self) -> Result<Option<String>, EngineError> {
+        let _guard = self.request_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let store = self.store()?;
+        let why = match read_request(&store) {
+            Ok(_) => return Ok(None),
+            Err(EngineError::BadRequestFile(why)) => why,
+            Err(e) => return Err(e),
+        };
+        store.remove_all(REQUEST_FILE_NAME)?;
+        store.sync()?;
+        Ok(Some(why))
     }
 
     /// The staged request, if any.

@@ -212,7 +212,8 @@ pub enum Error {
     StoreUnsafe(String),
     /// The live subvolume to snapshot is missing or not a subvolume.
     LiveSubvolumeMissing(String),
-    /// The staged request file is unreadable or malformed.
+    /// The staged request file is bad (unreadable, malformed, not a regular file, not
+    /// root's): the next boot refuses it; DiscardBadRequest removes it.
     BadRequestFile(String),
     /// The initrd's outcome file is unreadable or malformed.
     BadOutcomeFile(String),
@@ -466,6 +467,24 @@ impl Stem1 {
         self.admit(connection, &header).await?;
         let withdrawn = self.act("withdraw".into(), |e| e.withdraw()).await?;
         Ok(withdrawn.iter().map(RequestInfo::from).collect())
+    }
+
+    /// Remove the staged request file when it is bad (unreadable, malformed, not a regular
+    /// file, not root's), whatever is under its name: the next boot would refuse it, and no
+    /// restore can be staged beside it. Returns what was wrong with it: zero elements when
+    /// nothing bad was there (no request, or a good one, which only Withdraw takes back).
+    /// Errors: AccessDenied, StoreUnsafe, Failed.
+    #[zbus(out_args("discarded"))]
+    async fn discard_bad_request(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<String>, Error> {
+        self.admit(connection, &header).await?;
+        let why = self
+            .act("discard a bad request".into(), |e| e.discard_bad_request())
+            .await?;
+        Ok(why.into_iter().collect())
     }
 
     /// The free space (statvfs of the top level), the hard floor, and how many deleted

@@ -29,6 +29,7 @@ const EVERY_METHOD: &[(&str, &[&str])] = &[
     ("Delete", &["string:@home.2026-12-01T140200.123456Z"]),
     ("StageRestore", &["string:@home.2026-12-01T140200.123456Z"]),
     ("Withdraw", &[]),
+    ("DiscardBadRequest", &[]),
     ("FreeSpace", &[]),
     ("Staged", &[]),
     ("Outcome", &[]),

@@ -289,7 +289,7 @@ fn loop_changes_in_a_hundred_thousand_files_and_the_time_limit() {
         .dir()
         .open_dir(layout::SNAPSHOTS_SUBVOLUME)
         .unwrap()
-        .open_dir(&snap.name.to_string())
+        .open_dir(snap.name.to_string())
         .unwrap()
         .subvolume_info()
         .unwrap();

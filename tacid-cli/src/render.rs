@@ -172,7 +172,9 @@ pub fn staged(p: &RestorePreview, s: &RestoreStaged) -> String {
 /// `tacid data status`.
 pub fn status(s: &Status, now: SystemTime) -> String {
     let mut out = String::new();
-    if s.staged_snapshot.is_empty() {
+    if !s.staged_problem.is_empty() {
+        let _ = writeln!(out, "No restore is staged: {}.", s.staged_problem);
+    } else if s.staged_snapshot.is_empty() {
         let _ = writeln!(out, "No restore is staged.");
     } else {
         let _ = writeln!(

@@ -319,6 +319,42 @@ impl Drop for LoopFs {
     }
 }
 
+/// Run `f` as an ordinary user: on a thread of its own whose real, effective and saved uid
+/// and gid are `uid` and `gid`, with no supplementary groups and therefore no capabilities
+/// (the kernel clears them when every uid leaves 0). Only that thread changes: on Linux the
+/// raw `setresuid`/`setresgid` are per thread, and the test process stays root. A handle
+/// opened before is used inside as a user's working directory would be: every `*at` call
+/// and ioctl is checked against the thread's own credentials.
+pub fn as_user<T: Send>(uid: u32, gid: u32, f: impl FnOnce() -> T + Send) -> T {
+    use rustix::process::{Gid, Uid};
+    use rustix::thread::{set_thread_groups, set_thread_res_gid, set_thread_res_uid};
+    assert!(uid != 0, "testbed::as_user: uid 0 is not an ordinary user");
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let gid_ = Gid::from_raw(gid);
+            let uid_ = Uid::from_raw(uid);
+            set_thread_groups(&[]).expect("drop supplementary groups");
+            set_thread_res_gid(gid_, gid_, gid_).expect("setresgid");
+            set_thread_res_uid(uid_, uid_, uid_).expect("setresuid");
+            f()
+        })
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+/// Make a fifo (mode 0600) at `path`: what tests put where a regular file is expected.
+pub fn make_fifo(path: &Path) -> io::Result<()> {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .map_err(io::Error::from)
+}
+
 fn missing_prerequisite() -> Option<String> {
     if !rustix::process::geteuid().is_root() {
         return Some("not running as root".into());
@@ -418,6 +454,31 @@ mod tests {
             ))
         );
         assert_eq!(parse_list_line("garbage"), None);
+    }
+
+    #[test]
+    fn as_user_drops_root_for_that_thread_only() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("\n*** SKIPPED: as_user needs root ***\n");
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+        let (uid, denied) = as_user(4242, 4242, || {
+            let denied = fs::write(dir.path().join("x"), "y").expect_err("a user writes there");
+            (rustix::process::geteuid().as_raw(), denied.kind())
+        });
+        assert_eq!(uid, 4242);
+        assert_eq!(
+            denied,
+            io::ErrorKind::PermissionDenied,
+            "no capability is left"
+        );
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "the test process stays root"
+        );
+        fs::write(dir.path().join("x"), "y").expect("root still writes");
     }
 
     #[test]

@@ -19,6 +19,10 @@ use initrd::steps::Step;
 use layout::{Outcome, OutcomeResult, RestoreRequest, SubvolumeName};
 use stem::{Engine, Snapshot, Staged};
 
+/// What an ordinary user can leave in `@root` (the hostile tier's makers, shared).
+#[path = "../../../initrd/tests/common/hostile.rs"]
+mod hostile;
+
 // ---------------------------------------------------------------------------------------
 // The machine and the words of the story.
 
@@ -467,12 +471,37 @@ fn boot_story_restore_happens_once_and_root_is_always_fresh() {
             "after-restore.txt",
             "written after the restore; must stay\n",
         );
+        story.step(
+            "as an ordinary user, leave subvolumes in /var/tmp: one named \\xff holding \
+             another, read-only nests, own snapshots, one 3000 directories deep",
+        );
+        let tmp = hostile::dir_for_user(top.path(), "@root/var/tmp", 0o1777, 0);
+        let made = hostile::as_hostile_user(&tmp, |dir| hostile::all_of_it(dir, 10, 40));
+        println!(
+            "    {made} subvolumes left in @root by uid {}",
+            hostile::UID
+        );
         (after[subvolume("/home").as_str()].clone(), done)
     });
 
-    story.step("reboot again: nothing happens a second time");
+    story.step("reboot again: nothing happens a second time, and / is fresh all the same");
     let third = boot(&mut m, &BootOptions::default());
     assert_booted_clean(&third, "the boot after the restore");
+    let deleted = third
+        .console
+        .lines()
+        .find(|l| l.contains("subvolumes nested in it"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no deletion of the user's subvolumes:\n{}",
+                third.console_tail(60)
+            )
+        });
+    println!("    {}", deleted.trim());
+    println!(
+        "    units' boot cost with the user's leftover in @root (TCG, kernel clock): {}",
+        unit_costs(&third)
+    );
     on_disk(&m, |top| {
         assert_marker_left_on_root(top, "the boot after the restore");
         let home_now = &lasting_subvolumes(top)[subvolume("/home").as_str()];

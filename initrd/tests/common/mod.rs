@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // each test file uses its own part
 
+pub mod hostile;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
@@ -103,6 +105,23 @@ pub fn run(fs: &LoopFs, job: &str, env: &[(&str, &str)]) -> Output {
     cmd.output().expect("run tacid-initrd")
 }
 
+/// Run `tacid-initrd JOB --top <top>` as its unit runs it in the initrd: with at most 1024
+/// open files (systemd's default soft `LimitNOFILE=`), `ulimit -n 1024`.
+pub fn run_as_unit(fs: &LoopFs, job: &str) -> Output {
+    Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -n 1024 && exec \"$0\" \"$@\"",
+            BIN,
+            job,
+            "--top",
+        ])
+        .arg(path(fs, ""))
+        .env_remove("TACID_TEST_STOP_AFTER")
+        .output()
+        .expect("run tacid-initrd under ulimit -n 1024")
+}
+
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -178,4 +197,30 @@ pub fn assert_home_restored(fs: &LoopFs, request: &RestoreRequest) {
     let o = outcome(fs);
     assert_eq!(o.result, layout::OutcomeResult::Done, "{o}");
     assert_eq!(o.request, Some(*request));
+}
+
+/// `@root` is a fresh copy of `@root-blank`, and nothing is left under a swap name.
+pub fn assert_root_is_fresh(fs: &LoopFs, context: &str) {
+    assert_root_is_a_blank_copy(fs, context);
+    assert!(
+        swap_names(fs).is_empty(),
+        "{context}: left over: {:?}",
+        swap_names(fs)
+    );
+}
+
+/// `@root` is empty and a copy of `@root-blank`.
+pub fn assert_root_is_a_blank_copy(fs: &LoopFs, context: &str) {
+    assert_eq!(
+        fs::read_dir(fs.top().join("@root"))
+            .expect("read @root")
+            .count(),
+        0,
+        "{context}: @root is not empty"
+    );
+    assert_eq!(
+        parent_uuid_of(fs, "@root"),
+        Some(uuid_of(fs, layout::ROOT_BLANK_SUBVOLUME)),
+        "{context}: @root is not a copy of @root-blank"
+    );
 }
