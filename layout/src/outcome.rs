@@ -1,7 +1,7 @@
 //! The outcome record: what the initrd did with the last request.
 //!
 //! Written by `tacid-initrd` to `.restore-outcome` on the snapshots subvolume, read by the
-//! keeper after boot. Five lines, in this order, each `key SP value LF`:
+//! keeper after boot. Five lines or more, in this order, each `key SP value LF`:
 //!
 //! ```text
 //! tacid-restore-outcome 1
@@ -10,6 +10,9 @@
 //! request @home @home.2026-12-01T120000.000000Z <uuid>   (or "-" when it did not parse)
 //! reason <one line of printable text>
 //! ```
+//!
+//! A request of several members (a set) has one `request` line per member, in the request's
+//! own order; a request of one member has exactly the five lines of before sets existed.
 //!
 //! `finished` identifies the outcome: the keeper reports each one once.
 
@@ -20,9 +23,10 @@ use serde::Serialize;
 
 use crate::request::RestoreRequest;
 use crate::snapshot_name::{parse_stamp, Stamp};
+use crate::subvolume::SubvolumeName;
 
 /// Larger files are refused before they are parsed.
-pub const MAX_OUTCOME_BYTES: usize = 1024;
+pub const MAX_OUTCOME_BYTES: usize = 2048;
 const MAX_REASON_BYTES: usize = 600;
 const MAGIC: &str = "tacid-restore-outcome 1";
 
@@ -123,12 +127,12 @@ impl Outcome {
         let finished = Stamp::from_system_time(self.finished)
             .map(|s| s.to_string())
             .unwrap_or_else(|_| "1970-01-01T000000.000000Z".into());
-        let request = self
-            .request
-            .map(|r| r.to_string())
-            .unwrap_or_else(|| "-".into());
+        let request: String = match &self.request {
+            Some(r) => r.members().iter().map(|m| format!("request {m}\n")).collect(),
+            None => "request -\n".into(),
+        };
         format!(
-            "{MAGIC}\nresult {result}\nfinished {finished}\nrequest {request}\nreason {}\n",
+            "{MAGIC}\nresult {result}\nfinished {finished}\n{request}reason {}\n",
             self.reason.0
         )
     }
@@ -141,9 +145,11 @@ impl Outcome {
         let text = std::str::from_utf8(bytes).map_err(|_| OutcomeError::NotText)?;
         let body = text.strip_suffix('\n').ok_or(OutcomeError::Line(5))?;
         let lines: Vec<&str> = body.split('\n').collect();
-        if lines.len() != 5 {
-            return Err(OutcomeError::Line(lines.len().min(5) + 1));
+        let most = 4 + SubvolumeName::restorable().len();
+        if !(5..=most).contains(&lines.len()) {
+            return Err(OutcomeError::Line(lines.len().min(most) + 1));
         }
+        let last = lines.len() - 1;
         if lines[0] != MAGIC {
             return Err(OutcomeError::Line(1));
         }
@@ -165,13 +171,21 @@ impl Outcome {
         let finished = Stamp(parse_stamp(stamp.as_bytes()).map_err(|_| OutcomeError::Line(3))?)
             .to_system_time();
         let request = match value(3, "request")? {
-            "-" => None,
-            r => Some(RestoreRequest::parse(format!("{r}\n").as_bytes())?),
+            "-" if last == 4 => None,
+            "-" => return Err(OutcomeError::Line(4)),
+            _ => {
+                let mut text = String::new();
+                for i in 3..last {
+                    text.push_str(value(i, "request")?);
+                    text.push('\n');
+                }
+                Some(RestoreRequest::parse(text.as_bytes())?)
+            }
         };
         if result == OutcomeResult::Done && request.is_none() {
             return Err(OutcomeError::Line(4));
         }
-        let reason = value(4, "reason")?;
+        let reason = value(last, "reason")?;
         let outcome = Outcome {
             result,
             finished,
@@ -179,7 +193,7 @@ impl Outcome {
             reason: Reason::new(reason),
         };
         if outcome.render().as_bytes() != bytes {
-            return Err(OutcomeError::Line(5));
+            return Err(OutcomeError::Line(last + 1));
         }
         Ok(outcome)
     }
@@ -210,7 +224,7 @@ mod tests {
     fn req(micros: u64) -> RestoreRequest {
         let h = SubvolumeName::parse("@home").unwrap();
         let n = SnapshotName::new(h, UNIX_EPOCH + Duration::from_micros(micros)).unwrap();
-        RestoreRequest::new(h, n, Uuid::from_u128(7)).unwrap()
+        RestoreRequest::one(h, n, Uuid::from_u128(7)).unwrap()
     }
 
     #[test]
@@ -228,6 +242,28 @@ mod tests {
              reason put @home back\n"
         );
         assert_eq!(Outcome::parse(o.render().as_bytes()).unwrap(), o);
+    }
+
+    #[test]
+    fn a_set_has_one_request_line_per_member() {
+        let members = ["@persist", "@log", "@home"].map(|sub| {
+            let sv = SubvolumeName::parse(sub).unwrap();
+            let n = SnapshotName::new(sv, UNIX_EPOCH + Duration::from_secs(9)).unwrap();
+            crate::RestoreMember::new(sv, n, Uuid::from_u128(9)).unwrap()
+        });
+        let o = Outcome::new(
+            OutcomeResult::Done,
+            UNIX_EPOCH + Duration::from_secs(1_764_597_720),
+            Some(RestoreRequest::new(members).unwrap()),
+            Reason::new(&"x".repeat(MAX_REASON_BYTES)),
+        );
+        let text = o.render();
+        assert_eq!(text.lines().filter(|l| l.starts_with("request @")).count(), 3);
+        assert!(text.len() <= MAX_OUTCOME_BYTES, "{} bytes", text.len());
+        assert_eq!(Outcome::parse(text.as_bytes()).unwrap(), o);
+        // A "-" beside members, or a member line dropped out of order, is not the format.
+        let dash = text.replacen("request @log", "request -\nrequest @log", 1);
+        assert!(Outcome::parse(dash.as_bytes()).is_err());
     }
 
     #[test]
