@@ -128,7 +128,11 @@ impl Outcome {
             .map(|s| s.to_string())
             .unwrap_or_else(|_| "1970-01-01T000000.000000Z".into());
         let request: String = match &self.request {
-            Some(r) => r.members().iter().map(|m| format!("request {m}\n")).collect(),
+            Some(r) => r
+                .members()
+                .iter()
+                .map(|m| format!("request {m}\n"))
+                .collect(),
             None => "request -\n".into(),
         };
         format!(
@@ -258,7 +262,10 @@ mod tests {
             Reason::new(&"x".repeat(MAX_REASON_BYTES)),
         );
         let text = o.render();
-        assert_eq!(text.lines().filter(|l| l.starts_with("request @")).count(), 3);
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with("request @")).count(),
+            3
+        );
         assert!(text.len() <= MAX_OUTCOME_BYTES, "{} bytes", text.len());
         assert_eq!(Outcome::parse(text.as_bytes()).unwrap(), o);
         // A "-" beside members, or a member line dropped out of order, is not the format.

@@ -173,7 +173,10 @@ impl RestoreRequest {
         if members.is_empty() {
             return Err(RequestError::Empty);
         }
-        if let Some(pair) = members.windows(2).find(|w| w[0].subvolume == w[1].subvolume) {
+        if let Some(pair) = members
+            .windows(2)
+            .find(|w| w[0].subvolume == w[1].subvolume)
+        {
             return Err(RequestError::Twice(pair[0].subvolume));
         }
         Ok(RestoreRequest { members })
@@ -369,9 +372,10 @@ mod tests {
             (GOOD.trim_end().as_bytes().to_vec(), |e| {
                 *e == E::MissingNewline
             }),
-            (format!("{GOOD}{GOOD}").into_bytes(), |e| {
-                matches!(e, E::Line { line: 2, error } if matches!(**error, E::Twice(_)))
-            }),
+            (
+                format!("{GOOD}{GOOD}").into_bytes(),
+                |e| matches!(e, E::Line { line: 2, error } if matches!(**error, E::Twice(_))),
+            ),
             (format!("{GOOD}\n").into_bytes(), |e| *e == E::EmptyLine),
             (format!("\n{GOOD}").into_bytes(), |e| *e == E::EmptyLine),
             (GOOD.replacen(' ', "\0", 1).into_bytes(), |e| {
@@ -484,7 +488,10 @@ mod tests {
         );
         assert!(err.to_string().starts_with("line 2: "), "{err}");
         let four = format!("{text}{}\n", lines[0]);
-        assert_eq!(RestoreRequest::parse(four.as_bytes()), Err(E::TooManyLines(4)));
+        assert_eq!(
+            RestoreRequest::parse(four.as_bytes()),
+            Err(E::TooManyLines(4))
+        );
         assert_eq!(RestoreRequest::new([]), Err(E::Empty));
         let m = set(1).members()[0];
         assert_eq!(RestoreRequest::new([m, m]), Err(E::Twice(m.subvolume())));

@@ -458,7 +458,9 @@ impl Engine {
                 origin,
                 taken: info.created.unwrap_or_else(|| stored.name.taken()),
                 readonly: info.readonly,
-                staged: staged.is_some_and(|r| r.snapshot() == stored.name),
+                staged: staged
+                    .as_ref()
+                    .is_some_and(|r| r.members().iter().any(|m| m.snapshot() == stored.name)),
             });
         }
         out.sort_by_key(|s| std::cmp::Reverse(s.name));
@@ -508,7 +510,7 @@ impl Engine {
         let _guard = self.request_lock.lock().unwrap_or_else(|p| p.into_inner());
         let store = self.store()?;
         if let Ok(Some(staged)) = read_request(&store) {
-            if staged.snapshot() == name {
+            if staged.members().iter().any(|m| m.snapshot() == name) {
                 return Err(EngineError::Pinned(name));
             }
         }
@@ -564,7 +566,7 @@ impl Engine {
                 actual: by_parent,
             });
         }
-        let request = RestoreRequest::new(subvolume, name, info.uuid)
+        let request = RestoreRequest::one(subvolume, name, info.uuid)
             .map_err(|e| EngineError::BadRequestFile(e.to_string()))?;
         match read_request(&store)? {
             Some(staged) if staged == request => return Ok(Staged::AlreadyStaged(staged)),

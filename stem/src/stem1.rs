@@ -27,7 +27,9 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use layout::{Outcome, OutcomeResult, Reason, RestoreRequest, SnapshotName, SubvolumeName};
+use layout::{
+    Outcome, OutcomeResult, Reason, RestoreMember, RestoreRequest, SnapshotName, SubvolumeName,
+};
 use serde::{Deserialize, Serialize};
 use zbus::message::Header;
 use zbus::object_server::Interface as _;
@@ -84,8 +86,8 @@ pub struct RequestInfo {
 /// The answer to StageRestore.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
 pub struct StagedRestore {
-    /// The request now staged.
-    pub request: RequestInfo,
+    /// The request now staged: one element per member, in the order the boot exchanges them.
+    pub request: Vec<RequestInfo>,
     /// True when exactly this request was staged already and nothing changed.
     pub already_staged: bool,
     /// Always true: nothing is restored until the next boot.
@@ -466,7 +468,7 @@ impl Stem1 {
     ) -> Result<Vec<RequestInfo>, Error> {
         self.admit(connection, &header).await?;
         let withdrawn = self.act("withdraw".into(), |e| e.withdraw()).await?;
-        Ok(withdrawn.iter().map(RequestInfo::from).collect())
+        Ok(withdrawn.as_ref().map(request_infos).unwrap_or_default())
     }
 
     /// Remove the staged request file when it is bad (unreadable, malformed, not a regular
@@ -512,7 +514,7 @@ impl Stem1 {
     ) -> Result<Vec<RequestInfo>, Error> {
         self.admit(connection, &header).await?;
         let staged = self.act("read staged".into(), |e| e.staged()).await?;
-        Ok(staged.iter().map(RequestInfo::from).collect())
+        Ok(staged.as_ref().map(request_infos).unwrap_or_default())
     }
 
     /// The initrd's record of what it did with the last request: zero elements when there
@@ -783,23 +785,29 @@ impl TryFrom<&SnapshotInfo> for engine::Snapshot {
     }
 }
 
-impl From<&RestoreRequest> for RequestInfo {
-    fn from(r: &RestoreRequest) -> RequestInfo {
+impl From<&RestoreMember> for RequestInfo {
+    fn from(m: &RestoreMember) -> RequestInfo {
         RequestInfo {
-            subvolume: r.subvolume().to_string(),
-            snapshot: r.snapshot().to_string(),
-            uuid: r.uuid().hyphenated().to_string(),
+            subvolume: m.subvolume().to_string(),
+            snapshot: m.snapshot().to_string(),
+            uuid: m.uuid().hyphenated().to_string(),
         }
     }
 }
 
-impl TryFrom<&RequestInfo> for RestoreRequest {
-    type Error = WireError;
-    /// Through the request file's own strict parser: one canonical form for both.
-    fn try_from(r: &RequestInfo) -> Result<RestoreRequest, WireError> {
-        let line = format!("{} {} {}\n", r.subvolume, r.snapshot, r.uuid);
-        RestoreRequest::parse(line.as_bytes()).map_err(|e| wire("restore request")(e.to_string()))
-    }
+/// A request on the wire: one element per member, in the request's order.
+fn request_infos(r: &RestoreRequest) -> Vec<RequestInfo> {
+    r.members().iter().map(RequestInfo::from).collect()
+}
+
+/// A request from the wire, through the request file's own strict parser: one canonical form
+/// for both.
+pub fn request_from_infos(members: &[RequestInfo]) -> Result<RestoreRequest, WireError> {
+    let text: String = members
+        .iter()
+        .map(|r| format!("{} {} {}\n", r.subvolume, r.snapshot, r.uuid))
+        .collect();
+    RestoreRequest::parse(text.as_bytes()).map_err(|e| wire("restore request")(e.to_string()))
 }
 
 impl From<&Staged> for StagedRestore {
@@ -813,7 +821,7 @@ impl From<&Staged> for StagedRestore {
             Staged::AlreadyStaged(r) => (r, true, format!("already staged ({r}); nothing changed")),
         };
         StagedRestore {
-            request: request.into(),
+            request: request_infos(request),
             already_staged,
             reboot_needed: true,
             message,
@@ -824,7 +832,7 @@ impl From<&Staged> for StagedRestore {
 impl TryFrom<&StagedRestore> for Staged {
     type Error = WireError;
     fn try_from(s: &StagedRestore) -> Result<Staged, WireError> {
-        let request = RestoreRequest::try_from(&s.request)?;
+        let request = request_from_infos(&s.request)?;
         Ok(if s.already_staged {
             Staged::AlreadyStaged(request)
         } else {
@@ -841,7 +849,7 @@ impl From<&Outcome> for OutcomeInfo {
                 OutcomeResult::Refused => OutcomeResultInfo::Refused,
             },
             finished_unix_micros: unix_micros(o.finished),
-            request: o.request.iter().map(RequestInfo::from).collect(),
+            request: o.request.as_ref().map(request_infos).unwrap_or_default(),
             reason: o.reason.as_str().to_owned(),
         }
     }
@@ -852,13 +860,7 @@ impl TryFrom<&OutcomeInfo> for Outcome {
     fn try_from(o: &OutcomeInfo) -> Result<Outcome, WireError> {
         let request = match o.request.as_slice() {
             [] => None,
-            [one] => Some(RestoreRequest::try_from(one)?),
-            more => {
-                return Err(wire("outcome")(format!(
-                    "{} requests; at most one",
-                    more.len()
-                )))
-            }
+            members => Some(request_from_infos(members)?),
         };
         let result = match o.result {
             OutcomeResultInfo::Done => OutcomeResult::Done,
@@ -941,7 +943,7 @@ mod tests {
         assert_eq!(info.taken_unix_micros, name.taken_unix_micros());
         assert_eq!(engine::Snapshot::try_from(&info), Ok(snapshot.clone()));
 
-        let request = RestoreRequest::new(name.subvolume(), name, snapshot.uuid).expect("valid");
+        let request = RestoreRequest::one(name.subvolume(), name, snapshot.uuid).expect("valid");
         let staged = StagedRestore::from(&Staged::AlreadyStaged(request));
         assert!(staged.already_staged && staged.reboot_needed);
         assert_eq!(
