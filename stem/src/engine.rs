@@ -8,8 +8,8 @@ use std::time::SystemTime;
 use btrfs::{Dir, ErrorKind, FileKind, SubvolumeInfo};
 use layout::origin::{Lineages, LiveSubvolume, StoredSnapshot, Verdict};
 use layout::{
-    Outcome, RestoreRequest, SnapshotName, SubvolumeName, OUTCOME_FILE_NAME, REQUEST_FILE_NAME,
-    SNAPSHOTS_SUBVOLUME,
+    Outcome, RestoreMember, RestoreRequest, SnapshotName, SubvolumeName, OUTCOME_FILE_NAME,
+    REQUEST_FILE_NAME, SNAPSHOTS_SUBVOLUME,
 };
 use serde::Serialize;
 use uuid::Uuid;
@@ -93,6 +93,9 @@ pub enum EngineError {
     },
     #[error("a restore is already staged ({staged}); cancel it first with `tacid data cancel`")]
     AnotherRestoreStaged { staged: RestoreRequest },
+    /// A set restore that names no snapshot, or two of one subvolume.
+    #[error("{0}")]
+    InvalidSet(String),
     #[error("{0} is named by the staged restore; cancel the restore before deleting it")]
     Pinned(SnapshotName),
     #[error("no space left on the filesystem while {doing}; nothing was left half-made")]
@@ -541,33 +544,67 @@ impl Engine {
     }
 
     /// Stage a restore of the snapshot `name` (of the subvolume its name and parent say),
-    /// written durably.
+    /// written durably: a request of one member.
     pub fn stage_restore(&self, name: SnapshotName) -> Result<Staged, EngineError> {
+        self.stage_set_restore(&[name])
+    }
+
+    /// Stage a restore of every snapshot in `names` together — a set, put back at one boot
+    /// or not at all — as one request written durably once. Each is checked as a single
+    /// restore is (a read-only snapshot of a restorable subvolume, of that subvolume by
+    /// lineage); at most one per subvolume. Exactly the staged request again changes
+    /// nothing; any other is refused while one is staged.
+    pub fn stage_set_restore(&self, names: &[SnapshotName]) -> Result<Staged, EngineError> {
         let _guard = self.request_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let subvolume = name.subvolume();
-        if !subvolume.subvolume().restorable {
-            return Err(EngineError::NotRestorable(subvolume));
+        if names.is_empty() {
+            return Err(EngineError::InvalidSet(
+                "name at least one snapshot to put back".into(),
+            ));
+        }
+        for (i, name) in names.iter().enumerate() {
+            let subvolume = name.subvolume();
+            if !subvolume.subvolume().restorable {
+                return Err(EngineError::NotRestorable(subvolume));
+            }
+            if let Some(earlier) = names[..i].iter().find(|n| n.subvolume() == subvolume) {
+                return Err(EngineError::InvalidSet(format!(
+                    "{earlier} and {name} are both of {subvolume}; a restore puts each \
+                     subvolume back at most once"
+                )));
+            }
         }
         let store = self.store()?;
-        let info = self.open_snapshot(&store, name)?;
-        if !info.readonly {
-            return Err(EngineError::NotReadOnly(name));
+        let mut infos = Vec::with_capacity(names.len());
+        for &name in names {
+            let info = self.open_snapshot(&store, name)?;
+            if !info.readonly {
+                return Err(EngineError::NotReadOnly(name));
+            }
+            infos.push((name, info));
         }
         let view = self.view(&store)?;
-        let stored = StoredSnapshot {
-            name,
-            uuid: info.uuid,
-            parent_uuid: info.parent_uuid,
-        };
-        if let Verdict::Contradicts { by_parent, .. } = view.lineages.origin_of(&stored) {
-            return Err(EngineError::OfAnotherSubvolume {
-                snapshot: name,
-                expected: subvolume,
-                actual: by_parent,
-            });
+        let mut members = Vec::with_capacity(infos.len());
+        for (name, info) in infos {
+            let subvolume = name.subvolume();
+            let stored = StoredSnapshot {
+                name,
+                uuid: info.uuid,
+                parent_uuid: info.parent_uuid,
+            };
+            if let Verdict::Contradicts { by_parent, .. } = view.lineages.origin_of(&stored) {
+                return Err(EngineError::OfAnotherSubvolume {
+                    snapshot: name,
+                    expected: subvolume,
+                    actual: by_parent,
+                });
+            }
+            members.push(
+                RestoreMember::new(subvolume, name, info.uuid)
+                    .map_err(|e| EngineError::BadRequestFile(e.to_string()))?,
+            );
         }
-        let request = RestoreRequest::one(subvolume, name, info.uuid)
-            .map_err(|e| EngineError::BadRequestFile(e.to_string()))?;
+        let request =
+            RestoreRequest::new(members).map_err(|e| EngineError::InvalidSet(e.to_string()))?;
         match read_request(&store)? {
             Some(staged) if staged == request => return Ok(Staged::AlreadyStaged(staged)),
             Some(staged) => return Err(EngineError::AnotherRestoreStaged { staged }),

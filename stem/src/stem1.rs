@@ -83,9 +83,22 @@ pub struct RequestInfo {
     pub uuid: String,
 }
 
-/// The answer to StageRestore.
+/// The answer to StageRestore: a request of one member.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
 pub struct StagedRestore {
+    /// The request now staged.
+    pub request: RequestInfo,
+    /// True when exactly this request was staged already and nothing changed.
+    pub already_staged: bool,
+    /// Always true: nothing is restored until the next boot.
+    pub reboot_needed: bool,
+    /// One sentence saying what happened, for the journal.
+    pub message: String,
+}
+
+/// The answer to StageSetRestore: a request of one or more members.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct StagedSetRestore {
     /// The request now staged: one element per member, in the order the boot exchanges them.
     pub request: Vec<RequestInfo>,
     /// True when exactly this request was staged already and nothing changed.
@@ -139,7 +152,7 @@ pub struct OutcomeInfo {
     /// When the initrd finished with the request, in microseconds since the Unix epoch; it
     /// identifies the outcome (the keeper reports each one once).
     pub finished_unix_micros: i64,
-    /// The request, when it parsed: zero or one element.
+    /// The request, when it parsed: zero elements, or one per member.
     pub request: Vec<RequestInfo>,
     /// Why it was refused, or a note on what was done.
     pub reason: String,
@@ -239,6 +252,7 @@ impl From<&EngineError> for Error {
             EngineError::OfAnotherSubvolume { .. } => Error::OfAnotherSubvolume(message),
             EngineError::AnotherRestoreStaged { .. } => Error::AnotherRestoreStaged(message),
             EngineError::Pinned(_) => Error::Pinned(message),
+            EngineError::InvalidSet(_) => Error::InvalidArgument(message),
             EngineError::NoSpace { .. } => Error::NoSpace(message),
             EngineError::BelowHardFloor { .. } => Error::BelowHardFloor(message),
             // A set fails the way its member failed; the message names the member.
@@ -457,8 +471,29 @@ impl Stem1 {
         Ok(StagedRestore::from(&staged))
     }
 
-    /// Withdraw the staged restore. Returns the request withdrawn: zero elements when
-    /// nothing was staged (and nothing changed), else one.
+    /// Stage a restore of several snapshots together (a set): one request, written durably
+    /// once, that the next boot honours whole or not at all. Nothing is restored now.
+    /// `snapshots`: canonical names of read-only snapshots, each checked as StageRestore
+    /// checks one, at most one per restorable subvolume, in any order (the request lists
+    /// them in the layout's order). Exactly the staged request again changes nothing and
+    /// says so; any other is refused while one is staged. Errors: as StageRestore, and
+    /// InvalidArgument for no names or two of one subvolume.
+    #[zbus(out_args("staged"))]
+    async fn stage_set_restore(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        snapshots: Vec<String>,
+    ) -> Result<StagedSetRestore, Error> {
+        self.admit(connection, &header).await?;
+        let names = parse_snapshot_set(&snapshots)?;
+        let what = format!("stage restore of the set {}", snapshots.join(" "));
+        let staged = self.act(what, move |e| e.stage_set_restore(&names)).await?;
+        Ok(StagedSetRestore::from(&staged))
+    }
+
+    /// Withdraw the staged restore, every member of it. Returns the request withdrawn: zero
+    /// elements when nothing was staged (and nothing changed), else one per member.
     /// Errors: AccessDenied, BadRequestFile, StoreUnsafe, Failed.
     #[zbus(out_args("withdrawn"))]
     async fn withdraw(
@@ -504,7 +539,8 @@ impl Stem1 {
         Ok(SpaceInfo::from(&space))
     }
 
-    /// The staged restore request: zero elements when none is staged, else one.
+    /// The staged restore request: zero elements when none is staged, else one per member,
+    /// in the order the boot exchanges them.
     /// Errors: AccessDenied, BadRequestFile, StoreUnsafe, Failed.
     #[zbus(out_args("request"))]
     async fn staged(
@@ -705,6 +741,37 @@ fn parse_set(names: &[String]) -> Result<Vec<SubvolumeName>, Error> {
     Ok(set)
 }
 
+/// The snapshots of a set restore: canonical names, at most one per restorable subvolume
+/// (more than the layout has are refused before any is parsed).
+fn parse_snapshot_set(names: &[String]) -> Result<Vec<SnapshotName>, Error> {
+    if names.is_empty() {
+        return Err(Error::InvalidArgument(
+            "name at least one snapshot to put back".into(),
+        ));
+    }
+    let most = SubvolumeName::restorable().len();
+    if names.len() > most {
+        return Err(Error::InvalidArgument(format!(
+            "{} snapshots named; a restore puts back at most one of each of the {most} \
+             restorable subvolumes",
+            names.len()
+        )));
+    }
+    let mut set: Vec<SnapshotName> = Vec::with_capacity(names.len());
+    for name in names {
+        let name = parse_snapshot(name)?;
+        if let Some(earlier) = set.iter().find(|n| n.subvolume() == name.subvolume()) {
+            return Err(Error::InvalidArgument(format!(
+                "{earlier} and {name} are both of {}; a restore puts each subvolume back at \
+                 most once",
+                name.subvolume()
+            )));
+        }
+        set.push(name);
+    }
+    Ok(set)
+}
+
 // --- Conversions between the engine's domain types and the wire types. ---
 
 fn unix_micros(t: SystemTime) -> i64 {
@@ -810,18 +877,34 @@ pub fn request_from_infos(members: &[RequestInfo]) -> Result<RestoreRequest, Wir
     RestoreRequest::parse(text.as_bytes()).map_err(|e| wire("restore request")(e.to_string()))
 }
 
+/// What a staged request's answer says: the request, whether it was there already, and the
+/// sentence for the journal.
+fn staged_parts(s: &Staged) -> (&RestoreRequest, bool, String) {
+    match s {
+        Staged::New(r) => (
+            r,
+            false,
+            format!("staged: {r}; it is honoured at the next boot"),
+        ),
+        Staged::AlreadyStaged(r) => (r, true, format!("already staged ({r}); nothing changed")),
+    }
+}
+
+fn staged_from(request: RestoreRequest, already_staged: bool) -> Staged {
+    if already_staged {
+        Staged::AlreadyStaged(request)
+    } else {
+        Staged::New(request)
+    }
+}
+
+/// StageRestore's answer (a request of one member; of a longer one, its first member, which
+/// StageRestore never stages).
 impl From<&Staged> for StagedRestore {
     fn from(s: &Staged) -> StagedRestore {
-        let (request, already_staged, message) = match s {
-            Staged::New(r) => (
-                r,
-                false,
-                format!("staged: {r}; it is honoured at the next boot"),
-            ),
-            Staged::AlreadyStaged(r) => (r, true, format!("already staged ({r}); nothing changed")),
-        };
+        let (request, already_staged, message) = staged_parts(s);
         StagedRestore {
-            request: request_infos(request),
+            request: RequestInfo::from(&request.members()[0]),
             already_staged,
             reboot_needed: true,
             message,
@@ -832,12 +915,28 @@ impl From<&Staged> for StagedRestore {
 impl TryFrom<&StagedRestore> for Staged {
     type Error = WireError;
     fn try_from(s: &StagedRestore) -> Result<Staged, WireError> {
+        let request = request_from_infos(std::slice::from_ref(&s.request))?;
+        Ok(staged_from(request, s.already_staged))
+    }
+}
+
+impl From<&Staged> for StagedSetRestore {
+    fn from(s: &Staged) -> StagedSetRestore {
+        let (request, already_staged, message) = staged_parts(s);
+        StagedSetRestore {
+            request: request_infos(request),
+            already_staged,
+            reboot_needed: true,
+            message,
+        }
+    }
+}
+
+impl TryFrom<&StagedSetRestore> for Staged {
+    type Error = WireError;
+    fn try_from(s: &StagedSetRestore) -> Result<Staged, WireError> {
         let request = request_from_infos(&s.request)?;
-        Ok(if s.already_staged {
-            Staged::AlreadyStaged(request)
-        } else {
-            Staged::New(request)
-        })
+        Ok(staged_from(request, s.already_staged))
     }
 }
 
@@ -927,6 +1026,74 @@ mod tests {
     }
 
     #[test]
+    fn a_set_is_named_by_snapshots_at_most_one_per_subvolume() {
+        let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let set = parse_snapshot_set(&names(&[
+            "@home.2026-12-01T140200.123456Z",
+            "@persist.2026-12-01T140200.123450Z",
+        ]))
+        .expect("a set of two");
+        assert_eq!(set.len(), 2);
+        for (bad, says) in [
+            (names(&[]), "at least one"),
+            (
+                names(&[
+                    "@home.2026-12-01T140200.123456Z",
+                    "@home.2026-12-02T140200.123456Z",
+                ]),
+                "both of @home",
+            ),
+            (names(&["@home"]), "not a snapshot name"),
+            (
+                vec!["@home.2026-12-01T140200.123456Z".to_owned(); 4],
+                "4 snapshots",
+            ),
+        ] {
+            match parse_snapshot_set(&bad) {
+                Err(Error::InvalidArgument(m)) => assert!(m.contains(says), "{m}"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        let e = Error::from(EngineError::InvalidSet("x".into()));
+        assert_eq!(e.name().as_str(), "org.tacid.Stem1.Error.InvalidArgument");
+    }
+
+    #[test]
+    fn a_set_crosses_the_wire_one_element_per_member() {
+        let members = ["@persist", "@log", "@home"].map(|sub| {
+            let sv = SubvolumeName::parse(sub).expect("in layout");
+            let n = SnapshotName::new(sv, UNIX_EPOCH + Duration::from_secs(9)).expect("a name");
+            RestoreMember::new(sv, n, uuid::Uuid::from_u128(9)).expect("valid")
+        });
+        // Given in another order, staged in the layout's.
+        let request = RestoreRequest::new([members[2], members[0], members[1]]).expect("a set");
+        let staged = StagedSetRestore::from(&Staged::New(request.clone()));
+        assert_eq!(
+            staged
+                .request
+                .iter()
+                .map(|r| r.subvolume.as_str())
+                .collect::<Vec<_>>(),
+            ["@persist", "@log", "@home"]
+        );
+        assert!(staged.message.contains("@log"), "{}", staged.message);
+        assert_eq!(Staged::try_from(&staged), Ok(Staged::New(request.clone())));
+        let outcome = Outcome::new(
+            OutcomeResult::Done,
+            UNIX_EPOCH + Duration::from_secs(99),
+            Some(request),
+            Reason::new("put back"),
+        );
+        let info = OutcomeInfo::from(&outcome);
+        assert_eq!(info.request.len(), 3);
+        assert_eq!(Outcome::try_from(&info), Ok(outcome));
+        // Out of order on the wire is not the canonical form.
+        let mut swapped = staged.clone();
+        swapped.request.swap(0, 2);
+        assert!(Staged::try_from(&swapped).is_err());
+    }
+
+    #[test]
     fn wire_types_round_trip() {
         let name = SnapshotName::parse("@home.2026-12-01T140200.123456Z").expect("canonical");
         let snapshot = engine::Snapshot {
@@ -944,25 +1111,25 @@ mod tests {
         assert_eq!(engine::Snapshot::try_from(&info), Ok(snapshot.clone()));
 
         let request = RestoreRequest::one(name.subvolume(), name, snapshot.uuid).expect("valid");
-        let staged = StagedRestore::from(&Staged::AlreadyStaged(request));
+        let staged = StagedRestore::from(&Staged::AlreadyStaged(request.clone()));
         assert!(staged.already_staged && staged.reboot_needed);
         assert_eq!(
             Staged::try_from(&staged),
-            Ok(Staged::AlreadyStaged(request))
+            Ok(Staged::AlreadyStaged(request.clone()))
         );
 
         let outcome = Outcome::new(
             OutcomeResult::Refused,
             name.taken(),
-            Some(request),
+            Some(request.clone()),
             Reason::new("x"),
         );
         assert_eq!(Outcome::try_from(&OutcomeInfo::from(&outcome)), Ok(outcome));
 
         let bad = RequestInfo {
             subvolume: "/home".into(),
-            ..RequestInfo::from(&request)
+            ..RequestInfo::from(&request.members()[0])
         };
-        assert!(RestoreRequest::try_from(&bad).is_err());
+        assert!(request_from_infos(&[bad]).is_err());
     }
 }

@@ -28,6 +28,10 @@ const EVERY_METHOD: &[(&str, &[&str])] = &[
     ("List", &[]),
     ("Delete", &["string:@home.2026-12-01T140200.123456Z"]),
     ("StageRestore", &["string:@home.2026-12-01T140200.123456Z"]),
+    (
+        "StageSetRestore",
+        &["array:string:@home.2026-12-01T140200.123456Z,@log.2026-12-01T140200.123456Z"],
+    ),
     ("Withdraw", &[]),
     ("DiscardBadRequest", &[]),
     ("FreeSpace", &[]),
@@ -362,6 +366,102 @@ fn bus_keeper_takes_lists_stages_withdraws_and_deletes() {
     for line in report {
         eprintln!("{line}");
     }
+    assert!(stem.stop().success(), "tacid-stem exits cleanly on SIGTERM");
+}
+
+#[test]
+fn bus_keeper_stages_a_set_as_one_request_and_withdraws_it_whole() {
+    let Some((fs, bus)) = setup("") else { return };
+    let stem = StemDaemon::start(&bus, names::KEEPER_USER, &["--top", &top_arg(&fs)]);
+    let (set, staged) = as_keeper(&bus, |stem| {
+        Box::pin(async move {
+            let set = stem
+                .take_set(vec!["@home".into(), "@log".into(), "@persist".into()])
+                .await
+                .expect("take a set");
+            let names: Vec<String> = set.iter().map(|s| s.name.clone()).collect();
+            let staged = stem
+                .stage_set_restore(names.clone())
+                .await
+                .expect("stage the set");
+            assert!(!staged.already_staged && staged.reboot_needed, "{staged:?}");
+            (set, staged)
+        })
+    });
+    // One request of three lines, in the layout's order, each with its snapshot's UUID.
+    let order: Vec<&str> = staged
+        .request
+        .iter()
+        .map(|r| r.subvolume.as_str())
+        .collect();
+    assert_eq!(order, ["@persist", "@log", "@home"]);
+    for r in &staged.request {
+        let s = set.iter().find(|s| s.of == r.subvolume).expect("a member");
+        assert_eq!((&r.snapshot, &r.uuid), (&s.name, &s.uuid));
+    }
+    let file = std::fs::read_to_string(
+        fs.top()
+            .join(layout::SNAPSHOTS_SUBVOLUME)
+            .join(layout::REQUEST_FILE_NAME),
+    )
+    .expect("the request is on disk");
+    let expected: String = staged
+        .request
+        .iter()
+        .map(|r| format!("{} {} {}\n", r.subvolume, r.snapshot, r.uuid))
+        .collect();
+    assert_eq!(file, expected);
+
+    let request = staged.request.clone();
+    as_keeper(&bus, move |stem| {
+        Box::pin(async move {
+            let names: Vec<String> = set.iter().map(|s| s.name.clone()).collect();
+            let again = stem
+                .stage_set_restore(names.iter().rev().cloned().collect())
+                .await
+                .expect("the same set again");
+            assert!(again.already_staged, "{again:?}");
+            assert_eq!(again.request, request);
+            assert_eq!(stem.staged().await.expect("staged"), request);
+            let listed = stem.list().await.expect("list");
+            assert_eq!(listed.iter().filter(|s| s.staged).count(), 3, "{listed:?}");
+            // Part of the set, one member alone: another restore.
+            for other in [
+                stem.stage_set_restore(names[..2].to_vec()).await.map(drop),
+                stem.stage_restore(&names[0]).await.map(drop),
+            ] {
+                let e = other.expect_err("refused while the set is staged");
+                assert_eq!(error_name(&e), "org.tacid.Stem1.Error.AnotherRestoreStaged");
+            }
+            for name in &names {
+                let e = stem.delete(name).await.expect_err("every member is pinned");
+                assert_eq!(error_name(&e), "org.tacid.Stem1.Error.Pinned");
+            }
+            // Withdrawn whole: every member comes back in the answer.
+            assert_eq!(stem.withdraw().await.expect("withdraw"), request);
+            assert_eq!(stem.staged().await.expect("staged"), vec![]);
+            // Named refusals for what is not a set.
+            let twice = vec![names[0].clone(), names[0].clone()];
+            for bad in [vec![], twice, vec!["/home".to_owned()]] {
+                let e = stem
+                    .stage_set_restore(bad.clone())
+                    .await
+                    .expect_err("not a set");
+                assert_eq!(
+                    error_name(&e),
+                    "org.tacid.Stem1.Error.InvalidArgument",
+                    "{bad:?}: {e}"
+                );
+            }
+            let nix = stem.take_snapshot("@nix").await.expect("@nix when named");
+            let e = stem
+                .stage_set_restore(vec![names[0].clone(), nix.name])
+                .await
+                .expect_err("@nix is not restorable");
+            assert_eq!(error_name(&e), "org.tacid.Stem1.Error.NotRestorable");
+            assert_eq!(stem.staged().await.expect("staged"), vec![]);
+        })
+    });
     assert!(stem.stop().success(), "tacid-stem exits cleanly on SIGTERM");
 }
 

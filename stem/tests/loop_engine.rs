@@ -251,10 +251,11 @@ fn loop_stage_withdraw_and_the_pin() {
         Staged::New(r) => r,
         other => panic!("{other:?}"),
     };
-    assert_eq!(staged.uuid(), older.uuid);
+    assert_eq!(staged.members().len(), 1);
+    assert_eq!(staged.members()[0].uuid(), older.uuid);
     assert_eq!(
         engine.stage_restore(older.name).unwrap(),
-        Staged::AlreadyStaged(staged)
+        Staged::AlreadyStaged(staged.clone())
     );
     match engine.stage_restore(newer.name) {
         Err(e @ EngineError::AnotherRestoreStaged { .. }) => {
@@ -274,7 +275,7 @@ fn loop_stage_withdraw_and_the_pin() {
     drop(engine);
     fs.remount().unwrap();
     let engine = Engine::open(fs.top()).unwrap();
-    assert_eq!(engine.staged().unwrap(), Some(staged));
+    assert_eq!(engine.staged().unwrap(), Some(staged.clone()));
     let on_disk = fs::read(store(&fs).join(REQUEST_FILE_NAME)).unwrap();
     assert_eq!(on_disk, staged.render().into_bytes());
     assert_eq!(
@@ -296,6 +297,136 @@ fn loop_stage_withdraw_and_the_pin() {
     let left: Vec<_> = engine.list().unwrap().into_iter().map(|s| s.name).collect();
     assert_eq!(left, vec![newer.name]);
     assert!(!store(&fs).join(older.name.to_string()).exists());
+}
+
+#[test]
+fn loop_a_set_is_staged_as_one_request_and_withdrawn_whole() {
+    let Some((mut fs, engine)) = machine() else {
+        return;
+    };
+    let set = engine
+        .take_set(&[sv("@home"), sv("@log"), sv("@persist")])
+        .unwrap();
+    let names: Vec<SnapshotName> = set.iter().map(|s| s.name).collect();
+    let staged = match engine.stage_set_restore(&names).unwrap() {
+        Staged::New(r) => r,
+        other => panic!("{other:?}"),
+    };
+    // One line per member, in the layout's order, each pinning its snapshot's UUID.
+    let order: Vec<&str> = staged
+        .members()
+        .iter()
+        .map(|m| m.subvolume().as_str())
+        .collect();
+    assert_eq!(order, ["@persist", "@log", "@home"]);
+    for s in &set {
+        let m = staged.member(s.of).unwrap();
+        assert_eq!((m.snapshot(), m.uuid()), (s.name, s.uuid));
+    }
+    let request_path = store(&fs).join(REQUEST_FILE_NAME);
+    let text = fs::read_to_string(&request_path).unwrap();
+    assert_eq!(text, staged.render());
+    assert_eq!(text.lines().count(), 3, "{text}");
+
+    // Exactly that set again, in any order: nothing changed.
+    let reversed: Vec<SnapshotName> = names.iter().rev().copied().collect();
+    assert_eq!(
+        engine.stage_set_restore(&reversed).unwrap(),
+        Staged::AlreadyStaged(staged.clone())
+    );
+    // Part of it, one member alone, or another snapshot: refused while it is staged.
+    let newer = engine.take(sv("@home")).unwrap();
+    for other in [
+        &names[..2],
+        &names[..1],
+        &[newer.name][..],
+        &[newer.name, names[1], names[2]][..],
+    ] {
+        match engine.stage_set_restore(other) {
+            Err(EngineError::AnotherRestoreStaged { staged: s }) => assert_eq!(s, staged),
+            x => panic!("{other:?}: {x:?}"),
+        }
+    }
+    assert_eq!(fs::read_to_string(&request_path).unwrap(), text);
+    // Every member is pinned and listed as staged; nothing else is.
+    for n in &names {
+        assert!(matches!(engine.delete(*n), Err(EngineError::Pinned(p)) if p == *n));
+    }
+    let listed = engine.list().unwrap();
+    let staged_names: BTreeSet<_> = listed.iter().filter(|s| s.staged).map(|s| s.name).collect();
+    assert_eq!(staged_names, names.iter().copied().collect());
+
+    // Durable, and withdrawn whole.
+    drop(engine);
+    fs.remount().unwrap();
+    let engine = Engine::open(fs.top()).unwrap();
+    assert_eq!(engine.staged().unwrap(), Some(staged.clone()));
+    assert_eq!(engine.withdraw().unwrap(), Some(staged));
+    assert_eq!(engine.withdraw().unwrap(), None);
+    assert!(!request_path.exists());
+    for n in &names {
+        engine.delete(*n).unwrap();
+    }
+}
+
+#[test]
+fn loop_a_set_with_one_bad_member_stages_nothing() {
+    let Some((fs, engine)) = machine() else {
+        return;
+    };
+    let set = engine.take_set(&[sv("@persist"), sv("@log")]).unwrap();
+    let (persist, log) = (set[0].name, set[1].name);
+    let home = engine.take(sv("@home")).unwrap().name;
+    let home2 = engine.take(sv("@home")).unwrap().name;
+    // A writable subvolume under an @home name, and a snapshot of @log wearing one.
+    let writable = home2.next();
+    btrfs_cli(
+        &["subvolume", "snapshot"],
+        &fs.top().join("@home"),
+        &store(&fs).join(writable.to_string()),
+    );
+    let liar = writable.next();
+    btrfs_cli(
+        &["subvolume", "snapshot", "-r"],
+        &fs.top().join("@log"),
+        &store(&fs).join(liar.to_string()),
+    );
+    let nix = engine.take(sv("@nix")).unwrap().name;
+    let missing = liar.next();
+    type Expected = fn(&EngineError) -> bool;
+    let cases: Vec<(Vec<SnapshotName>, Expected)> = vec![
+        (vec![], |e| matches!(e, EngineError::InvalidSet(_))),
+        (
+            vec![persist, home, home2],
+            |e| matches!(e, EngineError::InvalidSet(m) if m.contains("both of @home")),
+        ),
+        (vec![persist, nix], |e| {
+            matches!(e, EngineError::NotRestorable(_))
+        }),
+        (vec![persist, log, missing], |e| {
+            matches!(e, EngineError::NoSuchSnapshot(_))
+        }),
+        (vec![persist, writable], |e| {
+            matches!(e, EngineError::NotReadOnly(_))
+        }),
+        (
+            vec![log, liar, persist],
+            |e| matches!(e, EngineError::OfAnotherSubvolume { actual, .. } if actual.as_str() == "@log"),
+        ),
+    ];
+    for (names, expected) in cases {
+        match engine.stage_set_restore(&names) {
+            Err(e) if expected(&e) => {}
+            other => panic!("{names:?}: {other:?}"),
+        }
+        assert_eq!(engine.staged().unwrap(), None, "{names:?} staged something");
+        assert!(!store(&fs).join(REQUEST_FILE_NAME).exists());
+    }
+    // The good members alone are fine.
+    assert!(matches!(
+        engine.stage_set_restore(&[home, log, persist]).unwrap(),
+        Staged::New(r) if r.members().len() == 3
+    ));
 }
 
 #[test]
