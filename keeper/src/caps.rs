@@ -15,9 +15,14 @@ pub const MAX_NAME_BYTES: usize = layout::MAX_SNAPSHOT_NAME_BYTES;
 pub const MAX_REASON_BYTES: usize = 500;
 
 /// The words given back to a restore's confirmation: longer than any words the keeper
-/// shows (a test checks the longest), so words beyond it cannot be the words shown. A
-/// refusal journals at most this many of them.
-pub const MAX_WORDS_BYTES: usize = 1024;
+/// shows (a test checks the longest, a set's of three members included), so words beyond
+/// it cannot be the words shown. A refusal journals at most this many of them.
+pub const MAX_WORDS_BYTES: usize = 4096;
+
+/// A set restore's `--only` names at most this many members (each of the layout once).
+pub fn max_only_names() -> usize {
+    layout::SUBVOLUMES.len()
+}
 
 /// A snapshot set names at most this many subvolumes (each of the layout once).
 pub fn max_set_names() -> usize {
@@ -90,6 +95,27 @@ mod tests {
                 assert!(w.len() < MAX_WORDS_BYTES / 2, "{} bytes: {w}", w.len());
             }
         }
+        // A set of every restorable subvolume, each cut short at the most, with every other
+        // subvolume of the layout left out.
+        let put_back: Vec<words::SetMember<'_>> = layout::SubvolumeName::restorable()
+            .iter()
+            .map(|s| words::SetMember {
+                of_path: s.display_path(),
+                taken,
+                counts: Some(most),
+            })
+            .collect();
+        let left_out: Vec<(&str, &str)> = layout::SUBVOLUMES
+            .iter()
+            .map(|s| {
+                (
+                    s.mount_point.unwrap_or(s.name),
+                    "never put back: not restorable",
+                )
+            })
+            .collect();
+        let w = words::set_restore_words(i64::MAX, true, &put_back, &left_out, true, now);
+        assert!(w.len() < MAX_WORDS_BYTES / 2, "{} bytes: {w}", w.len());
     }
 
     #[test]

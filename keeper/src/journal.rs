@@ -146,6 +146,25 @@ pub mod action {
     pub const CANCEL: &str = "cancel";
 }
 
+/// The subject of a restore's rows (its preview, its consent): the snapshot names it puts
+/// back, separated by single spaces, in the order the boot exchanges them; for a set,
+/// after `set N: ` (`set 12: @persist.… @log.… @home.…`), so that a set's consent is never
+/// a single restore's, nor the other way round.
+pub fn restore_subject(set: Option<i64>, names: &str) -> String {
+    match set {
+        Some(id) => format!("set {id}: {names}"),
+        None => names.to_owned(),
+    }
+}
+
+/// The snapshot names a restore row's subject puts back (a set's without its `set N: `).
+pub fn restored_names(subject: &str) -> &str {
+    match subject.split_once(": ") {
+        Some((set, names)) if set.starts_with("set ") => names,
+        _ => subject,
+    }
+}
+
 /// A request as recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestRow {
@@ -614,12 +633,14 @@ impl Journal {
             .map_err(|e| self.err(e))
     }
 
-    /// The latest request that staged a restore of `snapshot`.
-    pub fn staging_of(&self, snapshot: &str) -> Result<Option<RequestRow>, JournalError> {
+    /// The latest request that staged a restore of exactly `names` (the snapshot names it
+    /// puts back, as [`restore_subject`] writes them), of one snapshot or of a set.
+    pub fn staging_of(&self, names: &str) -> Result<Option<RequestRow>, JournalError> {
         Ok(self
             .requests_where(
-                "action = 'restore' AND state = 'staged' AND subject = ?1",
-                [snapshot],
+                "action = 'restore' AND state = 'staged' AND (subject = ?1 OR
+                   (subject LIKE 'set %' AND substr(subject, instr(subject, ': ') + 2) = ?1))",
+                [names],
             )?
             .pop())
     }
@@ -816,6 +837,35 @@ mod tests {
         );
         // Only refused rows are counted.
         assert_eq!(rows[1].calls, 1);
+    }
+
+    #[test]
+    fn a_set_restore_is_found_by_the_names_it_puts_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::open(&dir.path().join("j")).unwrap();
+        let names = "@persist.a @log.a @home.a";
+        let subject = restore_subject(Some(12), names);
+        assert_eq!(subject, "set 12: @persist.a @log.a @home.a");
+        assert_eq!(restored_names(&subject), names);
+        assert_eq!(restored_names("@home.a"), "@home.a");
+        let staging = |subject: &str| {
+            j.begin(
+                &alice(),
+                action::RESTORE,
+                subject,
+                "",
+                false,
+                "words",
+                state::STAGED,
+                "staged",
+            )
+            .unwrap()
+        };
+        let single = staging("@home.a");
+        let set = staging(&subject);
+        assert_eq!(j.staging_of(names).unwrap().map(|r| r.id), Some(set));
+        assert_eq!(j.staging_of("@home.a").unwrap().map(|r| r.id), Some(single));
+        assert_eq!(j.staging_of("@log.a @home.a").unwrap(), None);
     }
 
     #[test]

@@ -27,7 +27,7 @@ use zbus::{fdo, interface, Connection};
 use crate::service::Keeper;
 use crate::wire::{
     Cancelled, Deleted, KeepMarked, KeeperError, PruneReport, RestoreDetails, RestorePreview,
-    RestoreStaged, SnapshotEntry, SnapshotSet, Status,
+    RestoreStaged, SetRestorePreview, SetRestoreStaged, SnapshotEntry, SnapshotSet, Status,
 };
 
 /// The interface served at `/org/tacid/Keeper1`.
@@ -209,6 +209,47 @@ impl Keeper1 {
             .await
     }
 
+    /// What restoring a snapshot set would cost, member by member and in all, in the words
+    /// of what is lost, and which members stay as they are. Changes nothing. `set`: the
+    /// set's number, as List gives it (`set_id`), or the name of any snapshot in it;
+    /// `only`: the members to put back, by mount point (`/persist`), subvolume (`@persist`)
+    /// or snapshot name (empty: every member that can be). Anybody may ask; the members
+    /// are counted one after another in the caller's one turn of previews, for somebody
+    /// who may not confirm as of the filesystem's last commit (adr/0016). Errors:
+    /// NotAuthorized (caller unknown), InvalidArgument, NotAllowedForSubvolume,
+    /// NoSuchSnapshot, StemNotRunning, StemFailed, Journal.
+    async fn set_restore_preview(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        set: &str,
+        only: Vec<String>,
+    ) -> Result<SetRestorePreview, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.set_restore_preview(uid, set, &only).await
+    }
+
+    /// Stage the restore of a set's members for the next boot as one request: the boot
+    /// puts all of them back together, or none. `set`, `only`: as SetRestorePreview;
+    /// `words_shown`: exactly the words SetRestorePreview gave this caller for those members
+    /// (within 15 minutes), journalled as one consent naming every member. Root and
+    /// approvers only. The answer always has reboot_needed = true. Errors: NotAuthorized,
+    /// WordsNotShown, InvalidArgument, NotAllowedForSubvolume, NoSuchSnapshot,
+    /// AnotherRestoreStaged, StemNotRunning, StemFailed, Journal.
+    async fn set_restore_confirm(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        set: &str,
+        only: Vec<String>,
+        words_shown: &str,
+    ) -> Result<SetRestoreStaged, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper
+            .set_restore_confirm(uid, set, &only, words_shown)
+            .await
+    }
+
     /// The staged restore and who staged it, the latest outcome of a boot (and whether this
     /// is the first report of it), and the journal's findings. Anybody may ask.
     /// Errors: NotAuthorized (caller unknown), StemFailed, Journal.
@@ -221,8 +262,9 @@ impl Keeper1 {
         self.keeper.status(uid).await
     }
 
-    /// Withdraw the staged restore (nothing staged: says so, changes nothing). Root and
-    /// approvers only. Errors: NotAuthorized, StemNotRunning, StemFailed, Journal.
+    /// Withdraw the staged restore, every member of a set's (nothing staged: says so,
+    /// changes nothing). Root and approvers only. Errors: NotAuthorized, StemNotRunning,
+    /// StemFailed, Journal.
     async fn cancel(
         &self,
         #[zbus(connection)] connection: &Connection,

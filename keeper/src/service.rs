@@ -13,10 +13,12 @@ use layout::{SnapshotName, SubvolumeName};
 
 use crate::authority::{Act, Authority};
 use crate::caps;
-use crate::journal::{action, state, Asker, Journal, JournalError, Member, OutcomeRow};
+use crate::journal::{
+    action, restored_names, state, Asker, Journal, JournalError, Member, OutcomeRow,
+};
 use crate::reconcile;
 use crate::refusals::{self, Verdict};
-use crate::stem_client::{Staged, StemClient, StemError, BAD_REQUEST_FILE};
+use crate::stem_client::{snapshot_names, Staged, StemClient, StemError, BAD_REQUEST_FILE};
 use crate::wire::{
     Cancelled, ChangedPath, KeeperError, RestoreDetails, RestoreStaged, SnapshotEntry, SnapshotSet,
     Status,
@@ -25,6 +27,7 @@ use crate::words::to_micros;
 
 mod preview;
 mod retention;
+mod set_restore;
 pub use preview::MAX_LOOKER_COUNTS;
 pub use retention::describe as describe_policy;
 
@@ -120,10 +123,31 @@ fn restorable_paths() -> String {
         .iter()
         .map(|s| s.display_path())
         .collect();
-    match paths.split_last() {
+    and_list(&paths)
+}
+
+/// Where people see a subvolume of the layout (`/home`), or `?` for a name the layout lacks.
+fn of_path(subvolume: &str) -> &'static str {
+    SubvolumeName::parse(subvolume)
+        .map(|s| s.display_path())
+        .unwrap_or("?")
+}
+
+/// "/persist", "/persist and /home", "/persist, /var/log and /home".
+fn and_list(items: &[&str]) -> String {
+    match items.split_last() {
         Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
-        _ => paths.join(""),
+        _ => items.join(""),
     }
+}
+
+/// Text a caller gave back, escaped (adr/0017) line by line: no control character but the
+/// line breaks between lines.
+fn escape_lines(text: &str) -> String {
+    text.split('\n')
+        .map(|line| escape(line.as_bytes()))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A snapshot name from a caller; one longer than any name is refused before it is parsed,
@@ -333,7 +357,7 @@ impl Keeper {
             .collect();
         // A bad request file stages nothing: the next boot refuses it.
         let staged = self.stem.staged_or_bad().await.map_err(stem_error)?;
-        let staged = staged.request().cloned();
+        let staged = staged.request().map(snapshot_names);
         self.journal(|j| {
             let plan = reconcile::plan(&j.snapshots()?, &j.pending_sets()?, &disk);
             for name in &plan.gone {
@@ -376,7 +400,9 @@ impl Keeper {
                 j.finish(r.id, if staged.is_none() { state::WITHDRAWN } else { state::FAILED }, outcome)?;
             }
             for r in j.pending(action::RESTORE)? {
-                let staged_it = staged.as_ref().is_some_and(|s| s.snapshot == r.subject);
+                let staged_it = staged
+                    .as_deref()
+                    .is_some_and(|s| s == restored_names(&r.subject));
                 let (st, outcome) = if staged_it {
                     (
                         state::STAGED,
@@ -406,11 +432,13 @@ impl Keeper {
             } else {
                 "refused".into()
             },
+            // "@home @home.…", one member; a set's members separated by "; ".
             request: o
                 .request
-                .as_ref()
+                .iter()
                 .map(|r| format!("{} {}", r.subvolume, r.snapshot))
-                .unwrap_or_default(),
+                .collect::<Vec<_>>()
+                .join("; "),
             reason: o.reason.clone(),
             finished_micros: o.finished_micros,
             reported: false,
@@ -839,19 +867,31 @@ impl Keeper {
             )
         })?;
         match self.stem.withdraw().await {
-            Ok(Some(r)) => {
-                let path = SubvolumeName::parse(&r.subvolume)
-                    .map(|s| s.display_path())
-                    .unwrap_or("?");
-                let message = format!(
-                    "withdrawn: {path} will not go back to {}; nothing else changed",
-                    r.snapshot
-                );
+            Ok(Some(members)) => {
+                let paths: Vec<&str> = members.iter().map(|m| of_path(&m.subvolume)).collect();
+                let message = if let [one] = &members[..] {
+                    format!(
+                        "withdrawn: {} will not go back to {}; nothing else changed",
+                        paths[0], one.snapshot
+                    )
+                } else {
+                    let each: Vec<String> = members
+                        .iter()
+                        .zip(&paths)
+                        .map(|(m, path)| format!("{path} to {}", m.snapshot))
+                        .collect();
+                    format!(
+                        "withdrawn, all {} together: {} will not go back ({}); nothing else changed",
+                        members.len(),
+                        and_list(&paths),
+                        each.join(", ")
+                    )
+                };
                 self.journal(|j| j.finish(id, state::WITHDRAWN, &message))?;
                 Ok(Cancelled {
                     withdrawn: true,
-                    snapshot: r.snapshot,
-                    of_path: path.to_owned(),
+                    snapshot: snapshot_names(&members),
+                    of_path: paths.join(" "),
                     message,
                 })
             }
@@ -920,7 +960,7 @@ impl Keeper {
             Err(e) => return Err(stem_error(e)),
         };
         let staging = match &staged {
-            Some(s) => self.journal(|j| j.staging_of(&s.snapshot))?,
+            Some(s) => self.journal(|j| j.staging_of(&snapshot_names(s)))?,
             None => None,
         };
         let (outcome, unknown, failed) = self.journal(|j| {
@@ -940,20 +980,23 @@ impl Keeper {
         };
         Ok(Status {
             stem_running,
-            staged_snapshot: staged
-                .as_ref()
-                .map(|s| s.snapshot.clone())
-                .unwrap_or_default(),
+            // One per member, separated by spaces (a set's in the order the boot takes them).
+            staged_snapshot: staged.as_deref().map(snapshot_names).unwrap_or_default(),
             staged_of_path: staged
                 .as_ref()
-                .and_then(|s| SubvolumeName::parse(&s.subvolume).ok())
-                .map(|s| s.display_path().to_owned())
+                .map(|s| {
+                    s.iter()
+                        .map(|m| of_path(&m.subvolume))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
                 .unwrap_or_default(),
             // Given back by the caller (checked equal to the keeper's own words), so shown
-            // like anything else a caller sent.
+            // like anything else a caller sent: escaped, line by line (a set's words are
+            // several lines).
             staged_words: staging
                 .as_ref()
-                .map(|r| escape(r.words_shown.as_bytes()))
+                .map(|r| escape_lines(&r.words_shown))
                 .unwrap_or_default(),
             staged_by: staging
                 .as_ref()

@@ -26,7 +26,7 @@ pub struct DiskSnapshot {
     pub staged: bool,
 }
 
-/// A staged request, as the stem reports it.
+/// One member of a staged request, as the stem reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
     pub subvolume: String,
@@ -34,18 +34,29 @@ pub struct Request {
     pub uuid: String,
 }
 
+/// The snapshot names of a request's members, separated by single spaces, in the request's
+/// order: how the journal names what a restore puts back (`@persist.… @log.… @home.…`).
+pub fn snapshot_names(members: &[Request]) -> String {
+    members
+        .iter()
+        .map(|m| m.snapshot.as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// What is staged, as the stem reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Staged {
     Nothing,
-    Request(Request),
+    /// A request of one or more members, in the order the boot exchanges them.
+    Request(Vec<Request>),
     /// The request file is bad; the stem's words on what is wrong with it.
     Bad(String),
 }
 
 impl Staged {
-    /// The request, when a good one is staged.
-    pub fn request(&self) -> Option<&Request> {
+    /// The request's members, when a good one is staged.
+    pub fn request(&self) -> Option<&[Request]> {
         match self {
             Staged::Request(r) => Some(r),
             Staged::Nothing | Staged::Bad(_) => None,
@@ -62,7 +73,8 @@ pub struct Outcome {
     pub id: String,
     pub done: bool,
     pub finished_micros: i64,
-    pub request: Option<Request>,
+    /// The request's members (none when the request did not parse).
+    pub request: Vec<Request>,
     pub reason: String,
 }
 
@@ -128,6 +140,15 @@ fn request(r: &stem1::RequestInfo) -> Request {
         subvolume: r.subvolume.clone(),
         snapshot: r.snapshot.clone(),
         uuid: r.uuid.clone(),
+    }
+}
+
+/// A request's members from the wire; `None` for no element (nothing staged).
+fn members(infos: &[stem1::RequestInfo]) -> Option<Vec<Request>> {
+    if infos.is_empty() {
+        None
+    } else {
+        Some(infos.iter().map(request).collect())
     }
 }
 
@@ -242,6 +263,26 @@ impl StemClient {
         Ok((request(&s.request), s.already_staged, s.message))
     }
 
+    /// Stage a restore of several snapshots together, as one request; `(members,
+    /// already_staged, message)`, the members in the order the boot exchanges them.
+    pub async fn stage_set_restore(
+        &self,
+        names: &[String],
+    ) -> Result<(Vec<Request>, bool, String), StemError> {
+        let names = names.to_vec();
+        let s = self
+            .call(|p| {
+                let names = names.clone();
+                async move { p.stage_set_restore(names).await }
+            })
+            .await?;
+        Ok((
+            s.request.iter().map(request).collect(),
+            s.already_staged,
+            s.message,
+        ))
+    }
+
     /// What changed in the live subvolume since the snapshot `name` (stopping after
     /// `limit`), with the changed paths when `with_paths`.
     pub async fn changes_since(
@@ -275,16 +316,16 @@ impl StemClient {
         .await
     }
 
-    /// Withdraw the staged request; the one withdrawn, if any.
-    pub async fn withdraw(&self) -> Result<Option<Request>, StemError> {
+    /// Withdraw the staged request, every member; the members withdrawn, if any.
+    pub async fn withdraw(&self) -> Result<Option<Vec<Request>>, StemError> {
         let w = self.call(|p| async move { p.withdraw().await }).await?;
-        Ok(w.first().map(request))
+        Ok(members(&w))
     }
 
-    /// The staged request, if any.
-    pub async fn staged(&self) -> Result<Option<Request>, StemError> {
+    /// The staged request's members, if one is staged.
+    pub async fn staged(&self) -> Result<Option<Vec<Request>>, StemError> {
         let s = self.call(|p| async move { p.staged().await }).await?;
-        Ok(s.first().map(request))
+        Ok(members(&s))
     }
 
     /// The staged request, if any, or what is wrong with the request file when it is bad:
@@ -320,7 +361,7 @@ impl StemClient {
             id,
             done: o.result == stem1::OutcomeResultInfo::Done,
             finished_micros: o.finished_unix_micros,
-            request: o.request.first().map(request),
+            request: o.request.iter().map(request).collect(),
             reason: o.reason.clone(),
         }))
     }

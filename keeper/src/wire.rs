@@ -58,6 +58,84 @@ pub struct RestorePreview {
     pub already_staged: bool,
 }
 
+/// What changed in a subvolume since a snapshot, as counted for a restore's preview.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct ChangeCount {
+    /// False when it was not counted (a member not put back, or a count that could not be
+    /// made in time); every number is then 0.
+    pub counted: bool,
+    /// False when the count was cut short by its time limit: every number is "at least".
+    pub complete: bool,
+    pub files_modified: u64,
+    pub files_added: u64,
+    pub files_removed: u64,
+    pub directories_added: u64,
+    pub directories_removed: u64,
+    pub bytes_written: u64,
+}
+
+/// One member of a snapshot set, in a set restore's preview.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct SetRestoreMember {
+    pub snapshot: String,
+    pub of: String,
+    pub of_path: String,
+    pub taken_micros: i64,
+    /// This restore puts it back.
+    pub put_back: bool,
+    /// Why it is not put back (empty when it is): `left-out` (not among those asked for),
+    /// `never-put-back` (its subvolume is not restorable) or `deleted` (its snapshot is gone).
+    pub left_out: String,
+    /// What a restore of it loses, counted (for a member put back).
+    pub changes: ChangeCount,
+}
+
+/// What a restore of a snapshot set would do, member by member and in all, in the words
+/// shown to the person.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct SetRestorePreview {
+    /// The journal's id of the set, as `tacid data list` shows it.
+    pub set_id: i64,
+    /// The set was taken before a switch of configuration.
+    pub pre_switch: bool,
+    /// Every member of the set, put back or not: those put back in the order the boot takes
+    /// them, then the others.
+    pub members: Vec<SetRestoreMember>,
+    /// The members put back, counted, added up (`complete` false when any member's count
+    /// was cut short or could not be made).
+    pub total: ChangeCount,
+    /// The counts are of what the filesystem's last commit holds (a preview by somebody who
+    /// may not confirm, adr/0016).
+    pub as_of_last_commit: bool,
+    /// The exact words, several lines; `SetRestoreConfirm` must be given these same words
+    /// back.
+    pub words: String,
+    /// Exactly this restore is already staged.
+    pub already_staged: bool,
+}
+
+/// One member a staged restore puts back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct StagedMember {
+    pub snapshot: String,
+    pub of: String,
+    pub of_path: String,
+}
+
+/// The answer to `SetRestoreConfirm`. It is never "restored": a restore happens at a boot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct SetRestoreStaged {
+    pub set_id: i64,
+    /// The members the next boot puts back, together, in the order it takes them.
+    pub members: Vec<StagedMember>,
+    /// The same request was already staged; nothing changed.
+    pub already_staged: bool,
+    /// Always true: nothing is put back until the next boot.
+    pub reboot_needed: bool,
+    /// The sentence the journal recorded as the outcome.
+    pub message: String,
+}
+
 /// The answer to `RestoreDetails`: what a restore would delete or put back, path by path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
 pub struct RestoreDetails {
@@ -104,7 +182,9 @@ pub struct RestoreStaged {
 pub struct Cancelled {
     /// A staged restore was withdrawn (false: nothing was staged; nothing changed).
     pub withdrawn: bool,
-    /// The restore that was withdrawn (empty when none).
+    /// The restore that was withdrawn (empty when none): its snapshots, and where their
+    /// subvolumes are seen, one per member separated by spaces (a set's in the order the
+    /// boot would have taken them).
     pub snapshot: String,
     pub of_path: String,
     pub message: String,
@@ -115,17 +195,21 @@ pub struct Cancelled {
 pub struct Status {
     /// The stem answered just now.
     pub stem_running: bool,
-    /// The staged restore (empty `staged_snapshot` when none).
+    /// The staged restore (empty `staged_snapshot` when none): its snapshots, and where
+    /// their subvolumes are seen, one per member separated by spaces (a set's in the order
+    /// the boot takes them; one member is exactly the single restore of before sets).
     pub staged_snapshot: String,
     pub staged_of_path: String,
-    /// The words shown when it was staged, and to whom (both escaped; empty when not
-    /// journalled).
+    /// The words shown when it was staged, and to whom (both escaped, the words line by
+    /// line: a set's are several lines; empty when not journalled).
     pub staged_words: String,
     pub staged_by: String,
     /// The initrd's last outcome (empty `outcome_id` when none was ever read).
     pub outcome_id: String,
     /// `done` or `refused`.
     pub outcome_result: String,
+    /// What the request put back: `@home @home.…` (subvolume and snapshot), a set's
+    /// members separated by `; `; empty when the request could not be read.
     pub outcome_request: String,
     /// What the boot said, escaped.
     pub outcome_reason: String,
@@ -283,6 +367,22 @@ pub trait Keeper1 {
         snapshot: &str,
         words_shown: &str,
     ) -> Result<RestoreStaged, KeeperError>;
+    /// What restoring a snapshot set would do, member by member, in words (`set`: its id,
+    /// or any member's name; `only`: the members to put back, by mount point or name;
+    /// empty: all). Changes nothing.
+    fn set_restore_preview(
+        &self,
+        set: &str,
+        only: Vec<String>,
+    ) -> Result<SetRestorePreview, KeeperError>;
+    /// Stage the restore of the set's members as one request, given back the words
+    /// `SetRestorePreview` showed this caller.
+    fn set_restore_confirm(
+        &self,
+        set: &str,
+        only: Vec<String>,
+        words_shown: &str,
+    ) -> Result<SetRestoreStaged, KeeperError>;
     /// The staged restore, the last outcome of a boot, and the journal's health.
     fn status(&self) -> Result<Status, KeeperError>;
     /// Withdraw the staged restore.

@@ -191,6 +191,115 @@ fn counted_sentence(
     )
 }
 
+/// A member of a set restore, for its words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetMember<'a> {
+    /// Where people see the subvolume (`/persist`).
+    pub of_path: &'a str,
+    /// When its snapshot was taken.
+    pub taken: SystemTime,
+    /// What changed since, when it was counted.
+    pub counts: Option<ChangeCounts>,
+}
+
+/// What a restore of a set costs, member by member and in all, in the words of what is lost
+/// (one line for the set, one per member put back, the total, those left out), all of it
+/// at one reboot. `put_back` is in the order the boot takes them; `left_out` is each member
+/// not put back, with why (`left out as asked`). `at_last_commit`: the counts are of the
+/// filesystem's last commit (a looker's preview, adr/0016).
+pub fn set_restore_words(
+    set_id: i64,
+    pre_switch: bool,
+    put_back: &[SetMember<'_>],
+    left_out: &[(&str, &str)],
+    at_last_commit: bool,
+    now: SystemTime,
+) -> String {
+    let taken = put_back.iter().map(|m| m.taken).min().unwrap_or(now);
+    let n = put_back.len();
+    let mut out = format!(
+        "This puts back {n} subvolume{} of set {set_id}, taken together{} on {} ({}):",
+        if n == 1 { "" } else { "s" },
+        if pre_switch {
+            " before switching configuration"
+        } else {
+            ""
+        },
+        human_time(taken, now),
+        ago(taken, now)
+    );
+    let mut total = ChangeCounts {
+        complete: true,
+        ..ChangeCounts::default()
+    };
+    let mut uncounted: Vec<&str> = Vec::new();
+    for m in put_back {
+        let when = human_time(m.taken, now);
+        let path = m.of_path;
+        match &m.counts {
+            Some(c) => {
+                out.push_str(&format!("\n  {path} back to {when}: {}.", change_words(c)));
+                total.files_modified = total.files_modified.saturating_add(c.files_modified);
+                total.files_added = total.files_added.saturating_add(c.files_added);
+                total.files_removed = total.files_removed.saturating_add(c.files_removed);
+                total.directories_added =
+                    total.directories_added.saturating_add(c.directories_added);
+                total.directories_removed = total
+                    .directories_removed
+                    .saturating_add(c.directories_removed);
+                total.bytes_written = total.bytes_written.saturating_add(c.bytes_written);
+                total.complete &= c.complete;
+            }
+            None => {
+                out.push_str(&format!("\n  {path} back to {when}."));
+                uncounted.push(path);
+            }
+        }
+        out.push_str(&format!(
+            " Everything written to {path} since then is deleted."
+        ));
+    }
+    if n > 1 && uncounted.len() < n {
+        out.push_str(&format!("\nIn all: {}", change_words(&total)));
+        if !uncounted.is_empty() {
+            out.push_str(&format!(
+                ", not counting {}, which could not be counted",
+                uncounted.join(" or ")
+            ));
+        }
+        out.push('.');
+    }
+    if at_last_commit && uncounted.len() < n {
+        out.push_str("\nCounted as of the filesystem's last commit.");
+    }
+    if !left_out.is_empty() {
+        let each: Vec<String> = left_out
+            .iter()
+            .map(|(path, why)| format!("{path} ({why})"))
+            .collect();
+        out.push_str(&format!(
+            "\nNot put back: {}; {} as {} now.",
+            each.join(", "),
+            if left_out.len() == 1 {
+                "it stays"
+            } else {
+                "they stay"
+            },
+            if left_out.len() == 1 {
+                "it is"
+            } else {
+                "they are"
+            }
+        ));
+    }
+    out.push_str(if n == 1 {
+        "\nIt happens at the next reboot."
+    } else {
+        "\nIt happens at the next reboot, to all of them together."
+    });
+    out
+}
+
 /// µs since the epoch, as a time.
 pub fn from_micros(micros: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_micros(micros.max(0) as u64)
@@ -288,6 +397,82 @@ mod tests {
         );
         assert_eq!(byte_words(0), "0 bytes");
         assert_eq!(byte_words(3 * 1024 + 400), "3.4 KiB");
+    }
+
+    #[test]
+    fn the_set_words_say_each_member_the_total_and_what_stays() {
+        let taken = at(1_796_133_720);
+        let now = at(1_796_133_720 + 2 * 86_400 + 60);
+        let counts = |files_modified, bytes_written| {
+            Some(ChangeCounts {
+                files_modified,
+                files_added: 1,
+                files_removed: 0,
+                directories_added: 0,
+                directories_removed: 0,
+                bytes_written,
+                complete: true,
+            })
+        };
+        let members = [
+            SetMember {
+                of_path: "/persist",
+                taken,
+                counts: counts(412, 2048),
+            },
+            SetMember {
+                of_path: "/var/log",
+                taken,
+                counts: counts(3, 1024),
+            },
+        ];
+        let words = set_restore_words(
+            12,
+            true,
+            &members,
+            &[("/home", "left out as asked")],
+            false,
+            now,
+        );
+        assert_eq!(
+            words,
+            "This puts back 2 subvolumes of set 12, taken together before switching \
+             configuration on Tue 1 Dec 14:02 UTC (2 days ago):\n  \
+             /persist back to Tue 1 Dec 14:02 UTC: 412 files changed, 1 added, 0 removed since \
+             then (2.0 KiB written). Everything written to /persist since then is deleted.\n  \
+             /var/log back to Tue 1 Dec 14:02 UTC: 3 files changed, 1 added, 0 removed since \
+             then (1.0 KiB written). Everything written to /var/log since then is deleted.\n\
+             In all: 415 files changed, 2 added, 0 removed since then (3.0 KiB written).\n\
+             Not put back: /home (left out as asked); it stays as it is now.\n\
+             It happens at the next reboot, to all of them together."
+        );
+        assert!(!words.to_lowercase().contains("restored"));
+        // A member not counted: its sentence without numbers, and the total says so.
+        let mut partly = members;
+        partly[1].counts = None;
+        let words = set_restore_words(3, false, &partly, &[], true, now);
+        assert!(
+            words.contains("\n  /var/log back to Tue 1 Dec 14:02 UTC. Everything written"),
+            "{words}"
+        );
+        assert!(
+            words.contains(
+                "(2.0 KiB written), not counting /var/log, which could not be counted.\n"
+            ),
+            "{words}"
+        );
+        assert!(
+            words.contains("\nCounted as of the filesystem's last commit.\n"),
+            "{words}"
+        );
+        assert!(words.starts_with("This puts back 2 subvolumes of set 3, taken together on"));
+        // One member: no total, and no "all of them".
+        let words = set_restore_words(3, false, &members[..1], &[], false, now);
+        assert!(!words.contains("In all"), "{words}");
+        assert!(
+            words.ends_with("\nIt happens at the next reboot."),
+            "{words}"
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use layout::SnapshotName;
 use super::{parse_snapshot, restorable_paths, Keeper, PREVIEW_COUNT_LIMIT};
 use crate::authority::Authority;
 use crate::journal::{action, state};
-use crate::wire::{KeeperError, RestorePreview};
+use crate::wire::{KeeperError, RestorePreview, SetRestorePreview};
 use crate::words::{self, from_micros};
 
 /// Counts for people who may only look, in flight at once over all of them.
@@ -30,19 +30,27 @@ const REMEMBERED_CALLERS: usize = 256;
 
 /// The last preview answered in a caller's turn.
 #[derive(Debug)]
-struct Answered {
-    snapshot: String,
-    finished: Instant,
-    answer: Result<RestorePreview, KeeperError>,
+pub(super) struct Answered {
+    /// What was asked: a snapshot's name, or a set and its members asked for.
+    pub(super) key: String,
+    pub(super) finished: Instant,
+    pub(super) answer: Answer,
 }
 
-type Turn = Arc<tokio::sync::Mutex<Option<Answered>>>;
+/// A preview's answer, of one snapshot or of a set.
+#[derive(Debug)]
+pub(super) enum Answer {
+    One(Result<RestorePreview, KeeperError>),
+    Set(Result<SetRestorePreview, KeeperError>),
+}
+
+pub(super) type Turn = Arc<tokio::sync::Mutex<Option<Answered>>>;
 
 /// Each caller's turn, and the counts of lookers in flight.
 #[derive(Debug)]
 pub(super) struct Previews {
     turns: Mutex<HashMap<u32, Turn>>,
-    lookers: tokio::sync::Semaphore,
+    pub(super) lookers: tokio::sync::Semaphore,
 }
 
 impl Previews {
@@ -53,7 +61,7 @@ impl Previews {
         }
     }
 
-    fn turn(&self, uid: u32) -> Turn {
+    pub(super) fn turn(&self, uid: u32) -> Turn {
         let mut turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
         if turns.len() > REMEMBERED_CALLERS {
             turns.retain(|_, t| Arc::strong_count(t) > 1);
@@ -93,17 +101,22 @@ impl Keeper {
         let turn = self.previews.turn(uid);
         let arrived = Instant::now();
         let mut last = turn.lock().await;
-        if let Some(a) = last.as_ref() {
+        if let Some(Answered {
+            key,
+            finished,
+            answer: Answer::One(answer),
+        }) = last.as_ref()
+        {
             // Answered while this call waited for its turn: the same question, just asked.
-            if a.snapshot == name && a.finished >= arrived {
-                return a.answer.clone();
+            if key == name && *finished >= arrived {
+                return answer.clone();
             }
         }
         let answer = self.preview_now(uid, &snap).await;
         *last = Some(Answered {
-            snapshot: name.to_owned(),
+            key: name.to_owned(),
             finished: Instant::now(),
-            answer: answer.clone(),
+            answer: Answer::One(answer.clone()),
         });
         answer
     }
@@ -162,6 +175,26 @@ impl Keeper {
     ) -> String {
         let sub = snap.subvolume();
         let (taken, now) = (from_micros(taken_micros), SystemTime::now());
+        match self.preview_count(snap, may_confirm).await {
+            Some(counts) if may_confirm => {
+                words::restore_words_counted(sub.display_path(), taken, now, &counts)
+            }
+            Some(counts) => {
+                words::restore_words_counted_at_last_commit(sub.display_path(), taken, now, &counts)
+            }
+            None => words::restore_words(sub.display_path(), taken, now),
+        }
+    }
+
+    /// What changed since `snap`, counted by the stem for a preview, or `None` (logged) when
+    /// it cannot be counted. For somebody who may confirm the stem commits first; for a
+    /// looker it counts what the last commit holds, after waiting at most the preview's
+    /// limit for a turn among the lookers' counts (adr/0016).
+    pub(super) async fn preview_count(
+        &self,
+        snap: &SnapshotName,
+        may_confirm: bool,
+    ) -> Option<words::ChangeCounts> {
         let name = snap.to_string();
         let uncounted = |why: &dyn std::fmt::Display| {
             if may_confirm {
@@ -169,7 +202,7 @@ impl Keeper {
             } else {
                 tracing::debug!(snapshot = %name, "the changes since it were not counted for a looker: {why}");
             }
-            words::restore_words(sub.display_path(), taken, now)
+            None
         };
         let counted = if may_confirm {
             self.stem
@@ -190,27 +223,15 @@ impl Keeper {
                 .await
         };
         match counted {
-            Ok(c) => {
-                let counts = words::ChangeCounts {
-                    files_modified: c.files_modified,
-                    files_added: c.files_added,
-                    files_removed: c.files_removed,
-                    directories_added: c.directories_added,
-                    directories_removed: c.directories_removed,
-                    bytes_written: c.bytes_written,
-                    complete: c.complete,
-                };
-                if may_confirm {
-                    words::restore_words_counted(sub.display_path(), taken, now, &counts)
-                } else {
-                    words::restore_words_counted_at_last_commit(
-                        sub.display_path(),
-                        taken,
-                        now,
-                        &counts,
-                    )
-                }
-            }
+            Ok(c) => Some(words::ChangeCounts {
+                files_modified: c.files_modified,
+                files_added: c.files_added,
+                files_removed: c.files_removed,
+                directories_added: c.directories_added,
+                directories_removed: c.directories_removed,
+                bytes_written: c.bytes_written,
+                complete: c.complete,
+            }),
             Err(e) => uncounted(&e),
         }
     }

@@ -1,0 +1,598 @@
+//! Restores of a snapshot set (issue 14): the members a person chooses put back together,
+//! at one boot, as one request, with one consent that names every member.
+//!
+//! A set is what one `Snapshot` request took: the journal's request id, as `tacid data list`
+//! shows it. The person names it by that id or by any member's name, and may leave members
+//! out (`only`). The preview counts each member put back, one after another in the caller's
+//! one turn (as a single preview does, adr/0016: a looker's counts never make the stem
+//! commit), and says what each loses, the total, and which members stay as they are.
+
+use std::time::{Instant, SystemTime};
+
+use layout::{SnapshotName, SubvolumeName};
+
+use super::preview::{Answer, Answered};
+use super::{and_list, parse_snapshot, stem_error, test_pause, Keeper, CONSENT_WINDOW};
+use crate::authority::{Act, Authority};
+use crate::caps;
+use crate::journal::{action, restore_subject, state};
+use crate::stem_client::DiskSnapshot;
+use crate::wire::{
+    ChangeCount, KeeperError, SetRestoreMember, SetRestorePreview, SetRestoreStaged, StagedMember,
+};
+use crate::words::{self, from_micros, to_micros};
+
+/// Why a member of the set is not put back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeftOut {
+    /// The person asked for other members only.
+    NotAsked,
+    /// Its subvolume is never put back (`@nix`, when a set holds it).
+    NeverPutBack,
+    /// Its snapshot is gone from the disk.
+    Deleted,
+}
+
+impl LeftOut {
+    /// On the wire.
+    fn code(self) -> &'static str {
+        match self {
+            LeftOut::NotAsked => "left-out",
+            LeftOut::NeverPutBack => "never-put-back",
+            LeftOut::Deleted => "deleted",
+        }
+    }
+
+    /// In the words.
+    fn words(self) -> &'static str {
+        match self {
+            LeftOut::NotAsked => "left out as asked",
+            LeftOut::NeverPutBack => "never put back: not restorable",
+            LeftOut::Deleted => "its snapshot was deleted",
+        }
+    }
+}
+
+/// A member of the set, and whether this restore puts it back.
+#[derive(Debug, Clone)]
+struct Planned {
+    name: SnapshotName,
+    taken_micros: i64,
+    staged: bool,
+    left_out: Option<LeftOut>,
+}
+
+impl Planned {
+    fn path(&self) -> &'static str {
+        self.name.subvolume().display_path()
+    }
+}
+
+/// A set, as the journal and the disk know it, and the members this restore puts back.
+#[derive(Debug)]
+struct SetPlan {
+    id: i64,
+    pre_switch: bool,
+    /// Those put back first, in the order the boot takes them; then the others.
+    members: Vec<Planned>,
+    /// How many snapshots the staged request names now.
+    staged_now: usize,
+}
+
+impl SetPlan {
+    fn put_back(&self) -> impl Iterator<Item = &Planned> {
+        self.members.iter().filter(|m| m.left_out.is_none())
+    }
+
+    /// The snapshot names put back, as the stem is asked for them.
+    fn names(&self) -> Vec<String> {
+        self.put_back().map(|m| m.name.to_string()).collect()
+    }
+
+    /// The journal's subject for this restore's preview and consent.
+    fn subject(&self) -> String {
+        restore_subject(Some(self.id), &self.names().join(" "))
+    }
+
+    /// Exactly these members are staged already.
+    fn already_staged(&self) -> bool {
+        self.put_back().all(|m| m.staged) && self.put_back().count() == self.staged_now
+    }
+}
+
+/// Where a subvolume stands in the layout's table: the order a request takes members in.
+fn layout_rank(subvolume: SubvolumeName) -> usize {
+    layout::SUBVOLUMES
+        .iter()
+        .position(|row| row.name == subvolume.as_str())
+        .unwrap_or(usize::MAX)
+}
+
+/// How a person names a set, for errors.
+const NAME_A_SET: &str = "name a set by its number, as `tacid data list` shows it (\"set 12\"), \
+                          or by the name of any snapshot in it";
+
+/// The caller's strings, checked against their caps before anything else looks at them
+/// (adr/0016); the set's id when it is given as a number.
+fn check_set_arguments(set: &str, only: &[String]) -> Result<Option<i64>, KeeperError> {
+    if only.len() > caps::max_only_names() {
+        return Err(KeeperError::InvalidArgument(format!(
+            "{} members named to put back; a set has at most {}, each named once",
+            only.len(),
+            caps::max_only_names()
+        )));
+    }
+    if let Some(long) = only.iter().find(|o| o.len() > caps::MAX_NAME_BYTES) {
+        return Err(KeeperError::InvalidArgument(format!(
+            "{:?} is not a member of a set: name members by mount point or subvolume, \
+             e.g. /persist,/var/log",
+            caps::name(long)
+        )));
+    }
+    if set.is_empty() || set.len() > caps::MAX_NAME_BYTES {
+        return Err(KeeperError::InvalidArgument(format!(
+            "{:?} is not a set: {NAME_A_SET}",
+            caps::name(set)
+        )));
+    }
+    if set.bytes().all(|b| b.is_ascii_digit()) {
+        return match set.parse::<i64>() {
+            Ok(id) if id > 0 => Ok(Some(id)),
+            _ => Err(KeeperError::NoSuchSnapshot(format!(
+                "there is no snapshot set {set}; `tacid data list` shows each snapshot's set"
+            ))),
+        };
+    }
+    Ok(None)
+}
+
+impl Keeper {
+    /// The set named by `set` (its id, or a member's name) and the members `only` asks for.
+    async fn resolve_set(
+        &self,
+        set: &str,
+        only: &[String],
+        may_confirm: bool,
+    ) -> Result<SetPlan, KeeperError> {
+        let by_id = check_set_arguments(set, only)?;
+        let by_name = match by_id {
+            Some(_) => None,
+            None => Some(parse_snapshot(set)?),
+        };
+        let disk: Vec<DiskSnapshot> = {
+            let _turn = self.looker_turn(may_confirm).await;
+            self.stem.list().await.map_err(stem_error)?
+        };
+        let rows = self.journal(|j| j.snapshots())?;
+        let of_a_set = |r: &crate::journal::SnapshotRow| {
+            r.request
+                .as_ref()
+                .filter(|q| q.action == action::SNAPSHOT)
+                .map(|q| q.id)
+        };
+        let id = match (by_id, by_name) {
+            (Some(id), _) => id,
+            (None, Some(name)) => {
+                let text = name.to_string();
+                match rows.iter().find(|r| r.name == text).and_then(of_a_set) {
+                    Some(id) => id,
+                    None if disk.iter().any(|d| d.member.name == text) => {
+                        return Err(KeeperError::InvalidArgument(format!(
+                            "{text} is in no set: it was not taken through the keeper \
+                             (unknown origin); put it back alone with `tacid data restore {text}`"
+                        )))
+                    }
+                    None => {
+                        return Err(KeeperError::NoSuchSnapshot(format!(
+                            "there is no snapshot named {text}; see `tacid data list`"
+                        )))
+                    }
+                }
+            }
+            (None, None) => unreachable!("a set is named by its id or by a member"),
+        };
+        let in_set: Vec<&crate::journal::SnapshotRow> =
+            rows.iter().filter(|r| of_a_set(r) == Some(id)).collect();
+        let Some(first) = in_set.first() else {
+            return Err(KeeperError::NoSuchSnapshot(format!(
+                "there is no snapshot set {id}; `tacid data list` shows each snapshot's set"
+            )));
+        };
+        let pre_switch = first.request.as_ref().is_some_and(|q| q.pre_switch);
+        let paths_of_set = || {
+            let paths: Vec<&str> = in_set
+                .iter()
+                .filter_map(|r| SubvolumeName::parse(&r.of_subvolume).ok())
+                .map(|s| s.display_path())
+                .collect();
+            and_list(&paths)
+        };
+
+        // The members asked for, by mount point, subvolume or snapshot name.
+        let mut asked: Vec<SubvolumeName> = Vec::new();
+        for o in only {
+            let sub = match SubvolumeName::from_name_or_mount_point(o) {
+                Ok(sub) => sub,
+                Err(_) => match SnapshotName::parse(o) {
+                    Ok(n) if in_set.iter().any(|r| r.name == o.as_str()) => n.subvolume(),
+                    _ => {
+                        return Err(KeeperError::InvalidArgument(format!(
+                            "{:?} is not a member of set {id}: name members by mount point or \
+                             subvolume, e.g. /persist,/var/log (set {id} has {})",
+                            caps::name(o),
+                            paths_of_set()
+                        )))
+                    }
+                },
+            };
+            if !in_set.iter().any(|r| r.of_subvolume == sub.as_str()) {
+                return Err(KeeperError::InvalidArgument(format!(
+                    "set {id} has no snapshot of {} ({sub}); it has {}",
+                    sub.display_path(),
+                    paths_of_set()
+                )));
+            }
+            if !asked.contains(&sub) {
+                asked.push(sub);
+            }
+        }
+
+        let mut members: Vec<Planned> = Vec::with_capacity(in_set.len());
+        for r in &in_set {
+            let Ok(name) = SnapshotName::parse(&r.name) else {
+                continue;
+            };
+            let sub = name.subvolume();
+            let on_disk = disk.iter().find(|d| d.member.name == r.name);
+            let named = asked.contains(&sub);
+            let left_out = if !asked.is_empty() && !named {
+                Some(LeftOut::NotAsked)
+            } else if !sub.subvolume().restorable {
+                if named {
+                    return Err(KeeperError::NotAllowedForSubvolume(format!(
+                        "{} ({sub}) is never put back; leave it out of the members asked for",
+                        sub.display_path()
+                    )));
+                }
+                Some(LeftOut::NeverPutBack)
+            } else if on_disk.is_none() {
+                if named {
+                    return Err(KeeperError::NoSuchSnapshot(format!(
+                        "{name}, the snapshot of {} in set {id}, was deleted; see `tacid data list`",
+                        sub.display_path()
+                    )));
+                }
+                Some(LeftOut::Deleted)
+            } else {
+                None
+            };
+            members.push(Planned {
+                name,
+                taken_micros: on_disk.map_or(r.taken_micros, |d| d.member.taken_micros),
+                staged: on_disk.is_some_and(|d| d.staged),
+                left_out,
+            });
+        }
+        members.sort_by_key(|m| (m.left_out.is_some(), layout_rank(m.name.subvolume())));
+        let plan = SetPlan {
+            id,
+            pre_switch,
+            members,
+            staged_now: disk.iter().filter(|d| d.staged).count(),
+        };
+        if plan.put_back().next().is_none() {
+            let why: Vec<String> = plan
+                .members
+                .iter()
+                .map(|m| {
+                    let why = m.left_out.map_or("", LeftOut::words);
+                    format!("{} ({why})", m.path())
+                })
+                .collect();
+            return Err(KeeperError::NotAllowedForSubvolume(format!(
+                "nothing of set {id} can be put back: {}",
+                why.join(", ")
+            )));
+        }
+        Ok(plan)
+    }
+
+    /// What restoring the set `set` (its id or a member's name) would do, member by member
+    /// and in all, in words. Changes nothing on disk; the words shown to somebody who may
+    /// confirm are journalled, under one subject naming every member put back, so the
+    /// confirmation can be checked. A caller's previews take turns, as single ones do.
+    pub async fn set_restore_preview(
+        &self,
+        uid: u32,
+        set: &str,
+        only: &[String],
+    ) -> Result<SetRestorePreview, KeeperError> {
+        check_set_arguments(set, only)?;
+        let key = format!("set {set} only {}", only.join(","));
+        let turn = self.previews.turn(uid);
+        let arrived = Instant::now();
+        let mut last = turn.lock().await;
+        if let Some(Answered {
+            key: k,
+            finished,
+            answer: Answer::Set(answer),
+        }) = last.as_ref()
+        {
+            // Answered while this call waited for its turn: the same question, just asked.
+            if *k == key && *finished >= arrived {
+                return answer.clone();
+            }
+        }
+        let answer = self.set_preview_now(uid, set, only).await;
+        *last = Some(Answered {
+            key,
+            finished: Instant::now(),
+            answer: Answer::Set(answer.clone()),
+        });
+        answer
+    }
+
+    /// One set preview, in the caller's turn: each member put back counted in turn.
+    async fn set_preview_now(
+        &self,
+        uid: u32,
+        set: &str,
+        only: &[String],
+    ) -> Result<SetRestorePreview, KeeperError> {
+        let may_confirm = self.may_change(uid);
+        let plan = self.resolve_set(set, only, may_confirm).await?;
+        let mut counts: Vec<Option<words::ChangeCounts>> = Vec::new();
+        for m in plan.put_back() {
+            counts.push(self.preview_count(&m.name, may_confirm).await);
+        }
+        let now = SystemTime::now();
+        let put_back: Vec<words::SetMember<'_>> = plan
+            .put_back()
+            .zip(&counts)
+            .map(|(m, c)| words::SetMember {
+                of_path: m.path(),
+                taken: from_micros(m.taken_micros),
+                counts: *c,
+            })
+            .collect();
+        let left_out: Vec<(&str, &str)> = plan
+            .members
+            .iter()
+            .filter_map(|m| m.left_out.map(|l| (m.path(), l.words())))
+            .collect();
+        let text = words::set_restore_words(
+            plan.id,
+            plan.pre_switch,
+            &put_back,
+            &left_out,
+            !may_confirm,
+            now,
+        );
+        if may_confirm {
+            let asker = Authority::asker(uid);
+            let subject = plan.subject();
+            self.journal(|j| {
+                j.begin(
+                    &asker,
+                    action::RESTORE_PREVIEW,
+                    &subject,
+                    "",
+                    false,
+                    &text,
+                    state::SHOWN,
+                    "shown; nothing changed",
+                )
+            })?;
+        }
+        let mut total = ChangeCount {
+            counted: false,
+            complete: true,
+            ..ChangeCount::default()
+        };
+        let mut members = Vec::with_capacity(plan.members.len());
+        let mut counted = counts.iter();
+        for m in &plan.members {
+            let changes = match (m.left_out, m.left_out.is_none().then(|| counted.next())) {
+                (None, Some(Some(Some(c)))) => {
+                    total.counted = true;
+                    total.complete &= c.complete;
+                    total.files_modified = total.files_modified.saturating_add(c.files_modified);
+                    total.files_added = total.files_added.saturating_add(c.files_added);
+                    total.files_removed = total.files_removed.saturating_add(c.files_removed);
+                    total.directories_added =
+                        total.directories_added.saturating_add(c.directories_added);
+                    total.directories_removed = total
+                        .directories_removed
+                        .saturating_add(c.directories_removed);
+                    total.bytes_written = total.bytes_written.saturating_add(c.bytes_written);
+                    ChangeCount {
+                        counted: true,
+                        complete: c.complete,
+                        files_modified: c.files_modified,
+                        files_added: c.files_added,
+                        files_removed: c.files_removed,
+                        directories_added: c.directories_added,
+                        directories_removed: c.directories_removed,
+                        bytes_written: c.bytes_written,
+                    }
+                }
+                (None, _) => {
+                    total.complete = false;
+                    ChangeCount::default()
+                }
+                (Some(_), _) => ChangeCount::default(),
+            };
+            let sub = m.name.subvolume();
+            members.push(SetRestoreMember {
+                snapshot: m.name.to_string(),
+                of: sub.to_string(),
+                of_path: sub.display_path().to_owned(),
+                taken_micros: m.taken_micros,
+                put_back: m.left_out.is_none(),
+                left_out: m.left_out.map(LeftOut::code).unwrap_or_default().to_owned(),
+                changes,
+            });
+        }
+        if !total.counted {
+            total.complete = false;
+        }
+        Ok(SetRestorePreview {
+            set_id: plan.id,
+            pre_switch: plan.pre_switch,
+            members,
+            total,
+            as_of_last_commit: !may_confirm,
+            words: text,
+            already_staged: plan.already_staged(),
+        })
+    }
+
+    /// Stage the restore of the set's members as one request, given the words the caller
+    /// was shown for exactly those members; one consent row names every member.
+    pub async fn set_restore_confirm(
+        &self,
+        uid: u32,
+        set: &str,
+        only: &[String],
+        words_shown: &str,
+    ) -> Result<SetRestoreStaged, KeeperError> {
+        let asker = Authority::asker(uid);
+        if let Err(why) = self.authority.decide(uid, Act::Change) {
+            return Err(self.refuse(&asker, action::RESTORE, set, words_shown, why));
+        }
+        let plan = self.resolve_set(set, only, true).await?;
+        let subject = plan.subject();
+        let since = to_micros(SystemTime::now() - CONSENT_WINDOW);
+        // Words longer than any the keeper shows were not shown; they are not compared.
+        let shown = if words_shown.len() > caps::MAX_WORDS_BYTES {
+            None
+        } else {
+            self.journal(|j| j.words_shown(uid, &subject, since))?
+        };
+        if shown.as_deref() != Some(words_shown) {
+            let why = format!(
+                "these are not the words the keeper showed you for putting back set {} ({}) in \
+                 the last {} minutes; run `tacid data restore {}` again with the same members, \
+                 read what it costs, then add --yes",
+                plan.id,
+                and_list(&plan.put_back().map(Planned::path).collect::<Vec<_>>()),
+                CONSENT_WINDOW.as_secs() / 60,
+                plan.id
+            );
+            self.journal_refusal(&asker, action::RESTORE, &subject, words_shown, &why);
+            return Err(KeeperError::WordsNotShown(why));
+        }
+        let id = self.journal(|j| {
+            j.begin(
+                &asker,
+                action::RESTORE,
+                &subject,
+                "",
+                false,
+                words_shown,
+                state::PENDING,
+                "",
+            )
+        })?;
+        test_pause("restore-pending").await;
+        match self.stem.stage_set_restore(&plan.names()).await {
+            Ok((request, already, _stem_message)) => {
+                test_pause("restore-staged").await;
+                let members: Vec<StagedMember> = request
+                    .iter()
+                    .map(|r| StagedMember {
+                        snapshot: r.snapshot.clone(),
+                        of: r.subvolume.clone(),
+                        of_path: super::of_path(&r.subvolume).to_owned(),
+                    })
+                    .collect();
+                let paths: Vec<&str> = members.iter().map(|m| m.of_path.as_str()).collect();
+                let snapshots: Vec<&str> = members.iter().map(|m| m.snapshot.as_str()).collect();
+                let (verb, them) = if members.len() == 1 {
+                    ("goes", "it")
+                } else {
+                    ("go", "them")
+                };
+                let what = format!(
+                    "{} {verb} back to {} (set {}){} at the next reboot",
+                    and_list(&paths),
+                    and_list(&snapshots),
+                    plan.id,
+                    if members.len() == 1 {
+                        ""
+                    } else {
+                        ", together,"
+                    }
+                );
+                let (st, message) = if already {
+                    (
+                        state::ALREADY_STAGED,
+                        format!("already staged: {what}; nothing changed"),
+                    )
+                } else {
+                    (
+                        state::STAGED,
+                        format!("staged: {what}; reboot to put {them} back"),
+                    )
+                };
+                self.journal(|j| j.finish(id, st, &message))?;
+                tracing::info!(uid, user = %asker.name, set = plan.id, "{message}");
+                Ok(SetRestoreStaged {
+                    set_id: plan.id,
+                    members,
+                    already_staged: already,
+                    reboot_needed: true,
+                    message,
+                })
+            }
+            Err(e) => {
+                self.settle_after_stem_error(id, &e).await?;
+                Err(stem_error(e))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_is_named_by_a_number_or_a_member_and_every_string_is_capped() {
+        assert_eq!(check_set_arguments("12", &[]), Ok(Some(12)));
+        assert_eq!(
+            check_set_arguments("@home.2026-12-01T140200.123456Z", &[]),
+            Ok(None)
+        );
+        for bad in ["0", "99999999999999999999999"] {
+            assert!(
+                matches!(
+                    check_set_arguments(bad, &[]),
+                    Err(KeeperError::NoSuchSnapshot(_))
+                ),
+                "{bad}"
+            );
+        }
+        let huge = "1".repeat(100_000);
+        match check_set_arguments(&huge, &[]) {
+            Err(KeeperError::InvalidArgument(m)) => {
+                assert!(m.len() < 400 && m.contains("(100000 bytes)"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let many = vec!["/home".to_owned(); caps::max_only_names() + 1];
+        assert!(matches!(
+            check_set_arguments("12", &many),
+            Err(KeeperError::InvalidArgument(_))
+        ));
+        let long = vec!["x".repeat(100_000)];
+        match check_set_arguments("12", &long) {
+            Err(KeeperError::InvalidArgument(m)) => assert!(m.len() < 400, "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            check_set_arguments("", &[]),
+            Err(KeeperError::InvalidArgument(_))
+        ));
+    }
+}
