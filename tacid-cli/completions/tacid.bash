@@ -379,12 +379,16 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data__subcmd__restore)
-            opts="-h --yes --details --json --bus --help"
+            opts="-h --set --only --yes --details --json --bus --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --only)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --bus)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

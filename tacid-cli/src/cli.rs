@@ -15,7 +15,7 @@ pub mod exit {
     pub const PREVIEW_ONLY: u8 = 3;
     /// You may not do this (not root, not in the approver group).
     pub const NOT_AUTHORIZED: u8 = 4;
-    /// No such snapshot, or a name that is not one.
+    /// No such snapshot or set, or a name that is not one.
     pub const NOT_FOUND: u8 = 5;
     /// Refused for that subvolume or state: not restorable, another restore staged, the
     /// words of the preview not shown.
@@ -40,7 +40,7 @@ Exit codes:
   3  restore without --yes: the cost was shown; nothing changed
   4  you may not do this: only root and the approver group (default: wheel) may
      snapshot, restore, cancel, delete, keep or prune
-  5  no such snapshot, or not a snapshot name (see `tacid data list`)
+  5  no such snapshot or set, or not a snapshot name (see `tacid data list`)
   6  refused: that subvolume is not restorable, another restore is staged, or the
      words of the preview were not the ones shown
   7  the stem is not running (start tacid-stem.service)
@@ -54,6 +54,32 @@ What tacid does not do:
   A snapshot lives on the same disk as what it is of: it is no backup against a dead
   disk. A restore puts back files, not the world outside: mail sent stays sent, money
   paid stays paid.";
+
+const RESTORING: &str = "\
+What a restore does:
+  A restore is staged now and done by the next boot, before anything is mounted: the
+  subvolume goes back to the snapshot, and everything written to it since is deleted.
+  Without --yes, tacid says what that costs (files changed, added and removed since,
+  and bytes written) and changes nothing. `tacid data cancel` withdraws a staged
+  restore until the reboot; `tacid data status` says what the boot did, once.
+
+Restoring a set:
+  Every `tacid data snapshot` (and every switch of configuration) takes its
+  snapshots together, as one set; `tacid data list` shows each snapshot's set. Name
+  the set by its number, or by any of its snapshots with --set, and the preview says
+  what each member costs and the total; with --yes, one request puts every member
+  back together at one reboot, under one consent. --only chooses members by mount
+  point or subvolume; the others stay as they are, and the preview says which.
+
+Examples:
+  tacid data restore @home.2026-12-01T140200.123456Z
+      what putting /home back to that snapshot costs; nothing changes (exit code 3)
+  tacid data restore 12
+      what putting set 12 back costs, member by member and in all
+  tacid data restore @home.2026-12-01T140200.123456Z --set --details
+      the same, naming the set by a member, with every changed path
+  tacid data restore 12 --only /persist,/var/log --yes
+      stage /persist and /var/log of set 12 for the next reboot; /home stays";
 
 const SHOWN_NAMES: &str = "\
 How names are shown:
@@ -100,13 +126,18 @@ pub enum Data {
     /// together as one set. Root and the approver group only.
     #[command(after_help = BOUNDARIES)]
     Snapshot(SnapshotArgs),
-    /// Say what restoring a snapshot would cost, and change nothing (exit code 3); with
-    /// --yes, stage it for the next boot. Root and the approver group only may stage.
-    #[command(after_help = BOUNDARIES)]
+    /// Say what restoring a snapshot, or a set of snapshots together, would cost, and change
+    /// nothing (exit code 3); with --yes, stage it for the next boot. Root and the approver
+    /// group only may stage.
+    #[command(
+        after_help = BOUNDARIES,
+        after_long_help = format!("{RESTORING}\n\n{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{EXIT_TABLE}")
+    )]
     Restore(RestoreArgs),
     /// The staged restore, what the last boot did with one, and the keeper's health.
     Status(Output),
-    /// Withdraw the staged restore. Root and the approver group only.
+    /// Withdraw the staged restore (a set's, every member). Root and the approver group
+    /// only.
     Cancel(Output),
     /// Delete a snapshot now; the journal records who asked. Refused while the staged
     /// restore names it or it is marked to keep. Root and the approver group only.
@@ -178,17 +209,26 @@ pub struct SnapshotArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct RestoreArgs {
-    /// The snapshot's name, as `tacid data list` shows it.
-    #[arg(value_name = "NAME")]
+    /// A snapshot's name, as `tacid data list` shows it; or a set's number (its "set"
+    /// in the list), to put back every member of that set together.
+    #[arg(value_name = "NAME|SET")]
     pub name: String,
+    /// Put back the whole set the snapshot NAME belongs to, every member together at one
+    /// reboot, not NAME alone.
+    #[arg(long)]
+    pub set: bool,
+    /// Of a set, put back only these members, by mount point or subvolume, separated by
+    /// commas (/persist,/var/log); the others stay as they are, and the words say so.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub only: Vec<String>,
     /// Stage the restore after showing what it costs. Nothing is put back until the next
-    /// reboot; `tacid data cancel` withdraws it until then.
+    /// reboot; `tacid data cancel` withdraws it until then (a set's, all of it).
     #[arg(long)]
     pub yes: bool,
-    /// Also list the paths changed since the snapshot: what the restore deletes (added),
-    /// puts back (modified) or brings back (removed), one per line, escaped (a backslash
-    /// is \\, any other byte not shown as itself is \xHH). Root and the approver group
-    /// only.
+    /// Also list the paths changed since the snapshot (of a set, since each member): what
+    /// the restore deletes (added), puts back (modified) or brings back (removed), one per
+    /// line, escaped (a backslash is \\, any other byte not shown as itself is \xHH).
+    /// Root and the approver group only.
     #[arg(long)]
     pub details: bool,
     #[command(flatten)]

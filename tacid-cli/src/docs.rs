@@ -24,6 +24,19 @@ pub fn generated() -> Vec<(&'static str, Vec<u8>)> {
         .render(&mut data_man)
         .expect("rendering to memory cannot fail");
     out.push(("man/tacid-data.1", data_man));
+    // The restore, with its options, its words on sets and its examples.
+    let mut restore_man = Vec::new();
+    let restore = cmd
+        .find_subcommand("data")
+        .and_then(|d| d.find_subcommand("restore"))
+        .expect("tacid data has a restore subcommand")
+        .clone()
+        .name("tacid-data-restore")
+        .bin_name("tacid data restore");
+    clap_mangen::Man::new(restore)
+        .render(&mut restore_man)
+        .expect("rendering to memory cannot fail");
+    out.push(("man/tacid-data-restore.1", restore_man));
     for (shell, path) in [
         (Shell::Bash, "completions/tacid.bash"),
         (Shell::Zsh, "completions/_tacid"),

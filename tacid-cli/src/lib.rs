@@ -164,6 +164,59 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
+/// A set's number, as `tacid data list` shows it (a snapshot's name never is one).
+fn is_set_number(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `tacid data restore SET` (or `NAME --set`): every member's cost and the total; with
+/// `--yes`, one request for every member put back, under one consent.
+async fn restore_set(keeper: &Keeper1Proxy<'static>, a: cli::RestoreArgs) -> Result<u8, Failure> {
+    let preview = slow_with_a_word(keeper.set_restore_preview(&a.name, a.only.clone()))
+        .await
+        .map_err(classify)?;
+    let details = if a.details {
+        let mut all = Vec::new();
+        for m in preview.members.iter().filter(|m| m.put_back) {
+            all.push(
+                slow_with_a_word(keeper.restore_details(&m.snapshot))
+                    .await
+                    .map_err(classify)?,
+            );
+        }
+        Some(all)
+    } else {
+        None
+    };
+    if !a.yes {
+        if a.output.json {
+            match &details {
+                Some(d) => print_json(&serde_json::json!({ "shown": preview, "details": d })),
+                None => print_json(&preview),
+            }
+        } else {
+            print!("{}", render::set_preview(&preview));
+            if let Some(d) = &details {
+                print!("{}", render::set_details(d));
+            }
+        }
+        return Ok(exit::PREVIEW_ONLY);
+    }
+    if let (Some(d), false) = (&details, a.output.json) {
+        print!("{}", render::set_details(d));
+    }
+    let staged = keeper
+        .set_restore_confirm(&a.name, a.only.clone(), &preview.words)
+        .await
+        .map_err(classify)?;
+    if a.output.json {
+        print_json(&serde_json::json!({ "shown": preview, "staged": staged }));
+    } else {
+        print!("{}", render::set_staged(&preview, &staged));
+    }
+    Ok(exit::OK)
+}
+
 fn print_json<T: serde::Serialize>(v: &T) {
     match serde_json::to_string_pretty(v) {
         Ok(s) => println!("{s}"),
@@ -173,6 +226,18 @@ fn print_json<T: serde::Serialize>(v: &T) {
 
 async fn act(cli: Cli) -> Result<u8, Failure> {
     let Command::Data(data) = cli.command;
+    if let Data::Restore(a) = &data {
+        if !a.only.is_empty() && !a.set && !is_set_number(&a.name) {
+            return Err(Failure {
+                code: exit::USAGE,
+                name: String::new(),
+                message: "--only chooses members of a set: name the set by its number \
+                          (`tacid data list` shows each snapshot's set), or add --set to put \
+                          back the set NAME belongs to"
+                    .into(),
+            });
+        }
+    }
     let keeper = connect(cli.bus.as_deref()).await?;
     let now = SystemTime::now();
     match data {
@@ -199,6 +264,7 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             }
             Ok(exit::OK)
         }
+        Data::Restore(a) if a.set || is_set_number(&a.name) => restore_set(&keeper, a).await,
         Data::Restore(a) => {
             let preview = slow_with_a_word(keeper.restore_preview(&a.name))
                 .await

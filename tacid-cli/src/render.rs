@@ -4,8 +4,8 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use keeper::wire::{
-    PruneEntry, PruneReport, RestoreDetails, RestorePreview, RestoreStaged, SnapshotEntry,
-    SnapshotSet, Status,
+    PruneEntry, PruneReport, RestoreDetails, RestorePreview, RestoreStaged, SetRestorePreview,
+    SetRestoreStaged, SnapshotEntry, SnapshotSet, Status,
 };
 use keeper::words::{ago, exact_time, from_micros, human_time};
 
@@ -50,6 +50,7 @@ pub fn list(all: &[SnapshotEntry], now: SystemTime) -> String {
         "{n} snapshot{}, newest first. {NO_BACKUP}\n",
         if n == 1 { "" } else { "s" }
     );
+    let staged = all.iter().filter(|e| e.pinned).count();
     for e in all {
         let taken = from_micros(e.taken_micros);
         let _ = writeln!(out, "{}  of {}", e.name, e.of_path);
@@ -61,7 +62,18 @@ pub fn list(all: &[SnapshotEntry], now: SystemTime) -> String {
             exact_time(taken)
         );
         let _ = writeln!(out, "    why    {}", why(e));
-        if e.pinned {
+        if e.set_id > 0 {
+            let _ = writeln!(out, "    set    {}", e.set_id);
+        }
+        if e.pinned && staged > 1 {
+            let others = staged - 1;
+            let _ = writeln!(
+                out,
+                "    STAGED the next reboot puts {} back to this snapshot, together with {others} other{} (`tacid data cancel` withdraws all of them)",
+                e.of_path,
+                if others == 1 { "" } else { "s" }
+            );
+        } else if e.pinned {
             let _ = writeln!(
                 out,
                 "    STAGED the next reboot puts {} back to this snapshot (`tacid data cancel` withdraws it)",
@@ -169,26 +181,122 @@ pub fn staged(p: &RestorePreview, s: &RestoreStaged) -> String {
     out
 }
 
+/// "/persist", "/persist and /home", "/persist, /var/log and /home".
+fn and_list(items: &[&str]) -> String {
+    match items.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => items.join(""),
+    }
+}
+
+/// `tacid data restore SET` without `--yes`.
+pub fn set_preview(p: &SetRestorePreview) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", p.words);
+    let put_back: Vec<&str> = p
+        .members
+        .iter()
+        .filter(|m| m.put_back)
+        .map(|m| m.of_path.as_str())
+        .collect();
+    if p.already_staged {
+        let _ = writeln!(
+            out,
+            "This restore is already staged; reboot to put {} back, or `tacid data cancel`.",
+            and_list(&put_back)
+        );
+    } else {
+        let only = if p.members.iter().any(|m| m.left_out == "left-out") {
+            format!(" --only {}", put_back.join(","))
+        } else {
+            String::new()
+        };
+        let _ = writeln!(out, "{NOT_THE_WORLD}");
+        let _ = writeln!(
+            out,
+            "Nothing has changed. To stage it: tacid data restore {}{only} --yes",
+            p.set_id
+        );
+    }
+    out
+}
+
+/// `tacid data restore SET --details`: each member's changed paths, under its own heading.
+pub fn set_details(all: &[RestoreDetails]) -> String {
+    let mut out = String::new();
+    for d in all {
+        let _ = writeln!(out, "\nIn {} (since {}):", d.of_path, d.snapshot);
+        out.push_str(&details(d));
+    }
+    out
+}
+
+/// `tacid data restore SET --yes`.
+pub fn set_staged(p: &SetRestorePreview, s: &SetRestoreStaged) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", p.words);
+    let paths: Vec<&str> = s.members.iter().map(|m| m.of_path.as_str()).collect();
+    if s.already_staged {
+        let _ = writeln!(
+            out,
+            "Already staged; nothing changed. Reboot to put {} back.",
+            and_list(&paths)
+        );
+    } else if let [one] = &s.members[..] {
+        let _ = writeln!(
+            out,
+            "Staged. Nothing is put back yet: reboot to put {} back to {} (set {}). Until then, `tacid data cancel` withdraws it.",
+            one.of_path, one.snapshot, s.set_id
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "Staged, as one request. Nothing is put back yet: reboot to put {} back together (set {}). Until then, `tacid data cancel` withdraws all of it.",
+            and_list(&paths),
+            s.set_id
+        );
+    }
+    let _ = writeln!(out, "{NOT_THE_WORLD}");
+    out
+}
+
 /// `tacid data status`.
 pub fn status(s: &Status, now: SystemTime) -> String {
     let mut out = String::new();
+    let snapshots: Vec<&str> = s.staged_snapshot.split(' ').collect();
+    let paths: Vec<&str> = s.staged_of_path.split(' ').collect();
     if !s.staged_problem.is_empty() {
         let _ = writeln!(out, "No restore is staged: {}.", s.staged_problem);
     } else if s.staged_snapshot.is_empty() {
         let _ = writeln!(out, "No restore is staged.");
+    } else if snapshots.len() > 1 && snapshots.len() == paths.len() {
+        let _ = writeln!(
+            out,
+            "A restore of {} subvolumes is staged: the next reboot puts them back together:",
+            snapshots.len()
+        );
+        for (path, snapshot) in paths.iter().zip(&snapshots) {
+            let _ = writeln!(out, "  {path} to {snapshot}");
+        }
+        let _ = writeln!(
+            out,
+            "It needs a reboot; `tacid data cancel` withdraws all of it."
+        );
     } else {
         let _ = writeln!(
             out,
             "A restore is staged: the next reboot puts {} back to {}. It needs a reboot; `tacid data cancel` withdraws it.",
             s.staged_of_path, s.staged_snapshot
         );
-        if !s.staged_by.is_empty() {
-            let _ = writeln!(
-                out,
-                "  staged by {}, who was shown: {}",
-                s.staged_by, s.staged_words
-            );
-        }
+    }
+    if s.staged_problem.is_empty() && !s.staged_snapshot.is_empty() && !s.staged_by.is_empty() {
+        // A set's words are several lines: each under the first, indented.
+        let _ = writeln!(
+            out,
+            "  staged by {}, who was shown: {}",
+            s.staged_by,
+            s.staged_words.replace('\n', "\n    ")
+        );
     }
     if s.outcome_id.is_empty() {
         let _ = writeln!(out, "No boot has reported on a restore yet.");
@@ -196,16 +304,39 @@ pub fn status(s: &Status, now: SystemTime) -> String {
         let finished = from_micros(s.outcome_finished_micros);
         let new = if s.outcome_new { "NEW: " } else { "" };
         let when = format!("{} ({})", human_time(finished, now), ago(finished, now));
-        let mut request = s.outcome_request.split_whitespace();
-        let path = request
-            .next()
-            .and_then(|sub| layout::SubvolumeName::parse(sub).ok())
-            .map(|sub| sub.display_path());
-        match (s.outcome_result.as_str(), path, request.next()) {
-            ("done", Some(path), Some(snapshot)) => {
+        // "@home @home.…"; a set's members separated by "; ".
+        let members: Vec<Option<(&str, &str)>> = s
+            .outcome_request
+            .split("; ")
+            .map(|member| {
+                let mut fields = member.split_whitespace();
+                let path = fields
+                    .next()
+                    .and_then(|sub| layout::SubvolumeName::parse(sub).ok())
+                    .map(|sub| sub.display_path());
+                path.zip(fields.next())
+            })
+            .collect();
+        let all_read = members.iter().all(Option::is_some);
+        match (s.outcome_result.as_str(), &members[..]) {
+            ("done", [Some((path, snapshot))]) => {
                 let _ = writeln!(
                     out,
                     "{new}At the boot of {when}, {path} was put back to {snapshot}."
+                );
+            }
+            ("done", several) if all_read && several.len() > 1 => {
+                let each: Vec<String> = several
+                    .iter()
+                    .flatten()
+                    .map(|(path, snapshot)| format!("{path} to {snapshot}"))
+                    .collect();
+                let each: Vec<&str> = each.iter().map(String::as_str).collect();
+                let _ = writeln!(
+                    out,
+                    "{new}At the boot of {when}, {} subvolumes were put back together: {}.",
+                    several.len(),
+                    and_list(&each)
                 );
             }
             _ => {
@@ -435,6 +566,75 @@ mod tests {
             }
         }
         panic!("{name} is not listed in:\n{out}");
+    }
+
+    fn status(staged: &str, paths: &str, words: &str, outcome: &str) -> keeper::wire::Status {
+        keeper::wire::Status {
+            stem_running: false,
+            staged_snapshot: staged.into(),
+            staged_of_path: paths.into(),
+            staged_words: words.into(),
+            staged_by: if words.is_empty() { "" } else { "alice" }.into(),
+            outcome_id: if outcome.is_empty() { "" } else { "x" }.into(),
+            outcome_result: "done".into(),
+            outcome_request: outcome.into(),
+            outcome_reason: "put back".into(),
+            outcome_finished_micros: NOW_MICROS - HOUR,
+            outcome_new: true,
+            unknown_origin: 0,
+            failed_sets: 0,
+            journal_path: "/j".into(),
+            free_bytes: 0,
+            size_bytes: 0,
+            floor_bytes: 0,
+            hard_floor_bytes: 0,
+            deletions_pending: 0,
+            staged_problem: String::new(),
+        }
+    }
+
+    #[test]
+    fn status_names_every_member_of_a_staged_set_and_of_its_outcome() {
+        let s = status(
+            "@persist.a @log.a @home.a",
+            "/persist /var/log /home",
+            "This puts back 3 subvolumes of set 4:\n  /persist back to …",
+            "@persist @persist.a; @log @log.a; @home @home.a",
+        );
+        let out = super::status(&s, now());
+        assert!(
+            out.starts_with(
+                "A restore of 3 subvolumes is staged: the next reboot puts them back together:\n  \
+                 /persist to @persist.a\n  /var/log to @log.a\n  /home to @home.a\n\
+                 It needs a reboot; `tacid data cancel` withdraws all of it.\n  \
+                 staged by alice, who was shown: This puts back 3 subvolumes of set 4:\n      \
+                 /persist back to …\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "NEW: At the boot of Wed 2 Dec 11:00 UTC (1 hour ago), 3 subvolumes were put \
+                 back together: /persist to @persist.a, /var/log to @log.a and /home to @home.a.\n"
+            ),
+            "{out}"
+        );
+        // One member reads as it always did.
+        let s = status("@home.a", "/home", "", "@home @home.a");
+        let out = super::status(&s, now());
+        assert!(
+            out.starts_with("A restore is staged: the next reboot puts /home back to @home.a."),
+            "{out}"
+        );
+        assert!(out.contains("/home was put back to @home.a.\n"), "{out}");
+        // A refused one says what was asked, whatever it was.
+        let mut s = status("", "", "", "@persist @persist.a; @home @home.a");
+        s.outcome_result = "refused".into();
+        let out = super::status(&s, now());
+        assert!(
+            out.contains("the staged restore (@persist @persist.a; @home @home.a) was refused; nothing changed"),
+            "{out}"
+        );
     }
 
     #[test]

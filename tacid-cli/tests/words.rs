@@ -13,6 +13,33 @@ fn a_wrong_command_line_exits_2() {
 }
 
 #[test]
+fn only_without_a_set_is_a_wrong_command_line() {
+    let out = tacid()
+        .args([
+            "data",
+            "restore",
+            "@home.2026-12-01T140200.123456Z",
+            "--only",
+            "/home",
+        ])
+        .env("TACID_BUS_ADDRESS", "unix:path=/nonexistent/tacid-test-bus")
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--only chooses members of a set"), "{err}");
+    let out = tacid()
+        .args(["data", "restore", "--help"])
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Restoring a set:") && text.contains("--only /persist,/var/log --yes"),
+        "{text}"
+    );
+}
+
+#[test]
 fn no_bus_is_exit_8_with_what_to_do() {
     let out = tacid()
         .args(["data", "list", "--json"])
