@@ -119,12 +119,12 @@ const PERSIST: Story = Story {
             .expect("the .snapshots mount point in the new @persist");
         assert!(meta.is_dir());
         assert_eq!(meta.permissions().mode() & 0o777, 0o700);
-        assert_eq!(parent_uuid_of(fs, "@persist"), Some(request.uuid()));
+        assert_eq!(parent_uuid_of(fs, "@persist"), Some(only(request).uuid()));
         assert!(!request_path(fs).exists(), "the request is removed");
         assert!(swap_names(fs).is_empty(), "left over: {:?}", swap_names(fs));
         let o = outcome(fs);
         assert_eq!(o.result, OutcomeResult::Done, "{o}");
-        assert_eq!(o.request, Some(*request));
+        assert_eq!(o.request.as_ref(), Some(request));
     },
 };
 

@@ -154,7 +154,7 @@ fn bytes(
     // Given a good snapshot name and UUID of @home.
     bad(what, reason, move |fs| {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(100);
-        let good = snapshot(
+        let good = snapshot_member(
             fs,
             "@home",
             NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -182,10 +182,10 @@ fn bad_requests() -> Vec<Bad> {
         bytes("no newline", "newline", |n, u| {
             format!("@home {n} {u}").into_bytes()
         }),
-        bytes("two lines", "more than one line", |n, u| {
+        bytes("the same member twice", "line 2: @home is named twice", |n, u| {
             format!("@home {n} {u}\n@home {n} {u}\n").into_bytes()
         }),
-        bytes("trailing empty line", "more than one line", |n, u| {
+        bytes("trailing empty line", "empty line", |n, u| {
             format!("@home {n} {u}\n\n").into_bytes()
         }),
         bytes("tab", "not text", |n, u| {
@@ -250,7 +250,7 @@ fn bad_requests() -> Vec<Bad> {
         }),
         bad("missing snapshot", "no snapshot", |fs| {
             let name = snapshot_name("@home", 200);
-            let r = layout::RestoreRequest::new(name.subvolume(), name, uuid::Uuid::from_u128(42))
+            let r = layout::RestoreRequest::one(name.subvolume(), name, uuid::Uuid::from_u128(42))
                 .unwrap();
             stage(fs, &r);
         }),
@@ -259,7 +259,7 @@ fn bad_requests() -> Vec<Bad> {
             let uuid = snapshot_as(fs, "@home", &name.to_string(), true);
             stage(
                 fs,
-                &layout::RestoreRequest::new(name.subvolume(), name, uuid).unwrap(),
+                &layout::RestoreRequest::one(name.subvolume(), name, uuid).unwrap(),
             );
         }),
         bad(
@@ -270,13 +270,13 @@ fn bad_requests() -> Vec<Bad> {
                 let uuid = snapshot_as(fs, "@log", &name.to_string(), false);
                 stage(
                     fs,
-                    &layout::RestoreRequest::new(name.subvolume(), name, uuid).unwrap(),
+                    &layout::RestoreRequest::one(name.subvolume(), name, uuid).unwrap(),
                 );
             },
         ),
         bad("UUID mismatch", "not the", |fs| {
-            let good = snapshot(fs, "@home", 203);
-            let r = layout::RestoreRequest::new(
+            let good = snapshot_member(fs, "@home", 203);
+            let r = layout::RestoreRequest::one(
                 good.subvolume(),
                 good.snapshot(),
                 uuid::Uuid::from_u128(7),
@@ -289,12 +289,12 @@ fn bad_requests() -> Vec<Bad> {
             fs::create_dir(fs.top().join(SNAPSHOTS_SUBVOLUME).join(name.to_string())).unwrap();
             stage(
                 fs,
-                &layout::RestoreRequest::new(name.subvolume(), name, uuid::Uuid::from_u128(8))
+                &layout::RestoreRequest::one(name.subvolume(), name, uuid::Uuid::from_u128(8))
                     .unwrap(),
             );
         }),
         bad("symlink as snapshot", "a symlink", |fs| {
-            let good = snapshot(fs, "@home", 205);
+            let good = snapshot_member(fs, "@home", 205);
             let name = snapshot_name("@home", 206);
             symlink(
                 good.snapshot().to_string(),
@@ -303,7 +303,7 @@ fn bad_requests() -> Vec<Bad> {
             .unwrap();
             stage(
                 fs,
-                &layout::RestoreRequest::new(name.subvolume(), name, good.uuid()).unwrap(),
+                &layout::RestoreRequest::one(name.subvolume(), name, good.uuid()).unwrap(),
             );
         }),
         bad("request is a symlink", "a symlink", |fs| {

@@ -12,7 +12,9 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, UNIX_EPOCH};
 
-use layout::{Outcome, RestoreRequest, SnapshotName, SubvolumeName, SNAPSHOTS_SUBVOLUME};
+use layout::{
+    Outcome, RestoreMember, RestoreRequest, SnapshotName, SubvolumeName, SNAPSHOTS_SUBVOLUME,
+};
 use testbed::LoopFs;
 use uuid::Uuid;
 
@@ -72,9 +74,22 @@ pub fn parent_uuid_of(fs: &LoopFs, rel: &str) -> Option<Uuid> {
 
 /// Snapshot `sub` (read-only) and return the request that names it.
 pub fn snapshot(fs: &LoopFs, sub: &str, n: u64) -> RestoreRequest {
+    RestoreRequest::from(snapshot_member(fs, sub, n))
+}
+
+/// Snapshot `sub` (read-only) and return the member of a request that names it.
+pub fn snapshot_member(fs: &LoopFs, sub: &str, n: u64) -> RestoreMember {
     let name = snapshot_name(sub, n);
     let uuid = snapshot_as(fs, sub, &name.to_string(), false);
-    RestoreRequest::new(name.subvolume(), name, uuid).expect("request")
+    RestoreMember::new(name.subvolume(), name, uuid).expect("member")
+}
+
+/// The one member of a request of one.
+pub fn only(request: &RestoreRequest) -> RestoreMember {
+    match request.members() {
+        [m] => *m,
+        more => panic!("a request of {} members, not one", more.len()),
+    }
 }
 
 pub fn request_path(fs: &LoopFs) -> std::path::PathBuf {
@@ -191,12 +206,51 @@ pub fn home_story(fs: &LoopFs) -> RestoreRequest {
 pub fn assert_home_restored(fs: &LoopFs, request: &RestoreRequest) {
     assert_eq!(read(fs, "@home/alice/kept"), "tuesday");
     assert!(!exists(fs, "@home/alice/lost"));
-    assert_eq!(parent_uuid_of(fs, "@home"), Some(request.uuid()));
+    assert_eq!(parent_uuid_of(fs, "@home"), Some(only(request).uuid()));
     assert!(!request_path(fs).exists(), "the request is removed");
     assert!(swap_names(fs).is_empty(), "left over: {:?}", swap_names(fs));
     let o = outcome(fs);
     assert_eq!(o.result, layout::OutcomeResult::Done, "{o}");
-    assert_eq!(o.request, Some(*request));
+    assert_eq!(o.request.as_ref(), Some(request));
+}
+
+/// The set story: each of @persist, @log and @home had `<sub>/kept` = "then" when its
+/// snapshot was taken (snapshot `n`, `n + 1`, `n + 2`), then `kept` was changed and `lost`
+/// written. Returns the request for all three (not staged).
+pub fn set_story(fs: &LoopFs, n: u64) -> RestoreRequest {
+    let members: Vec<RestoreMember> = ["@persist", "@log", "@home"]
+        .iter()
+        .zip(n..)
+        .map(|(sub, k)| {
+            write(fs, &format!("{sub}/kept"), &format!("{sub} then"));
+            snapshot_member(fs, sub, k)
+        })
+        .collect();
+    for sub in ["@persist", "@log", "@home"] {
+        write(fs, &format!("{sub}/kept"), "changed after the snapshot");
+        write(fs, &format!("{sub}/lost"), "written after the snapshot");
+    }
+    RestoreRequest::new(members).expect("a set")
+}
+
+/// The set story's end: every member is its snapshot's copy with the snapshot's data (and
+/// `@persist` has its store's mount point), the outcome says done and names every member,
+/// nothing left over.
+pub fn assert_set_restored(fs: &LoopFs, request: &RestoreRequest) {
+    for m in request.members() {
+        let sub = m.subvolume().as_str();
+        assert_eq!(read(fs, &format!("{sub}/kept")), format!("{sub} then"));
+        assert!(!exists(fs, &format!("{sub}/lost")), "{sub}/lost");
+        assert_eq!(parent_uuid_of(fs, sub), Some(m.uuid()), "{sub}");
+    }
+    if request.member(SubvolumeName::parse("@persist").expect("layout")).is_some() {
+        assert!(is_dir(&fs.top().join("@persist/.snapshots")), "the mount point");
+    }
+    assert!(!request_path(fs).exists(), "the request is removed");
+    assert!(swap_names(fs).is_empty(), "left over: {:?}", swap_names(fs));
+    let o = outcome(fs);
+    assert_eq!(o.result, layout::OutcomeResult::Done, "{o}");
+    assert_eq!(o.request.as_ref(), Some(request), "the outcome names every member");
 }
 
 /// `@root` is a fresh copy of `@root-blank`, and nothing is left under a swap name.
