@@ -160,7 +160,12 @@ fn phases<D: Disk>(
     request
         .members()
         .iter()
-        .map(|m| Ok(Phase::of(&swap_state(disk, m.subvolume().as_str())?, m.uuid())))
+        .map(|m| {
+            Ok(Phase::of(
+                &swap_state(disk, m.subvolume().as_str())?,
+                m.uuid(),
+            ))
+        })
         .collect()
 }
 

@@ -179,7 +179,7 @@ pub fn plan_set(phases: &[Phase]) -> SetAction {
     if let Some(i) = phases.iter().position(|p| *p == Phase::Stale) {
         return SetAction::DeleteStale(i);
     }
-    if phases.iter().any(|p| *p == Phase::NotStarted) {
+    if phases.contains(&Phase::NotStarted) {
         return SetAction::CheckAndCopy;
     }
     SetAction::CheckAndExchange
@@ -310,7 +310,10 @@ mod tests {
             swap_present: false,
         };
         let cases: &[(&[Phase], SetAction)] = &[
-            (&[NotStarted, NotStarted, NotStarted], SetAction::CheckAndCopy),
+            (
+                &[NotStarted, NotStarted, NotStarted],
+                SetAction::CheckAndCopy,
+            ),
             (&[CopyMade, NotStarted, NotStarted], SetAction::CheckAndCopy),
             (&[CopyMade, CopyMade, CopyMade], SetAction::CheckAndExchange),
             (&[CopyMade, Stale, NotStarted], SetAction::DeleteStale(1)),

@@ -370,14 +370,14 @@ mod tests {
         assert_eq!(StepAt::parse("4.1"), at(4, 1));
         assert_eq!(StepAt::parse("4.3"), at(4, 3));
         assert_eq!(StepAt::parse("21"), at(21, 1));
-        for bad in ["", "4.", ".2", "4.0", "4.2.1", "-4", "+4", " 4", "4 ", "x", "4.x", "4,2"] {
+        for bad in [
+            "", "4.", ".2", "4.0", "4.2.1", "-4", "+4", " 4", "4 ", "x", "4.x", "4,2",
+        ] {
             assert_eq!(StepAt::parse(bad), None, "{bad:?}");
         }
         assert_eq!(StepAt::first(Step::RestoreExchange).to_string(), "4");
         assert_eq!(StepAt::new(Step::RestoreExchange, 2).to_string(), "4.2");
-        assert!(StepAt::parse("4.2")
-            .unwrap()
-            .is(Step::RestoreExchange, 2));
+        assert!(StepAt::parse("4.2").unwrap().is(Step::RestoreExchange, 2));
         assert!(!StepAt::parse("4").unwrap().is(Step::RestoreExchange, 2));
         let mut count = Occurrences::default();
         assert_eq!(count.next(Step::RestoreCopy), 1);

@@ -243,14 +243,24 @@ pub fn assert_set_restored(fs: &LoopFs, request: &RestoreRequest) {
         assert!(!exists(fs, &format!("{sub}/lost")), "{sub}/lost");
         assert_eq!(parent_uuid_of(fs, sub), Some(m.uuid()), "{sub}");
     }
-    if request.member(SubvolumeName::parse("@persist").expect("layout")).is_some() {
-        assert!(is_dir(&fs.top().join("@persist/.snapshots")), "the mount point");
+    if request
+        .member(SubvolumeName::parse("@persist").expect("layout"))
+        .is_some()
+    {
+        assert!(
+            is_dir(&fs.top().join("@persist/.snapshots")),
+            "the mount point"
+        );
     }
     assert!(!request_path(fs).exists(), "the request is removed");
     assert!(swap_names(fs).is_empty(), "left over: {:?}", swap_names(fs));
     let o = outcome(fs);
     assert_eq!(o.result, layout::OutcomeResult::Done, "{o}");
-    assert_eq!(o.request.as_ref(), Some(request), "the outcome names every member");
+    assert_eq!(
+        o.request.as_ref(),
+        Some(request),
+        "the outcome names every member"
+    );
 }
 
 /// `@root` is a fresh copy of `@root-blank`, and nothing is left under a swap name.
@@ -277,4 +287,35 @@ pub fn assert_root_is_a_blank_copy(fs: &LoopFs, context: &str) {
         Some(uuid_of(fs, layout::ROOT_BLANK_SUBVOLUME)),
         "{context}: @root is not a copy of @root-blank"
     );
+}
+
+/// A set of `@persist` and `@home` (snapshots `n`, `n + 1`; each had `kept` = "<sub> then"),
+/// staged, and found as no run of the initrd leaves it: `@persist` exchanged (the live name a
+/// writable copy of its snapshot, made after the old one, which is under the swap name) and
+/// `@home` with no copy. Returns the request.
+pub fn half_exchanged_set(fs: &LoopFs, n: u64) -> RestoreRequest {
+    let members: Vec<RestoreMember> = ["@persist", "@home"]
+        .iter()
+        .zip(n..)
+        .map(|(sub, k)| {
+            write(fs, &format!("{sub}/kept"), &format!("{sub} then"));
+            let m = snapshot_member(fs, sub, k);
+            write(fs, &format!("{sub}/kept"), "changed after the snapshot");
+            m
+        })
+        .collect();
+    let request = RestoreRequest::new(members).expect("a set");
+    stage(fs, &request);
+    let persist = request.members()[0];
+    fs::rename(
+        fs.top().join("@persist"),
+        fs.top().join("@persist.tacid-swap"),
+    )
+    .expect("move @persist to its swap name");
+    let snap = path(fs, &format!("{SNAPSHOTS_SUBVOLUME}/{}", persist.snapshot()));
+    sh(
+        "btrfs",
+        &["-q", "subvolume", "snapshot", &snap, &path(fs, "@persist")],
+    );
+    request
 }
