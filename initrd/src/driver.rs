@@ -177,6 +177,12 @@ fn phases<D: Disk>(
 /// exchanged without a new check, so a run cut short anywhere is finished by the next one.
 /// Then the outcome names every member, the request is removed, and each replaced subvolume
 /// is deleted. A set of one takes exactly the steps of [`Step::RESTORE`].
+///
+/// Before the first exchange, a member that fails its check refuses the whole request (the
+/// copies are then deleted as leftovers). A member found exchanged while another has no copy
+/// to follow it (which these steps never leave; the disk is untrusted) is exchanged back
+/// (steps 18, 19) and the request refused; a power cut during that leaves no member
+/// exchanged, and the next run starts the set over, all members or none.
 fn restore_set<D: Disk, O: Observer>(
     disk: &mut D,
     obs: &mut O,
