@@ -262,7 +262,9 @@ fn restore_set<D: Disk, O: Observer>(
                     return refused(disk, obs, request, refusal, now);
                 }
                 for m in members {
-                    exchange(disk, obs, m)?;
+                    if let Err(error) = exchange(disk, obs, m) {
+                        return Err(back_out_after_error(disk, obs, request, m, error));
+                    }
                 }
             }
             SetAction::RollForward(i) => {
@@ -274,7 +276,9 @@ fn restore_set<D: Disk, O: Observer>(
                     swap_name(m.subvolume().as_str()),
                     m.snapshot()
                 ));
-                exchange(disk, obs, m)?;
+                if let Err(error) = exchange(disk, obs, m) {
+                    return Err(back_out_after_error(disk, obs, request, m, error));
+                }
             }
             SetAction::Finish => {
                 let outcome = Outcome::new(
@@ -359,6 +363,65 @@ fn restore_set<D: Disk, O: Observer>(
         subvolume: member.as_str().to_owned(),
         phase,
     })
+}
+
+/// An exchange of `failed` went wrong (a disk error; a power cut ends the run before this).
+/// The boot goes on after a failed unit (adr/0007), so it must not go on with some members
+/// put back and others not: the members found exchanged are exchanged back, newest first, a
+/// commit after each, and the request stays staged for the next boot, which starts the set
+/// over from its copies. Only when that fails too does the boot run on a mix, and the log
+/// says so; the next boot finishes the set (it rolls forward). Returns the first error.
+fn back_out_after_error<D: Disk, O: Observer>(
+    disk: &mut D,
+    obs: &mut O,
+    request: &RestoreRequest,
+    failed: &RestoreMember,
+    error: RunError<D::Error>,
+) -> RunError<D::Error>
+where
+    D::Error: fmt::Display,
+{
+    let members = request.members();
+    let undo = |disk: &mut D, obs: &mut O| -> Result<Vec<&'static str>, RunError<D::Error>> {
+        let phases = phases(disk, request)?;
+        let exchanged = exchanged_names(members, &phases);
+        if exchanged.is_empty() || exchanged.len() == members.len() {
+            // None put back, or all: no mix to undo.
+            return Ok(Vec::new());
+        }
+        obs.log(&format!(
+            "warning: exchanging {} failed ({error}) with {} exchanged already; exchanging              back, so that this boot runs on none of the set and the next boot tries it again",
+            failed.subvolume(),
+            exchanged.join(", ")
+        ));
+        for (m, _) in members
+            .iter()
+            .zip(&phases)
+            .rev()
+            .filter(|(_, p)| **p == Phase::Exchanged)
+        {
+            let live = m.subvolume().as_str();
+            let swap = swap_name(live);
+            obs.log(&format!("exchanging {live} and {swap} back"));
+            disk.exchange(live, &swap).disk()?;
+            obs.after(Step::RestoreUndo);
+            commit(disk, obs, Step::RestoreCommitUndo)?;
+        }
+        Ok(exchanged)
+    };
+    match undo(disk, obs) {
+        Ok(undone) if !undone.is_empty() => obs.log(&format!(
+            "{} exchanged back: none of {} is put back at this boot; the request stays staged",
+            undone.join(", "),
+            request.subvolumes()
+        )),
+        Ok(_) => {}
+        Err(second) => obs.log(&format!(
+            "error: the exchange back failed too ({second}): this boot runs with part of the              set put back ({}); the next boot finishes it before the root is mounted",
+            request.subvolumes()
+        )),
+    }
+    error
 }
 
 /// The members found exchanged, by name.
