@@ -6,14 +6,15 @@ use std::time::SystemTime;
 
 use layout::origin::LiveSubvolume;
 use layout::{
-    Outcome, OutcomeResult, Reason, RestoreRequest, SubvolumeName, ROOT_BLANK_SUBVOLUME,
-    ROOT_SUBVOLUME, SUBVOLUMES,
+    Outcome, OutcomeResult, Reason, RestoreMember, RestoreRequest, SubvolumeName,
+    ROOT_BLANK_SUBVOLUME, ROOT_SUBVOLUME, SUBVOLUMES,
 };
 use uuid::Uuid;
 
 use crate::disk::{Disk, Source};
 use crate::machine::{
-    plan_restore, plan_wipe, stuck_name, swap_name, Phase, RestoreAction, SwapState, WipeAction,
+    plan_restore, plan_set, plan_wipe, stuck_name, swap_name, Phase, RestoreAction, SetAction,
+    SwapState, WipeAction,
 };
 use crate::steps::Step;
 use crate::validate::{check_snapshot, judge_request_file, Refusal};
@@ -75,13 +76,19 @@ impl<T, E> DiskResult<T, E> for Result<T, E> {
 pub enum RestoreReport {
     /// No request was staged (leftovers of earlier runs may have been cleaned up).
     NothingStaged,
-    /// The request was honoured (by this run, or finished by it after a cut-short run).
+    /// The request was honoured, every member of it (by this run, or finished by it after a
+    /// cut-short run).
     Restored(RestoreRequest),
-    /// The request was refused; nothing was swapped.
-    Refused(Refusal),
+    /// The request was refused; no member was swapped. `request` is the request, when it
+    /// parsed.
+    Refused {
+        refusal: Refusal,
+        request: Option<RestoreRequest>,
+    },
 }
 
-/// No swap takes more rounds than this (copy, exchange, finish, delete, and a leftover).
+/// No swap takes more rounds than this per member (copy, exchange, finish, delete, and a
+/// leftover).
 const MAX_ROUNDS: usize = 8;
 
 /// Honour the staged restore request, if any, and clean up what cut-short runs left.
@@ -101,22 +108,41 @@ pub fn restore_data<D: Disk, O: Observer>(
         }
         Some(Err(refusal)) => {
             refuse(disk, obs, None, &refusal, now)?;
-            RestoreReport::Refused(refusal)
+            RestoreReport::Refused {
+                refusal,
+                request: None,
+            }
         }
         Some(Ok(request)) => {
-            obs.log(&format!(
-                "a restore is staged: put {} back to {} (UUID {})",
-                request.subvolume(),
-                request.snapshot(),
-                request.uuid()
-            ));
-            restore_one(disk, obs, &request, now)?
+            obs.log(&staged_words(&request));
+            restore_set(disk, obs, &request, now)?
         }
     };
     for subvolume in SubvolumeName::restorable() {
         clean_leftovers(disk, obs, subvolume)?;
     }
     Ok(report)
+}
+
+/// The log line that says what is staged, every member named.
+fn staged_words(request: &RestoreRequest) -> String {
+    let each = |m: &RestoreMember| format!("{} (UUID {})", m.snapshot(), m.uuid());
+    match request.members() {
+        [m] => format!(
+            "a restore is staged: put {} back to {}",
+            m.subvolume(),
+            each(m)
+        ),
+        members => format!(
+            "a restore of {} subvolumes is staged, all of them together or none: put {}",
+            members.len(),
+            members
+                .iter()
+                .map(|m| format!("{} back to {}", m.subvolume(), each(m)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 fn swap_state<D: Disk>(disk: &mut D, live: &str) -> Result<SwapState, RunError<D::Error>> {
@@ -126,62 +152,156 @@ fn swap_state<D: Disk>(disk: &mut D, live: &str) -> Result<SwapState, RunError<D
     })
 }
 
-fn restore_one<D: Disk, O: Observer>(
+/// Each member's phase, in the request's order, read with its own snapshot's UUID.
+fn phases<D: Disk>(
+    disk: &mut D,
+    request: &RestoreRequest,
+) -> Result<Vec<Phase>, RunError<D::Error>> {
+    request
+        .members()
+        .iter()
+        .map(|m| {
+            Ok(Phase::of(
+                &swap_state(disk, m.subvolume().as_str())?,
+                m.uuid(),
+            ))
+        })
+        .collect()
+}
+
+/// Honour a well-formed request: every member put back, or none (adr/0007, adr/0005).
+///
+/// While the request is staged, [`plan_set`] decides from every member's phase: each
+/// snapshot is checked and copied before any member is exchanged; all are checked again and
+/// exchanged in the request's order, a commit after each; once one is exchanged the rest are
+/// exchanged without a new check, so a run cut short anywhere is finished by the next one.
+/// Then the outcome names every member, the request is removed, and each replaced subvolume
+/// is deleted. A set of one takes exactly the steps of [`Step::RESTORE`].
+///
+/// Before the first exchange, a member that fails its check refuses the whole request (the
+/// copies are then deleted as leftovers). A member found exchanged while another has no copy
+/// to follow it (which these steps never leave; the disk is untrusted) is exchanged back
+/// (steps 18, 19) and the request refused; a power cut during that leaves no member
+/// exchanged, and the next run starts the set over, all members or none.
+fn restore_set<D: Disk, O: Observer>(
     disk: &mut D,
     obs: &mut O,
     request: &RestoreRequest,
     now: SystemTime,
 ) -> Result<RestoreReport, RunError<D::Error>> {
-    let live = request.subvolume().as_str();
-    let swap = swap_name(live);
-    let snapshot = request.snapshot().to_string();
+    let members = request.members();
     let mut requested = true;
-    for _ in 0..MAX_ROUNDS {
-        let phase = Phase::of(&swap_state(disk, live)?, request.uuid());
-        match plan_restore(requested, phase) {
-            RestoreAction::CheckAndCopy => {
-                if let Err(refusal) = check(disk, request)? {
-                    refuse(disk, obs, Some(*request), &refusal, now)?;
-                    return Ok(RestoreReport::Refused(refusal));
-                }
-                obs.log(&format!("copying snapshot {snapshot} to {swap}"));
-                disk.copy(Source::Snapshot(&snapshot), &swap).disk()?;
-                obs.after(Step::RestoreCopy);
-                commit(disk, obs, Step::RestoreCommitCopy)?;
+    for _ in 0..MAX_ROUNDS * members.len() {
+        let phases = phases(disk, request)?;
+        if !requested {
+            // Done and recorded: what is under the swap names is what the exchanges replaced.
+            let Some((member, phase)) = members
+                .iter()
+                .zip(&phases)
+                .find(|(_, p)| plan_restore(false, **p) == RestoreAction::DeleteSwap)
+            else {
+                obs.log(&put_back_words(request));
+                return Ok(RestoreReport::Restored(request.clone()));
+            };
+            let live = member.subvolume().as_str();
+            let steps = match phase {
+                Phase::Exchanged => (Step::RestoreDeleteOld, Step::RestoreCommitDelete),
+                _ => (Step::DeleteStale, Step::CommitStale),
+            };
+            obs.log(&format!("deleting {} ({phase})", swap_name(live)));
+            delete_swap(disk, obs, live, steps)?;
+            continue;
+        }
+        match plan_set(&phases) {
+            SetAction::DeleteStale(i) => {
+                let live = members[i].subvolume().as_str();
+                obs.log(&format!("deleting {} ({})", swap_name(live), phases[i]));
+                delete_swap(disk, obs, live, (Step::DeleteStale, Step::CommitStale))?;
             }
-            RestoreAction::CheckAndExchange => {
-                obs.log(&format!(
-                    "{swap} holds the copy of {snapshot}; checking the request again"
-                ));
+            SetAction::CheckAndCopy => {
                 if let Err(refusal) = check(disk, request)? {
-                    refuse(disk, obs, Some(*request), &refusal, now)?;
-                    return Ok(RestoreReport::Refused(refusal));
+                    return refused(disk, obs, request, refusal, now);
                 }
-                for dir in mount_point_dirs(request.subvolume()) {
-                    obs.log(&format!("making mount point {dir} in {swap}"));
-                    disk.ensure_dir(&swap, &dir).disk()?;
+                if members.len() > 1 {
+                    obs.log(&format!(
+                        "every member checks out against the disk ({}); copying each snapshot \
+                         before any is exchanged",
+                        request.subvolumes()
+                    ));
                 }
-                obs.after(Step::RestorePrepare);
-                obs.log(&format!("exchanging {live} and {swap}"));
-                disk.exchange(live, &swap).disk()?;
-                obs.after(Step::RestoreExchange);
-                commit(disk, obs, Step::RestoreCommitExchange)?;
+                for (m, phase) in members.iter().zip(&phases) {
+                    if *phase != Phase::NotStarted {
+                        continue;
+                    }
+                    let snapshot = m.snapshot().to_string();
+                    let swap = swap_name(m.subvolume().as_str());
+                    obs.log(&format!("copying snapshot {snapshot} to {swap}"));
+                    disk.copy(Source::Snapshot(&snapshot), &swap).disk()?;
+                    obs.after(Step::RestoreCopy);
+                    commit(disk, obs, Step::RestoreCommitCopy)?;
+                }
             }
-            RestoreAction::Finish => {
+            SetAction::CheckAndExchange => {
+                match members {
+                    [m] => obs.log(&format!(
+                        "{} holds the copy of {}; checking the request again",
+                        swap_name(m.subvolume().as_str()),
+                        m.snapshot()
+                    )),
+                    _ => obs.log(&format!(
+                        "every member's copy is made ({}); checking the request again before \
+                         the first exchange",
+                        members
+                            .iter()
+                            .map(|m| swap_name(m.subvolume().as_str()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )),
+                }
+                if let Err(refusal) = check(disk, request)? {
+                    return refused(disk, obs, request, refusal, now);
+                }
+                for m in members {
+                    if let Err(error) = exchange(disk, obs, m) {
+                        return Err(back_out_after_error(disk, obs, request, m, error));
+                    }
+                }
+            }
+            SetAction::RollForward(i) => {
+                let m = &members[i];
                 obs.log(&format!(
-                    "{live} is now the copy of {snapshot}; recording the outcome"
+                    "{} exchanged already and {} holds the copy of {}: exchanging it without a \
+                     new check, so that the set is put back whole",
+                    exchanged_names(members, &phases).join(", "),
+                    swap_name(m.subvolume().as_str()),
+                    m.snapshot()
                 ));
+                if let Err(error) = exchange(disk, obs, m) {
+                    return Err(back_out_after_error(disk, obs, request, m, error));
+                }
+            }
+            SetAction::Finish => {
                 let outcome = Outcome::new(
                     OutcomeResult::Done,
                     now,
-                    Some(*request),
-                    Reason::new(&format!(
-                        "{} was put back to {}; everything written to {} after that snapshot is gone",
-                        request.subvolume(),
-                        request.snapshot(),
-                        request.subvolume().display_path()
-                    )),
+                    Some(request.clone()),
+                    Reason::new(&done_reason(request)),
                 );
+                match members {
+                    [m] => obs.log(&format!(
+                        "{} is now the copy of {}; recording the outcome",
+                        m.subvolume(),
+                        m.snapshot()
+                    )),
+                    _ => obs.log(&format!(
+                        "every member is exchanged ({}); recording the outcome",
+                        members
+                            .iter()
+                            .map(|m| format!("{} is the copy of {}", m.subvolume(), m.snapshot()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )),
+                }
                 disk.write_outcome(&outcome).disk()?;
                 obs.after(Step::RestoreOutcome);
                 disk.remove_request().disk()?;
@@ -189,30 +309,198 @@ fn restore_one<D: Disk, O: Observer>(
                 commit(disk, obs, Step::RestoreCommitRequest)?;
                 requested = false;
             }
-            RestoreAction::DeleteSwap => {
-                let steps = match phase {
-                    Phase::Exchanged => (Step::RestoreDeleteOld, Step::RestoreCommitDelete),
-                    _ => (Step::DeleteStale, Step::CommitStale),
+            SetAction::Undo(i) => {
+                let exchanged = exchanged_names(members, &phases);
+                let refusal = Refusal::HalfExchanged {
+                    exchanged: members
+                        .iter()
+                        .zip(&phases)
+                        .filter(|(_, p)| **p == Phase::Exchanged)
+                        .map(|(m, _)| m.subvolume())
+                        .collect(),
+                    member: members[i].subvolume(),
+                    live_missing: matches!(phases[i], Phase::LiveMissing { .. }),
                 };
-                obs.log(&format!("deleting {swap} ({phase})"));
-                delete_swap(disk, obs, live, steps)?;
+                obs.log(&format!(
+                    "warning: {} exchanged already, but {} ({}); exchanging back what was \
+                     exchanged, so that no member is put back",
+                    exchanged.join(", "),
+                    members[i].subvolume(),
+                    phases[i]
+                ));
+                for (m, _) in members
+                    .iter()
+                    .zip(&phases)
+                    .rev()
+                    .filter(|(_, p)| **p == Phase::Exchanged)
+                {
+                    let live = m.subvolume().as_str();
+                    let swap = swap_name(live);
+                    obs.log(&format!(
+                        "exchanging {live} and {swap} back ({live} again the subvolume it was)"
+                    ));
+                    disk.exchange(live, &swap).disk()?;
+                    obs.after(Step::RestoreUndo);
+                    commit(disk, obs, Step::RestoreCommitUndo)?;
+                }
+                return refused(disk, obs, request, refusal, now);
             }
-            RestoreAction::RefuseLiveMissing => {
-                let refusal = Refusal::LiveMissing(request.subvolume());
-                refuse(disk, obs, Some(*request), &refusal, now)?;
-                return Ok(RestoreReport::Refused(refusal));
-            }
-            RestoreAction::Nothing => {
-                obs.log(&format!("{live} was put back to {snapshot}"));
-                return Ok(RestoreReport::Restored(*request));
+            SetAction::RefuseLiveMissing(i) => {
+                let refusal = Refusal::LiveMissing(members[i].subvolume());
+                return refused(disk, obs, request, refusal, now);
             }
         }
     }
-    let phase = Phase::of(&swap_state(disk, live)?, request.uuid());
+    let (member, phase) = match phases(disk, request)?
+        .into_iter()
+        .zip(members)
+        .find(|(p, _)| *p != Phase::NotStarted)
+    {
+        Some((p, m)) => (m.subvolume(), p),
+        None => (members[0].subvolume(), Phase::NotStarted),
+    };
     Err(RunError::Stuck {
-        subvolume: live.to_owned(),
+        subvolume: member.as_str().to_owned(),
         phase,
     })
+}
+
+/// An exchange of `failed` went wrong (a disk error; a power cut ends the run before this).
+/// The boot goes on after a failed unit (adr/0007), so it must not go on with some members
+/// put back and others not: the members found exchanged are exchanged back, newest first, a
+/// commit after each, and the request stays staged for the next boot, which starts the set
+/// over from its copies. Only when that fails too does the boot run on a mix, and the log
+/// says so; the next boot finishes the set (it rolls forward). Returns the first error.
+fn back_out_after_error<D: Disk, O: Observer>(
+    disk: &mut D,
+    obs: &mut O,
+    request: &RestoreRequest,
+    failed: &RestoreMember,
+    error: RunError<D::Error>,
+) -> RunError<D::Error>
+where
+    D::Error: fmt::Display,
+{
+    let members = request.members();
+    let undo = |disk: &mut D, obs: &mut O| -> Result<Vec<&'static str>, RunError<D::Error>> {
+        let phases = phases(disk, request)?;
+        let exchanged = exchanged_names(members, &phases);
+        if exchanged.is_empty() || exchanged.len() == members.len() {
+            // None put back, or all: no mix to undo.
+            return Ok(Vec::new());
+        }
+        obs.log(&format!(
+            "warning: exchanging {} failed ({error}) with {} exchanged already; exchanging              back, so that this boot runs on none of the set and the next boot tries it again",
+            failed.subvolume(),
+            exchanged.join(", ")
+        ));
+        for (m, _) in members
+            .iter()
+            .zip(&phases)
+            .rev()
+            .filter(|(_, p)| **p == Phase::Exchanged)
+        {
+            let live = m.subvolume().as_str();
+            let swap = swap_name(live);
+            obs.log(&format!("exchanging {live} and {swap} back"));
+            disk.exchange(live, &swap).disk()?;
+            obs.after(Step::RestoreUndo);
+            commit(disk, obs, Step::RestoreCommitUndo)?;
+        }
+        Ok(exchanged)
+    };
+    match undo(disk, obs) {
+        Ok(undone) if !undone.is_empty() => obs.log(&format!(
+            "{} exchanged back: none of {} is put back at this boot; the request stays staged",
+            undone.join(", "),
+            request.subvolumes()
+        )),
+        Ok(_) => {}
+        Err(second) => obs.log(&format!(
+            "error: the exchange back failed too ({second}): this boot runs with part of the              set put back ({}); the next boot finishes it before the root is mounted",
+            request.subvolumes()
+        )),
+    }
+    error
+}
+
+/// The members found exchanged, by name.
+fn exchanged_names(members: &[RestoreMember], phases: &[Phase]) -> Vec<&'static str> {
+    members
+        .iter()
+        .zip(phases)
+        .filter(|(_, p)| **p == Phase::Exchanged)
+        .map(|(m, _)| m.subvolume().as_str())
+        .collect()
+}
+
+/// Make the member's mount points in its copy, exchange it in, commit.
+fn exchange<D: Disk, O: Observer>(
+    disk: &mut D,
+    obs: &mut O,
+    member: &RestoreMember,
+) -> Result<(), RunError<D::Error>> {
+    let live = member.subvolume().as_str();
+    let swap = swap_name(live);
+    for dir in mount_point_dirs(member.subvolume()) {
+        obs.log(&format!("making mount point {dir} in {swap}"));
+        disk.ensure_dir(&swap, &dir).disk()?;
+    }
+    obs.after(Step::RestorePrepare);
+    obs.log(&format!("exchanging {live} and {swap}"));
+    disk.exchange(live, &swap).disk()?;
+    obs.after(Step::RestoreExchange);
+    commit(disk, obs, Step::RestoreCommitExchange)
+}
+
+/// Refuse the whole request (it names every member) and say so.
+fn refused<D: Disk, O: Observer>(
+    disk: &mut D,
+    obs: &mut O,
+    request: &RestoreRequest,
+    refusal: Refusal,
+    now: SystemTime,
+) -> Result<RestoreReport, RunError<D::Error>> {
+    refuse(disk, obs, Some(request.clone()), &refusal, now)?;
+    Ok(RestoreReport::Refused {
+        refusal,
+        request: Some(request.clone()),
+    })
+}
+
+/// What the outcome "done" says.
+fn done_reason(request: &RestoreRequest) -> String {
+    match request.members() {
+        [m] => format!(
+            "{} was put back to {}; everything written to {} after that snapshot is gone",
+            m.subvolume(),
+            m.snapshot(),
+            m.subvolume().display_path()
+        ),
+        members => format!(
+            "{}, together, in one boot; everything written to {} after those snapshots is gone",
+            members
+                .iter()
+                .map(|m| format!("{} was put back to {}", m.subvolume(), m.snapshot()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            members
+                .iter()
+                .map(|m| m.subvolume().display_path().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// The log line at the end of an honoured request.
+fn put_back_words(request: &RestoreRequest) -> String {
+    request
+        .members()
+        .iter()
+        .map(|m| format!("{} was put back to {}", m.subvolume(), m.snapshot()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Whatever is under a restorable subvolume's swap name when no request names it any more.
@@ -346,12 +634,12 @@ fn commit<D: Disk, O: Observer>(
     Ok(())
 }
 
-/// Check a well-formed request against the disk (`Ok(Err(_))` is a refusal).
+/// Check every member of a well-formed request against the disk (`Ok(Err(_))` is a
+/// refusal: the first member that fails, in the request's order).
 fn check<D: Disk>(
     disk: &mut D,
     request: &RestoreRequest,
 ) -> Result<Result<(), Refusal>, RunError<D::Error>> {
-    let facts = disk.snapshot(&request.snapshot().to_string()).disk()?;
     let mut lives = Vec::new();
     for row in SUBVOLUMES {
         if let Some(s) = disk.top_subvolume(row.name).disk()? {
@@ -364,7 +652,13 @@ fn check<D: Disk>(
         }
     }
     let store = disk.store().disk()?;
-    Ok(check_snapshot(request, facts, &lives, &store))
+    for member in request.members() {
+        let facts = disk.snapshot(&member.snapshot().to_string()).disk()?;
+        if let Err(refusal) = check_snapshot(member, facts, &lives, &store) {
+            return Ok(Err(refusal));
+        }
+    }
+    Ok(Ok(()))
 }
 
 fn refuse<D: Disk, O: Observer>(

@@ -14,6 +14,10 @@
 //! new subvolume an id above every existing one, and the copy was made while the replaced
 //! subvolume existed, so the copy has the higher id. The copy's parent UUID (the source's
 //! UUID) says whether the copy belongs to *this* swap (adr/0007).
+//!
+//! A restore of several members (a set) is one swap per member, moved on together so that
+//! the machine sees all of them put back or none ([`plan_set`]): every copy is made before
+//! the first exchange, and once one member is exchanged the others are exchanged too.
 
 use std::fmt;
 
@@ -121,6 +125,66 @@ pub fn plan_restore(requested: bool, phase: Phase) -> RestoreAction {
     }
 }
 
+/// What a restore of a set does next, while its request is staged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetAction {
+    /// Delete what is under member `i`'s swap name: not a copy for this request (a leftover
+    /// of an abandoned one).
+    DeleteStale(usize),
+    /// Check every member; if all are good, copy the snapshot of each member that has no
+    /// copy yet, in order.
+    CheckAndCopy,
+    /// Every member has its copy and none is exchanged: check every member again (nothing is
+    /// final before the first exchange); if all are good, exchange each, in order.
+    CheckAndExchange,
+    /// Some member is exchanged and member `i` holds its copy: exchange it, with no new check
+    /// (its parent UUID says it is the copy of the chosen snapshot, and a set half put back
+    /// is finished, never left so).
+    RollForward(usize),
+    /// Every member is exchanged: write the outcome "done" and remove the request.
+    Finish,
+    /// Some member is exchanged and member `i` has no copy to exchange (or its live name is
+    /// missing), which the order of the steps never leaves: exchange the exchanged members
+    /// back, then refuse the request.
+    Undo(usize),
+    /// No member is exchanged and member `i`'s live subvolume is missing: refuse.
+    RefuseLiveMissing(usize),
+}
+
+/// The set restore's state machine: `phases` are the members' phases, in the request's order,
+/// each read with its own snapshot's UUID as source. For one member it is [`plan_restore`]
+/// with a request.
+pub fn plan_set(phases: &[Phase]) -> SetAction {
+    let exchanged = |p: &Phase| *p == Phase::Exchanged;
+    if phases.iter().any(exchanged) {
+        if phases.iter().all(exchanged) {
+            return SetAction::Finish;
+        }
+        if let Some(i) = phases
+            .iter()
+            .position(|p| !exchanged(p) && *p != Phase::CopyMade)
+        {
+            return SetAction::Undo(i);
+        }
+        if let Some(i) = phases.iter().position(|p| *p == Phase::CopyMade) {
+            return SetAction::RollForward(i);
+        }
+    }
+    if let Some(i) = phases
+        .iter()
+        .position(|p| matches!(p, Phase::LiveMissing { .. }))
+    {
+        return SetAction::RefuseLiveMissing(i);
+    }
+    if let Some(i) = phases.iter().position(|p| *p == Phase::Stale) {
+        return SetAction::DeleteStale(i);
+    }
+    if phases.contains(&Phase::NotStarted) {
+        return SetAction::CheckAndCopy;
+    }
+    SetAction::CheckAndExchange
+}
+
 /// What a wipe of `@root` does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WipeAction {
@@ -211,6 +275,84 @@ mod tests {
         };
         assert_eq!(Phase::of(&st(live, copy), src), Phase::CopyMade);
         assert_eq!(Phase::of(&st(copy, live), src), Phase::Exchanged);
+    }
+
+    const ALL_PHASES: [Phase; 6] = [
+        Phase::NotStarted,
+        Phase::CopyMade,
+        Phase::Exchanged,
+        Phase::Stale,
+        Phase::LiveMissing {
+            swap_present: false,
+        },
+        Phase::LiveMissing { swap_present: true },
+    ];
+
+    #[test]
+    fn a_set_of_one_is_planned_as_one_swap() {
+        for phase in ALL_PHASES {
+            let one = match plan_set(&[phase]) {
+                SetAction::DeleteStale(0) => RestoreAction::DeleteSwap,
+                SetAction::CheckAndCopy => RestoreAction::CheckAndCopy,
+                SetAction::CheckAndExchange => RestoreAction::CheckAndExchange,
+                SetAction::Finish => RestoreAction::Finish,
+                SetAction::RefuseLiveMissing(0) => RestoreAction::RefuseLiveMissing,
+                other => panic!("{phase}: {other:?}"),
+            };
+            assert_eq!(one, plan_restore(true, phase), "{phase}");
+        }
+    }
+
+    #[test]
+    fn a_set_is_finished_once_a_member_is_exchanged_and_undone_only_without_copies() {
+        use Phase::*;
+        let missing = LiveMissing {
+            swap_present: false,
+        };
+        let cases: &[(&[Phase], SetAction)] = &[
+            (
+                &[NotStarted, NotStarted, NotStarted],
+                SetAction::CheckAndCopy,
+            ),
+            (&[CopyMade, NotStarted, NotStarted], SetAction::CheckAndCopy),
+            (&[CopyMade, CopyMade, CopyMade], SetAction::CheckAndExchange),
+            (&[CopyMade, Stale, NotStarted], SetAction::DeleteStale(1)),
+            (&[CopyMade, Stale, missing], SetAction::RefuseLiveMissing(2)),
+            (&[Exchanged, CopyMade, CopyMade], SetAction::RollForward(1)),
+            (&[Exchanged, Exchanged, CopyMade], SetAction::RollForward(2)),
+            (&[CopyMade, Exchanged], SetAction::RollForward(0)),
+            (&[Exchanged, Exchanged, Exchanged], SetAction::Finish),
+            (&[Exchanged, NotStarted, CopyMade], SetAction::Undo(1)),
+            (&[Exchanged, CopyMade, Stale], SetAction::Undo(2)),
+            (&[Exchanged, missing], SetAction::Undo(1)),
+        ];
+        for (phases, action) in cases {
+            assert_eq!(plan_set(phases), *action, "{phases:?}");
+        }
+        // Whatever the phases, a member is never exchanged while another has no copy, and
+        // nothing is checked or copied once one is exchanged.
+        for a in ALL_PHASES {
+            for b in ALL_PHASES {
+                for c in ALL_PHASES {
+                    let phases = [a, b, c];
+                    let action = plan_set(&phases);
+                    if let SetAction::RollForward(i) | SetAction::DeleteStale(i) = action {
+                        assert!(i < 3);
+                    }
+                    let any_exchanged = phases.contains(&Exchanged);
+                    let others_copied = phases.iter().all(|p| matches!(p, Exchanged | CopyMade));
+                    match action {
+                        SetAction::RollForward(_) | SetAction::Finish => {
+                            assert!(any_exchanged && others_copied, "{phases:?}")
+                        }
+                        SetAction::Undo(_) => {
+                            assert!(any_exchanged && !others_copied, "{phases:?}")
+                        }
+                        _ => assert!(!any_exchanged, "{phases:?}: {action:?}"),
+                    }
+                }
+            }
+        }
     }
 
     #[test]

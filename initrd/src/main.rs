@@ -13,7 +13,7 @@ use initrd::btrfs_disk::BtrfsDisk;
 use initrd::cmdline::Cmdline;
 use initrd::driver::{restore_data, wipe_root, Observer, RestoreReport, WipeReport};
 use initrd::resume::{ResumeFacts, ResumeSources};
-use initrd::steps::Step;
+use initrd::steps::{Occurrences, Step, StepAt};
 use layout::names::{DEFAULT_DEVICE, KERNEL_DEVICE_KEY};
 
 #[derive(Debug, Parser)]
@@ -51,14 +51,17 @@ fn say(line: &str) {
     eprintln!("tacid-initrd: {line}");
 }
 
-/// The log, what a run leaves behind, and (only in test builds) the fault switches.
+/// The log, what a run leaves behind, how often each step was done, and (only in test
+/// builds) the fault switches: `N` stops after the first time step N is done, `N.k` after
+/// the k-th (a set restore repeats its per-member steps).
 #[derive(Debug, Default)]
 struct Console {
     left_behind: Vec<String>,
+    done: Occurrences,
     #[cfg(feature = "test-hooks")]
-    stop_after: Option<u32>,
+    stop_after: Option<StepAt>,
     #[cfg(feature = "test-hooks")]
-    pause_after: Option<u32>,
+    pause_after: Option<StepAt>,
 }
 
 impl Console {
@@ -68,17 +71,21 @@ impl Console {
         {
             let stop_after = std::env::var("TACID_TEST_STOP_AFTER")
                 .ok()
-                .and_then(|v| v.parse().ok());
+                .and_then(|v| StepAt::parse(&v));
             let pause_after = cmdline
                 .value("tacid.test_pause_after")
-                .and_then(|v| v.parse().ok());
+                .and_then(StepAt::parse);
             if stop_after.is_some() || pause_after.is_some() {
+                let shown = |at: Option<StepAt>| at.map_or("none".to_owned(), |a| a.to_string());
                 say(&format!(
-                    "TEST BUILD: fault switches armed (stop after {stop_after:?}, pause after {pause_after:?})"
+                    "TEST BUILD: fault switches armed (stop after {}, pause after {})",
+                    shown(stop_after),
+                    shown(pause_after)
                 ));
             }
             Console {
                 left_behind: Vec::new(),
+                done: Occurrences::default(),
                 stop_after,
                 pause_after,
             }
@@ -98,19 +105,16 @@ impl Observer for Console {
     }
 
     fn after(&mut self, step: Step) {
-        say(&format!("done {step}"));
+        let at = StepAt::new(step, self.done.next(step));
+        say(&format!("done step {at} ({})", step.name()));
         #[cfg(feature = "test-hooks")]
         {
-            if self.stop_after == Some(step.number()) {
-                say(&format!(
-                    "test stop after step {} ({})",
-                    step.number(),
-                    step.name()
-                ));
+            if self.stop_after == Some(at) {
+                say(&format!("test stop after step {at} ({})", step.name()));
                 std::process::exit(99);
             }
-            if self.pause_after == Some(step.number()) {
-                test_pause(step);
+            if self.pause_after == Some(at) {
+                test_pause(step, at);
             }
         }
     }
@@ -119,15 +123,13 @@ impl Observer for Console {
 /// Announce the pause on stderr and the kernel log (the serial console shows it), then wait
 /// for the boot tier to cut the power. The filesystem is deliberately not synced: a pause
 /// after an uncommitted step must let the power cut lose that step, as a real one would.
-/// (Writes to /dev/kmsg reach the kernel log and console synchronously.)
+/// (Writes to /dev/kmsg reach the kernel log and console synchronously.) The line is
+/// `test pause after step N (name)`, or `step N.k (name)` for a later occurrence, which the
+/// boot tier's parser (`checks/boot-tier/src/machine.rs`) never takes for step N.
 #[cfg(feature = "test-hooks")]
-fn test_pause(step: Step) -> ! {
+fn test_pause(step: Step, at: StepAt) -> ! {
     use std::io::Write as _;
-    let line = format!(
-        "tacid-initrd: test pause after step {} ({})",
-        step.number(),
-        step.name()
-    );
+    let line = format!("tacid-initrd: test pause after step {at} ({})", step.name());
     eprintln!("{line}");
     if let Ok(mut kmsg) = std::fs::OpenOptions::new().write(true).open("/dev/kmsg") {
         let _ = writeln!(kmsg, "{line}");
@@ -235,15 +237,25 @@ fn run(job: &Job, top: &Path, console: &mut Console) -> ExitCode {
         Job::RestoreData(_) => match restore_data(&mut disk, console, SystemTime::now()) {
             Ok(RestoreReport::NothingStaged) => ExitCode::SUCCESS,
             Ok(RestoreReport::Restored(r)) => {
-                say(&format!(
-                    "restore-data: done: {} is back to {}",
-                    r.subvolume(),
-                    r.snapshot()
-                ));
+                let each: Vec<String> = r
+                    .members()
+                    .iter()
+                    .map(|m| format!("{} is back to {}", m.subvolume(), m.snapshot()))
+                    .collect();
+                say(&format!("restore-data: done: {}", each.join(", ")));
                 ExitCode::SUCCESS
             }
-            Ok(RestoreReport::Refused(why)) => {
-                say(&format!("restore-data: refused: {why}; the boot continues"));
+            Ok(RestoreReport::Refused { refusal, request }) => {
+                let unchanged = match &request {
+                    Some(r) if r.members().len() == 1 => {
+                        format!("; {} was not changed", r.subvolumes())
+                    }
+                    Some(r) => format!("; none of {} was changed", r.subvolumes()),
+                    None => String::new(),
+                };
+                say(&format!(
+                    "restore-data: refused: {refusal}{unchanged}; the boot continues"
+                ));
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -285,6 +285,12 @@ impl Model {
 
     fn spend(&mut self) -> Result<(), ModelError> {
         match self.budget {
+            // An injected I/O error is transient: the next change may work (a driver that
+            // backs out after an error gets to try); a power cut ends everything.
+            Some(0) if self.fault == ModelError::Injected => {
+                self.budget = None;
+                Err(ModelError::Injected)
+            }
             Some(0) => Err(self.fault.clone()),
             Some(n) => {
                 self.budget = Some(n - 1);
@@ -318,10 +324,15 @@ impl Model {
         self.budget = None;
     }
 
-    /// The machine booted and shut down cleanly: everything is committed.
-    pub fn settle(&mut self) {
+    /// Everything done so far is durable (a commit). An armed fault stays armed.
+    fn make_durable(&mut self) {
         self.pending.clear();
         self.durable = self.current.clone();
+    }
+
+    /// The machine booted and shut down cleanly: everything is committed, nothing is armed.
+    pub fn settle(&mut self) {
+        self.make_durable();
         self.budget = None;
     }
 
@@ -426,7 +437,7 @@ impl Disk for Model {
 
     fn commit(&mut self) -> Result<(), ModelError> {
         self.spend()?;
-        self.settle();
+        self.make_durable();
         Ok(())
     }
 
@@ -576,7 +587,7 @@ pub fn nest(state: &mut State, name: &str, depth: usize) {
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
-    use layout::{OutcomeResult, RestoreRequest, SnapshotName};
+    use layout::{OutcomeResult, RestoreMember, RestoreRequest, SnapshotName};
     use proptest::prelude::*;
 
     use super::*;
@@ -597,33 +608,51 @@ mod tests {
         }
     }
 
+    /// In the layout's order, which is a request's.
     const RESTORABLE: [&str; 3] = ["@persist", "@log", "@home"];
 
     fn now() -> std::time::SystemTime {
         UNIX_EPOCH + Duration::from_secs(1_800_000_000)
     }
 
-    /// A machine with a snapshot of `sub` and a request for it staged. With `again`, the live
-    /// subvolume was itself made from that snapshot by an earlier restore (and written to).
-    fn staged(sub: &str, nested: usize, again: bool) -> (State, RestoreRequest) {
+    /// The members a bit mask picks (bit i: `RESTORABLE[i]`; never empty).
+    fn set_of(mask: u8) -> Vec<&'static str> {
+        let subs: Vec<&str> = RESTORABLE
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, s)| *s)
+            .collect();
+        assert!(!subs.is_empty(), "mask {mask}");
+        subs
+    }
+
+    /// A machine with a snapshot of each of `subs` and a request for all of them staged. With
+    /// `again`, each live subvolume was itself made from its snapshot by an earlier restore
+    /// (and written to).
+    fn staged_set(subs: &[&str], nested: usize, again: bool) -> (State, RestoreRequest) {
         let mut state = laid_out();
-        let name = SubvolumeName::parse(sub).unwrap();
-        let snap =
-            SnapshotName::new(name, UNIX_EPOCH + Duration::from_secs(1_700_000_000)).unwrap();
-        let uuid = take_snapshot(&mut state, name, &snap.to_string());
-        if again {
-            let id = state.next_id;
-            state.next_id += 1;
-            let live = state.top.get_mut(sub).unwrap();
-            live.id = id;
-            live.uuid = Uuid::from_u128(0x7_0000);
-            live.parent_uuid = Some(uuid);
-            live.content.push(5);
+        let mut members = Vec::new();
+        for (k, sub) in subs.iter().enumerate() {
+            let name = SubvolumeName::parse(sub).unwrap();
+            let snap =
+                SnapshotName::new(name, UNIX_EPOCH + Duration::from_secs(1_700_000_000)).unwrap();
+            let uuid = take_snapshot(&mut state, name, &snap.to_string());
+            if again {
+                let id = state.next_id;
+                state.next_id += 1;
+                let live = state.top.get_mut(*sub).unwrap();
+                live.id = id;
+                live.uuid = Uuid::from_u128(0x7_0000 + k as u128);
+                live.parent_uuid = Some(uuid);
+                live.content.push(5);
+            }
+            for depth in 0..nested {
+                nest(&mut state, sub, depth);
+            }
+            members.push(RestoreMember::new(name, snap, uuid).unwrap());
         }
-        for depth in 0..nested {
-            nest(&mut state, sub, depth);
-        }
-        let request = RestoreRequest::new(name, snap, uuid).unwrap();
+        let request = RestoreRequest::new(members).unwrap();
         state.request = Some(MFile {
             bytes: request.render().into_bytes(),
             uid: 0,
@@ -632,17 +661,68 @@ mod tests {
         (state, request)
     }
 
+    fn staged(sub: &str, nested: usize, again: bool) -> (State, RestoreRequest) {
+        staged_set(&[sub], nested, again)
+    }
+
+    /// What the people using the machine saw of the subvolumes a schedule restores.
+    struct Watch {
+        subs: Vec<String>,
+        /// Each subvolume's UUID before it was put back.
+        original: Vec<Uuid>,
+        /// The writes made to each while it was the put-back one.
+        after_restore: Vec<Vec<u32>>,
+        /// Each one's UUIDs at the boots that followed a run.
+        seen: Vec<BTreeSet<Uuid>>,
+    }
+
+    impl Watch {
+        fn new(subs: &[&str], original: Vec<Uuid>) -> Watch {
+            Watch {
+                subs: subs.iter().map(|s| s.to_string()).collect(),
+                original,
+                after_restore: vec![Vec::new(); subs.len()],
+                seen: vec![BTreeSet::new(); subs.len()],
+            }
+        }
+
+        /// Before anything was put back: the live subvolumes as they are now.
+        fn of(state: &State, subs: &[&str]) -> Watch {
+            Watch::new(subs, subs.iter().map(|s| state.top[*s].uuid).collect())
+        }
+
+        /// Which subvolumes are put back.
+        fn restored(&self, m: &Model) -> Vec<bool> {
+            self.subs
+                .iter()
+                .zip(&self.original)
+                .map(|(s, o)| m.current.top.get(s).map(|l| l.uuid) != Some(*o))
+                .collect()
+        }
+
+        /// After a run that returned Ok: all put back or none.
+        fn assert_not_mixed(&self, m: &Model, when: &str) {
+            let restored = self.restored(m);
+            assert!(
+                restored.iter().all(|r| *r) || restored.iter().all(|r| !*r),
+                "a mix after {when}: {:?} put back: {restored:?}",
+                self.subs
+            );
+        }
+    }
+
     /// Run the driver under the fault schedule, with people writing to the booted machine
-    /// between runs that did not lose power; return the writes made to the restored subvolume.
+    /// between runs that did not lose power (a unit's failure does not stop the boot); then
+    /// once more without faults. Every run that returns Ok leaves the watched subvolumes all
+    /// put back or none; with `errors_leave_no_mix`, so does every run failed by one I/O
+    /// error (false only for a disk found mixed, whose undo an error may cut short).
     fn run_schedule(
         m: &mut Model,
-        sub: &str,
+        watch: &mut Watch,
         schedule: &[(usize, usize, bool)],
+        errors_leave_no_mix: bool,
         job: impl Fn(&mut Model) -> Result<(), RunError<ModelError>>,
-    ) -> (Vec<u32>, BTreeSet<Uuid>) {
-        let original = m.current.top.get(sub).map(|s| s.uuid);
-        let mut after_restore = Vec::new();
-        let mut seen_at_boot = BTreeSet::new();
+    ) {
         for (i, &(budget, keep, fail)) in schedule.iter().enumerate() {
             let fault = if fail {
                 ModelError::Injected
@@ -655,93 +735,112 @@ mod tests {
                     m.crash(keep);
                     continue;
                 }
-                Ok(()) | Err(RunError::Disk(ModelError::Injected)) => {}
+                Ok(()) => watch.assert_not_mixed(m, &format!("run {i}")),
+                // A failed unit does not stop the boot, so it too must leave no mix.
+                Err(RunError::Disk(ModelError::Injected)) => {
+                    if errors_leave_no_mix {
+                        watch.assert_not_mixed(m, &format!("run {i}, failed by an I/O error"));
+                    }
+                }
                 Err(other) => {
                     panic!("the driver failed for a reason the model did not inject: {other}")
                 }
             }
-            // The machine boots (the units' failure does not stop it) and is used.
+            // The machine boots and is used.
             let write = 1000 + i as u32;
-            m.user_write(sub, write);
-            let live = m.current.top[sub].uuid;
-            seen_at_boot.insert(live);
-            if Some(live) != original {
-                after_restore.push(write);
+            let restored = watch.restored(m);
+            for (k, sub) in watch.subs.clone().iter().enumerate() {
+                m.user_write(sub, write);
+                watch.seen[k].insert(m.current.top[sub].uuid);
+                if restored[k] {
+                    watch.after_restore[k].push(write);
+                }
             }
         }
         m.disarm();
         job(m).expect("a run without faults finishes");
-        (after_restore, seen_at_boot)
+        watch.assert_not_mixed(m, "the last run");
     }
 
     fn schedule() -> impl Strategy<Value = Vec<(usize, usize, bool)>> {
         proptest::collection::vec(
-            (0usize..24, 0usize..4, proptest::bool::weighted(0.25)),
+            (0usize..48, 0usize..4, proptest::bool::weighted(0.25)),
             0..6,
         )
+    }
+
+    /// The subvolumes with a swap or stuck name.
+    fn tacid_names(state: &State) -> Vec<&String> {
+        state.top.keys().filter(|k| k.contains(".tacid-")).collect()
     }
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
 
         #[test]
-        fn a_restore_happens_exactly_once_whatever_the_power_does(
-            which in 0usize..3,
+        fn a_set_restore_happens_exactly_once_whatever_the_power_does(
+            mask in 1u8..8,
             nested in 0usize..3,
             again in any::<bool>(),
             leftover in any::<bool>(),
             pinned in any::<bool>(),
             faults in schedule(),
         ) {
-            let sub = RESTORABLE[which];
-            let (mut state, request) = staged(sub, nested, again);
+            let subs = set_of(mask);
+            let (mut state, request) = staged_set(&subs, nested, again);
+            let first = subs[0];
             if pinned {
-                // Something in the replaced subvolume the filesystem refuses to delete.
-                nest_pinned(&mut state, sub, nested, true);
+                // Something in a replaced subvolume the filesystem refuses to delete.
+                nest_pinned(&mut state, first, nested, true);
             }
-            let other = RESTORABLE[(which + 1) % 3];
             if leftover {
-                // An abandoned swap of another subvolume, from a request that was withdrawn.
+                // An abandoned swap, from a request that was withdrawn: of a subvolume not in
+                // the set, or (for a set of all three) under the first member's swap name.
+                let other = RESTORABLE.into_iter().find(|s| !subs.contains(s)).unwrap_or(first);
                 let mut stale = state.top[other].clone();
                 stale.id = state.next_id;
                 stale.uuid = Uuid::from_u128(0x8_0000);
+                stale.parent_uuid = None;
                 state.next_id += 1;
                 state.top.insert(swap_name(other), stale);
             }
             let initial = state.clone();
-            let snapshot = request.snapshot().to_string();
             let mut m = Model::new(state);
+            let mut watch = Watch::of(&initial, &subs);
             let job = |m: &mut Model| restore_data(m, &mut Steps::default(), now()).map(|_| ());
-            let (after_restore, seen) = run_schedule(&mut m, sub, &faults, job);
+            run_schedule(&mut m, &mut watch, &faults, true, job);
 
             let end = &m.current;
-            let live = &end.top[sub];
-            // Restored: a copy of the snapshot, holding exactly what was written since.
-            prop_assert_eq!(live.parent_uuid, Some(request.uuid()));
-            prop_assert_ne!(live.uuid, initial.top[sub].uuid);
-            let mut expected = initial.store[&snapshot].content.clone();
-            expected.extend(&after_restore);
-            prop_assert_eq!(&live.content, &expected, "a write after the restore was lost: restored twice");
-            prop_assert!(seen.len() <= 2, "people saw {} different {sub}s", seen.len());
-            prop_assert!(live.nested.is_empty());
-            if sub == "@persist" {
-                prop_assert!(live.dirs.contains(".snapshots"));
+            for (k, member) in request.members().iter().enumerate() {
+                let sub = subs[k];
+                prop_assert_eq!(member.subvolume().as_str(), sub);
+                let live = &end.top[sub];
+                // Put back: a copy of its snapshot, holding exactly what was written since.
+                prop_assert_eq!(live.parent_uuid, Some(member.uuid()));
+                prop_assert_ne!(live.uuid, initial.top[sub].uuid);
+                let mut expected = initial.store[&member.snapshot().to_string()].content.clone();
+                expected.extend(&watch.after_restore[k]);
+                prop_assert_eq!(&live.content, &expected, "{}: a write after the restore was lost: restored twice", sub);
+                prop_assert!(watch.seen[k].len() <= 2, "people saw {} different {sub}s", watch.seen[k].len());
+                prop_assert!(live.nested.is_empty());
+                if sub == "@persist" {
+                    prop_assert!(live.dirs.contains(".snapshots"));
+                }
             }
             // Clean: no swap names (what could not go set aside under one name), no request,
-            // an outcome saying done.
-            let left: Vec<&String> = end.top.keys().filter(|k| k.contains(".tacid-")).collect();
-            let stuck = stuck_name(sub);
+            // an outcome saying done, naming every member.
+            let stuck = stuck_name(first);
             let expected_left: Vec<&String> = if pinned { vec![&stuck] } else { Vec::new() };
-            prop_assert_eq!(left, expected_left);
+            prop_assert_eq!(tacid_names(end), expected_left);
             prop_assert_eq!(&end.request, &None);
             prop_assert_eq!(&end.refused, &None);
             let outcome = Outcome::parse(end.outcome.as_deref().unwrap().as_bytes()).unwrap();
             prop_assert_eq!(outcome.result, OutcomeResult::Done);
-            prop_assert_eq!(outcome.request, Some(request));
+            prop_assert_eq!(outcome.request.as_ref(), Some(&request));
             // Nothing else changed.
             prop_assert_eq!(&end.store, &initial.store);
             for (name, s) in &initial.top {
-                if name != sub && !name.contains(".tacid-") {
+                if !subs.contains(&name.as_str()) && !name.contains(".tacid-") {
                     prop_assert_eq!(&end.top[name], s);
                 }
             }
@@ -751,22 +850,27 @@ mod tests {
                 prop_assert!(!m.current.top.contains_key(&stuck), "deleted once it can go");
             }
             // And the next boots do nothing more.
-            m.user_write(sub, 7777);
+            for sub in &subs {
+                m.user_write(sub, 7777);
+            }
             let report = restore_data(&mut m, &mut Steps::default(), now()).unwrap();
             prop_assert_eq!(report, RestoreReport::NothingStaged);
-            prop_assert_eq!(m.current.top[sub].content.last(), Some(&7777));
+            for sub in &subs {
+                prop_assert_eq!(m.current.top[*sub].content.last(), Some(&7777));
+            }
             prop_assert!(m.states_checked > 0);
         }
 
         #[test]
-        fn a_refused_request_changes_no_subvolume_whatever_the_power_does(
-            which in 0usize..3,
+        fn a_set_with_a_bad_member_changes_no_subvolume_whatever_the_power_does(
+            mask in 1u8..8,
+            bad in 0usize..3,
             flaw in 0usize..4,
             faults in schedule(),
         ) {
-            let sub = RESTORABLE[which];
-            let (mut state, request) = staged(sub, 1, false);
-            let snapshot = request.snapshot().to_string();
+            let subs = set_of(mask);
+            let (mut state, request) = staged_set(&subs, 1, false);
+            let snapshot = request.members()[bad % subs.len()].snapshot().to_string();
             match flaw {
                 0 => state.store.get_mut(&snapshot).unwrap().readonly = false,
                 1 => state.store.get_mut(&snapshot).unwrap().uuid = Uuid::from_u128(0x9_9999),
@@ -775,8 +879,9 @@ mod tests {
             }
             let initial = state.clone();
             let mut m = Model::new(state);
+            let mut watch = Watch::of(&initial, &subs);
             let job = |m: &mut Model| restore_data(m, &mut Steps::default(), now()).map(|_| ());
-            run_schedule(&mut m, sub, &faults, job);
+            run_schedule(&mut m, &mut watch, &faults, true, job);
             let end = &m.current;
             let ids = |s: &State| s.top.iter().map(|(n, s)| (n.clone(), s.id, s.uuid)).collect::<Vec<_>>();
             prop_assert_eq!(ids(end), ids(&initial));
@@ -785,6 +890,85 @@ mod tests {
             prop_assert_eq!(&end.refused, &initial.request);
             let outcome = Outcome::parse(end.outcome.as_deref().unwrap().as_bytes()).unwrap();
             prop_assert_eq!(outcome.result, OutcomeResult::Refused);
+            if flaw < 3 {
+                // Refused for one member, the outcome names every member.
+                prop_assert_eq!(outcome.request.as_ref(), Some(&request));
+            }
+        }
+
+        /// A state the steps never leave (the disk is untrusted): the first member exchanged,
+        /// the middle ones with their copies, and the last with no copy (nothing, or a
+        /// leftover under its swap name). Every run that returns leaves all members put back
+        /// or none; without power cuts, none (exchanged back, refused).
+        #[test]
+        fn a_half_exchanged_set_without_a_copy_is_exchanged_back_never_left_mixed(
+            mask in prop_oneof![Just(3u8), Just(5u8), Just(6u8), Just(7u8)],
+            stale_last in any::<bool>(),
+            faults in schedule(),
+        ) {
+            let subs = set_of(mask);
+            let (mut state, request) = staged_set(&subs, 1, false);
+            let original = Watch::of(&state, &subs).original;
+            let copy = |state: &mut State, member: &RestoreMember| {
+                let snap = &state.store[&member.snapshot().to_string()];
+                let c = MSub {
+                    id: state.next_id,
+                    uuid: Uuid::from_u128(0xc_0000 + u128::from(state.next_id)),
+                    parent_uuid: Some(snap.uuid),
+                    readonly: false,
+                    content: snap.content.clone(),
+                    dirs: snap.dirs.clone(),
+                    nested: Vec::new(),
+                    pinned: false,
+                };
+                state.next_id += 1;
+                state.top.insert(swap_name(member.subvolume().as_str()), c);
+            };
+            let members = request.members();
+            for member in &members[..members.len() - 1] {
+                copy(&mut state, member);
+            }
+            let first = subs[0];
+            let swap = swap_name(first);
+            let (live, copied) = (state.top.remove(first).unwrap(), state.top.remove(&swap).unwrap());
+            state.top.insert(first.to_owned(), copied);
+            state.top.insert(swap, live);
+            let last = subs[subs.len() - 1];
+            if stale_last {
+                let mut stale = state.top[last].clone();
+                stale.id = state.next_id;
+                stale.uuid = Uuid::from_u128(0x8_0000);
+                stale.parent_uuid = None;
+                state.next_id += 1;
+                state.top.insert(swap_name(last), stale);
+            }
+            let initial = state.clone();
+            let mut m = Model::new(state);
+            let mut watch = Watch::new(&subs, original.clone());
+            let job = |m: &mut Model| restore_data(m, &mut Steps::default(), now()).map(|_| ());
+            run_schedule(&mut m, &mut watch, &faults, false, job);
+            let end = &m.current;
+            prop_assert_eq!(tacid_names(end), Vec::<&String>::new());
+            prop_assert_eq!(&end.request, &None);
+            let outcome = Outcome::parse(end.outcome.as_deref().unwrap().as_bytes()).unwrap();
+            prop_assert_eq!(outcome.request.as_ref(), Some(&request));
+            if watch.restored(&m).iter().all(|r| *r) {
+                prop_assert_eq!(outcome.result, OutcomeResult::Done);
+                for member in members {
+                    prop_assert_eq!(end.top[member.subvolume().as_str()].parent_uuid, Some(member.uuid()));
+                }
+            } else {
+                prop_assert_eq!(outcome.result, OutcomeResult::Refused);
+                prop_assert!(outcome.reason.as_str().contains("exchanged back"), "{}", outcome.reason.as_str());
+                prop_assert_eq!(&end.refused, &initial.request);
+                for (k, sub) in subs.iter().enumerate() {
+                    prop_assert_eq!(end.top[*sub].uuid, original[k]);
+                }
+            }
+            if faults.is_empty() {
+                prop_assert_eq!(outcome.result, OutcomeResult::Refused);
+            }
+            prop_assert_eq!(&end.store, &initial.store);
         }
 
         #[test]
@@ -803,8 +987,9 @@ mod tests {
             }
             let initial = state.clone();
             let mut m = Model::new(state);
+            let mut watch = Watch::of(&initial, &[ROOT]);
             let job = |m: &mut Model| wipe_root(m, &mut Steps::default()).map(|_| ());
-            run_schedule(&mut m, ROOT, &faults, job);
+            run_schedule(&mut m, &mut watch, &faults, true, job);
             // A root the filesystem will not let go of, boot after boot: every boot still
             // gets a fresh one, and what cannot go keeps one name.
             for _ in 1..pinned_boots {
@@ -828,9 +1013,8 @@ mod tests {
                 Ok(())
             };
             fresh(&m)?;
-            let left: Vec<&String> = m.current.top.keys().filter(|k| k.contains(".tacid-")).collect();
             let expected: Vec<&String> = if pinned_boots > 0 { vec![&stuck] } else { Vec::new() };
-            prop_assert_eq!(left, expected);
+            prop_assert_eq!(tacid_names(&m.current), expected);
             if pinned_boots > 0 {
                 prop_assert_eq!(m.current.top[&stuck].nested.len() >= pinned_boots - 1, true);
                 m.unpin_all();
@@ -851,6 +1035,85 @@ mod tests {
         let report = restore_data(&mut m, &mut steps, now()).unwrap();
         assert_eq!(report, RestoreReport::Restored(request));
         assert_eq!(steps.0, Step::RESTORE);
+    }
+
+    #[test]
+    fn an_honoured_set_goes_through_its_sequence_in_order() {
+        for mask in 1..8 {
+            let subs = set_of(mask);
+            let (state, request) = staged_set(&subs, 1, false);
+            let mut m = Model::new(state);
+            let mut steps = Steps::default();
+            let report = restore_data(&mut m, &mut steps, now()).unwrap();
+            assert_eq!(report, RestoreReport::Restored(request));
+            let expected: Vec<Step> = Step::restore_sequence(subs.len())
+                .into_iter()
+                .map(|(s, _)| s)
+                .collect();
+            assert_eq!(steps.0, expected, "{subs:?}");
+        }
+    }
+
+    /// The copies are made, then (before any exchange) a member's snapshot turns out bad: the
+    /// whole request is refused, no member swapped, and the copies deleted as leftovers.
+    #[test]
+    fn a_member_gone_bad_after_the_copies_refuses_all_and_the_copies_go() {
+        let subs = set_of(7);
+        let (state, request) = staged_set(&subs, 0, false);
+        let initial = state.clone();
+        let mut m = Model::new(state);
+        // Three copies and three commits, then the power goes.
+        m.arm(6, ModelError::Crash);
+        let err = restore_data(&mut m, &mut Steps::default(), now()).unwrap_err();
+        assert!(matches!(err, RunError::Disk(ModelError::Crash)), "{err}");
+        m.crash(0);
+        assert_eq!(tacid_names(&m.current).len(), 3, "every copy is made first");
+        let last = request.members()[2].snapshot().to_string();
+        m.current.store.get_mut(&last).unwrap().readonly = false;
+        m.settle();
+        let mut steps = Steps::default();
+        let report = restore_data(&mut m, &mut steps, now()).unwrap();
+        assert!(
+            matches!(&report, RestoreReport::Refused { request: Some(r), .. } if *r == request),
+            "{report:?}"
+        );
+        assert!(!steps.0.contains(&Step::RestoreExchange), "{:?}", steps.0);
+        for sub in &subs {
+            assert_eq!(m.current.top[*sub], initial.top[*sub], "{sub}");
+        }
+        assert!(tacid_names(&m.current).is_empty());
+        let outcome = Outcome::parse(m.current.outcome.as_deref().unwrap().as_bytes()).unwrap();
+        assert_eq!(outcome.result, OutcomeResult::Refused);
+        assert_eq!(outcome.request, Some(request));
+    }
+
+    /// Once one member is exchanged, the others are exchanged without a new check: a
+    /// snapshot gone bad by then does not stop the set from being put back whole.
+    #[test]
+    fn once_a_member_is_exchanged_the_rest_follow_without_a_check() {
+        let subs = set_of(7);
+        let (state, request) = staged_set(&subs, 0, false);
+        let mut m = Model::new(state);
+        // Three copies and commits, mount point, first exchange, its commit.
+        m.arm(9, ModelError::Crash);
+        restore_data(&mut m, &mut Steps::default(), now()).unwrap_err();
+        m.crash(0);
+        assert_eq!(
+            m.current.top["@persist"].parent_uuid,
+            Some(request.members()[0].uuid())
+        );
+        let home = request.members()[2].snapshot().to_string();
+        m.current.store.remove(&home);
+        m.settle();
+        let mut steps = Steps::default();
+        let report = restore_data(&mut m, &mut steps, now()).unwrap();
+        assert_eq!(report, RestoreReport::Restored(request.clone()));
+        for member in request.members() {
+            assert_eq!(
+                m.current.top[member.subvolume().as_str()].parent_uuid,
+                Some(member.uuid())
+            );
+        }
     }
 
     #[test]

@@ -6,7 +6,9 @@ use std::fmt;
 
 use btrfs::FileKind;
 use layout::origin::{origin_of, LiveSubvolume, StoredSnapshot, Verdict};
-use layout::{RequestError, RestoreRequest, SnapshotName, SubvolumeName, MAX_REQUEST_BYTES};
+use layout::{
+    RequestError, RestoreMember, RestoreRequest, SnapshotName, SubvolumeName, MAX_REQUEST_BYTES,
+};
 use uuid::Uuid;
 
 use crate::disk::{FileFacts, ReadFailure, RequestFile, SnapshotFacts};
@@ -34,6 +36,13 @@ pub enum Refusal {
         by_parent: SubvolumeName,
     },
     LiveMissing(SubvolumeName),
+    /// Members of a set were found exchanged while `member` had no copy of its snapshot to
+    /// exchange (or its live subvolume was missing); they were exchanged back.
+    HalfExchanged {
+        exchanged: Vec<SubvolumeName>,
+        member: SubvolumeName,
+        live_missing: bool,
+    },
 }
 
 fn kind_words(kind: FileKind) -> &'static str {
@@ -87,6 +96,28 @@ impl fmt::Display for Refusal {
                 f,
                 "the live subvolume {s} is missing; nothing is swapped until somebody looks"
             ),
+            Refusal::HalfExchanged {
+                exchanged,
+                member,
+                live_missing,
+            } => {
+                let names = exchanged
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let what = if *live_missing {
+                    format!("the live subvolume {member} is missing")
+                } else {
+                    format!("{member} has no copy of its snapshot")
+                };
+                write!(
+                    f,
+                    "{names} had been exchanged while {what}, which tacid-initrd never leaves \
+                     (something else changed the disk); {names} exchanged back, so no member \
+                     of the set is put back"
+                )
+            }
         }
     }
 }
@@ -127,18 +158,18 @@ fn judge_present(
     RestoreRequest::parse(bytes).map_err(Refusal::Malformed)
 }
 
-/// Check the snapshot a well-formed request names against the disk: it exists in the store,
-/// is a read-only subvolume, has the request's UUID, and its parent UUID does not say it is
-/// of another subvolume (`layout::origin`, the rule the stem lists and stages by).
+/// Check the snapshot one member of a well-formed request names against the disk: it exists
+/// in the store, is a read-only subvolume, has the member's UUID, and its parent UUID does not
+/// say it is of another subvolume (`layout::origin`, the rule the stem lists and stages by).
 ///
 /// `lives` are the live subvolumes of the layout, `store` every subvolume in the store.
 pub fn check_snapshot(
-    request: &RestoreRequest,
+    member: &RestoreMember,
     facts: SnapshotFacts,
     lives: &[LiveSubvolume],
     store: &[(String, Subvol)],
 ) -> Result<(), Refusal> {
-    let name = request.snapshot();
+    let name = member.snapshot();
     let snapshot = match facts {
         SnapshotFacts::Missing => return Err(Refusal::SnapshotMissing(name)),
         SnapshotFacts::NotADirectory(kind) => {
@@ -150,15 +181,15 @@ pub fn check_snapshot(
     if !snapshot.readonly {
         return Err(Refusal::SnapshotWritable(name));
     }
-    if snapshot.uuid != request.uuid() {
+    if snapshot.uuid != member.uuid() {
         return Err(Refusal::UuidMismatch {
             snapshot: name,
-            requested: request.uuid(),
+            requested: member.uuid(),
             found: snapshot.uuid,
         });
     }
-    if !lives.iter().any(|l| l.name == request.subvolume()) {
-        return Err(Refusal::LiveMissing(request.subvolume()));
+    if !lives.iter().any(|l| l.name == member.subvolume()) {
+        return Err(Refusal::LiveMissing(member.subvolume()));
     }
     let stored: Vec<StoredSnapshot> = store
         .iter()
@@ -176,7 +207,7 @@ pub fn check_snapshot(
         parent_uuid: snapshot.parent_uuid,
     };
     match origin_of(&this, lives, &stored) {
-        Verdict::Of(of, _) if of == request.subvolume() => Ok(()),
+        Verdict::Of(of, _) if of == member.subvolume() => Ok(()),
         Verdict::Of(of, _) => Err(Refusal::OfAnotherSubvolume {
             snapshot: name,
             by_parent: of,
@@ -207,6 +238,22 @@ mod tests {
             b"@home @home.2025-12-01T140200.123456Z 0b7c0f3e-9f4a-4e8e-8a55-3c1d2f6b9a01\n",
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_half_exchanged_set_says_what_was_exchanged_back() {
+        let sub = |s| SubvolumeName::parse(s).unwrap();
+        let r = Refusal::HalfExchanged {
+            exchanged: vec![sub("@persist"), sub("@log")],
+            member: sub("@home"),
+            live_missing: false,
+        };
+        let text = r.to_string();
+        assert!(
+            text.starts_with("@persist, @log had been exchanged while @home has no copy"),
+            "{text}"
+        );
+        assert!(text.contains("@persist, @log exchanged back"), "{text}");
     }
 
     #[test]
@@ -276,7 +323,7 @@ mod tests {
 
     #[test]
     fn snapshot_checks() {
-        let r = req();
+        let r = req().members()[0];
         let home = SubvolumeName::parse("@home").unwrap();
         let log = SubvolumeName::parse("@log").unwrap();
         let lives = [

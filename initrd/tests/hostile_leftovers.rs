@@ -134,7 +134,7 @@ fn hostile_the_same_in_a_home_never_blocks_an_home_restore() {
     let again = snapshot(&fs, "@home", 9);
     stage(&fs, &again);
     run_unit_ok(&fs, "restore-data", "the next restore");
-    assert_eq!(parent_uuid_of(&fs, "@home"), Some(again.uuid()));
+    assert_eq!(parent_uuid_of(&fs, "@home"), Some(only(&again).uuid()));
 }
 
 /// What can sit where a refused request is moved, and what can be the request itself.

@@ -1,8 +1,10 @@
 //! The test-only fault switch against a real loop-device Btrfs: the real binary stops right
-//! after step N (exit 99), and the next run converges — for every step, and with a second
-//! stop during the recovery run. Every step the binary defines is the first stop of some run:
-//! restores of @home and of @persist (1-10), a refusal (11-13), leftovers under swap names
-//! with and without a request (14-15), wipes of an existing and of a missing @root (21-26).
+//! after step N (exit 99), or after its k-th occurrence (`N.k`), and the next run converges —
+//! for every step, and with a second stop during the recovery run. Every step the binary
+//! defines is the first stop of some run: restores of @home and of @persist (1-10), a
+//! refusal (11-13), leftovers under swap names with and without a request (14-15), wipes of
+//! an existing and of a missing @root (21-26), a half-exchanged set exchanged back (18-19);
+//! and every occurrence of every step of a restore of a set of three.
 //! Needs `--features test-hooks` (this target requires it).
 //!
 //! A stopped process is not a power cut (the page cache survives it); the boot tier does real
@@ -12,15 +14,17 @@
 
 mod common;
 
+use std::fmt::Display;
 use std::os::unix::fs::PermissionsExt as _;
+use std::time::{Duration, Instant};
 
 use common::*;
-use initrd::steps::Step;
+use initrd::steps::{Step, StepAt};
 use layout::{OutcomeResult, RestoreRequest};
 
-/// Run `job` with the stop switch at `step`: `Some(log)` when it stopped there (exit 99),
-/// `None` when it finished without reaching it (exit 0).
-fn stop_after(fs: &testbed::LoopFs, job: &str, step: u32) -> Option<String> {
+/// Run `job` with the stop switch at `step` (`N` or `N.k`): `Some(log)` when it stopped
+/// there (exit 99), `None` when it finished without reaching it (exit 0).
+fn stop_after(fs: &testbed::LoopFs, job: &str, step: impl Display) -> Option<String> {
     let n = step.to_string();
     let out = run(fs, job, &[("TACID_TEST_STOP_AFTER", &n)]);
     let err = stderr(&out);
@@ -38,8 +42,9 @@ fn stop_after(fs: &testbed::LoopFs, job: &str, step: u32) -> Option<String> {
 }
 
 /// Stop `job` after `step`, which it must reach; its log.
-fn must_stop(fs: &testbed::LoopFs, job: &str, step: u32, what: &str) -> String {
-    stop_after(fs, job, step).unwrap_or_else(|| panic!("{what}: step {step} was not reached"))
+fn must_stop(fs: &testbed::LoopFs, job: &str, step: impl Display, what: &str) -> String {
+    let at = step.to_string();
+    stop_after(fs, job, step).unwrap_or_else(|| panic!("{what}: step {at} was not reached"))
 }
 
 fn live_exists(fs: &testbed::LoopFs, name: &str) {
@@ -57,6 +62,8 @@ const WIPE_FIRST_STOPS: [Step; 6] = Step::WIPE;
 const SET_ASIDE_FIRST_STOPS: [Step; 2] = Step::SET_ASIDE;
 /// A wipe with `@root` missing copies `@root-blank` straight to `@root`: those two steps only.
 const WIPE_MISSING_ROOT_FIRST_STOPS: [Step; 2] = [Step::WipeCopy, Step::WipeCommitCopy];
+/// A set found with a member exchanged and another without a copy: exchanged back.
+const UNDO_FIRST_STOPS: [Step; 2] = Step::UNDO;
 
 #[test]
 fn every_step_is_a_first_stop_point() {
@@ -67,6 +74,7 @@ fn every_step_is_a_first_stop_point() {
         &WIPE_FIRST_STOPS[..],
         &WIPE_MISSING_ROOT_FIRST_STOPS[..],
         &SET_ASIDE_FIRST_STOPS[..],
+        &UNDO_FIRST_STOPS[..],
     ]
     .concat()
     .iter()
@@ -119,12 +127,12 @@ const PERSIST: Story = Story {
             .expect("the .snapshots mount point in the new @persist");
         assert!(meta.is_dir());
         assert_eq!(meta.permissions().mode() & 0o777, 0o700);
-        assert_eq!(parent_uuid_of(fs, "@persist"), Some(request.uuid()));
+        assert_eq!(parent_uuid_of(fs, "@persist"), Some(only(request).uuid()));
         assert!(!request_path(fs).exists(), "the request is removed");
         assert!(swap_names(fs).is_empty(), "left over: {:?}", swap_names(fs));
         let o = outcome(fs);
         assert_eq!(o.result, OutcomeResult::Done, "{o}");
-        assert_eq!(o.request, Some(*request));
+        assert_eq!(o.request.as_ref(), Some(request));
     },
 };
 
@@ -431,4 +439,193 @@ fn loop_setting_aside_a_root_that_cannot_be_deleted_stopped_after_any_step_compl
         run_ok(&fs, "wipe-root");
         assert_root_is_fresh(&fs, &format!("after {step}, set aside and deleted"));
     }
+}
+
+const SET: [&str; 3] = ["@persist", "@log", "@home"];
+
+/// After a set's recovery, nothing happens a second time: what was written to each member
+/// since is kept, no subvolume changes, the outcome stays.
+fn assert_set_not_again(fs: &testbed::LoopFs, what: &str) {
+    for sub in SET {
+        write(fs, &format!("{sub}/written-after-the-restore"), sub);
+    }
+    let before = fs.subvolumes_snapshot().expect("list");
+    let o = outcome(fs);
+    let log = run_ok(fs, "restore-data");
+    assert!(log.contains("no restore is staged"), "{what}: {log}");
+    for sub in SET {
+        assert_eq!(
+            read(fs, &format!("{sub}/written-after-the-restore")),
+            sub,
+            "{what}: {sub} restored twice"
+        );
+    }
+    assert_eq!(fs.subvolumes_snapshot().expect("list"), before, "{what}");
+    assert_eq!(outcome(fs), o, "{what}: the outcome is not rewritten");
+}
+
+/// Where a recovery after a stop at `step`'s `k`-th occurrence (in a set of three) is
+/// stopped again: at an exchange it makes (the second, `4.2`, when it makes two or more), at
+/// the outcome it writes again, or at a leftover it deletes; `None` when nothing is left
+/// that it stops at.
+fn set_second_stop(step: Step, k: u32) -> Option<&'static str> {
+    let exchanges_left = |left: u32| match left {
+        0 => "6",
+        1 => "4",
+        _ => "4.2",
+    };
+    match step {
+        Step::RestoreCopy | Step::RestoreCommitCopy => Some("4.2"),
+        Step::RestorePrepare => Some(exchanges_left(3 - k + 1)),
+        Step::RestoreExchange | Step::RestoreCommitExchange => Some(exchanges_left(3 - k)),
+        Step::RestoreOutcome => Some("6"),
+        // The request is gone (a stopped process keeps what it wrote): no request, leftovers.
+        Step::RestoreRemoveRequest | Step::RestoreCommitRequest => Some("14"),
+        Step::RestoreDeleteOld | Step::RestoreCommitDelete if k < 3 => Some("14"),
+        _ => None,
+    }
+}
+
+/// A restore of @persist, @log and @home together, stopped after every occurrence of every
+/// step it takes (24 stops), then stopped once more during the recovery, then run to the
+/// end: every member is its snapshot's copy with the snapshot's data, put back once, and
+/// the outcome names all three.
+#[test]
+fn loop_a_set_of_three_stopped_after_any_step_occurrence_completes_once() {
+    let sequence = Step::restore_sequence(3);
+    assert_eq!(sequence.len(), 24);
+    let started = Instant::now();
+    let mut slowest = (Duration::ZERO, String::new());
+    for (step, k) in sequence {
+        let at = StepAt::new(step, k);
+        let one = Instant::now();
+        let Some(mut fs) = machine() else { return };
+        let request = set_story(&fs, 300);
+        stage(&fs, &request);
+        let log = must_stop(&fs, "restore-data", at, "a set of three");
+        assert!(
+            log.contains("a restore of 3 subvolumes is staged"),
+            "{at}: {log}"
+        );
+        SET.iter().for_each(|sub| live_exists(&fs, sub));
+        fs.remount().expect("remount");
+        SET.iter().for_each(|sub| live_exists(&fs, sub));
+        let again = set_second_stop(step, k);
+        if let Some(n) = again {
+            must_stop(
+                &fs,
+                "restore-data",
+                n,
+                &format!("a set of three: the recovery after step {at}"),
+            );
+            SET.iter().for_each(|sub| live_exists(&fs, sub));
+        }
+        let what = format!("a set of three: after step {at}, then {again:?}");
+        let log = run_ok(&fs, "restore-data");
+        assert_set_restored(&fs, &request);
+        if step.number() < Step::RestoreRemoveRequest.number() {
+            assert!(
+                log.contains("restore-data: done: @persist is back to @persist."),
+                "{what}: {log}"
+            );
+        }
+        fs.remount().expect("remount");
+        assert_set_restored(&fs, &request);
+        assert_set_not_again(&fs, &what);
+        let took = one.elapsed();
+        if took > slowest.0 {
+            slowest = (took, at.to_string());
+        }
+    }
+    eprintln!(
+        "a set of three, stopped after each of 24 step occurrences: {:.1} s in all, the slowest \
+         stop {} ({:.1} s)",
+        started.elapsed().as_secs_f64(),
+        slowest.1,
+        slowest.0.as_secs_f64()
+    );
+}
+
+/// A set of @persist and @home found with @persist exchanged and @home without a copy
+/// (which the steps never leave; made here by hand), stopped after exchanging @persist back
+/// (18) and after its commit (19). The next run finds no member exchanged, so it starts the
+/// set over: checks both, copies @home, exchanges both. All or none, either way; only a run
+/// that is not cut short refuses (`loop_restore`).
+#[test]
+fn loop_a_half_exchanged_set_exchanged_back_stopped_after_any_step_converges_whole() {
+    for step in UNDO_FIRST_STOPS {
+        let Some(mut fs) = machine() else { return };
+        let request = half_exchanged_set(&fs, 400);
+        let log = must_stop(&fs, "restore-data", step.number(), "exchanging back");
+        assert!(
+            log.contains("exchanging @persist and @persist.tacid-swap back"),
+            "{log}"
+        );
+        live_exists(&fs, "@persist");
+        live_exists(&fs, "@home");
+        fs.remount().expect("remount");
+        let log = run_ok(&fs, "restore-data");
+        assert!(
+            log.contains("copying snapshot @home."),
+            "after {step}: {log}"
+        );
+        for m in request.members() {
+            let sub = m.subvolume().as_str();
+            assert_eq!(read(&fs, &format!("{sub}/kept")), format!("{sub} then"));
+            assert_eq!(parent_uuid_of(&fs, sub), Some(m.uuid()), "{sub}");
+        }
+        assert!(swap_names(&fs).is_empty(), "{:?}", swap_names(&fs));
+        let o = outcome(&fs);
+        assert_eq!(o.result, OutcomeResult::Done, "{o}");
+        assert_eq!(o.request.as_ref(), Some(&request));
+    }
+}
+
+/// `tacid.test_pause_after=N.k` pauses at the k-th occurrence and says `step N.k (name)`,
+/// which the boot tier's parser never takes for step N; the next run finishes the set.
+#[test]
+fn loop_a_pause_at_a_later_occurrence_names_it() {
+    use std::io::{BufRead as _, BufReader};
+    use std::process::{Command, Stdio};
+
+    let Some(fs) = machine() else { return };
+    let request = set_story(&fs, 300);
+    stage(&fs, &request);
+    let mut child = Command::new(BIN)
+        .args(["restore-data", "--top", &path(&fs, "")])
+        .env("TACID_TEST_CMDLINE", "quiet tacid.test_pause_after=4.2")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = Vec::new();
+    for line in stderr.lines() {
+        let line = line.unwrap();
+        seen.push(line.clone());
+        if line.starts_with("tacid-initrd: test pause after step ") {
+            break;
+        }
+    }
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("tacid-initrd: test pause after step 4.2 (restore: exchange the names)"),
+        "{seen:#?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|l| l == "tacid-initrd: done step 4 (restore: exchange the names)"),
+        "{seen:#?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|l| l == "tacid-initrd: exchanging @log and @log.tacid-swap"),
+        "{seen:#?}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(child.try_wait().unwrap(), None, "it waits at the pause");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    SET.iter().for_each(|sub| live_exists(&fs, sub));
+    run_ok(&fs, "restore-data");
+    assert_set_restored(&fs, &request);
 }

@@ -154,7 +154,7 @@ fn bytes(
     // Given a good snapshot name and UUID of @home.
     bad(what, reason, move |fs| {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(100);
-        let good = snapshot(
+        let good = snapshot_member(
             fs,
             "@home",
             NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -182,10 +182,12 @@ fn bad_requests() -> Vec<Bad> {
         bytes("no newline", "newline", |n, u| {
             format!("@home {n} {u}").into_bytes()
         }),
-        bytes("two lines", "more than one line", |n, u| {
-            format!("@home {n} {u}\n@home {n} {u}\n").into_bytes()
-        }),
-        bytes("trailing empty line", "more than one line", |n, u| {
+        bytes(
+            "the same member twice",
+            "line 2: @home is named twice",
+            |n, u| format!("@home {n} {u}\n@home {n} {u}\n").into_bytes(),
+        ),
+        bytes("trailing empty line", "empty line", |n, u| {
             format!("@home {n} {u}\n\n").into_bytes()
         }),
         bytes("tab", "not text", |n, u| {
@@ -250,7 +252,7 @@ fn bad_requests() -> Vec<Bad> {
         }),
         bad("missing snapshot", "no snapshot", |fs| {
             let name = snapshot_name("@home", 200);
-            let r = layout::RestoreRequest::new(name.subvolume(), name, uuid::Uuid::from_u128(42))
+            let r = layout::RestoreRequest::one(name.subvolume(), name, uuid::Uuid::from_u128(42))
                 .unwrap();
             stage(fs, &r);
         }),
@@ -259,7 +261,7 @@ fn bad_requests() -> Vec<Bad> {
             let uuid = snapshot_as(fs, "@home", &name.to_string(), true);
             stage(
                 fs,
-                &layout::RestoreRequest::new(name.subvolume(), name, uuid).unwrap(),
+                &layout::RestoreRequest::one(name.subvolume(), name, uuid).unwrap(),
             );
         }),
         bad(
@@ -270,13 +272,13 @@ fn bad_requests() -> Vec<Bad> {
                 let uuid = snapshot_as(fs, "@log", &name.to_string(), false);
                 stage(
                     fs,
-                    &layout::RestoreRequest::new(name.subvolume(), name, uuid).unwrap(),
+                    &layout::RestoreRequest::one(name.subvolume(), name, uuid).unwrap(),
                 );
             },
         ),
         bad("UUID mismatch", "not the", |fs| {
-            let good = snapshot(fs, "@home", 203);
-            let r = layout::RestoreRequest::new(
+            let good = snapshot_member(fs, "@home", 203);
+            let r = layout::RestoreRequest::one(
                 good.subvolume(),
                 good.snapshot(),
                 uuid::Uuid::from_u128(7),
@@ -289,12 +291,12 @@ fn bad_requests() -> Vec<Bad> {
             fs::create_dir(fs.top().join(SNAPSHOTS_SUBVOLUME).join(name.to_string())).unwrap();
             stage(
                 fs,
-                &layout::RestoreRequest::new(name.subvolume(), name, uuid::Uuid::from_u128(8))
+                &layout::RestoreRequest::one(name.subvolume(), name, uuid::Uuid::from_u128(8))
                     .unwrap(),
             );
         }),
         bad("symlink as snapshot", "a symlink", |fs| {
-            let good = snapshot(fs, "@home", 205);
+            let good = snapshot_member(fs, "@home", 205);
             let name = snapshot_name("@home", 206);
             symlink(
                 good.snapshot().to_string(),
@@ -303,7 +305,7 @@ fn bad_requests() -> Vec<Bad> {
             .unwrap();
             stage(
                 fs,
-                &layout::RestoreRequest::new(name.subvolume(), name, good.uuid()).unwrap(),
+                &layout::RestoreRequest::one(name.subvolume(), name, good.uuid()).unwrap(),
             );
         }),
         bad("request is a symlink", "a symlink", |fs| {
@@ -613,4 +615,196 @@ fn loop_without_top_the_device_is_mounted_and_unmounted() {
     fs.mount().expect("mount");
     assert_home_restored(&fs, &request);
     assert!(!exists(&fs, "@root/etc/hostname"));
+}
+
+/// A set of @persist, @log and @home in one run: every snapshot is copied before the first
+/// exchange, the exchanges go in the layout's order, every member ends as its snapshot's copy
+/// with its data, the log and the outcome name every member, and the next run does nothing.
+#[test]
+fn loop_a_set_of_three_is_put_back_whole_in_one_run() {
+    let Some(mut fs) = machine() else { return };
+    let request = set_story(&fs, 300);
+    stage(&fs, &request);
+    let log = run_ok(&fs, "restore-data");
+    assert!(
+        log.contains("a restore of 3 subvolumes is staged, all of them together or none"),
+        "{log}"
+    );
+    let at = |needle: &str| {
+        log.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} not in the log:\n{log}"))
+    };
+    let copies = ["@persist", "@log", "@home"].map(|s| at(&format!("to {s}.tacid-swap\n")));
+    let exchanges =
+        ["@persist", "@log", "@home"].map(|s| at(&format!("exchanging {s} and {s}.tacid-swap\n")));
+    assert!(copies.windows(2).all(|w| w[0] < w[1]), "{log}");
+    assert!(exchanges.windows(2).all(|w| w[0] < w[1]), "{log}");
+    assert!(
+        copies[2] < exchanges[0],
+        "every copy before the first exchange:\n{log}"
+    );
+    let done = request
+        .members()
+        .iter()
+        .map(|m| format!("{} is back to {}", m.subvolume(), m.snapshot()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    assert!(
+        log.contains(&format!("restore-data: done: {done}\n")),
+        "{log}"
+    );
+    assert_set_restored(&fs, &request);
+    fs.remount().expect("remount");
+    assert_set_restored(&fs, &request);
+    let o = outcome(&fs);
+    assert!(o.reason.as_str().contains("together"), "{o}");
+
+    for sub in ["@persist", "@log", "@home"] {
+        write(&fs, &format!("{sub}/new"), "after the restore");
+    }
+    let before = fs.subvolumes_snapshot().expect("list");
+    let log = run_ok(&fs, "restore-data");
+    assert!(log.contains("no restore is staged"), "{log}");
+    for sub in ["@persist", "@log", "@home"] {
+        assert_eq!(read(&fs, &format!("{sub}/new")), "after the restore");
+    }
+    assert_eq!(fs.subvolumes_snapshot().expect("list"), before);
+    assert_eq!(outcome(&fs), o, "the outcome is not rewritten");
+}
+
+/// A set refused whole: no subvolume changed, no copy made, the outcome "refused" names every
+/// member and says why, the request moved aside, the log says what was not changed.
+fn assert_set_refused(fs: &testbed::LoopFs, request: &layout::RestoreRequest, reason: &str) {
+    let before = fs.subvolumes_snapshot().expect("list");
+    let log = run_ok(fs, "restore-data");
+    assert!(log.contains("refusing the staged restore"), "{log}");
+    assert!(!log.contains("copying"), "a copy was made:\n{log}");
+    assert!(
+        log.contains(&format!(
+            "; none of {} was changed; the boot continues",
+            request.subvolumes()
+        )),
+        "{log}"
+    );
+    assert_eq!(fs.subvolumes_snapshot().expect("list"), before);
+    assert!(swap_names(fs).is_empty(), "{:?}", swap_names(fs));
+    let o = outcome(fs);
+    assert_eq!(o.result, OutcomeResult::Refused, "{o}");
+    assert_eq!(o.request.as_ref(), Some(request), "names every member");
+    assert!(o.reason.as_str().contains(reason), "{reason:?} not in {o}");
+    assert!(request_path(fs).symlink_metadata().is_err());
+    assert_eq!(
+        fs::read(
+            fs.top()
+                .join(SNAPSHOTS_SUBVOLUME)
+                .join(layout::REFUSED_REQUEST_FILE_NAME)
+        )
+        .expect("moved aside"),
+        request.render().into_bytes()
+    );
+    for sub in ["@persist", "@log", "@home"] {
+        assert_eq!(
+            read(fs, &format!("{sub}/kept")),
+            "changed after the snapshot"
+        );
+    }
+    let log = run_ok(fs, "restore-data");
+    assert!(log.contains("no restore is staged"), "{log}");
+}
+
+/// One bad member refuses the set, whichever member it is and whatever is wrong with it.
+#[test]
+fn loop_a_set_with_one_bad_member_changes_nothing_and_names_every_member() {
+    type Spoil = fn(&testbed::LoopFs, &layout::RestoreRequest) -> layout::RestoreRequest;
+    let cases: [(&str, &str, Spoil); 3] = [
+        ("@log's snapshot made writable", "writable", |fs, r| {
+            let snap = format!("{SNAPSHOTS_SUBVOLUME}/{}", r.members()[1].snapshot());
+            sh(
+                "btrfs",
+                &["property", "set", &path(fs, &snap), "ro", "false"],
+            );
+            r.clone()
+        }),
+        ("@home's UUID not its snapshot's", "not the", |_, r| {
+            let mut members = r.members().to_vec();
+            let m = members[2];
+            members[2] =
+                layout::RestoreMember::new(m.subvolume(), m.snapshot(), uuid::Uuid::from_u128(7))
+                    .unwrap();
+            layout::RestoreRequest::new(members).unwrap()
+        }),
+        (
+            "@persist's snapshot taken of @log",
+            "a snapshot of @log",
+            |fs, r| {
+                let name = snapshot_name("@persist", 399);
+                let uuid = snapshot_as(fs, "@log", &name.to_string(), false);
+                let mut members = r.members().to_vec();
+                members[0] = layout::RestoreMember::new(name.subvolume(), name, uuid).unwrap();
+                layout::RestoreRequest::new(members).unwrap()
+            },
+        ),
+    ];
+    for (what, reason, spoil) in cases {
+        let Some(fs) = machine() else { return };
+        let good = set_story(&fs, 300);
+        let request = spoil(&fs, &good);
+        stage(&fs, &request);
+        eprintln!("{what}");
+        assert_set_refused(&fs, &request, reason);
+    }
+}
+
+/// The last member's snapshot is gone (deleted after staging): refused before the first
+/// copy, the first two members untouched too.
+#[test]
+fn loop_a_set_whose_later_member_snapshot_is_missing_is_refused_whole() {
+    let Some(fs) = machine() else { return };
+    let request = set_story(&fs, 300);
+    stage(&fs, &request);
+    let home = format!("{SNAPSHOTS_SUBVOLUME}/{}", request.members()[2].snapshot());
+    sh("btrfs", &["-q", "subvolume", "delete", &path(&fs, &home)]);
+    assert_set_refused(
+        &fs,
+        &request,
+        &format!(
+            "there is no snapshot {} in the store",
+            request.members()[2].snapshot()
+        ),
+    );
+}
+
+/// A set found with @persist exchanged and @home without a copy (the steps never leave it;
+/// made here by hand): @persist is exchanged back, the request refused, the copy deleted —
+/// no member put back, and the log says so.
+#[test]
+fn loop_a_half_exchanged_set_without_a_copy_is_exchanged_back_and_refused() {
+    let Some(mut fs) = machine() else { return };
+    let request = half_exchanged_set(&fs, 400);
+    let old_persist = uuid_of(&fs, "@persist.tacid-swap");
+    let old_home = uuid_of(&fs, "@home");
+    let log = run_ok(&fs, "restore-data");
+    assert!(
+        log.contains("warning: @persist exchanged already, but @home"),
+        "{log}"
+    );
+    assert!(
+        log.contains("exchanging @persist and @persist.tacid-swap back"),
+        "{log}"
+    );
+    assert!(log.contains("done step 18 ("), "{log}");
+    fs.remount().expect("remount");
+    assert_eq!(uuid_of(&fs, "@persist"), old_persist);
+    assert_eq!(uuid_of(&fs, "@home"), old_home);
+    for sub in ["@persist", "@home"] {
+        assert_eq!(
+            read(&fs, &format!("{sub}/kept")),
+            "changed after the snapshot"
+        );
+    }
+    assert!(swap_names(&fs).is_empty(), "{:?}", swap_names(&fs));
+    let o = outcome(&fs);
+    assert_eq!(o.result, OutcomeResult::Refused, "{o}");
+    assert_eq!(o.request.as_ref(), Some(&request));
+    assert!(o.reason.as_str().contains("@persist exchanged back"), "{o}");
 }

@@ -209,12 +209,12 @@ fn assert_restored_once(fs: &mut LoopFs, request: &RestoreRequest, n: u64, b: &B
         "{log}"
     );
     assert_eq!(read(fs, "@home/f"), format!("v{n}"));
-    assert_eq!(parent_uuid_of(fs, "@home"), Some(request.uuid()));
+    assert_eq!(parent_uuid_of(fs, "@home"), Some(only(request).uuid()));
     assert!(!request_path(fs).exists());
     assert!(swap_names(fs).is_empty(), "{:?}", swap_names(fs));
     let o = outcome(fs);
     assert_eq!(o.result, OutcomeResult::Done, "{o}");
-    assert_eq!(o.request, Some(*request));
+    assert_eq!(o.request.as_ref(), Some(request));
     // And not again.
     write(fs, "@home/f", "written after the restore");
     let subvolumes = fs.subvolumes_snapshot().unwrap();

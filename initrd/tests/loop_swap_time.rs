@@ -85,7 +85,7 @@ fn measure(files: usize, rounds: usize) -> Option<Timing> {
         let report = restore_data(&mut disk, &mut clock, SystemTime::now()).unwrap();
         whole.push(clock.start.elapsed());
         drop(disk);
-        assert_eq!(report, RestoreReport::Restored(request));
+        assert_eq!(report, RestoreReport::Restored(request.clone()));
         exchanged.push(at(&clock, Step::RestoreCommitExchange));
         assert!(!exists(&fs, "@home/changed"));
     }

@@ -456,6 +456,11 @@ mod tests {
             pause_seen("tacid-initrd: test pause after step 13 (x)", 1),
             None
         );
+        // A later occurrence of a step (a set's second exchange) is not the step's first.
+        assert_eq!(
+            pause_seen("tacid-initrd: test pause after step 4.2 (x)", 4),
+            None
+        );
     }
 
     #[test]

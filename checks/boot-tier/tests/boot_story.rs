@@ -547,7 +547,7 @@ fn boot_story_a_bad_request_changes_nothing_and_the_boot_goes_on() {
         (
             "a well-formed request whose UUID is not the snapshot's",
             |_, snap| {
-                RestoreRequest::new(snap.of, snap.name, other_uuid(&snap.uuid))
+                RestoreRequest::one(snap.of, snap.name, other_uuid(&snap.uuid))
                     .expect("well-formed")
                     .render()
                     .into_bytes()
@@ -681,7 +681,7 @@ fn power_cut_at(parts: &Parts, step: Step, work: Work) {
             }
             Work::Refusal => {
                 story.step("stage a request whose UUID is not the snapshot's");
-                let bad = RestoreRequest::new(p.home.of, p.home.name, other_uuid(&p.home.uuid))
+                let bad = RestoreRequest::one(p.home.of, p.home.name, other_uuid(&p.home.uuid))
                     .expect("well-formed");
                 let bytes = bad.render().into_bytes();
                 std::fs::write(request_path(top, layout::REQUEST_FILE_NAME), &bytes)

@@ -12,7 +12,9 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, UNIX_EPOCH};
 
-use layout::{Outcome, RestoreRequest, SnapshotName, SubvolumeName, SNAPSHOTS_SUBVOLUME};
+use layout::{
+    Outcome, RestoreMember, RestoreRequest, SnapshotName, SubvolumeName, SNAPSHOTS_SUBVOLUME,
+};
 use testbed::LoopFs;
 use uuid::Uuid;
 
@@ -72,9 +74,22 @@ pub fn parent_uuid_of(fs: &LoopFs, rel: &str) -> Option<Uuid> {
 
 /// Snapshot `sub` (read-only) and return the request that names it.
 pub fn snapshot(fs: &LoopFs, sub: &str, n: u64) -> RestoreRequest {
+    RestoreRequest::from(snapshot_member(fs, sub, n))
+}
+
+/// Snapshot `sub` (read-only) and return the member of a request that names it.
+pub fn snapshot_member(fs: &LoopFs, sub: &str, n: u64) -> RestoreMember {
     let name = snapshot_name(sub, n);
     let uuid = snapshot_as(fs, sub, &name.to_string(), false);
-    RestoreRequest::new(name.subvolume(), name, uuid).expect("request")
+    RestoreMember::new(name.subvolume(), name, uuid).expect("member")
+}
+
+/// The one member of a request of one.
+pub fn only(request: &RestoreRequest) -> RestoreMember {
+    match request.members() {
+        [m] => *m,
+        more => panic!("a request of {} members, not one", more.len()),
+    }
 }
 
 pub fn request_path(fs: &LoopFs) -> std::path::PathBuf {
@@ -191,12 +206,61 @@ pub fn home_story(fs: &LoopFs) -> RestoreRequest {
 pub fn assert_home_restored(fs: &LoopFs, request: &RestoreRequest) {
     assert_eq!(read(fs, "@home/alice/kept"), "tuesday");
     assert!(!exists(fs, "@home/alice/lost"));
-    assert_eq!(parent_uuid_of(fs, "@home"), Some(request.uuid()));
+    assert_eq!(parent_uuid_of(fs, "@home"), Some(only(request).uuid()));
     assert!(!request_path(fs).exists(), "the request is removed");
     assert!(swap_names(fs).is_empty(), "left over: {:?}", swap_names(fs));
     let o = outcome(fs);
     assert_eq!(o.result, layout::OutcomeResult::Done, "{o}");
-    assert_eq!(o.request, Some(*request));
+    assert_eq!(o.request.as_ref(), Some(request));
+}
+
+/// The set story: each of @persist, @log and @home had `<sub>/kept` = "then" when its
+/// snapshot was taken (snapshot `n`, `n + 1`, `n + 2`), then `kept` was changed and `lost`
+/// written. Returns the request for all three (not staged).
+pub fn set_story(fs: &LoopFs, n: u64) -> RestoreRequest {
+    let members: Vec<RestoreMember> = ["@persist", "@log", "@home"]
+        .iter()
+        .zip(n..)
+        .map(|(sub, k)| {
+            write(fs, &format!("{sub}/kept"), &format!("{sub} then"));
+            snapshot_member(fs, sub, k)
+        })
+        .collect();
+    for sub in ["@persist", "@log", "@home"] {
+        write(fs, &format!("{sub}/kept"), "changed after the snapshot");
+        write(fs, &format!("{sub}/lost"), "written after the snapshot");
+    }
+    RestoreRequest::new(members).expect("a set")
+}
+
+/// The set story's end: every member is its snapshot's copy with the snapshot's data (and
+/// `@persist` has its store's mount point), the outcome says done and names every member,
+/// nothing left over.
+pub fn assert_set_restored(fs: &LoopFs, request: &RestoreRequest) {
+    for m in request.members() {
+        let sub = m.subvolume().as_str();
+        assert_eq!(read(fs, &format!("{sub}/kept")), format!("{sub} then"));
+        assert!(!exists(fs, &format!("{sub}/lost")), "{sub}/lost");
+        assert_eq!(parent_uuid_of(fs, sub), Some(m.uuid()), "{sub}");
+    }
+    if request
+        .member(SubvolumeName::parse("@persist").expect("layout"))
+        .is_some()
+    {
+        assert!(
+            is_dir(&fs.top().join("@persist/.snapshots")),
+            "the mount point"
+        );
+    }
+    assert!(!request_path(fs).exists(), "the request is removed");
+    assert!(swap_names(fs).is_empty(), "left over: {:?}", swap_names(fs));
+    let o = outcome(fs);
+    assert_eq!(o.result, layout::OutcomeResult::Done, "{o}");
+    assert_eq!(
+        o.request.as_ref(),
+        Some(request),
+        "the outcome names every member"
+    );
 }
 
 /// `@root` is a fresh copy of `@root-blank`, and nothing is left under a swap name.
@@ -223,4 +287,35 @@ pub fn assert_root_is_a_blank_copy(fs: &LoopFs, context: &str) {
         Some(uuid_of(fs, layout::ROOT_BLANK_SUBVOLUME)),
         "{context}: @root is not a copy of @root-blank"
     );
+}
+
+/// A set of `@persist` and `@home` (snapshots `n`, `n + 1`; each had `kept` = "<sub> then"),
+/// staged, and found as no run of the initrd leaves it: `@persist` exchanged (the live name a
+/// writable copy of its snapshot, made after the old one, which is under the swap name) and
+/// `@home` with no copy. Returns the request.
+pub fn half_exchanged_set(fs: &LoopFs, n: u64) -> RestoreRequest {
+    let members: Vec<RestoreMember> = ["@persist", "@home"]
+        .iter()
+        .zip(n..)
+        .map(|(sub, k)| {
+            write(fs, &format!("{sub}/kept"), &format!("{sub} then"));
+            let m = snapshot_member(fs, sub, k);
+            write(fs, &format!("{sub}/kept"), "changed after the snapshot");
+            m
+        })
+        .collect();
+    let request = RestoreRequest::new(members).expect("a set");
+    stage(fs, &request);
+    let persist = request.members()[0];
+    fs::rename(
+        fs.top().join("@persist"),
+        fs.top().join("@persist.tacid-swap"),
+    )
+    .expect("move @persist to its swap name");
+    let snap = path(fs, &format!("{SNAPSHOTS_SUBVOLUME}/{}", persist.snapshot()));
+    sh(
+        "btrfs",
+        &["-q", "subvolume", "snapshot", &snap, &path(fs, "@persist")],
+    );
+    request
 }
