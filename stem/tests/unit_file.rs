@@ -424,23 +424,8 @@ fn systemd_analyze_security_exposure_is_at_most_1_6() {
         .output()
         .expect("run systemd-analyze security");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let overall = stdout
-        .lines()
-        .find_map(|l| {
-            l.split_once("Overall exposure level for ")
-                .map(|(_, rest)| rest.to_owned())
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "no overall exposure in:\n{stdout}{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-    let score: f64 = overall
-        .split_once(": ")
-        .and_then(|(_, s)| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("unreadable overall exposure line: {overall}"));
+    let score = testbed::units::overall_exposure(&stdout)
+        .unwrap_or_else(|e| panic!("{e} in:\n{stdout}{}", String::from_utf8_lossy(&out.stderr)));
     eprintln!("{}: exposure {score}", names::STEM_UNIT);
     assert!(
         score <= MAX_EXPOSURE,
