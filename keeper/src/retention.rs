@@ -76,8 +76,10 @@ impl Default for Policy {
             daily: d::KEEP_DAILY,
             weekly: d::KEEP_WEEKLY,
             monthly: d::KEEP_MONTHLY,
-            manual_max_age: (d::MANUAL_MAX_AGE_DAYS > 0)
-                .then(|| Duration::from_secs(d::MANUAL_MAX_AGE_DAYS * 86_400)),
+            // 0 days means no age limit.
+            manual_max_age: Some(d::MANUAL_MAX_AGE_DAYS)
+                .filter(|&days| days > 0)
+                .map(|days| Duration::from_secs(days * 86_400)),
             floor_bytes: d::FREE_FLOOR_BYTES,
         }
     }

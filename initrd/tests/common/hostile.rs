@@ -147,7 +147,7 @@ pub fn own_snapshots(dir: BorrowedFd<'_>, snapshots: usize, plain: usize) -> usi
     }
     let many = mkdir_open(dir, b"many");
     for i in 0..plain {
-        subvolume(many.as_fd(), &format!("p{i}"));
+        subvolume(many.as_fd(), format!("p{i}"));
     }
     2 + snapshots + plain
 }

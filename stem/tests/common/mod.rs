@@ -226,6 +226,7 @@ impl StemDaemon {
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = child.kill();
+        let _ = child.wait();
         panic!(
             "tacid-stem did not own {} within 20 s",
             layout::names::STEM_BUS_NAME
