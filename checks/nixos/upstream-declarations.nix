@@ -1,7 +1,8 @@
 # The options the tacid module sets or reads that the copied upstream modules
-# (../shared/nixos-subset, see its README) do not declare, declared here with the type
-# their upstream file gives them, so that the module is checked against those types:
-# `_module.check` stays on, and an option nothing declares is an error.
+# (TACID_NIXOS_SUBSET; docs/nixos.md lists each file and the upstream commit it is from)
+# do not declare, declared here with the type their upstream file gives them, so that the
+# module is checked against those types: `_module.check` stays on, and an option nothing
+# declares is an error.
 #
 # Each declaration names its upstream file in nixpkgs (NixOS/nixpkgs, nixos/modules/...)
 # and carries that file's type; the defaults are upstream's where the evaluation reads

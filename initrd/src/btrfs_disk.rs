@@ -150,6 +150,7 @@ impl Disk for BtrfsDisk {
             .store
             .list_subvolumes()?
             .into_iter()
+            // Harmless: no snapshot name is non-UTF-8, and check_snapshot drops unparsable names.
             .filter_map(|e| Some((e.name.into_string().ok()?, subvol(&e.info))))
             .collect())
     }

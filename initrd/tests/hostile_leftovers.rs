@@ -4,7 +4,7 @@
 //! as an unprivileged user (uid 4242, no capabilities) through the kernel's own interfaces.
 //!
 //! Nothing here may keep the next boot from making a fresh `@root` or from honouring a
-//! restore, and nothing may stick for ever (issue 12, items 1 and 2; adr/0015).
+//! restore, and nothing may stick for ever (adr/0015).
 #![allow(clippy::unwrap_used)] // a panic is how a test reports
 
 mod common;

@@ -1,4 +1,4 @@
-//! Retention figures on one loop Btrfs, in one run (issue 6):
+//! Retention figures on one loop Btrfs, in one run (adr/0013):
 //!
 //! - `tacid data prune` deleting 999 of 1000 timeline snapshots (CLI → keeper → stem,
 //!   journalled) against `snapper cleanup number` deleting 999 of 1000 snapper snapshots of

@@ -76,10 +76,9 @@ impl Default for Policy {
             daily: d::KEEP_DAILY,
             weekly: d::KEEP_WEEKLY,
             monthly: d::KEEP_MONTHLY,
-            // 0 means "no maximum age" (the default today); `filter` says so without a
-            // comparison clippy calls absurd for that default.
+            // 0 days means no age limit.
             manual_max_age: Some(d::MANUAL_MAX_AGE_DAYS)
-                .filter(|days| *days != 0)
+                .filter(|&days| days > 0)
                 .map(|days| Duration::from_secs(days * 86_400)),
             floor_bytes: d::FREE_FLOOR_BYTES,
         }

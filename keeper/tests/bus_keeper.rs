@@ -1,5 +1,6 @@
 //! The bus tier for the keeper: real dbus-daemon with the shipped policies, the stem as
-//! root, the keeper as `tacid-keeper`, the CLI as an approver (in wheel) and a stranger.
+//! root, the keeper as `tacid-keeper`, the CLI as an approver (in the approver group,
+//! `layout::defaults::APPROVER_GROUP`) and a stranger.
 //!
 //! Run (root, loop devices): `cargo build -p stem -p tacid-cli -p initrd --bins &&
 //! cargo test -p keeper --test bus_keeper`. The test build has the keeper's fault switches on
@@ -9,7 +10,7 @@ mod common;
 
 use std::collections::HashSet;
 
-use common::{uid_of, World, APPROVER, STRANGER};
+use common::{uid_of, World, APPROVER, APPROVER_GROUP, STRANGER};
 use keeper::journal::{action, state};
 
 fn json(text: &str) -> serde_json::Value {
@@ -26,12 +27,15 @@ fn bus_a_stranger_is_refused_and_journalled_an_approver_stages() {
     assert_eq!(code, 4, "stranger restore: {err}");
     assert!(
         err.contains(&format!(
-            "{STRANGER} (uid {}) is not in the group \"wheel\"",
+            "{STRANGER} (uid {}) is not in the group \"{APPROVER_GROUP}\"",
             uid_of(STRANGER)
         )),
         "{err}"
     );
-    assert!(err.contains("gpasswd -a USER wheel"), "{err}");
+    assert!(
+        err.contains(&format!("gpasswd -a USER {APPROVER_GROUP}")),
+        "{err}"
+    );
     assert_eq!(w.tacid(STRANGER, &["data", "snapshot"]).0, 4);
     assert_eq!(w.tacid(STRANGER, &["data", "cancel"]).0, 4);
     let (code, out, _) = w.tacid(STRANGER, &["data", "list"]);
@@ -76,7 +80,11 @@ fn bus_a_stranger_is_refused_and_journalled_an_approver_stages() {
         ),
         (action::RESTORE, uid_of(STRANGER), STRANGER, name.as_str())
     );
-    assert!(r.outcome.contains("is not in the group \"wheel\""), "{r:?}");
+    assert!(
+        r.outcome
+            .contains(&format!("is not in the group \"{APPROVER_GROUP}\"")),
+        "{r:?}"
+    );
     assert!(
         r.words_shown.starts_with("This puts /home back to"),
         "{r:?}"
@@ -562,7 +570,10 @@ fn bus_the_preview_counts_what_changed_and_details_are_for_approvers() {
     // The paths: to approvers only.
     let (code, _, err) = w.tacid(STRANGER, &["data", "restore", &name, "--details"]);
     assert_eq!(code, 4, "stranger --details: {err}");
-    assert!(err.contains("is not in the group \"wheel\""), "{err}");
+    assert!(
+        err.contains(&format!("is not in the group \"{APPROVER_GROUP}\"")),
+        "{err}"
+    );
     let (code, out, err) = w.tacid(APPROVER, &["data", "restore", &name, "--details"]);
     assert_eq!(code, 3, "{err}");
     eprintln!("$ tacid data restore {name} --details\n{out}");

@@ -7,7 +7,7 @@
 //! generation-bounded tree search it is built on (the floor, F), against
 //! `snapper status 1..0` (the same question: a snapshot against the live subvolume), and,
 //! for reference, against `btrfs send --no-data -p SNAP NEW` (the send-stream method,
-//! without the cost of making and deleting NEW). Target (issue 7): ≥ 10× faster than
+//! without the cost of making and deleting NEW). Target (adr/0012): ≥ 10× faster than
 //! snapper.
 
 use std::ops::ControlFlow;

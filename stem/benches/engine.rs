@@ -4,7 +4,7 @@
 //! medians and ratios: take against the raw snapshot ioctl (F), `btrfs subvolume snapshot`
 //! and `snapper create`; list at 10/100/1000/5000 snapshots against a raw tree search,
 //! `btrfs subvolume list` and `snapper list`; delete against the raw destroy ioctl.
-//! Targets (issue 2): take ≤ 1.3×F; list at 1000 ≤ 2× the tree search; both ≥ 5× faster
+//! Targets (adr/0006): take ≤ 1.3×F; list at 1000 ≤ 2× the tree search; both ≥ 5× faster
 //! than snapper.
 
 use std::os::fd::AsFd;

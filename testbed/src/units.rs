@@ -27,6 +27,23 @@ pub fn size_bytes(value: &str) -> Option<u64> {
     n.checked_mul(1 << shift)
 }
 
+/// The overall exposure score in what `systemd-analyze security` prints for one unit (the
+/// line `→ Overall exposure level for NAME: 0.5 SAFE 😀`), on its scale of 0 to 10.
+pub fn overall_exposure(security_output: &str) -> Result<f64, String> {
+    let overall = security_output
+        .lines()
+        .find_map(|l| {
+            l.split_once("Overall exposure level for ")
+                .map(|(_, rest)| rest)
+        })
+        .ok_or("no overall exposure line")?;
+    overall
+        .split_once(": ")
+        .and_then(|(_, s)| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("unreadable overall exposure line: {overall}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -41,5 +58,16 @@ mod tests {
         assert_eq!(size_bytes("1G"), Some(1 << 30));
         assert_eq!(size_bytes("infinity"), None);
         assert_eq!(size_bytes("50%"), None);
+    }
+
+    #[test]
+    fn the_overall_exposure_is_read_from_systemd_analyze_security() {
+        let out = "✓ UMask=   Files created by service are accessible only by ...\n\n\
+                   → Overall exposure level for tacid-keeper.service: 0.5 SAFE 😀\n";
+        assert_eq!(overall_exposure(out), Ok(0.5));
+        let out = "→ Overall exposure level for tacid-stem.service: 1.6 OK 🙂";
+        assert_eq!(overall_exposure(out), Ok(1.6));
+        assert!(overall_exposure("Failed to open unit\n").is_err());
+        assert!(overall_exposure("→ Overall exposure level for x.service: ?? UNSAFE").is_err());
     }
 }

@@ -19,7 +19,7 @@ use rustix::fs::{Mode, OFlags};
 pub const UID: u32 = 4242;
 pub const GID: u32 = 4242;
 
-/// How deep the directory chain of [`deep_chain`] goes in the attack: far past the
+/// How deep the directory chain of [`deep_chain`] goes in adr/0015's attack: far past the
 /// 1024 file descriptors an initrd service has, and past `PATH_MAX` (4096 bytes).
 pub const DEEP: usize = 3000;
 
@@ -96,7 +96,7 @@ fn file(dir: BorrowedFd<'_>, name: &str, text: &str) {
     rustix::io::write(&fd, text.as_bytes()).expect("write");
 }
 
-/// The attack: a subvolume named `\xff` (not UTF-8) with a subvolume inside it.
+/// adr/0015's attack: a subvolume named `\xff` (not UTF-8) with a subvolume inside it.
 /// And a directory named `\xfe` holding a subvolume, which holds a directory named with a
 /// newline and an escape sequence, holding another subvolume.
 pub fn odd_names(dir: BorrowedFd<'_>) -> usize {
@@ -152,7 +152,7 @@ pub fn own_snapshots(dir: BorrowedFd<'_>, snapshots: usize, plain: usize) -> usi
     2 + snapshots + plain
 }
 
-/// Every attack above in one directory (the deep chain as deep as the issue's).
+/// Every attack above in one directory (the deep chain as deep as adr/0015's).
 pub fn all_of_it(dir: BorrowedFd<'_>, snapshots: usize, plain: usize) -> usize {
     odd_names(dir)
         + deep_chain(dir, DEEP)

@@ -7,11 +7,10 @@
 //! one turn (as a single preview does, adr/0016: a looker's counts never make the stem
 //! commit), and says what each loses, the total, and which members stay as they are.
 
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use layout::{SnapshotName, SubvolumeName};
 
-use super::preview::{Answer, Answered};
 use super::{and_list, parse_snapshot, stem_error, test_pause, Keeper, CONSENT_WINDOW};
 use crate::authority::{Act, Authority};
 use crate::caps;
@@ -309,27 +308,9 @@ impl Keeper {
     ) -> Result<SetRestorePreview, KeeperError> {
         check_set_arguments(set, only)?;
         let key = format!("set {set} only {}", only.join(","));
-        let turn = self.previews.turn(uid);
-        let arrived = Instant::now();
-        let mut last = turn.lock().await;
-        if let Some(Answered {
-            key: k,
-            finished,
-            answer: Answer::Set(answer),
-        }) = last.as_ref()
-        {
-            // Answered while this call waited for its turn: the same question, just asked.
-            if *k == key && *finished >= arrived {
-                return answer.clone();
-            }
-        }
-        let answer = self.set_preview_now(uid, set, only).await;
-        *last = Some(Answered {
-            key,
-            finished: Instant::now(),
-            answer: Answer::Set(answer.clone()),
-        });
-        answer
+        self.previews
+            .in_turn(uid, &key, || self.set_preview_now(uid, set, only))
+            .await
     }
 
     /// One set preview, in the caller's turn: each member put back counted in turn.
