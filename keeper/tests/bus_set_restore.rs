@@ -2,18 +2,16 @@
 //! as one request under one consent, through the real daemons and the CLI as an approver
 //! (in wheel) and a stranger.
 //!
-//! The initrd of this branch does not honour a request of several members yet (another
-//! branch builds that), so no test here runs `tacid-initrd` on a set: the boot's outcome is
-//! written as the initrd writes it (`layout::Outcome`, as root, the request removed), and
-//! what is tested is the daemons' side of it: journalled once, reported once to each person,
+//! The request is honoured by the real `tacid-initrd restore-data --top`, as a boot would:
+//! every member put back, the outcome journalled once and reported once to each person,
 //! naming every member.
 //!
-//! Run (root, loop devices): `cargo build -p stem -p tacid-cli --bins &&
+//! Run (root, loop devices): `cargo build -p stem -p tacid-cli -p initrd --bins &&
 //! cargo test -p keeper --features test-hooks --test bus_set_restore`.
 
 mod common;
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use common::{uid_of, World, APPROVER, STRANGER};
 use keeper::journal::{action, state};
@@ -468,11 +466,10 @@ fn bus_a_sets_consent_is_for_exactly_the_members_shown() {
     assert_eq!(w.request_file().map(|r| r.lines().count()), Some(3));
 }
 
-/// A boot's outcome for a set (written as the initrd writes it: this branch's initrd does
-/// not honour sets yet) is journalled once and reported once to each person, naming every
-/// member.
+/// A set honoured by the real `tacid-initrd` (as the boot runs it): every member put back,
+/// the outcome journalled once and reported once to each person, naming every member.
 #[test]
-fn bus_a_sets_outcome_is_journalled_and_reported_once_naming_every_member() {
+fn bus_a_set_honoured_by_the_initrd_is_put_back_whole_and_reported_once_naming_every_member() {
     let Some(mut w) = World::start() else { return };
     let set = a_set_and_changes_since(&w);
     let id = set.id.as_str();
@@ -482,17 +479,47 @@ fn bus_a_sets_outcome_is_journalled_and_reported_once_naming_every_member() {
     let request = layout::RestoreRequest::parse(text.as_bytes()).expect("a request");
     assert_eq!(request.members().len(), 3);
 
-    // "Reboot": the keeper stops; the boot records its outcome and removes the request.
+    // "Reboot": the keeper stops, the initrd honours the request, the keeper starts again.
     w.stop_keeper();
-    let store = w.top().join(layout::SNAPSHOTS_SUBVOLUME);
-    let outcome = layout::Outcome::new(
-        layout::OutcomeResult::Done,
-        SystemTime::now() - Duration::from_secs(5),
-        Some(request),
-        layout::Reason::new("put @persist, @log and @home back together"),
+    let ran = std::process::Command::new(common::bin("tacid-initrd"))
+        .args(["restore-data", "--top"])
+        .arg(w.top())
+        .output()
+        .expect("tacid-initrd runs");
+    assert!(
+        ran.status.success(),
+        "tacid-initrd: {}",
+        String::from_utf8_lossy(&ran.stderr)
     );
-    std::fs::write(store.join(layout::OUTCOME_FILE_NAME), outcome.render()).expect("outcome");
-    std::fs::remove_file(store.join(layout::REQUEST_FILE_NAME)).expect("the request goes");
+    for (sub, written_since) in [
+        ("@persist", "p-new"),
+        ("@log", "l-new1"),
+        ("@log", "l-new2"),
+    ] {
+        assert!(
+            !w.top().join(sub).join(written_since).exists(),
+            "{sub}/{written_since} survived: the set was not put back whole"
+        );
+    }
+    assert_eq!(
+        std::fs::read(w.top().join("@home").join("edited"))
+            .map(|b| b.len())
+            .ok(),
+        Some(10),
+        "/home is not as it was"
+    );
+    assert!(w.request_file().is_none(), "the request is still staged");
+    let outcome = layout::Outcome::parse(
+        &std::fs::read(
+            w.top()
+                .join(layout::SNAPSHOTS_SUBVOLUME)
+                .join(layout::OUTCOME_FILE_NAME),
+        )
+        .expect("an outcome"),
+    )
+    .expect("a well-formed outcome");
+    assert_eq!(outcome.result, layout::OutcomeResult::Done);
+    assert_eq!(outcome.request.as_ref(), Some(&request));
     w.start_keeper(None);
 
     let (code, out, _) = w.tacid(APPROVER, &["data", "status"]);
