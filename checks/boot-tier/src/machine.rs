@@ -6,14 +6,18 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+pub use initrd::steps::StepAt;
+
 use crate::env::tools;
 use crate::guest::Report;
 use crate::parts::Parts;
 use crate::{shown, Error, IoContext as _, Result};
 
-/// Kernel command-line key that makes a test-hooked `tacid-initrd` stop after step N.
+/// Kernel command-line key that makes a test-hooked `tacid-initrd` stop after step N (its
+/// first occurrence) or `N.k` (its k-th, in a set restore that repeats it per member).
 pub const PAUSE_KEY: &str = "tacid.test_pause_after";
-/// What `tacid-initrd` prints when it stops there: `<prefix> N (<name>)`.
+/// What `tacid-initrd` prints when it stops there: `<prefix> N (<name>)`, or
+/// `<prefix> N.k (<name>)` for a later occurrence.
 pub const PAUSE_LINE_PREFIX: &str = "tacid-initrd: test pause after step ";
 /// How long one boot may take before it counts as hung (TCG, two machines at once).
 pub const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
@@ -150,8 +154,8 @@ impl Drop for Qemu {
 /// How to boot.
 #[derive(Debug, Clone, Default)]
 pub struct BootOptions {
-    /// Stop `tacid-initrd` after this step and cut the power there.
-    pub pause_after: Option<u32>,
+    /// Stop `tacid-initrd` after this occurrence of a step and cut the power there.
+    pub pause_after: Option<StepAt>,
     /// More kernel command-line words.
     pub extra_cmdline: Vec<String>,
     /// Copy the console to stdout as it comes.
@@ -163,8 +167,9 @@ pub struct BootOptions {
 pub enum Ending {
     /// The machine powered itself off.
     PoweredOff,
-    /// `tacid-initrd` paused at the step (its name as printed) and the power was cut.
-    PowerCut { step: u32, name: String },
+    /// `tacid-initrd` paused after this occurrence of a step (its name as printed) and the
+    /// power was cut.
+    PowerCut { at: StepAt, name: String },
     /// It ran past [`BOOT_TIMEOUT`] and was killed.
     TimedOut,
 }
@@ -260,8 +265,8 @@ pub fn cmdline(options: &BootOptions) -> Vec<String> {
         // ("IO-APIC + timer doesn't work!"); virtual machines skip it.
         "no_timer_check".into(),
     ];
-    if let Some(n) = options.pause_after {
-        words.push(format!("{PAUSE_KEY}={n}"));
+    if let Some(at) = options.pause_after {
+        words.push(format!("{PAUSE_KEY}={at}"));
     }
     words.extend(options.extra_cmdline.iter().cloned());
     words
@@ -321,12 +326,12 @@ pub fn boot(parts: &Parts, disk: &Path, dir: &Path, options: &BootOptions) -> Re
             &mut console,
             options.echo_console,
         );
-        if let Some(n) = options.pause_after {
-            if let Some(name) = pause_seen(&console, n) {
+        if let Some(at) = options.pause_after {
+            if let Some(name) = pause_seen(&console, at) {
                 // The power cut: SIGKILL, no flush, no shutdown.
                 let _ = qemu.0.kill();
                 let _ = qemu.0.wait();
-                break Ending::PowerCut { step: n, name };
+                break Ending::PowerCut { at, name };
             }
         }
         if let Some(status) = qemu.0.try_wait().context(|| "waiting for qemu".into())? {
@@ -380,9 +385,10 @@ fn read_new(path: &Path, from: &mut u64, into: &mut String, echo: bool) {
     }
 }
 
-/// The step's name when the console shows the pause line for step `n`.
-pub fn pause_seen(console: &str, n: u32) -> Option<String> {
-    let needle = format!("{PAUSE_LINE_PREFIX}{n} (");
+/// The step's name when the console shows the pause line for this occurrence of a step
+/// (`N (` for a first, `N.k (` for a later one: neither is taken for the other).
+pub fn pause_seen(console: &str, at: StepAt) -> Option<String> {
+    let needle = format!("{PAUSE_LINE_PREFIX}{at} (");
     let at = console.find(&needle)? + needle.len();
     let rest = &console[at..];
     let end = rest.find(')')?;
@@ -443,22 +449,39 @@ impl Machine {
 mod tests {
     use super::*;
 
+    fn at(text: &str) -> StepAt {
+        StepAt::parse(text).expect("N or N.k")
+    }
+
     #[test]
     fn the_pause_line_is_found_with_its_name() {
         let console =
             "[   12.1] x\n[   13.2] tacid-initrd: test pause after step 3 (exchange the names)\n";
         assert_eq!(
-            pause_seen(console, 3).as_deref(),
+            pause_seen(console, at("3")).as_deref(),
             Some("exchange the names")
         );
-        assert_eq!(pause_seen(console, 2), None);
         assert_eq!(
-            pause_seen("tacid-initrd: test pause after step 13 (x)", 1),
+            pause_seen(console, at("3.1")).as_deref(),
+            Some("exchange the names")
+        );
+        assert_eq!(pause_seen(console, at("2")), None);
+        assert_eq!(pause_seen(console, at("3.2")), None);
+        assert_eq!(
+            pause_seen("tacid-initrd: test pause after step 13 (x)", at("1")),
             None
         );
-        // A later occurrence of a step (a set's second exchange) is not the step's first.
+        // A later occurrence of a step (a set's second exchange) is not the step's first,
+        // nor its third, and is found as itself.
+        let second = "tacid-initrd: test pause after step 4.2 (restore: exchange the names)";
+        assert_eq!(pause_seen(second, at("4")), None);
+        assert_eq!(pause_seen(second, at("4.3")), None);
         assert_eq!(
-            pause_seen("tacid-initrd: test pause after step 4.2 (x)", 4),
+            pause_seen(second, at("4.2")).as_deref(),
+            Some("restore: exchange the names")
+        );
+        assert_eq!(
+            pause_seen("tacid-initrd: test pause after step 4.22 (x)", at("4.2")),
             None
         );
     }
@@ -496,10 +519,16 @@ mod tests {
     #[test]
     fn the_command_line_names_the_layouts_root_and_the_pause() {
         let words = cmdline(&BootOptions {
-            pause_after: Some(4),
+            pause_after: Some(at("4")),
             ..Default::default()
         });
         assert!(words.contains(&format!("rootflags=subvol={}", layout::ROOT_SUBVOLUME)));
         assert!(words.contains(&format!("{PAUSE_KEY}=4")));
+        let words = cmdline(&BootOptions {
+            pause_after: Some(at("4.2")),
+            ..Default::default()
+        });
+        assert!(words.contains(&format!("{PAUSE_KEY}=4.2")));
+        assert_eq!(words.iter().filter(|w| w.starts_with(PAUSE_KEY)).count(), 1);
     }
 }

@@ -1,16 +1,17 @@
 //! `boot-tier`: build the test machine and boot it by hand.
 //!
 //! ```text
-//! cargo run -p boot-tier -- build                 # build or reuse every part, say where
-//! cargo run -p boot-tier -- boot --console        # one boot of a fresh machine, console live
-//! cargo run -p boot-tier -- boot --pause-after 3  # cut the power after tacid-initrd's step 3
-//! cargo run -p boot-tier -- boot --disk my.img    # boot (and keep changing) your own disk
+//! cargo run -p boot-tier -- build                   # build or reuse every part, say where
+//! cargo run -p boot-tier -- boot --console          # one boot of a fresh machine, console live
+//! cargo run -p boot-tier -- boot --pause-after 3    # cut the power after tacid-initrd's step 3
+//! cargo run -p boot-tier -- boot --pause-after 4.2  # ... after the second time it does step 4
+//! cargo run -p boot-tier -- boot --disk my.img      # boot (and keep changing) your own disk
 //! ```
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use boot_tier::machine::{self, BootOptions, Ending};
+use boot_tier::machine::{self, BootOptions, Ending, StepAt};
 use boot_tier::parts::{InitrdInputs, Parts};
 use clap::{Args, Parser, Subcommand};
 
@@ -32,9 +33,10 @@ enum Cmd {
         /// Show the console (serial port 1) as it comes.
         #[arg(long)]
         console: bool,
-        /// Cut the power once tacid-initrd pauses after this step.
-        #[arg(long, value_name = "N")]
-        pause_after: Option<u32>,
+        /// Cut the power once tacid-initrd pauses after this step: `N` (the first time it
+        /// does step N) or `N.k` (the k-th time; a set restore does some steps per member).
+        #[arg(long, value_name = "N[.k]", value_parser = step_at)]
+        pause_after: Option<StepAt>,
         /// Boot this disk image instead of a fresh copy (it is changed by the boot).
         #[arg(long, value_name = "IMAGE")]
         disk: Option<PathBuf>,
@@ -55,6 +57,24 @@ struct Inputs {
     /// Use the unit files in this directory instead of initrd/systemd/.
     #[arg(long, value_name = "DIR", requires = "initrd_binary")]
     unit_dir: Option<PathBuf>,
+}
+
+/// `N` or `N.k` where N is one of tacid-initrd's step numbers (a pause elsewhere never comes).
+fn step_at(text: &str) -> Result<StepAt, String> {
+    let at = StepAt::parse(text)
+        .ok_or_else(|| format!("{text:?} is not N or N.k (digits, k from 1)"))?;
+    match initrd::steps::Step::from_number(at.number) {
+        Some(_) => Ok(at),
+        None => Err(format!(
+            "tacid-initrd has no step {}; its steps: {}",
+            at.number,
+            initrd::steps::Step::ALL
+                .iter()
+                .map(|s| s.number().to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        )),
+    }
 }
 
 impl Inputs {

@@ -26,7 +26,7 @@ pub const KERNEL_METAPACKAGE: &str = "linux-image-cloud-amd64";
 pub const BUSYBOX_PACKAGE: &str = "busybox-static";
 /// The target `tacid-initrd` is built for (explicit, so `+crt-static` skips proc macros).
 pub const TARGET: &str = "x86_64-unknown-linux-gnu";
-/// The feature that makes `tacid-initrd` honour `tacid.test_pause_after=N`.
+/// The feature that makes `tacid-initrd` honour `tacid.test_pause_after=N` (or `N.k`).
 pub const TEST_FEATURE: &str = "test-hooks";
 
 /// dracut modules and drivers of the test initrd: a set found to boot a systemd initrd on
