@@ -11,7 +11,7 @@ use layout::{
 };
 use uuid::Uuid;
 
-use crate::disk::{Disk, Source};
+use crate::disk::{Disk, ReadFailure, RequestFile, Source};
 use crate::machine::{
     plan_restore, plan_set, plan_wipe, stuck_name, swap_name, Phase, RestoreAction, SetAction,
     SwapState, WipeAction,
@@ -36,6 +36,8 @@ pub enum RunError<E> {
     Disk(E),
     /// `@root-blank` is missing: there is nothing to make `@root` from.
     BlankMissing,
+    /// The request file is there but could not be read: nothing was changed.
+    RequestUnreadable(String),
     /// The state machine went round more often than any swap needs (a bug, or a disk that
     /// does not do what it says).
     Stuck {
@@ -52,6 +54,11 @@ impl<E: fmt::Display> fmt::Display for RunError<E> {
                 f,
                 "{ROOT_BLANK_SUBVOLUME} is missing, so {ROOT_SUBVOLUME} cannot be made again; \
                  create it (an empty read-only subvolume at the top level)"
+            ),
+            RunError::RequestUnreadable(e) => write!(
+                f,
+                "the staged request could not be read ({e}); nothing was changed, it stays \
+                 staged, and the next boot reads it again"
             ),
             RunError::Stuck { subvolume, phase } => write!(
                 f,
@@ -101,6 +108,16 @@ pub fn restore_data<D: Disk, O: Observer>(
         retry_stuck(disk, obs, subvolume.as_str())?;
     }
     let file = disk.request().disk()?;
+    // A request that is there but cannot be read now (EIO) is not a bad request: refusing it
+    // and cleaning up would delete what a cut-short set left under its swap names, and with
+    // it the way to finish the set. Nothing is touched; the next boot reads it again.
+    if let RequestFile::Present {
+        bytes: Err(ReadFailure::Io(e)),
+        ..
+    } = &file
+    {
+        return Err(RunError::RequestUnreadable(e.clone()));
+    }
     let report = match judge_request_file(&file) {
         None => {
             obs.log("no restore is staged");
@@ -390,7 +407,8 @@ where
             return Ok(Vec::new());
         }
         obs.log(&format!(
-            "warning: exchanging {} failed ({error}) with {} exchanged already; exchanging              back, so that this boot runs on none of the set and the next boot tries it again",
+            "warning: exchanging {} failed ({error}) with {} exchanged already; exchanging \
+             back, so that this boot runs on none of the set and the next boot tries it again",
             failed.subvolume(),
             exchanged.join(", ")
         ));
@@ -417,7 +435,8 @@ where
         )),
         Ok(_) => {}
         Err(second) => obs.log(&format!(
-            "error: the exchange back failed too ({second}): this boot runs with part of the              set put back ({}); the next boot finishes it before the root is mounted",
+            "error: the exchange back failed too ({second}): this boot runs with part of the \
+             set put back ({}); the next boot finishes it before the root is mounted",
             request.subvolumes()
         )),
     }

@@ -11,7 +11,7 @@ use btrfs::{FileKind, TreeDeleted};
 use layout::{Outcome, SubvolumeName};
 use uuid::Uuid;
 
-use crate::disk::{Disk, FileFacts, RequestFile, SnapshotFacts, Source};
+use crate::disk::{Disk, FileFacts, ReadFailure, RequestFile, SnapshotFacts, Source};
 use crate::machine::Subvol;
 
 /// One subvolume; `content` is the history of writes it holds.
@@ -241,6 +241,8 @@ pub struct Model {
     pub guarded: BTreeSet<String>,
     /// Every state the disk could be found in after a crash, checked as it happens.
     pub states_checked: usize,
+    /// Reading the request file fails (EIO) while this is set.
+    pub request_unreadable: bool,
 }
 
 impl Model {
@@ -260,6 +262,7 @@ impl Model {
             uuid_counter: 0xfeed_0000,
             guarded,
             states_checked: 0,
+            request_unreadable: false,
         }
     }
 
@@ -381,7 +384,11 @@ impl Disk for Model {
                     mode: f.mode,
                     size: f.bytes.len() as u64,
                 },
-                bytes: Ok(f.bytes.clone()),
+                bytes: if self.request_unreadable {
+                    Err(ReadFailure::Io("Input/output error (os error 5)".into()))
+                } else {
+                    Ok(f.bytes.clone())
+                },
             },
         })
     }
@@ -772,6 +779,49 @@ mod tests {
     /// The subvolumes with a swap or stuck name.
     fn tacid_names(state: &State) -> Vec<&String> {
         state.top.keys().filter(|k| k.contains(".tacid-")).collect()
+    }
+
+    /// A set cut short after its first exchange, then a boot that cannot read the request
+    /// (EIO): nothing is refused and nothing cleaned up (that would delete the replaced
+    /// subvolume and the other members' copies, leaving a mix for good); the next boot that
+    /// can read it finishes the set whole.
+    #[test]
+    fn an_unreadable_request_after_a_cut_short_set_touches_nothing_and_the_set_finishes() {
+        let subs = set_of(7);
+        let (state, _request) = staged_set(&subs, 0, false);
+        let watch = Watch::of(&state, &subs);
+        // Power off at the first moment only the first member is exchanged, durably.
+        let mut steps = Steps(Vec::new(), Vec::new());
+        let mut m = (0..64)
+            .find_map(|budget| {
+                let mut m = Model::new(state.clone());
+                m.arm(budget, ModelError::Crash);
+                let cut = restore_data(&mut m, &mut Steps(Vec::new(), Vec::new()), now());
+                assert!(
+                    matches!(cut, Err(RunError::Disk(ModelError::Crash))),
+                    "{cut:?}"
+                );
+                m.crash(0);
+                (watch.restored(&m) == [true, false, false]).then_some(m)
+            })
+            .expect("a power cut leaves the first member alone exchanged");
+        let before = m.current.clone();
+
+        m.request_unreadable = true;
+        let unreadable = restore_data(&mut m, &mut steps, now());
+        assert!(
+            matches!(unreadable, Err(RunError::RequestUnreadable(_))),
+            "{unreadable:?}"
+        );
+        assert_eq!(
+            m.current, before,
+            "a run that could not read the request changed the disk"
+        );
+
+        m.request_unreadable = false;
+        restore_data(&mut m, &mut steps, now()).expect("the next boot finishes the set");
+        assert_eq!(watch.restored(&m), [true, true, true]);
+        watch.assert_not_mixed(&m, "the boot after");
     }
 
     proptest! {

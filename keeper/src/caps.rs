@@ -11,6 +11,11 @@ use std::borrow::Cow;
 /// which is longer than every name of the layout.
 pub const MAX_NAME_BYTES: usize = layout::MAX_SNAPSHOT_NAME_BYTES;
 
+/// A subject the keeper built from names it parsed: `set N: NAME NAME NAME`, a set's id
+/// and one name per restorable subvolume.
+pub const MAX_BUILT_SUBJECT_BYTES: usize =
+    "set 18446744073709551615: ".len() + layout::SUBVOLUMES.len() * (MAX_NAME_BYTES + 1);
+
 /// A snapshot's reason: one line of at most this many bytes, what the journal keeps.
 pub const MAX_REASON_BYTES: usize = 500;
 

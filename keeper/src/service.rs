@@ -223,7 +223,31 @@ impl Keeper {
         words: &str,
         why: &str,
     ) {
-        let subject = caps::name(subject);
+        self.journal_refusal_of(asker, act, caps::name(subject), words, why);
+    }
+
+    /// [`Self::journal_refusal`] for a subject the keeper built from names it parsed (a set's
+    /// members), capped at what such a subject can be rather than at one name.
+    fn journal_refusal_built(
+        &self,
+        asker: &Asker,
+        act: &'static str,
+        subject: &str,
+        words: &str,
+        why: &str,
+    ) {
+        let subject = caps::capped(subject, caps::MAX_BUILT_SUBJECT_BYTES);
+        self.journal_refusal_of(asker, act, subject, words, why);
+    }
+
+    fn journal_refusal_of(
+        &self,
+        asker: &Asker,
+        act: &'static str,
+        subject: std::borrow::Cow<'_, str>,
+        words: &str,
+        why: &str,
+    ) {
         let words = caps::capped(words, caps::MAX_WORDS_BYTES);
         let verdict = self
             .refusals

@@ -315,7 +315,12 @@ fn bus_a_set_is_previewed_staged_as_one_request_with_one_consent_and_cancelled_w
     assert_eq!(w.request_file().as_deref(), Some(expected.as_str()));
 
     // Another restore is refused while the set is staged: a member alone, or part of it.
-    assert_eq!(w.tacid(APPROVER, &["data", "restore", &set.home]).0, 3);
+    // A member's own preview does not call it "already staged": only the whole set is.
+    let (code, out, _) = w.tacid(APPROVER, &["data", "restore", &set.home]);
+    assert_eq!(code, 3);
+    assert!(!out.contains("already staged"), "{out}");
+    let (_, out, _) = w.tacid(APPROVER, &["data", "restore", &set.home, "--json"]);
+    assert_eq!(json(&out)["already_staged"], false, "{out}");
     let (code, _, err) = w.tacid(APPROVER, &["data", "restore", &set.home, "--yes"]);
     assert_eq!(code, 6, "{err}");
     assert!(err.contains("a restore is already staged"), "{err}");
@@ -458,6 +463,15 @@ fn bus_a_sets_consent_is_for_exactly_the_members_shown() {
         );
     }
     assert!(w.request_file().is_none());
+    // Each refusal is journalled under the members it was for, whole (not cut as a name is).
+    let (requests, _) = w.journal_rows();
+    let refused: Vec<&str> = requests
+        .iter()
+        .filter(|r| r.action == action::RESTORE && r.state == state::REFUSED)
+        .map(|r| r.subject.as_str())
+        .collect();
+    let whole = format!("set {id}: {}", set.names().join(" "));
+    assert!(refused.contains(&whole.as_str()), "{refused:?}");
     let staged = root
         .run(root.proxy.set_restore_confirm(id, vec![], &all.words))
         .expect("the set's own words");
@@ -628,4 +642,50 @@ fn bus_the_keeper_killed_mid_set_restore_settles_its_consent_from_the_disk() {
         let by = json(&out)["staged_by"].as_str().map(str::to_owned);
         assert_eq!(by.as_deref(), Some(if staged { APPROVER } else { "" }));
     }
+}
+
+/// A set cut short while it was taken (its request failed, not every member made) is not one
+/// cut: it is refused as a set, and each member it has may still be put back alone.
+#[test]
+fn bus_a_set_cut_short_is_refused_as_a_set() {
+    let Some(mut w) = World::start() else { return };
+    let set = a_set_and_changes_since(&w);
+    let id = set.id.as_str();
+    // As a power cut in the middle of taking it leaves it: /home never made, the set failed.
+    w.stop_keeper();
+    let snapshots = w.top().join(layout::SNAPSHOTS_SUBVOLUME);
+    common::ok(
+        "btrfs",
+        &[
+            "subvolume",
+            "delete",
+            snapshots.join(&set.home).to_str().expect("utf-8"),
+        ],
+    );
+    {
+        let conn = rusqlite::Connection::open(&w.journal).expect("the journal, the keeper stopped");
+        let changed = conn
+            .execute(
+                "UPDATE requests SET state = ?1 WHERE id = ?2",
+                rusqlite::params![state::FAILED, set.id.parse::<i64>().expect("an id")],
+            )
+            .expect("the set's row");
+        assert_eq!(changed, 1);
+    }
+    w.give_journal_back();
+    w.start_keeper(None);
+
+    let (code, _, err) = w.tacid(APPROVER, &["data", "restore", id]);
+    assert_eq!(code, 6, "{err}");
+    assert!(
+        err.contains(&format!(
+            "set {id} is not whole: it is failed (of its snapshots, only those of /persist and \
+             /var/log exist)"
+        )),
+        "{err}"
+    );
+    assert_eq!(w.tacid(APPROVER, &["data", "restore", id, "--yes"]).0, 6);
+    assert!(w.request_file().is_none(), "a cut-short set was staged");
+    // Its members, alone, as ever.
+    assert_eq!(w.tacid(APPROVER, &["data", "restore", &set.persist]).0, 3);
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use layout::SnapshotName;
 
-use super::{parse_snapshot, restorable_paths, Keeper, PREVIEW_COUNT_LIMIT};
+use super::{parse_snapshot, restorable_paths, stem_error, Keeper, PREVIEW_COUNT_LIMIT};
 use crate::authority::Authority;
 use crate::journal::{action, state};
 use crate::wire::{KeeperError, RestorePreview, SetRestorePreview};
@@ -188,9 +188,22 @@ impl Keeper {
         let name = snap.to_string();
         let sub = snap.subvolume();
         let may_confirm = self.may_change(uid);
-        let disk = {
+        let (disk, staged_alone) = {
             let _turn = self.looker_turn(may_confirm).await;
-            self.find(snap).await?
+            let listed = self.stem.list().await.map_err(stem_error)?;
+            // "Already staged" is for exactly this restore: a set's request names several
+            // snapshots, each shown staged, and staging this one alone would be refused.
+            let staged_alone = listed.iter().filter(|d| d.staged).count() == 1;
+            let text = snap.to_string();
+            let disk = listed
+                .into_iter()
+                .find(|d| d.member.name == text)
+                .ok_or_else(|| {
+                    KeeperError::NoSuchSnapshot(format!(
+                        "there is no snapshot named {text}; see `tacid data list`"
+                    ))
+                })?;
+            (disk, staged_alone)
         };
         let words = self
             .restore_words(snap, disk.member.taken_micros, may_confirm)
@@ -216,7 +229,7 @@ impl Keeper {
             of_path: sub.display_path().to_owned(),
             taken_micros: disk.member.taken_micros,
             words,
-            already_staged: disk.staged,
+            already_staged: disk.staged && staged_alone,
         })
     }
 

@@ -154,6 +154,8 @@ impl Keeper {
         may_confirm: bool,
     ) -> Result<SetPlan, KeeperError> {
         let by_id = check_set_arguments(set, only)?;
+        // As list and status do: a keeper just started knows its sets only once reconciled.
+        self.ensure_reconciled().await;
         let by_name = match by_id {
             Some(_) => None,
             None => Some(parse_snapshot(set)?),
@@ -197,6 +199,31 @@ impl Keeper {
                 "there is no snapshot set {id}; `tacid data list` shows each snapshot's set"
             )));
         };
+        // A set cut short (a power cut or an error while it was taken) or still being taken
+        // is not the one cut it claims to be: its members are not put back as a set.
+        if let Some(q) = first
+            .request
+            .as_ref()
+            .filter(|q| q.state != state::COMPLETE)
+        {
+            let there: Vec<&str> = in_set
+                .iter()
+                .filter(|r| r.state == "present")
+                .filter_map(|r| SubvolumeName::parse(&r.of_subvolume).ok())
+                .map(|s| s.display_path())
+                .collect();
+            let there = match there.as_slice() {
+                [] => "none of its snapshots exists".to_owned(),
+                [one] => format!("of its snapshots, only that of {one} exists"),
+                more => format!("of its snapshots, only those of {} exist", and_list(more)),
+            };
+            return Err(KeeperError::NotAllowedForSubvolume(format!(
+                "set {id} is not whole: it is {} ({there}), so its members are not one cut; put \
+                 a member back alone with `tacid data restore NAME`, or choose a whole set from \
+                 `tacid data list`",
+                q.state
+            )));
+        }
         let pre_switch = first.request.as_ref().is_some_and(|q| q.pre_switch);
         let paths_of_set = || {
             let paths: Vec<&str> = in_set
@@ -460,7 +487,7 @@ impl Keeper {
                 CONSENT_WINDOW.as_secs() / 60,
                 plan.id
             );
-            self.journal_refusal(&asker, action::RESTORE, &subject, words_shown, &why);
+            self.journal_refusal_built(&asker, action::RESTORE, &subject, words_shown, &why);
             return Err(KeeperError::WordsNotShown(why));
         }
         let id = self.journal(|j| {

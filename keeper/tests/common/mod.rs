@@ -39,7 +39,7 @@ fn run(cmd: &str, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("{cmd} {args:?}: {e}"))
 }
 
-fn ok(cmd: &str, args: &[&str]) {
+pub fn ok(cmd: &str, args: &[&str]) {
     let out = run(cmd, args);
     assert!(
         out.status.success(),
