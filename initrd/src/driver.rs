@@ -345,21 +345,7 @@ fn restore_set<D: Disk, O: Observer>(
                     members[i].subvolume(),
                     phases[i]
                 ));
-                for (m, _) in members
-                    .iter()
-                    .zip(&phases)
-                    .rev()
-                    .filter(|(_, p)| **p == Phase::Exchanged)
-                {
-                    let live = m.subvolume().as_str();
-                    let swap = swap_name(live);
-                    obs.log(&format!(
-                        "exchanging {live} and {swap} back ({live} again the subvolume it was)"
-                    ));
-                    disk.exchange(live, &swap).disk()?;
-                    obs.after(Step::RestoreUndo);
-                    commit(disk, obs, Step::RestoreCommitUndo)?;
-                }
+                exchange_back(disk, obs, members, &phases, true)?;
                 return refused(disk, obs, request, refusal, now);
             }
             SetAction::RefuseLiveMissing(i) => {
@@ -412,19 +398,7 @@ where
             failed.subvolume(),
             exchanged.join(", ")
         ));
-        for (m, _) in members
-            .iter()
-            .zip(&phases)
-            .rev()
-            .filter(|(_, p)| **p == Phase::Exchanged)
-        {
-            let live = m.subvolume().as_str();
-            let swap = swap_name(live);
-            obs.log(&format!("exchanging {live} and {swap} back"));
-            disk.exchange(live, &swap).disk()?;
-            obs.after(Step::RestoreUndo);
-            commit(disk, obs, Step::RestoreCommitUndo)?;
-        }
+        exchange_back(disk, obs, members, &phases, false)?;
         Ok(exchanged)
     };
     match undo(disk, obs) {
@@ -441,6 +415,37 @@ where
         )),
     }
     error
+}
+
+/// Exchanges back the members found exchanged, newest first, a commit after each. With
+/// `say_again`, each log line also says the live name is again the subvolume it was.
+fn exchange_back<D: Disk, O: Observer>(
+    disk: &mut D,
+    obs: &mut O,
+    members: &[RestoreMember],
+    phases: &[Phase],
+    say_again: bool,
+) -> Result<(), RunError<D::Error>> {
+    for (m, _) in members
+        .iter()
+        .zip(phases)
+        .rev()
+        .filter(|(_, p)| **p == Phase::Exchanged)
+    {
+        let live = m.subvolume().as_str();
+        let swap = swap_name(live);
+        if say_again {
+            obs.log(&format!(
+                "exchanging {live} and {swap} back ({live} again the subvolume it was)"
+            ));
+        } else {
+            obs.log(&format!("exchanging {live} and {swap} back"));
+        }
+        disk.exchange(live, &swap).disk()?;
+        obs.after(Step::RestoreUndo);
+        commit(disk, obs, Step::RestoreCommitUndo)?;
+    }
+    Ok(())
 }
 
 /// The members found exchanged, by name.

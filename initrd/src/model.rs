@@ -668,6 +668,16 @@ mod tests {
         (state, request)
     }
 
+    /// An abandoned swap of `sub`: a copy of it with an id and UUID of its own and no parent.
+    fn plant_stale_swap(state: &mut State, sub: &str) {
+        let mut stale = state.top[sub].clone();
+        stale.id = state.next_id;
+        stale.uuid = Uuid::from_u128(0x8_0000);
+        stale.parent_uuid = None;
+        state.next_id += 1;
+        state.top.insert(swap_name(sub), stale);
+    }
+
     fn staged(sub: &str, nested: usize, again: bool) -> (State, RestoreRequest) {
         staged_set(&[sub], nested, again)
     }
@@ -847,12 +857,7 @@ mod tests {
                 // An abandoned swap, from a request that was withdrawn: of a subvolume not in
                 // the set, or (for a set of all three) under the first member's swap name.
                 let other = RESTORABLE.into_iter().find(|s| !subs.contains(s)).unwrap_or(first);
-                let mut stale = state.top[other].clone();
-                stale.id = state.next_id;
-                stale.uuid = Uuid::from_u128(0x8_0000);
-                stale.parent_uuid = None;
-                state.next_id += 1;
-                state.top.insert(swap_name(other), stale);
+                plant_stale_swap(&mut state, other);
             }
             let initial = state.clone();
             let mut m = Model::new(state);
@@ -985,12 +990,7 @@ mod tests {
             state.top.insert(swap, live);
             let last = subs[subs.len() - 1];
             if stale_last {
-                let mut stale = state.top[last].clone();
-                stale.id = state.next_id;
-                stale.uuid = Uuid::from_u128(0x8_0000);
-                stale.parent_uuid = None;
-                state.next_id += 1;
-                state.top.insert(swap_name(last), stale);
+                plant_stale_swap(&mut state, last);
             }
             let initial = state.clone();
             let mut m = Model::new(state);

@@ -373,19 +373,20 @@ fn loop_a_wipe_with_root_missing_stopped_after_any_step_completes() {
     }
 }
 
-/// `tacid.test_pause_after=N`: the process says so and waits (here killed, as the boot tier
-/// cuts the power); the next run finishes. The command line comes from TACID_TEST_CMDLINE.
-#[test]
-fn loop_a_pause_at_a_step_announces_itself_and_waits() {
+/// Run `restore-data` with the kernel command line `cmdline` (TACID_TEST_CMDLINE) and read
+/// its log until a line starting with `pause_line` (or the end): the running process and the
+/// lines seen, the last one that line.
+fn run_to_pause(
+    fs: &testbed::LoopFs,
+    cmdline: &str,
+    pause_line: &str,
+) -> (std::process::Child, Vec<String>) {
     use std::io::{BufRead as _, BufReader};
     use std::process::{Command, Stdio};
 
-    let Some(fs) = machine() else { return };
-    let request = home_story(&fs);
-    stage(&fs, &request);
     let mut child = Command::new(BIN)
-        .args(["restore-data", "--top", &path(&fs, "")])
-        .env("TACID_TEST_CMDLINE", "quiet tacid.test_pause_after=4")
+        .args(["restore-data", "--top", &path(fs, "")])
+        .env("TACID_TEST_CMDLINE", cmdline)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -394,19 +395,40 @@ fn loop_a_pause_at_a_step_announces_itself_and_waits() {
     for line in stderr.lines() {
         let line = line.unwrap();
         seen.push(line.clone());
-        if line.starts_with("tacid-initrd: test pause after step 4 (") {
+        if line.starts_with(pause_line) {
             break;
         }
     }
+    (child, seen)
+}
+
+/// The process is still waiting at its pause a moment later; then it is killed (as the boot
+/// tier cuts the power).
+fn kill_at_pause(mut child: std::process::Child) {
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(child.try_wait().unwrap(), None, "it waits at the pause");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// `tacid.test_pause_after=N`: the process says so and waits (here killed, as the boot tier
+/// cuts the power); the next run finishes. The command line comes from TACID_TEST_CMDLINE.
+#[test]
+fn loop_a_pause_at_a_step_announces_itself_and_waits() {
+    let Some(fs) = machine() else { return };
+    let request = home_story(&fs);
+    stage(&fs, &request);
+    let (child, seen) = run_to_pause(
+        &fs,
+        "quiet tacid.test_pause_after=4",
+        "tacid-initrd: test pause after step 4 (",
+    );
     assert!(
         seen.last()
             .is_some_and(|l| l.contains("test pause after step 4 (restore: exchange the names)")),
         "{seen:#?}"
     );
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    assert_eq!(child.try_wait().unwrap(), None, "it waits at the pause");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    kill_at_pause(child);
     live_exists(&fs, "@home");
     run_ok(&fs, "restore-data");
     assert_home_restored(&fs, &request);
@@ -585,27 +607,14 @@ fn loop_a_half_exchanged_set_exchanged_back_stopped_after_any_step_converges_who
 /// which the boot tier's parser never takes for step N; the next run finishes the set.
 #[test]
 fn loop_a_pause_at_a_later_occurrence_names_it() {
-    use std::io::{BufRead as _, BufReader};
-    use std::process::{Command, Stdio};
-
     let Some(fs) = machine() else { return };
     let request = set_story(&fs, 300);
     stage(&fs, &request);
-    let mut child = Command::new(BIN)
-        .args(["restore-data", "--top", &path(&fs, "")])
-        .env("TACID_TEST_CMDLINE", "quiet tacid.test_pause_after=4.2")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut seen = Vec::new();
-    for line in stderr.lines() {
-        let line = line.unwrap();
-        seen.push(line.clone());
-        if line.starts_with("tacid-initrd: test pause after step ") {
-            break;
-        }
-    }
+    let (child, seen) = run_to_pause(
+        &fs,
+        "quiet tacid.test_pause_after=4.2",
+        "tacid-initrd: test pause after step ",
+    );
     assert_eq!(
         seen.last().map(String::as_str),
         Some("tacid-initrd: test pause after step 4.2 (restore: exchange the names)"),
@@ -621,10 +630,7 @@ fn loop_a_pause_at_a_later_occurrence_names_it() {
             .any(|l| l == "tacid-initrd: exchanging @log and @log.tacid-swap"),
         "{seen:#?}"
     );
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    assert_eq!(child.try_wait().unwrap(), None, "it waits at the pause");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    kill_at_pause(child);
     SET.iter().for_each(|sub| live_exists(&fs, sub));
     run_ok(&fs, "restore-data");
     assert_set_restored(&fs, &request);

@@ -87,6 +87,22 @@ pub struct ChangeCounts {
     pub complete: bool,
 }
 
+impl ChangeCounts {
+    /// Add `c` to these counts, each number saturating; the sum is complete only when both
+    /// were.
+    pub fn add(&mut self, c: &ChangeCounts) {
+        self.files_modified = self.files_modified.saturating_add(c.files_modified);
+        self.files_added = self.files_added.saturating_add(c.files_added);
+        self.files_removed = self.files_removed.saturating_add(c.files_removed);
+        self.directories_added = self.directories_added.saturating_add(c.directories_added);
+        self.directories_removed = self
+            .directories_removed
+            .saturating_add(c.directories_removed);
+        self.bytes_written = self.bytes_written.saturating_add(c.bytes_written);
+        self.complete &= c.complete;
+    }
+}
+
 /// `412 files changed, 37 added, 9 removed since then (1.2 GiB written)`, with "at least"
 /// when the count was cut short, and the directories added or removed when there are any.
 pub fn change_words(c: &ChangeCounts) -> String {
@@ -239,16 +255,7 @@ pub fn set_restore_words(
         match &m.counts {
             Some(c) => {
                 out.push_str(&format!("\n  {path} back to {when}: {}.", change_words(c)));
-                total.files_modified = total.files_modified.saturating_add(c.files_modified);
-                total.files_added = total.files_added.saturating_add(c.files_added);
-                total.files_removed = total.files_removed.saturating_add(c.files_removed);
-                total.directories_added =
-                    total.directories_added.saturating_add(c.directories_added);
-                total.directories_removed = total
-                    .directories_removed
-                    .saturating_add(c.directories_removed);
-                total.bytes_written = total.bytes_written.saturating_add(c.bytes_written);
-                total.complete &= c.complete;
+                total.add(c);
             }
             None => {
                 out.push_str(&format!("\n  {path} back to {when}."));

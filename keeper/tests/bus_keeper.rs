@@ -268,10 +268,7 @@ fn bus_the_stem_going_away_and_back_is_survived() {
 /// restart must leave no half-made snapshot, lose no acknowledged row, and reconcile.
 #[test]
 fn bus_the_keeper_killed_mid_request_loses_nothing_acknowledged() {
-    if !cfg!(feature = "test-hooks") {
-        common::skip(
-            "built without --features test-hooks: the keeper cannot be stopped at a named point",
-        );
+    if common::skip_without_test_hooks() {
         return;
     }
     let Some(mut w) = World::start() else { return };
@@ -346,20 +343,7 @@ fn bus_the_keeper_killed_mid_request_loses_nothing_acknowledged() {
 
     let name = acknowledged[0].clone();
     for (point, staged) in [("restore-pending", false), ("restore-staged", true)] {
-        w.kill_keeper();
-        w.start_keeper(Some(point));
-        assert_eq!(w.tacid(APPROVER, &["data", "restore", &name]).0, 3);
-        let cli = w.spawn_tacid(APPROVER, &["data", "restore", &name, "--yes"]);
-        w.wait_keeper_log(&format!("paused at {point}"));
-        w.kill_keeper();
-        let _ = cli.wait_with_output();
-        w.start_keeper(None);
-        assert_eq!(w.tacid(APPROVER, &["data", "status"]).0, 0);
-        let (requests, _) = w.journal_rows();
-        let last = requests
-            .iter()
-            .rfind(|r| r.action == action::RESTORE)
-            .expect("the killed restore");
+        let last = w.kill_keeper_mid_restore(point, &name);
         assert_eq!(
             last.state,
             if staged { state::STAGED } else { state::FAILED },
@@ -389,16 +373,7 @@ fn bus_a_restore_of_persist_leaves_the_journal_whole_and_its_outcome_is_reported
 
     // "Reboot": the keeper stops, the initrd honours the request, the keeper starts again.
     w.stop_keeper();
-    let out = std::process::Command::new(common::bin("tacid-initrd"))
-        .args(["restore-data", "--top"])
-        .arg(w.top())
-        .output()
-        .expect("tacid-initrd runs");
-    assert!(
-        out.status.success(),
-        "tacid-initrd: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    w.run_initrd_restore();
     assert!(!marker.exists(), "the restore did not put @persist back");
     w.start_keeper(None);
 

@@ -495,16 +495,7 @@ fn bus_a_set_honoured_by_the_initrd_is_put_back_whole_and_reported_once_naming_e
 
     // "Reboot": the keeper stops, the initrd honours the request, the keeper starts again.
     w.stop_keeper();
-    let ran = std::process::Command::new(common::bin("tacid-initrd"))
-        .args(["restore-data", "--top"])
-        .arg(w.top())
-        .output()
-        .expect("tacid-initrd runs");
-    assert!(
-        ran.status.success(),
-        "tacid-initrd: {}",
-        String::from_utf8_lossy(&ran.stderr)
-    );
+    w.run_initrd_restore();
     for (sub, written_since) in [
         ("@persist", "p-new"),
         ("@log", "l-new1"),
@@ -569,13 +560,7 @@ fn bus_a_set_honoured_by_the_initrd_is_put_back_whole_and_reported_once_naming_e
     w.stop_keeper();
     w.start_keeper(None);
     assert_eq!(w.tacid(STRANGER, &["data", "status"]).0, 0);
-    let copy = tempfile::tempdir().expect("a directory");
-    let copied = copy.path().join("journal.sqlite");
-    std::fs::copy(&w.journal, &copied).expect("copy");
-    let wal = format!("{}-wal", w.journal.display());
-    if std::path::Path::new(&wal).exists() {
-        std::fs::copy(&wal, copy.path().join("journal.sqlite-wal")).expect("copy its WAL");
-    }
+    let (_copy, copied) = w.copy_journal();
     let conn = rusqlite::Connection::open(&copied).expect("the copy opens");
     let rows: Vec<(String, String)> = conn
         .prepare("SELECT result, request FROM outcomes")
@@ -601,30 +586,14 @@ fn bus_a_set_honoured_by_the_initrd_is_put_back_whole_and_reported_once_naming_e
 /// the restart settles the consent row from what the disk says is staged.
 #[test]
 fn bus_the_keeper_killed_mid_set_restore_settles_its_consent_from_the_disk() {
-    if !cfg!(feature = "test-hooks") {
-        common::skip(
-            "built without --features test-hooks: the keeper cannot be stopped at a named point",
-        );
+    if common::skip_without_test_hooks() {
         return;
     }
     let Some(mut w) = World::start() else { return };
     let set = a_set_and_changes_since(&w);
     let id = set.id.as_str();
     for (point, staged) in [("restore-pending", false), ("restore-staged", true)] {
-        w.kill_keeper();
-        w.start_keeper(Some(point));
-        assert_eq!(w.tacid(APPROVER, &["data", "restore", id]).0, 3);
-        let cli = w.spawn_tacid(APPROVER, &["data", "restore", id, "--yes"]);
-        w.wait_keeper_log(&format!("paused at {point}"));
-        w.kill_keeper();
-        let _ = cli.wait_with_output();
-        w.start_keeper(None);
-        assert_eq!(w.tacid(APPROVER, &["data", "status"]).0, 0);
-        let (requests, _) = w.journal_rows();
-        let last = requests
-            .iter()
-            .rfind(|r| r.action == action::RESTORE)
-            .expect("the killed restore");
+        let last = w.kill_keeper_mid_restore(point, id);
         assert_eq!(
             (last.state.as_str(), last.subject.as_str()),
             (

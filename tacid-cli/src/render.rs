@@ -105,21 +105,25 @@ pub fn snapshot_set(set: &SnapshotSet) -> String {
 pub fn preview(p: &RestorePreview) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", p.words);
-    if p.already_staged {
+    staged_or_how_to_stage(&mut out, p.already_staged, &p.of_path, &p.snapshot);
+    out
+}
+
+/// A preview's last lines: that it is already staged (of `paths`), or that nothing has
+/// changed and the command that stages it (`tacid data restore ARGS --yes`).
+fn staged_or_how_to_stage(out: &mut String, already_staged: bool, paths: &str, args: &str) {
+    if already_staged {
         let _ = writeln!(
             out,
-            "This restore is already staged; reboot to put {} back, or `tacid data cancel`.",
-            p.of_path
+            "This restore is already staged; reboot to put {paths} back, or `tacid data cancel`."
         );
     } else {
         let _ = writeln!(out, "{NOT_THE_WORLD}");
         let _ = writeln!(
             out,
-            "Nothing has changed. To stage it: tacid data restore {} --yes",
-            p.snapshot
+            "Nothing has changed. To stage it: tacid data restore {args} --yes"
         );
     }
-    out
 }
 
 /// `tacid data restore NAME --details`: the changed paths, grouped by what a restore does
@@ -199,25 +203,17 @@ pub fn set_preview(p: &SetRestorePreview) -> String {
         .filter(|m| m.put_back)
         .map(|m| m.of_path.as_str())
         .collect();
-    if p.already_staged {
-        let _ = writeln!(
-            out,
-            "This restore is already staged; reboot to put {} back, or `tacid data cancel`.",
-            and_list(&put_back)
-        );
+    let only = if p.members.iter().any(|m| m.left_out == "left-out") {
+        format!(" --only {}", put_back.join(","))
     } else {
-        let only = if p.members.iter().any(|m| m.left_out == "left-out") {
-            format!(" --only {}", put_back.join(","))
-        } else {
-            String::new()
-        };
-        let _ = writeln!(out, "{NOT_THE_WORLD}");
-        let _ = writeln!(
-            out,
-            "Nothing has changed. To stage it: tacid data restore {}{only} --yes",
-            p.set_id
-        );
-    }
+        String::new()
+    };
+    staged_or_how_to_stage(
+        &mut out,
+        p.already_staged,
+        &and_list(&put_back),
+        &format!("{}{only}", p.set_id),
+    );
     out
 }
 

@@ -392,40 +392,22 @@ impl Keeper {
                 )
             })?;
         }
-        let mut total = ChangeCount {
-            counted: false,
+        let mut sum = words::ChangeCounts {
             complete: true,
-            ..ChangeCount::default()
+            ..words::ChangeCounts::default()
         };
+        let mut any_counted = false;
         let mut members = Vec::with_capacity(plan.members.len());
         let mut counted = counts.iter();
         for m in &plan.members {
             let changes = match (m.left_out, m.left_out.is_none().then(|| counted.next())) {
                 (None, Some(Some(Some(c)))) => {
-                    total.counted = true;
-                    total.complete &= c.complete;
-                    total.files_modified = total.files_modified.saturating_add(c.files_modified);
-                    total.files_added = total.files_added.saturating_add(c.files_added);
-                    total.files_removed = total.files_removed.saturating_add(c.files_removed);
-                    total.directories_added =
-                        total.directories_added.saturating_add(c.directories_added);
-                    total.directories_removed = total
-                        .directories_removed
-                        .saturating_add(c.directories_removed);
-                    total.bytes_written = total.bytes_written.saturating_add(c.bytes_written);
-                    ChangeCount {
-                        counted: true,
-                        complete: c.complete,
-                        files_modified: c.files_modified,
-                        files_added: c.files_added,
-                        files_removed: c.files_removed,
-                        directories_added: c.directories_added,
-                        directories_removed: c.directories_removed,
-                        bytes_written: c.bytes_written,
-                    }
+                    any_counted = true;
+                    sum.add(c);
+                    counted_change(c)
                 }
                 (None, _) => {
-                    total.complete = false;
+                    sum.complete = false;
                     ChangeCount::default()
                 }
                 (Some(_), _) => ChangeCount::default(),
@@ -441,9 +423,12 @@ impl Keeper {
                 changes,
             });
         }
-        if !total.counted {
-            total.complete = false;
-        }
+        // Nothing counted: not counted in all, and so not complete.
+        let total = if any_counted {
+            counted_change(&sum)
+        } else {
+            ChangeCount::default()
+        };
         Ok(SetRestorePreview {
             set_id: plan.id,
             pre_switch: plan.pre_switch,
@@ -558,6 +543,20 @@ impl Keeper {
                 Err(stem_error(e))
             }
         }
+    }
+}
+
+/// A count made, as the bus carries it.
+fn counted_change(c: &words::ChangeCounts) -> ChangeCount {
+    ChangeCount {
+        counted: true,
+        complete: c.complete,
+        files_modified: c.files_modified,
+        files_added: c.files_added,
+        files_removed: c.files_removed,
+        directories_added: c.directories_added,
+        directories_removed: c.directories_removed,
+        bytes_written: c.bytes_written,
     }
 }
 

@@ -32,6 +32,15 @@ pub fn skip(why: &str) -> bool {
     true
 }
 
+/// True (and said, as [`skip`] does) when the tests are built without `test-hooks`, so that
+/// the keeper cannot be stopped at a named point.
+pub fn skip_without_test_hooks() -> bool {
+    !cfg!(feature = "test-hooks")
+        && skip(
+            "built without --features test-hooks: the keeper cannot be stopped at a named point",
+        )
+}
+
 fn run(cmd: &str, args: &[&str]) -> Output {
     Command::new(cmd)
         .args(args)
@@ -517,13 +526,7 @@ impl World {
     /// A running keeper holds the journal exclusively (adr/0013), so this reads a copy of
     /// the database and its WAL, taken while the keeper is between requests.
     pub fn journal_rows(&self) -> (Vec<RequestRow>, Vec<SnapshotRow>) {
-        let copy = tempfile::tempdir().expect("a directory for the copy");
-        let copied = copy.path().join("journal.sqlite");
-        fs::copy(&self.journal, &copied).expect("copy the journal");
-        let wal = PathBuf::from(format!("{}-wal", self.journal.display()));
-        if wal.exists() {
-            fs::copy(&wal, copy.path().join("journal.sqlite-wal")).expect("copy its WAL");
-        }
+        let (_copy, copied) = self.copy_journal();
         let j = Journal::open(&copied).expect("journal opens");
         let rows = (
             j.requests().expect("requests"),
@@ -532,6 +535,20 @@ impl World {
         drop(j);
         self.give_journal_back();
         rows
+    }
+
+    /// A copy of the journal and its WAL, in a directory of its own (kept while the returned
+    /// handle lives): the path of the copied database. Opening it as root may make files in
+    /// the keeper's directory; [`Self::give_journal_back`] after.
+    pub fn copy_journal(&self) -> (tempfile::TempDir, PathBuf) {
+        let copy = tempfile::tempdir().expect("a directory for the copy");
+        let copied = copy.path().join("journal.sqlite");
+        fs::copy(&self.journal, &copied).expect("copy the journal");
+        let wal = PathBuf::from(format!("{}-wal", self.journal.display()));
+        if wal.exists() {
+            fs::copy(&wal, copy.path().join("journal.sqlite-wal")).expect("copy its WAL");
+        }
+        (copy, copied)
     }
 
     /// Files root made in the keeper's directory (a journal opened as root makes its WAL)
@@ -751,6 +768,41 @@ impl World {
             }
         }
         self.give_journal_back();
+    }
+
+    /// What a boot does with a staged request: the real `tacid-initrd restore-data --top`,
+    /// which must succeed. The keeper should be stopped first, as at a reboot.
+    pub fn run_initrd_restore(&self) {
+        let ran = Command::new(bin("tacid-initrd"))
+            .args(["restore-data", "--top"])
+            .arg(self.top())
+            .output()
+            .expect("tacid-initrd runs");
+        assert!(
+            ran.status.success(),
+            "tacid-initrd: {}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
+    }
+
+    /// A restore of `target` (a snapshot's name or a set's id) confirmed by an approver while
+    /// the keeper is started paused at `point` (a `test-hooks` build), and the keeper killed
+    /// there; it starts again and is asked for the status: the journal's last restore row.
+    pub fn kill_keeper_mid_restore(&mut self, point: &str, target: &str) -> RequestRow {
+        self.kill_keeper();
+        self.start_keeper(Some(point));
+        assert_eq!(self.tacid(APPROVER, &["data", "restore", target]).0, 3);
+        let cli = self.spawn_tacid(APPROVER, &["data", "restore", target, "--yes"]);
+        self.wait_keeper_log(&format!("paused at {point}"));
+        self.kill_keeper();
+        let _ = cli.wait_with_output();
+        self.start_keeper(None);
+        assert_eq!(self.tacid(APPROVER, &["data", "status"]).0, 0);
+        let (requests, _) = self.journal_rows();
+        requests
+            .into_iter()
+            .rfind(|r| r.action == keeper::journal::action::RESTORE)
+            .expect("the killed restore")
     }
 
     /// The staged request's text, read from the store as the initrd will read it.
