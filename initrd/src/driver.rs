@@ -345,7 +345,7 @@ fn restore_set<D: Disk, O: Observer>(
                     members[i].subvolume(),
                     phases[i]
                 ));
-                exchange_back(disk, obs, members, &phases, true)?;
+                exchange_back(disk, obs, members, &phases)?;
                 return refused(disk, obs, request, refusal, now);
             }
             SetAction::RefuseLiveMissing(i) => {
@@ -398,7 +398,7 @@ where
             failed.subvolume(),
             exchanged.join(", ")
         ));
-        exchange_back(disk, obs, members, &phases, false)?;
+        exchange_back(disk, obs, members, &phases)?;
         Ok(exchanged)
     };
     match undo(disk, obs) {
@@ -417,14 +417,12 @@ where
     error
 }
 
-/// Exchanges back the members found exchanged, newest first, a commit after each. With
-/// `say_again`, each log line also says the live name is again the subvolume it was.
+/// Exchanges back the members found exchanged, newest first, a commit after each.
 fn exchange_back<D: Disk, O: Observer>(
     disk: &mut D,
     obs: &mut O,
     members: &[RestoreMember],
     phases: &[Phase],
-    say_again: bool,
 ) -> Result<(), RunError<D::Error>> {
     for (m, _) in members
         .iter()
@@ -434,13 +432,7 @@ fn exchange_back<D: Disk, O: Observer>(
     {
         let live = m.subvolume().as_str();
         let swap = swap_name(live);
-        if say_again {
-            obs.log(&format!(
-                "exchanging {live} and {swap} back ({live} again the subvolume it was)"
-            ));
-        } else {
-            obs.log(&format!("exchanging {live} and {swap} back"));
-        }
+        obs.log(&format!("exchanging {live} and {swap} back"));
         disk.exchange(live, &swap).disk()?;
         obs.after(Step::RestoreUndo);
         commit(disk, obs, Step::RestoreCommitUndo)?;
