@@ -7,9 +7,11 @@
 # subvolume, a path, a bus name or a unit name.
 let
   inherit (builtins)
+    concatLists
     concatStringsSep
     elem
     filter
+    head
     listToAttrs
     map
     stringLength
@@ -26,6 +28,8 @@ let
       m = stringLength suffix;
     in
     n >= m && substring (n - m) m s == suffix;
+
+  mapAttrsToList = f: attrs: map (name: f name attrs.${name}) (builtins.attrNames attrs);
 
   hasPrefix = prefix: s: substring 0 (stringLength prefix) s == prefix;
 
@@ -141,6 +145,49 @@ let
       null;
 
   # Each message names the option, the problem and the fix.
+  # Copies off the disk (adr/0018). A target's timer and service are named after it.
+  copyUnitName = target: "${layout.copy_unit_prefix}${target}";
+  # The stem's drop-ins for copies, installed by the package here (not under the unit's
+  # .d directory, where systemd would apply them on every machine); the module links them
+  # in only when copies are configured (and the network one only for an SSH target).
+  stemCopyDropInsDir = "share/tacid/stem-drop-ins";
+  stemCopyDropIn = "copies.conf";
+  stemSshDropIn = "copies-ssh.conf";
+
+  copyAssertions =
+    copies:
+    concatLists (
+      mapAttrsToList
+        (
+          name: t:
+          let
+            ssh = hasPrefix "ssh://" t.target;
+            opt = "services.tacid.copies.\"${name}\"";
+            # A copy on the tacid disk itself is no copy: it dies with the disk.
+            onLayout = filter (s: s.mount_point != null && s.mount_point != "/" && (t.target == s.mount_point || hasPrefix "${s.mount_point}/" t.target)) mounted;
+          in
+          [
+            {
+              assertion = builtins.match layout.copy_target_name_pattern name != null;
+              message = "${opt}: a target's name is what people type after --to; it must match ${layout.copy_target_name_pattern}. Rename the target.";
+            }
+            {
+              assertion = ssh -> (t.identityFile != null && t.hostKey != null);
+              message = "${opt}: an SSH target needs identityFile (the stem's private key) and hostKey (the host's public key, pinned). Set both.";
+            }
+            {
+              assertion = !ssh -> (t.identityFile == null && t.hostKey == null);
+              message = "${opt}: identityFile and hostKey are for SSH targets; ${t.target} is a directory on this machine. Remove them.";
+            }
+            {
+              assertion = ssh || onLayout == [ ];
+              message = "${opt}: ${t.target} is on the tacid disk itself (under ${(head (onLayout ++ [{ mount_point = ""; }])).mount_point}), and a copy there dies with the disk. Choose a directory on another Btrfs.";
+            }
+          ]
+        )
+        copies
+    );
+
   assertionsFor =
     { device
     , initrdSystemd
@@ -148,6 +195,7 @@ let
     , approverGroup
     , groups
     , preSwitchSubvolumes
+    , copies ? { }
     ,
     }:
     [
@@ -177,7 +225,8 @@ let
         assertion = elem name snapshottable;
         message = "services.tacid.preSwitchSnapshot.subvolumes: \"${name}\" cannot be snapshotted (these can: ${concatStringsSep ", " snapshottable}). Remove it from the list.";
       })
-      preSwitchSubvolumes;
+      preSwitchSubvolumes
+    ++ copyAssertions copies;
 
   # The one-shot override of the pre-switch snapshot (ADR 0009): root-only, as /run is
   # root's, and gone at the next boot.
@@ -345,6 +394,10 @@ in
     tmpfilesRules
     kernelParamsFor
     assertionsFor
+    copyUnitName
+    stemCopyDropInsDir
+    stemCopyDropIn
+    stemSshDropIn
     preSwitchScript
     preSwitchSkipFile
     installCommands

@@ -43,8 +43,9 @@ let
     { flag = "--keep-monthly"; value = toString r.monthly; }
     { flag = "--manual-max-age-days"; value = toString r.manualMaxAgeDays; }
     { flag = "--free-floor-bytes"; value = toString r.freeFloorBytes; }
-  ];
+  ] ++ copiesValue;
   stemValues = [{ flag = "--hard-floor-bytes"; value = toString r.hardFloorBytes; }]
+    ++ copiesValue
     ++ (if cfg.device != layout.default_device then [{ flag = "--device"; value = cfg.device; }] else [ ]);
   unitDropIns = pkgs.runCommand "tacid-unit-drop-ins" { } ''
     set -euo pipefail
@@ -68,6 +69,8 @@ let
         echo 'After=${utils.escapeSystemdPath cfg.device}.device'
       ''}
     ) >$out/${unitDir}/${layout.stem_unit}.d/${tacidLib.moduleDropIn}
+    ${lib.concatMapStringsSep "\n" (dropIn: "cp ${cfg.package}/${tacidLib.stemCopyDropInsDir}/${dropIn} $out/${unitDir}/${layout.stem_unit}.d/${dropIn}")
+      (lib.optional haveCopies tacidLib.stemCopyDropIn ++ lib.optional haveSshCopies tacidLib.stemSshDropIn)}
     ${lib.optionalString (!r.timeline) ''
       mkdir -p $out/${unitDir}/${layout.timeline_unit}.d
       (
@@ -83,6 +86,24 @@ let
   };
 
   restorablePaths = lib.concatMapStringsSep ", " (s: s.mount_point) tacidLib.restorableMounted;
+
+  # Copies off the disk (adr/0018): root's configuration, one JSON file both daemons read,
+  # in the store (root-owned, read-only), in exactly the format layout::copies parses.
+  copies = cfg.copies;
+  haveCopies = copies != { };
+  isSsh = t: lib.hasPrefix "ssh://" t.target;
+  haveSshCopies = lib.any isSsh (lib.attrValues copies);
+  copiesConfig = pkgs.writeText "tacid-copies.json" (builtins.toJSON {
+    targets = lib.mapAttrs
+      (_: t: {
+        place = t.target;
+        keep = { inherit (t.keep) latest daily weekly monthly; };
+      }
+      // lib.optionalAttrs (t.identityFile != null) { identity = t.identityFile; }
+      // lib.optionalAttrs (t.hostKey != null) { host_key = t.hostKey; })
+      copies;
+  });
+  copiesValue = lib.optional haveCopies { flag = "--copies-config"; value = "${copiesConfig}"; };
 in
 {
   options.services.tacid = {
@@ -192,6 +213,74 @@ in
       '';
     };
 
+    copies = lib.mkOption {
+      default = { };
+      example = lib.literalExpression ''
+        {
+          usb.target = "/mnt/backup/tacid";
+          offsite = {
+            target = "ssh://root@backup.example.org/srv/tacid/''${config.networking.hostName}";
+            identityFile = "/etc/tacid/copy-key";
+            hostKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI...";
+            schedule = "daily";
+          };
+        }
+      '';
+      description = ''
+        Targets that hold copies of the snapshots off this disk (a snapshot alone dies with
+        the disk). Each name is a target `tacid data copy NAME --to TARGET` and
+        `tacid data fetch NAME --from TARGET` accept; callers name a target only by its name
+        here, never by a path or a host. A timer per target copies the newest snapshot of
+        each snapshotted subvolume there and applies the target's own retention
+        (docs/nixos.md, adr/0018).
+      '';
+      type = lib.types.attrsOf (lib.types.submodule {
+        options = {
+          target = lib.mkOption {
+            type = lib.types.strMatching layout.copy_place_pattern;
+            example = "ssh://root@backup.example.org:22/srv/tacid/laptop";
+            description = ''
+              Where the copies go: a directory on another mounted Btrfs (an absolute
+              path), or `ssh://[user@]host[:port]/path` on a host that runs
+              `tacid-copy-target` as the forced command of the key (copies/README.md).
+            '';
+          };
+          identityFile = lib.mkOption {
+            # A path on the machine, not a store path: the key is a secret.
+            type = lib.types.nullOr (lib.types.strMatching "/.+");
+            default = null;
+            description = "For an SSH target: the private key the stem uses (root-only, never in the store).";
+          };
+          hostKey = lib.mkOption {
+            type = lib.types.nullOr (lib.types.strMatching "[a-z0-9@.-]+ [A-Za-z0-9+/]+=*");
+            default = null;
+            example = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI...";
+            description = "For an SSH target: the host's public key, pinned (no other key is accepted).";
+          };
+          schedule = lib.mkOption {
+            type = lib.types.str;
+            default = "daily";
+            description = "When the target's timer copies (systemd.time(7) calendar event).";
+          };
+          keep = {
+            latest = count d.keep_copies_latest "Copies on the target: the newest this many of each subvolume stay.";
+            daily = count d.keep_copies_daily "Likewise the newest of each of the last this many days (UTC).";
+            weekly = count d.keep_copies_weekly "Likewise for weeks.";
+            monthly = count d.keep_copies_monthly "Likewise for months.";
+          };
+        };
+      });
+    };
+
+    copiesConfigFile = lib.mkOption {
+      type = lib.types.nullOr lib.types.package;
+      default = if haveCopies then copiesConfig else null;
+      defaultText = lib.literalMD "the copies file, when `copies` names a target";
+      readOnly = true;
+      internal = true;
+      description = "The copies configuration both daemons read (null without copies).";
+    };
+
     fileSystems = lib.mkOption {
       type = lib.types.attrs;
       readOnly = true;
@@ -212,6 +301,7 @@ in
       inherit (config) fileSystems;
       groups = builtins.attrNames config.users.groups;
       preSwitchSubvolumes = cfg.preSwitchSnapshot.subvolumes;
+      inherit copies;
     };
 
     # Device, type and neededForBoot as defaults, so a conflicting definition elsewhere
@@ -234,9 +324,37 @@ in
     };
 
     systemd.packages = [ cfg.package unitDropIns ];
-    systemd.services = tacidLib.wantedByFor tacidLib.enabledSystemUnits;
+    systemd.services = lib.mkMerge [
+      (tacidLib.wantedByFor tacidLib.enabledSystemUnits)
+      # The stem receives streams with btrfs-progs and reaches SSH targets with ssh.
+      (lib.mkIf haveCopies {
+        ${tacidLib.serviceAttrName layout.stem_unit}.path = [ pkgs.btrfs-progs ] ++ lib.optional haveSshCopies pkgs.openssh;
+      })
+      (lib.mapAttrs'
+        (name: _: lib.nameValuePair (tacidLib.copyUnitName name) {
+          description = "tacid copies to ${name}, and the retention there";
+          after = [ layout.keeper_unit ];
+          serviceConfig = {
+            Type = "oneshot";
+            ExecStart = "${bin "cli"} data copy --to ${name}";
+          };
+        })
+        copies)
+    ];
     # Always: with retention.timeline = false it only prunes (unitDropIns above).
-    systemd.timers.${tacidLib.timerAttrName layout.timeline_timer}.wantedBy = [ "timers.target" ];
+    systemd.timers = lib.mkMerge [
+      { ${tacidLib.timerAttrName layout.timeline_timer}.wantedBy = [ "timers.target" ]; }
+      (lib.mapAttrs'
+        (name: t: lib.nameValuePair (tacidLib.copyUnitName name) {
+          wantedBy = [ "timers.target" ];
+          timerConfig = {
+            OnCalendar = t.schedule;
+            Persistent = true;
+            RandomizedDelaySec = "10min";
+          };
+        })
+        copies)
+    ];
     services.dbus.packages = [ cfg.package ];
     environment.systemPackages = [ cfg.package ];
 

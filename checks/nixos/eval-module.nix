@@ -42,6 +42,25 @@ let
   other = (machine { device = "/dev/vdb"; }).config;
   noTimeline = (machine { retention.timeline = false; }).config;
 
+  # Copies off the disk (adr/0018): a local and an SSH target.
+  withCopies = (machine {
+    copies = {
+      usb.target = "/mnt/backup/tacid";
+      offsite = {
+        target = "ssh://root@backup.example.org:2222/srv/tacid/laptop";
+        identityFile = "/etc/tacid/copy-key";
+        hostKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl";
+        schedule = "hourly";
+        keep.latest = 5;
+      };
+    };
+  }).config;
+  onlyLocalCopies = (machine { copies.usb.target = "/mnt/backup/tacid"; }).config;
+  copyUnit = tacidLib.copyUnitName;
+  # The JSON the module hands both daemons, read back from the file it wrote.
+  copiesJson = config: builtins.fromJSON config.services.tacid.copiesConfigFile.text;
+  copiesProblems = settings: failing (machine { copies = settings; }).config;
+
   package = c.services.tacid.package;
   keeper = c.users.users.${layout.keeper_user};
   failing = config: map (a: a.message) (filter (a: !a.assertion) config.assertions);
@@ -182,6 +201,55 @@ in
       (lib.any (hasInfix "services.tacid.approverGroup") (failing (machine { approverGroup = "nobody-has-this-group"; }).config)))
     (check "the root is mounted from the root subvolume"
       ((head (filter (s: s.name == layout.root_subvolume) layout.subvolumes)).mount_point == "/"))
+    (check "no copies: no copies file, no copy units, the stem's unit untouched by copies"
+      (c.services.tacid.copiesConfigFile == null
+        && !(hasInfix "--copies-config" (dropInScript c)) && !(hasInfix tacidLib.stemCopyDropIn (dropInScript c))
+        && !(c.systemd.services ? ${copyUnit "usb"})))
+    (check "copies: the file both daemons get is the layout's format, one target per name, keep defaults from the layout"
+      (copiesJson withCopies == {
+        targets = {
+          usb = {
+            place = "/mnt/backup/tacid";
+            keep = { latest = layout.defaults.keep_copies_latest; daily = layout.defaults.keep_copies_daily; weekly = layout.defaults.keep_copies_weekly; monthly = layout.defaults.keep_copies_monthly; };
+          };
+          offsite = {
+            place = "ssh://root@backup.example.org:2222/srv/tacid/laptop";
+            identity = "/etc/tacid/copy-key";
+            host_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl";
+            keep = { latest = 5; daily = layout.defaults.keep_copies_daily; weekly = layout.defaults.keep_copies_weekly; monthly = layout.defaults.keep_copies_monthly; };
+          };
+        };
+      }))
+    (check "copies: the stem and the keeper are told the file by their drop-ins (one flag each)"
+      (lib.length (lib.splitString "| --copies-config ${withCopies.services.tacid.copiesConfigFile}|" (dropInScript withCopies)) == 3))
+    (check "copies: the stem's copy drop-ins are linked in, the network one only for an SSH target"
+      (hasInfix "/${tacidLib.stemCopyDropInsDir}/${tacidLib.stemCopyDropIn} " (dropInScript withCopies)
+        && hasInfix "/${tacidLib.stemCopyDropInsDir}/${tacidLib.stemSshDropIn} " (dropInScript withCopies)
+        && hasInfix "/${tacidLib.stemCopyDropInsDir}/${tacidLib.stemCopyDropIn} " (dropInScript onlyLocalCopies)
+        && !(hasInfix tacidLib.stemSshDropIn (dropInScript onlyLocalCopies))))
+    (check "copies: the stem has btrfs-progs, and ssh only with an SSH target"
+      (
+        let names = config: map (p: p.name) config.systemd.services.${unitAttr layout.stem_unit}.path; in
+        elem "btrfs-progs" (names withCopies) && elem "openssh" (names withCopies)
+        && elem "btrfs-progs" (names onlyLocalCopies) && !(elem "openssh" (names onlyLocalCopies))
+        && !(c.systemd.services ? ${unitAttr layout.stem_unit})
+      ))
+    (check "copies: a timer per target, on its schedule, starting the CLI's copy to that target (rendered as systemd.nix renders them)"
+      (withCopies.systemd.timers.${copyUnit "offsite"}.timerConfig.OnCalendar == "hourly"
+        && withCopies.systemd.timers.${copyUnit "usb"}.timerConfig.OnCalendar == "daily"
+        && withCopies.systemd.timers.${copyUnit "usb"}.wantedBy == [ "timers.target" ]
+        && withCopies.systemd.services.${copyUnit "usb"}.serviceConfig.ExecStart == "${package}/bin/${shipped.binaries.cli.name} data copy --to usb"
+        && nixos.force (systemdLib.serviceToUnit withCopies.systemd.services.${copyUnit "usb"})
+        && nixos.force (systemdLib.timerToUnit withCopies.systemd.timers.${copyUnit "offsite"})
+        && failing withCopies == [ ]))
+    (check "copies: an SSH target without a pinned host key or a key fails its assertion, naming the option"
+      (lib.any (hasInfix "services.tacid.copies.\"far\": an SSH target needs") (copiesProblems { far.target = "ssh://backup/srv/x"; })))
+    (check "copies: a local target on the tacid disk itself fails its assertion"
+      (lib.any (hasInfix "dies with the disk") (copiesProblems { here.target = "/persist/backups"; })
+        && lib.any (hasInfix "dies with the disk") (copiesProblems { here.target = "/home"; })
+        && copiesProblems { there.target = "/homes-backup"; } == [ ]))
+    (check "copies: a target name people cannot type after --to fails its assertion"
+      (lib.any (hasInfix "must match") (copiesProblems { "Big Disk".target = "/mnt/x"; })))
     (check "the keeper's user and the drop-in's flags name the layout's keeper"
       (elem layout.keeper_user (attrNames c.users.users)))
   ];

@@ -72,6 +72,7 @@ let
     "less"
     "libxcrypt"
     "nixpkgs-fmt"
+    "openssh"
     "perl"
     "qemu"
     "rustc"
