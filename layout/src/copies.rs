@@ -38,6 +38,36 @@ pub const INCOMING_DIR_NAME: &str = ".incoming";
 /// The default SSH port.
 pub const DEFAULT_SSH_PORT: u16 = 22;
 
+/// [`TargetName`]'s grammar as a whole-string POSIX ERE (Nix's `builtins.match`).
+pub const TARGET_NAME_PATTERN: &str = "[a-z0-9][a-z0-9-]{0,31}";
+
+/// One path component: not empty, not `.` or `..`, no `/` or control character.
+macro_rules! component {
+    () => {
+        "([^/.[:cntrl:]][^/[:cntrl:]]*|[.][^/.[:cntrl:]][^/[:cntrl:]]*|[.][.][^/[:cntrl:]]+)"
+    };
+}
+/// An absolute, normalized path other than `/`.
+macro_rules! abs_path {
+    () => {
+        concat!("(/", component!(), ")+")
+    };
+}
+
+/// [`Place::parse`]'s grammar as a whole-string POSIX ERE, for the NixOS module. It is the
+/// shape; the parser also caps lengths ([`MAX_PATH_BYTES`], 253 bytes of host) and checks
+/// that what is between `[` and `]` is an IPv6 address. A test holds the two to one table.
+pub const PLACE_PATTERN: &str = concat!(
+    "(",
+    abs_path!(),
+    "|ssh://([a-z_][a-z0-9_-]{0,31}@)?",
+    "([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?([.][A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*",
+    "|\\[[0-9A-Fa-f:.]+\\])",
+    "(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?",
+    abs_path!(),
+    ")",
+);
+
 /// A valid target name: `[a-z0-9][a-z0-9-]{0,31}`.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
@@ -282,7 +312,7 @@ pub enum ConfigError {
         target: String,
         error: Box<ConfigError>,
     },
-    #[error("{0} must be an absolute, normalized path (no '.', '..', '//', NUL or control characters) of at most {MAX_PATH_BYTES} bytes")]
+    #[error("{0} must be an absolute, normalized path other than / (no '.', '..', '//', NUL or control characters) of at most {MAX_PATH_BYTES} bytes")]
     Path(&'static str),
     #[error("place: ssh://[user@]host[:port]/absolute/path — {0}")]
     SshPlace(&'static str),
@@ -406,10 +436,9 @@ fn check_abs_path(path: &str, what: &'static str) -> Result<(), ConfigError> {
     let bad = path.len() > MAX_PATH_BYTES
         || !path.starts_with('/')
         || path.chars().any(|c| c.is_control())
-        || (path.len() > 1
-            && path[1..]
-                .split('/')
-                .any(|c| c.is_empty() || c == "." || c == ".."));
+        || path[1..]
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..");
     if bad {
         Err(ConfigError::Path(what))
     } else {
@@ -423,9 +452,6 @@ fn parse_ssh(rest: &str) -> Result<Place, ConfigError> {
         .ok_or(ConfigError::SshPlace("the path after the host is missing"))?;
     let (authority, path) = rest.split_at(slash);
     check_abs_path(path, "the ssh:// place's path")?;
-    if path == "/" {
-        return Err(ConfigError::SshPlace("the path may not be /"));
-    }
     let (user, hostport) = match authority.rsplit_once('@') {
         Some((user, hostport)) => (Some(user), hostport),
         None => (None, authority),
@@ -472,7 +498,10 @@ fn parse_ssh(rest: &str) -> Result<Place, ConfigError> {
     let port = match port {
         None => DEFAULT_SSH_PORT,
         Some(p) => {
-            let ok = !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit());
+            let ok = !p.is_empty()
+                && p.len() <= 5
+                && !p.starts_with('0')
+                && p.bytes().all(|b| b.is_ascii_digit());
             match p.parse::<u16>() {
                 Ok(port) if ok && port != 0 => port,
                 _ => return Err(ConfigError::SshPlace("the port is 1 to 65535")),
@@ -693,6 +722,81 @@ mod tests {
             &format!("/{}", "a".repeat(MAX_PATH_BYTES)),
         ] {
             assert!(Place::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// The NixOS module checks places and names with the patterns; the stem with the
+    /// parsers. They must agree.
+    #[test]
+    fn the_patterns_agree_with_the_parsers() {
+        let whole = |p: &str| regex_automata::meta::Regex::new(&format!("^(?:{p})$")).unwrap();
+        let place = whole(PLACE_PATTERN);
+        let table = [
+            "/mnt/backup/tacid",
+            "/b",
+            "/.hidden/..x/...",
+            "/a b/é",
+            "/",
+            "",
+            "relative",
+            "/a/../b",
+            "/a/./b",
+            "/a//b",
+            "/a/",
+            "/a\nb",
+            "/a\tb",
+            "ssh://h/p",
+            "ssh://root@backup.example:2222/srv/tacid/laptop",
+            "ssh://_b-1@10.0.0.1:65535/x",
+            "ssh://[::1]/x",
+            "ssh://root@[fe80::1]:2200/x",
+            "ssh://h",
+            "ssh://h/",
+            "ssh://-oProxyCommand=x/p",
+            "ssh://h-/p",
+            "ssh://h..x/p",
+            "ssh://h:0/p",
+            "ssh://h:022/p",
+            "ssh://h:65536/p",
+            "ssh://h:99999/p",
+            "ssh://h:/p",
+            "ssh://U@h/p",
+            "ssh://@h/p",
+            "ssh://a@b@h/p",
+            "ssh://h h/p",
+            "ssh://[::1/p",
+            "ssh://[nothost]/p",
+            "ssh://[::1]x/p",
+            "ssh://h/p/../q",
+            "ssh://h_1/p",
+            "http://h/p",
+        ];
+        for text in table {
+            assert_eq!(
+                place.is_match(text),
+                Place::parse(text).is_ok(),
+                "{text:?}: PLACE_PATTERN and Place::parse disagree"
+            );
+        }
+        let name = whole(TARGET_NAME_PATTERN);
+        for text in [
+            "a",
+            "usb",
+            "0",
+            "off-site-2",
+            "-a",
+            "A",
+            "a_b",
+            "../x",
+            "",
+            &"a".repeat(32),
+            &"a".repeat(33),
+        ] {
+            assert_eq!(
+                name.is_match(text),
+                TargetName::parse(text).is_ok(),
+                "{text:?}"
+            );
         }
     }
 
