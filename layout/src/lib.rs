@@ -5,6 +5,7 @@
 //! request's format from here. This crate does no I/O.
 
 mod contract;
+pub mod copies;
 pub mod defaults;
 pub mod escape;
 pub mod origin;
@@ -71,6 +72,9 @@ pub mod names {
     /// The timeline: a service that takes a timeline set and prunes, and its timer.
     pub const TIMELINE_UNIT: &str = "tacid-timeline.service";
     pub const TIMELINE_TIMER: &str = "tacid-timeline.timer";
+    /// Copies off the disk: the NixOS module's timer and service for target `T` are
+    /// `tacid-copy-T` (adr/0018).
+    pub const COPY_UNIT_PREFIX: &str = "tacid-copy-";
     /// initrd units shipped in the package.
     pub const INITRD_RESTORE_UNIT: &str = "tacid-restore-data.service";
     pub const INITRD_WIPE_ROOT_UNIT: &str = "tacid-wipe-root.service";

@@ -162,8 +162,13 @@ fn the_options_table_states_the_layouts_defaults() {
     let mut wrong = Vec::new();
     for (name, source) in &options {
         let suffix = format!(".{name}");
-        let matching: Vec<&(String, String)> =
-            rows.iter().filter(|(o, _)| o.ends_with(&suffix)).collect();
+        // A copy target's counts (`copies.<name>.keep.daily`) share their last word with
+        // the snapshots' retention (`retention.daily`): each is looked for among its own.
+        let of_copies = matches!(source, Source::Default(key) if key.starts_with("keep_copies_"));
+        let matching: Vec<&(String, String)> = rows
+            .iter()
+            .filter(|(o, _)| o.ends_with(&suffix) && o.contains(".copies.") == of_copies)
+            .collect();
         let [(option, cell)] = matching.as_slice() else {
             wrong.push(format!(
                 "{name}: {} rows of the options table end in {suffix}, not one",
