@@ -151,8 +151,8 @@ let
   # .d directory, where systemd would apply them on every machine); the module links them
   # in only when copies are configured (and the network one only for an SSH target).
   stemCopyDropInsDir = "share/tacid/stem-drop-ins";
-  stemCopyDropIn = "copies.conf";
-  stemSshDropIn = "copies-ssh.conf";
+  stemCopyDropIn = layout.stem_copies_drop_in;
+  stemSshDropIn = layout.stem_copies_ssh_drop_in;
 
   copyAssertions =
     copies:

@@ -45,6 +45,9 @@ pub struct Contract {
     pub copy_place_pattern: &'static str,
     /// The per-target timer and service of the NixOS module: this prefix and the target.
     pub copy_unit_prefix: &'static str,
+    /// The stem's drop-ins for copies, by file name.
+    pub stem_copies_drop_in: &'static str,
+    pub stem_copies_ssh_drop_in: &'static str,
     /// Every tunable default (`defaults`): the module's option defaults.
     pub defaults: &'static Defaults,
 }
@@ -79,6 +82,8 @@ impl Contract {
             copy_target_name_pattern: crate::copies::TARGET_NAME_PATTERN,
             copy_place_pattern: crate::copies::PLACE_PATTERN,
             copy_unit_prefix: names::COPY_UNIT_PREFIX,
+            stem_copies_drop_in: names::STEM_COPIES_DROP_IN,
+            stem_copies_ssh_drop_in: names::STEM_COPIES_SSH_DROP_IN,
             defaults: &DEFAULTS,
         }
     }

@@ -75,6 +75,10 @@ pub mod names {
     /// Copies off the disk: the NixOS module's timer and service for target `T` are
     /// `tacid-copy-T` (adr/0018).
     pub const COPY_UNIT_PREFIX: &str = "tacid-copy-";
+    /// The stem's drop-ins for copies (adr/0018), shipped apart from its unit's `.d`
+    /// directory and linked in only on machines with copies (and SSH targets).
+    pub const STEM_COPIES_DROP_IN: &str = "copies.conf";
+    pub const STEM_COPIES_SSH_DROP_IN: &str = "copies-ssh.conf";
     /// initrd units shipped in the package.
     pub const INITRD_RESTORE_UNIT: &str = "tacid-restore-data.service";
     pub const INITRD_WIPE_ROOT_UNIT: &str = "tacid-wipe-root.service";
