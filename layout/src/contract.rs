@@ -38,6 +38,11 @@ pub struct Contract {
     pub kernel_device_key: &'static str,
     pub default_device: &'static str,
     pub filesystem_label: &'static str,
+    /// Copies off the disk: the configuration file, and the grammar of target names and
+    /// places as whole-string POSIX EREs (`builtins.match`).
+    pub copies_config_path: &'static str,
+    pub copy_target_name_pattern: &'static str,
+    pub copy_place_pattern: &'static str,
     /// Every tunable default (`defaults`): the module's option defaults.
     pub defaults: &'static Defaults,
 }
@@ -68,6 +73,9 @@ impl Contract {
             kernel_device_key: names::KERNEL_DEVICE_KEY,
             default_device: names::DEFAULT_DEVICE,
             filesystem_label: names::FILESYSTEM_LABEL,
+            copies_config_path: crate::copies::CONFIG_PATH,
+            copy_target_name_pattern: crate::copies::TARGET_NAME_PATTERN,
+            copy_place_pattern: crate::copies::PLACE_PATTERN,
             defaults: &DEFAULTS,
         }
     }

@@ -33,6 +33,16 @@ pub const FREE_FLOOR_BYTES: u64 = 2 << 30;
 pub const HARD_FLOOR_BYTES: u64 = 512 << 20;
 const _: () = assert!(HARD_FLOOR_BYTES < FREE_FLOOR_BYTES);
 
+/// Copies off the disk (issue 13), each target's own counts unless its configuration says
+/// otherwise: the newest this many copies stay on the target.
+pub const KEEP_COPIES_LATEST: usize = 3;
+/// Copies: the newest copy of each of the last this many days that have one.
+pub const KEEP_COPIES_DAILY: usize = 7;
+/// Copies: likewise for weeks.
+pub const KEEP_COPIES_WEEKLY: usize = 4;
+/// Copies: likewise for months.
+pub const KEEP_COPIES_MONTHLY: usize = 6;
+
 /// How long the words a preview showed a person stand as what they may consent to.
 pub const CONSENT_WINDOW_SECS: u64 = 15 * 60;
 
@@ -49,6 +59,10 @@ pub struct Defaults {
     pub free_floor_bytes: u64,
     pub hard_floor_bytes: u64,
     pub consent_window_secs: u64,
+    pub keep_copies_latest: usize,
+    pub keep_copies_daily: usize,
+    pub keep_copies_weekly: usize,
+    pub keep_copies_monthly: usize,
 }
 
 /// The one instance.
@@ -63,4 +77,8 @@ pub const DEFAULTS: Defaults = Defaults {
     free_floor_bytes: FREE_FLOOR_BYTES,
     hard_floor_bytes: HARD_FLOOR_BYTES,
     consent_window_secs: CONSENT_WINDOW_SECS,
+    keep_copies_latest: KEEP_COPIES_LATEST,
+    keep_copies_daily: KEEP_COPIES_DAILY,
+    keep_copies_weekly: KEEP_COPIES_WEEKLY,
+    keep_copies_monthly: KEEP_COPIES_MONTHLY,
 };

@@ -5,6 +5,7 @@
 //! request's format from here. This crate does no I/O.
 
 mod contract;
+pub mod copies;
 pub mod defaults;
 pub mod escape;
 pub mod origin;
