@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use rusqlite::params;
 
-use super::{state, Asker, Journal, JournalError};
+use super::{state, Asker, Journal, JournalError, Member, PRESENT};
 use crate::words::to_micros;
 
 /// The acts on a target a request row records.
@@ -229,6 +229,21 @@ impl Journal {
             .map_err(sq)?;
         }
         tx.commit().map_err(sq)
+    }
+
+    /// A snapshot received back from a target: recorded as made by the fetch `id` (its row
+    /// says who fetched it and from where), present.
+    pub fn record_fetched(&self, id: i64, m: &Member) -> Result<(), JournalError> {
+        self.conn
+            .execute(
+                "INSERT INTO snapshots (name, uuid, of_subvolume, taken_micros, request_id, state, seen_micros)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT(name) DO UPDATE SET request_id = excluded.request_id,
+                     uuid = excluded.uuid, state = excluded.state, gone_micros = NULL",
+                params![m.name, m.uuid, m.of_subvolume, m.taken_micros, id, PRESENT, to_micros(SystemTime::now())],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
     }
 
     /// For each snapshot name, the targets the keeper last knew to hold a verified copy of
