@@ -57,6 +57,9 @@ pub struct SubvolumeInfo {
     pub uuid: Uuid,
     /// The UUID of the subvolume it is a snapshot of; `None` for a subvolume made empty.
     pub parent_uuid: Option<Uuid>,
+    /// For a subvolume made by `btrfs receive`: the UUID of the subvolume that was sent
+    /// (what a copy is checked against); `None` otherwise.
+    pub received_uuid: Option<Uuid>,
     /// When it was made (Btrfs "otime"); `None` when Btrfs holds no valid one: none set
     /// (a root item older than the field), before 1970, or nanoseconds out of range.
     pub created: Option<SystemTime>,
@@ -312,6 +315,7 @@ struct RootItem {
     refs: u64,
     uuid: [u8; 16],
     parent_uuid: [u8; 16],
+    received_uuid: [u8; 16],
     otransid: u64,
     otime: (u64, u32),
 }
@@ -330,6 +334,7 @@ impl RootItem {
                 refs: le::<4>(data, offset_of!(R, refs)),
                 uuid: [0; 16],
                 parent_uuid: [0; 16],
+                received_uuid: [0; 16],
                 otransid: 0,
                 otime: (0, 0),
             };
@@ -340,6 +345,7 @@ impl RootItem {
             refs: le::<4>(data, offset_of!(R, refs)),
             uuid: bytes16(data, offset_of!(R, uuid)),
             parent_uuid: bytes16(data, offset_of!(R, parent_uuid)),
+            received_uuid: bytes16(data, offset_of!(R, received_uuid)),
             otransid: le::<8>(data, offset_of!(R, otransid)),
             otime: (
                 le::<8>(data, otime + offset_of!(T, sec)),
@@ -355,6 +361,7 @@ impl RootItem {
             dir_id,
             uuid: Uuid::from_bytes(self.uuid),
             parent_uuid: uuid_or_none(self.parent_uuid),
+            received_uuid: uuid_or_none(self.received_uuid),
             created: time_of(self.otime.0, self.otime.1),
             created_generation: self.otransid,
             generation: self.generation,
@@ -481,6 +488,33 @@ impl Top {
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl Dir {
+    /// Open the directory at `path`, an absolute path from root's configuration (a copy
+    /// target): `O_DIRECTORY | O_NOFOLLOW`, so its last component is never a symlink. On any
+    /// filesystem; [`Dir::is_on_btrfs`] says which.
+    pub fn open_configured(path: &Path) -> Result<Dir> {
+        const OP: &str = "open configured directory";
+        let shown = path.display().to_string();
+        if !path.is_absolute() {
+            return Err(Error::check(
+                OP,
+                &shown,
+                ErrorKind::InvalidName,
+                "not an absolute path",
+            ));
+        }
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match rustix::fs::open(path, flags, Mode::empty()) {
+            Ok(fd) => Ok(Dir { fd }),
+            Err(Errno::NOTDIR)
+                if rustix::fs::lstat(path)
+                    .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink) =>
+            {
+                Err(Error::sys(OP, &shown, Errno::LOOP))
+            }
+            Err(e) => Err(Error::sys(OP, &shown, e)),
+        }
+    }
+
     /// Open `name`, one path component (no `/`, not `.` or `..`), beneath this directory:
     /// `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`,
     /// `O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC`.
@@ -572,6 +606,7 @@ impl Dir {
             dir_id: a.dirid,
             uuid: Uuid::from_bytes(a.uuid),
             parent_uuid: uuid_or_none(a.parent_uuid),
+            received_uuid: uuid_or_none(a.received_uuid),
             created: time_of(a.otime.sec, a.otime.nsec),
             created_generation: a.otransid,
             generation: a.generation,
@@ -752,6 +787,41 @@ impl Dir {
             }
         }
         Ok(entries)
+    }
+
+    /// Write the send stream of the read-only subvolume whose root is `self` into `out`
+    /// (`BTRFS_IOC_SEND`), incremental against `parent` (a read-only subvolume root on the
+    /// same filesystem) when given. Blocks until the stream is written or the reader is
+    /// gone (`EPIPE`, kind `Other`). Needs CAP_SYS_ADMIN.
+    pub fn send(&self, out: BorrowedFd<'_>, parent: Option<&Dir>) -> Result<()> {
+        const OP: &str = "send";
+        self.require_subvolume_root(OP)?;
+        let parent = match parent {
+            Some(p) => {
+                p.require_subvolume_root(OP)?;
+                Some(p.subvolume_id()?)
+            }
+            None => None,
+        };
+        sys::send(self.fd.as_fd(), out, parent)
+            .map_err(|e| Error::sys_with(OP, "", e, &[(Errno::NOTTY, ErrorKind::NotASubvolume)]))
+    }
+
+    /// The names in this directory, but `.` and `..`, exactly as on disk.
+    pub fn entry_names(&self) -> Result<Vec<OsString>> {
+        nested::entries(self.fd.as_fd()).map_err(|e| Error::sys("read the directory", "", e))
+    }
+
+    /// True when this directory is on a Btrfs filesystem (`fstatfs`).
+    pub fn is_on_btrfs(&self) -> Result<bool> {
+        is_btrfs(self.fd.as_fd()).map_err(|e| Error::sys("statfs", "", e))
+    }
+
+    /// Bytes an unprivileged writer could still use on this directory's filesystem
+    /// (`fstatvfs`'s `f_bavail`).
+    pub fn free_bytes(&self) -> Result<u64> {
+        let st = rustix::fs::fstatvfs(&self.fd).map_err(|e| Error::sys("statvfs", "", e))?;
+        Ok(st.f_bavail.saturating_mul(st.f_frsize))
     }
 
     /// Swap the names `a` and `b` in this directory in one step (`renameat2(RENAME_EXCHANGE)`).

@@ -439,7 +439,7 @@ impl Dir {
 }
 
 /// The names in a directory but `.` and `..`, read through a descriptor of its own.
-fn entries(dir: BorrowedFd<'_>) -> std::result::Result<Vec<OsString>, Errno> {
+pub(crate) fn entries(dir: BorrowedFd<'_>) -> std::result::Result<Vec<OsString>, Errno> {
     let mut names = Vec::new();
     let mut reader = rustix::fs::Dir::read_from(dir)?;
     while let Some(entry) = reader.read() {

@@ -15,7 +15,7 @@ use std::os::unix::ffi::OsStrExt as _;
 
 use linux_raw_sys::btrfs::{
     btrfs_ioctl_get_subvol_info_args, btrfs_ioctl_ino_lookup_args, btrfs_ioctl_search_args_v2,
-    btrfs_ioctl_search_key, btrfs_ioctl_vol_args, btrfs_ioctl_vol_args_v2,
+    btrfs_ioctl_search_key, btrfs_ioctl_send_args, btrfs_ioctl_vol_args, btrfs_ioctl_vol_args_v2,
     BTRFS_FIRST_FREE_OBJECTID, BTRFS_IOCTL_MAGIC, BTRFS_SUBVOL_SPEC_BY_ID,
 };
 use rustix::io::Errno;
@@ -27,6 +27,7 @@ const SUBVOL_CREATE: Opcode = opcode::write::<btrfs_ioctl_vol_args>(MAGIC, 14);
 const INO_LOOKUP: Opcode = opcode::read_write::<btrfs_ioctl_ino_lookup_args>(MAGIC, 18);
 const TREE_SEARCH_V2: Opcode = opcode::read_write::<btrfs_ioctl_search_args_v2>(MAGIC, 17);
 const SNAP_CREATE_V2: Opcode = opcode::write::<btrfs_ioctl_vol_args_v2>(MAGIC, 23);
+const SEND: Opcode = opcode::write::<btrfs_ioctl_send_args>(MAGIC, 38);
 const SUBVOL_GETFLAGS: Opcode = opcode::read::<u64>(MAGIC, 25);
 const SUBVOL_SETFLAGS: Opcode = opcode::write::<u64>(MAGIC, 26);
 const GET_SUBVOL_INFO: Opcode = opcode::read::<btrfs_ioctl_get_subvol_info_args>(MAGIC, 60);
@@ -40,6 +41,25 @@ const SNAP_DESTROY_V2: Opcode = opcode::write::<btrfs_ioctl_vol_args_v2>(MAGIC, 
 unsafe fn zeroed<T>() -> T {
     // SAFETY: the caller promises all-zero is a valid `T`.
     unsafe { std::mem::zeroed() }
+}
+
+/// `BTRFS_IOC_SEND`: write the send stream of the read-only subvolume `fd` into `out`
+/// (a pipe or file), incremental against the subvolume with id `parent` when given (which is
+/// then also the one clone source). Blocks until the whole stream is written; needs
+/// CAP_SYS_ADMIN. A reader that goes away ends it with `EPIPE`.
+pub fn send(fd: BorrowedFd<'_>, out: BorrowedFd<'_>, parent: Option<u64>) -> Result<(), Errno> {
+    let mut clone_sources: [u64; 1] = [parent.unwrap_or(0)];
+    // SAFETY: plain data; all-zero is valid.
+    let mut args: btrfs_ioctl_send_args = unsafe { zeroed() };
+    args.send_fd = i64::from(out.as_raw_fd());
+    if let Some(parent) = parent {
+        args.parent_root = parent;
+        args.clone_sources_count = 1;
+        args.clone_sources = clone_sources.as_mut_ptr();
+    }
+    // SAFETY: SEND reads a `btrfs_ioctl_send_args`, and through it `clone_sources_count`
+    // u64s at `clone_sources`, which lives on this stack frame for the whole call.
+    unsafe { ioctl(fd, Updater::<SEND, _>::new(&mut args)) }
 }
 
 /// Copy `name`, one path component of any bytes but NUL and `/`, into a C string field (all

@@ -122,6 +122,10 @@ pub enum EngineError {
     BadRequestFile(String),
     #[error("the outcome file is unreadable or malformed: {0}")]
     BadOutcomeFile(String),
+    #[error("a snapshot named {0} is already in the store; nothing was fetched")]
+    AlreadyHere(SnapshotName),
+    #[error("the fetched {name} does not check out: {why}; it was removed")]
+    FetchUnverified { name: SnapshotName, why: String },
     #[error(transparent)]
     Btrfs(#[from] btrfs::Error),
 }
@@ -666,6 +670,114 @@ impl Engine {
         .map_err(EngineError::BadOutcomeFile)
     }
 }
+
+/// Copies off the disk: the engine's short steps of a copy and a fetch (the transfers run on
+/// threads of their own, `crate::copies`).
+impl Engine {
+    /// The snapshot `name` to send, and every snapshot of its subvolume (parent candidates).
+    pub fn open_for_copy(
+        &self,
+        name: SnapshotName,
+    ) -> Result<crate::copies::CopySource, EngineError> {
+        let store = self.store()?;
+        let info = self.open_snapshot(&store, name)?;
+        let mut siblings = Vec::new();
+        for entry in store.list_subvolumes()? {
+            if entry.info.dir_id != SUBVOLUME_ROOT_DIR {
+                continue;
+            }
+            if let Some(Ok(n)) = entry.name.to_str().map(SnapshotName::parse) {
+                if n.subvolume() == name.subvolume() {
+                    siblings.push((n, entry.info));
+                }
+            }
+        }
+        Ok(crate::copies::CopySource {
+            store,
+            info,
+            siblings,
+        })
+    }
+
+    /// Before a fetch: the store checked, no snapshot named `name` in it, and an empty
+    /// `.incoming` directory (root-only) to receive into.
+    pub fn prepare_fetch(&self, name: SnapshotName) -> Result<(), EngineError> {
+        let store = self.store()?;
+        match store.stat_at(name.to_string()) {
+            Ok(_) => return Err(EngineError::AlreadyHere(name)),
+            Err(e) if e.kind == ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        store.create_dir(INCOMING_DIR_NAME, 0o700)?;
+        self.clean_incoming()
+    }
+
+    /// Remove whatever is in the store's `.incoming`: fetches that died.
+    pub fn clean_incoming(&self) -> Result<(), EngineError> {
+        let store = self.store()?;
+        let incoming = match store.open_dir(INCOMING_DIR_NAME) {
+            Ok(d) => d,
+            Err(e) if e.kind == ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let names = incoming.entry_names()?;
+        for entry in &names {
+            incoming.remove_all(entry)?;
+        }
+        if !names.is_empty() {
+            store.commit()?;
+        }
+        Ok(())
+    }
+
+    /// After a fetch received `name` into `.incoming`: check it (a read-only subvolume whose
+    /// received UUID is `received_uuid`), put a read-only snapshot of it in the store under
+    /// its name (one step: a listing sees it whole or not at all; the kernel refuses to
+    /// move a read-only subvolume to another directory), and remove the received one.
+    pub fn finish_fetch(
+        &self,
+        name: SnapshotName,
+        received_uuid: Uuid,
+    ) -> Result<Snapshot, EngineError> {
+        let store = self.store()?;
+        let unverified = |why: String| EngineError::FetchUnverified { name, why };
+        let incoming = store.open_dir(INCOMING_DIR_NAME)?;
+        let received = incoming
+            .open_dir(name.to_string())
+            .map_err(|e| unverified(e.to_string()))?;
+        let info = received.subvolume_info()?;
+        if !received.is_subvolume_root()?
+            || !info.readonly
+            || info.received_uuid != Some(received_uuid)
+        {
+            let why = format!(
+                "read-only: {}, received UUID {:?}, expected {received_uuid}",
+                info.readonly, info.received_uuid
+            );
+            drop(received);
+            let _ = self.clean_incoming();
+            return Err(unverified(why));
+        }
+        let made = received.snapshot_to(&store, name.to_string(), true);
+        drop(received);
+        let _ = self.clean_incoming();
+        match made {
+            Ok(_) => {}
+            Err(e) if e.kind == ErrorKind::AlreadyExists => {
+                return Err(EngineError::AlreadyHere(name))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        store.commit()?;
+        self.list()?
+            .into_iter()
+            .find(|s| s.name == name)
+            .ok_or(EngineError::NoSuchSnapshot(name))
+    }
+}
+
+/// Where a fetch is received before it is checked (`layout::copies::INCOMING_DIR_NAME`).
+const INCOMING_DIR_NAME: &str = layout::copies::INCOMING_DIR_NAME;
 
 /// The inode number of a Btrfs subvolume's root directory: a snapshot sits directly in the
 /// store when the directory holding it is the store's root.

@@ -6,6 +6,7 @@
 //! restore request, and the only ones it reads are the request and the initrd's outcome.
 
 pub mod caller;
+pub mod copies;
 pub mod engine;
 pub mod private_top;
 pub mod stem1;

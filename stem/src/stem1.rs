@@ -25,6 +25,8 @@
 //! beside this one for a release.
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use layout::{
@@ -36,8 +38,11 @@ use zbus::object_server::Interface as _;
 use zbus::{interface, Connection, Type};
 
 use crate::caller::{Authority, Refusal};
+use crate::copies::CopyError;
+use crate::copies::{Copied, Copies, CopyOnTarget, InFlight, Programs};
 use crate::engine::{self, Commit, EngineError, Staged};
 use crate::worker::{Worker, WorkerGone};
+use layout::copies::CopiesConfig;
 
 /// How the engine knows what a snapshot is of (on the wire: `"parent-uuid"` or `"name-only"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
@@ -192,6 +197,83 @@ pub struct ChangedPathInfo {
     pub path: Vec<u8>,
 }
 
+/// The answer to CopyTo: the copy made and verified on the target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct CopiedInfo {
+    /// The target's configured name.
+    pub target: String,
+    /// The snapshot copied (the copy has the same name on the target).
+    pub name: String,
+    /// The copy's received UUID, checked equal to the snapshot's UUID (or, for a fetched
+    /// snapshot, the UUID it was itself received from).
+    pub received_uuid: String,
+    /// The snapshot the stream was made against; "" for a full send.
+    pub parent: String,
+    /// Bytes of send stream moved.
+    pub bytes: u64,
+    /// True when sent against `parent`.
+    pub incremental: bool,
+}
+
+impl From<&Copied> for CopiedInfo {
+    fn from(c: &Copied) -> Self {
+        CopiedInfo {
+            target: c.target.to_string(),
+            name: c.name.to_string(),
+            received_uuid: c.received_uuid.to_string(),
+            parent: c.parent.map(|p| p.to_string()).unwrap_or_default(),
+            bytes: c.bytes,
+            incremental: c.parent.is_some(),
+        }
+    }
+}
+
+/// One verified copy on a target (CopiesOn).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct CopyInfo {
+    /// The copy's name: the snapshot's name.
+    pub name: String,
+    /// The copy's own UUID on the target.
+    pub uuid: String,
+    /// The UUID of the snapshot it was received from.
+    pub received_uuid: String,
+}
+
+impl From<&CopyOnTarget> for CopyInfo {
+    fn from(c: &CopyOnTarget) -> Self {
+        CopyInfo {
+            name: c.name.to_string(),
+            uuid: c.uuid.to_string(),
+            received_uuid: c.received_uuid.to_string(),
+        }
+    }
+}
+
+/// One copy or fetch in flight (CopyProgress).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct CopyProgressInfo {
+    pub target: String,
+    pub name: String,
+    /// "copy" or "fetch".
+    pub kind: String,
+    /// Bytes of stream moved so far.
+    pub bytes: u64,
+    /// Milliseconds since it started.
+    pub elapsed_ms: u64,
+}
+
+impl From<&InFlight> for CopyProgressInfo {
+    fn from(f: &InFlight) -> Self {
+        CopyProgressInfo {
+            target: f.target.to_string(),
+            name: f.name.to_string(),
+            kind: f.kind.to_owned(),
+            bytes: f.bytes,
+            elapsed_ms: u64::try_from(f.elapsed.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
 /// The errors of `org.tacid.Stem1`; each has its own D-Bus name
 /// (`org.tacid.Stem1.Error.<Variant>`) and a message that says what to do.
 #[derive(Debug, zbus::DBusError)]
@@ -235,6 +317,25 @@ pub enum Error {
     /// The snapshot holds no state the live subvolume descends from (an earlier restore
     /// left that line behind): changes since it cannot be counted.
     NotInHistory(String),
+    /// No copy target of that name is configured (or the name is not a target name).
+    NoSuchTarget(String),
+    /// The target is busy with another act (one at a time per target).
+    TargetBusy(String),
+    /// The target cannot be reached (not mounted; host down; refused the key).
+    TargetUnreachable(String),
+    /// The SSH target's host key is not the pinned one.
+    HostKeyChanged(String),
+    /// The target directory is not on Btrfs.
+    TargetNotBtrfs(String),
+    /// The target filesystem is full; nothing half-received was left.
+    TargetFull(String),
+    /// The transfer failed (the message says why); nothing half-received was left.
+    TransferFailed(String),
+    /// The target holds no copy of that name.
+    NoSuchCopy(String),
+    /// It is there already: the target holds that copy (CopyTo), or the store a snapshot of
+    /// that name (FetchFrom). Nothing changed.
+    AlreadyHere(String),
     /// Anything else went wrong (an I/O error from Btrfs); the message says what.
     Failed(String),
 }
@@ -262,6 +363,8 @@ impl From<&EngineError> for Error {
             EngineError::BadRequestFile(_) => Error::BadRequestFile(message),
             EngineError::BadOutcomeFile(_) => Error::BadOutcomeFile(message),
             EngineError::NotInHistory { .. } => Error::NotInHistory(message),
+            EngineError::AlreadyHere(_) => Error::AlreadyHere(message),
+            EngineError::FetchUnverified { .. } => Error::TransferFailed(message),
             EngineError::NotTopLevel { .. }
             | EngineError::NoFreeName(_)
             | EngineError::Btrfs(_) => Error::Failed(message),
@@ -272,6 +375,27 @@ impl From<&EngineError> for Error {
 impl From<EngineError> for Error {
     fn from(e: EngineError) -> Error {
         Error::from(&e)
+    }
+}
+
+impl From<CopyError> for Error {
+    fn from(e: CopyError) -> Error {
+        let message = e.to_string();
+        match e {
+            CopyError::NoSuchTarget(_) => Error::NoSuchTarget(message),
+            CopyError::NoSuchSnapshot(_) => Error::NoSuchSnapshot(message),
+            CopyError::NotReadOnly(_) => Error::NotReadOnly(message),
+            CopyError::TargetBusy(_) => Error::TargetBusy(message),
+            CopyError::TargetUnreachable { .. } => Error::TargetUnreachable(message),
+            CopyError::HostKeyChanged { .. } => Error::HostKeyChanged(message),
+            CopyError::TargetNotBtrfs { .. } => Error::TargetNotBtrfs(message),
+            CopyError::TargetFull { .. } => Error::TargetFull(message),
+            CopyError::TransferFailed { .. } => Error::TransferFailed(message),
+            CopyError::NoSuchCopy { .. } => Error::NoSuchCopy(message),
+            CopyError::AlreadyHere(_) => Error::AlreadyHere(message),
+            CopyError::Engine(e) => Error::from(&e),
+            CopyError::Failed(_) => Error::Failed(message),
+        }
     }
 }
 
@@ -309,6 +433,15 @@ impl Error {
             BadRequestFile(_) => BadRequestFile(message),
             BadOutcomeFile(_) => BadOutcomeFile(message),
             NotInHistory(_) => NotInHistory(message),
+            NoSuchTarget(_) => NoSuchTarget(message),
+            TargetBusy(_) => TargetBusy(message),
+            TargetUnreachable(_) => TargetUnreachable(message),
+            HostKeyChanged(_) => HostKeyChanged(message),
+            TargetNotBtrfs(_) => TargetNotBtrfs(message),
+            TargetFull(_) => TargetFull(message),
+            TransferFailed(_) => TransferFailed(message),
+            NoSuchCopy(_) => NoSuchCopy(message),
+            AlreadyHere(_) => AlreadyHere(message),
             Failed(_) => Failed(message),
         }
     }
@@ -319,12 +452,60 @@ impl Error {
 pub struct Stem1 {
     worker: Worker,
     authority: Authority,
+    copies: Arc<Copies>,
 }
 
 impl Stem1 {
-    /// Serve the engine running on `worker` to the one user `authority` allows.
+    /// Serve the engine running on `worker` to the one user `authority` allows, with no
+    /// copy targets.
     pub fn new(worker: Worker, authority: Authority) -> Stem1 {
-        Stem1 { worker, authority }
+        let copies = Copies::new(
+            CopiesConfig::default(),
+            Programs::default(),
+            worker.clone(),
+            PathBuf::new(),
+        );
+        Stem1::with_copies(worker, authority, Arc::new(copies))
+    }
+
+    /// As [`Stem1::new`], with the copy engine `copies` (root's configured targets).
+    pub fn with_copies(worker: Worker, authority: Authority, copies: Arc<Copies>) -> Stem1 {
+        Stem1 {
+            worker,
+            authority,
+            copies,
+        }
+    }
+
+    /// Run a copy act on a thread of its own (a transfer may take hours: never the
+    /// engine's thread, never the async runtime's); log the answer.
+    async fn copy_act<T: Send + 'static>(
+        &self,
+        what: String,
+        act: impl FnOnce(&Copies) -> Result<T, CopyError> + Send + 'static,
+    ) -> Result<T, Error> {
+        let copies = self.copies.clone();
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("stem-copy".into())
+            .spawn(move || {
+                let _ = answer.send(act(&copies));
+            })
+            .map_err(|e| Error::Failed(format!("{what}: cannot start a thread: {e}")))?;
+        match answered.await {
+            Ok(Ok(answer)) => {
+                tracing::info!("{what}: done");
+                Ok(answer)
+            }
+            Ok(Err(e)) => {
+                tracing::warn!("{what}: refused or failed: {e}");
+                Err(e.into())
+            }
+            Err(_) => {
+                tracing::error!("{what}: the copy thread stopped (a panic; see above)");
+                Err(Error::Failed(format!("{what}: the copy thread stopped")))
+            }
+        }
     }
 
     /// Admit the call or refuse it; every method starts here, before it looks at an argument.
@@ -606,6 +787,112 @@ impl Stem1 {
         self.count_changes(name, time_limit_ms, false, Commit::Never)
             .await
     }
+
+    /// Copy a snapshot off the disk to a configured target (issue 13): sent with
+    /// BTRFS_IOC_SEND, incremental against the newest snapshot of the same subvolume whose
+    /// identity the target holds as a copy's received UUID (a full send when there is none),
+    /// received there by `btrfs receive`, and verified (read-only, received UUID = the
+    /// snapshot's) before the answer. A transfer that dies leaves nothing half-received.
+    /// Runs on a thread of its own; one act per target at a time. `name`: a canonical
+    /// snapshot name; `target`: a configured target's name (never a path or a host).
+    /// Errors: AccessDenied, InvalidArgument, NoSuchTarget, NoSuchSnapshot, NotReadOnly,
+    /// TargetBusy, TargetUnreachable, HostKeyChanged, TargetNotBtrfs, TargetFull,
+    /// TransferFailed, AlreadyHere (the target holds it already), StoreUnsafe, Failed.
+    #[zbus(out_args("copied"))]
+    async fn copy_to(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+        target: &str,
+    ) -> Result<CopiedInfo, Error> {
+        self.admit(connection, &header).await?;
+        let name = parse_snapshot(name)?;
+        let target = parse_target(target)?;
+        let what = format!("copy {name} to {target}");
+        let copied = self
+            .copy_act(what, move |c| c.copy_to(name, &target))
+            .await?;
+        Ok(CopiedInfo::from(&copied))
+    }
+
+    /// The verified copies a target holds, newest first (transfers that died are removed
+    /// first, unless the target is busy). `target`: a configured target's name.
+    /// Errors: AccessDenied, InvalidArgument, NoSuchTarget, TargetBusy (an SSH target in
+    /// use), TargetUnreachable, HostKeyChanged, TargetNotBtrfs, Failed.
+    #[zbus(out_args("copies"))]
+    async fn copies_on(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        target: &str,
+    ) -> Result<Vec<CopyInfo>, Error> {
+        self.admit(connection, &header).await?;
+        let target = parse_target(target)?;
+        let what = format!("read copies on {target}");
+        let copies = self.copy_act(what, move |c| c.copies_on(&target)).await?;
+        Ok(copies.iter().map(CopyInfo::from).collect())
+    }
+
+    /// Delete the copy `name` on `target` (retention on the target is the keeper's).
+    /// Errors: AccessDenied, InvalidArgument, NoSuchTarget, NoSuchCopy, TargetBusy,
+    /// TargetUnreachable, HostKeyChanged, TargetNotBtrfs, Failed.
+    async fn delete_copy(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        target: &str,
+        name: &str,
+    ) -> Result<(), Error> {
+        self.admit(connection, &header).await?;
+        let target = parse_target(target)?;
+        let name = parse_snapshot(name)?;
+        let what = format!("delete the copy {name} on {target}");
+        self.copy_act(what, move |c| c.delete_copy(&target, name))
+            .await
+    }
+
+    /// Fetch the copy `name` from `target` back into the store (a new disk): received into
+    /// `@snapshots/.incoming`, verified (read-only, received UUID = the copy's), then put in
+    /// the store under its name in one step; List and StageRestore see it from then on
+    /// (origin name-only). Errors: AccessDenied, InvalidArgument, NoSuchTarget, NoSuchCopy,
+    /// AlreadyHere (a snapshot of that name is in the store), TargetBusy,
+    /// TargetUnreachable, HostKeyChanged, TargetNotBtrfs, TransferFailed, NoSpace,
+    /// StoreUnsafe, Failed.
+    #[zbus(out_args("snapshot"))]
+    async fn fetch_from(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        target: &str,
+        name: &str,
+    ) -> Result<SnapshotInfo, Error> {
+        self.admit(connection, &header).await?;
+        let target = parse_target(target)?;
+        let name = parse_snapshot(name)?;
+        let what = format!("fetch {name} from {target}");
+        let fetched = self
+            .copy_act(what, move |c| c.fetch_from(&target, name))
+            .await?;
+        Ok(SnapshotInfo::from(&fetched))
+    }
+
+    /// The copies and fetches in flight: target, snapshot, "copy" or "fetch", bytes moved
+    /// so far, milliseconds since it started. Errors: AccessDenied.
+    #[zbus(out_args("in_flight"))]
+    async fn copy_progress(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<CopyProgressInfo>, Error> {
+        self.admit(connection, &header).await?;
+        Ok(self
+            .copies
+            .progress()
+            .iter()
+            .map(CopyProgressInfo::from)
+            .collect())
+    }
 }
 
 impl Stem1 {
@@ -711,6 +998,19 @@ pub fn introspection_xml() -> String {
     iface.introspect_to_writer(&mut xml, 1);
     let _ = writeln!(xml, "</node>");
     xml
+}
+
+/// A target name from a caller: the grammar only here (the configured set is the copy
+/// engine's check); never shown whole.
+fn parse_target(name: &str) -> Result<String, Error> {
+    layout::copies::TargetName::parse(name)
+        .map(|n| n.to_string())
+        .map_err(|e| {
+            Error::InvalidArgument(format!(
+                "{} is not a target name: {e}",
+                crate::copies::shown_capped(name)
+            ))
+        })
 }
 
 fn parse_subvolume(name: &str) -> Result<SubvolumeName, Error> {

@@ -57,6 +57,21 @@ impl Worker {
         Worker { jobs }
     }
 
+    /// Run `act` on the engine's thread and block this thread until it answers: for the
+    /// copy threads, which are not async.
+    pub fn run_blocking<T: Send + 'static>(
+        &self,
+        act: impl FnOnce(&Engine) -> T + Send + 'static,
+    ) -> Result<T, WorkerGone> {
+        let (answer, answered) = mpsc::sync_channel(1);
+        self.jobs
+            .send(Box::new(move |engine| {
+                let _ = answer.send(act(engine));
+            }))
+            .map_err(|_| WorkerGone)?;
+        answered.recv().map_err(|_| WorkerGone)
+    }
+
     /// Run `act` on the engine's thread and wait (asynchronously) for its answer.
     pub async fn run<T: Send + 'static>(
         &self,

@@ -48,6 +48,12 @@ struct Args {
     #[arg(long, value_name = "BYTES", default_value_t = layout::defaults::HARD_FLOOR_BYTES)]
     hard_floor_bytes: u64,
 
+    /// Root's configuration of copy targets (issue 13). It must be a regular file owned by
+    /// root and writable by nobody else, or the stem refuses to start; a missing file means
+    /// no targets. The NixOS module renders it from services.tacid.copies.
+    #[arg(long, value_name = "PATH", default_value = layout::copies::CONFIG_PATH)]
+    copies_config: PathBuf,
+
     /// Print the interface's introspection XML (as committed in stem/org.tacid.Stem1.xml)
     /// and exit.
     #[arg(long)]
@@ -116,6 +122,7 @@ fn init_logging() {
 async fn serve(args: Args) -> Result<(), String> {
     let top = args.top.ok_or("--top is required")?;
     let authority = Authority::of_user(&args.keeper_user).map_err(|e| e.to_string())?;
+    let copies_config = stem::copies::load_config(&args.copies_config)?;
     let engine = Engine::open(&top).map_err(|e| format!("cannot open {}: {e}", top.display()))?;
     engine.set_hard_floor(args.hard_floor_bytes);
     // An unsafe store is said now, loudly, but the stem still serves: every act checks the
@@ -130,13 +137,31 @@ async fn serve(args: Args) -> Result<(), String> {
     })
     .map_err(|e| format!("cannot start the engine's thread: {e}"))?;
 
+    let targets: Vec<String> = copies_config
+        .targets
+        .keys()
+        .map(|t| t.to_string())
+        .collect();
+    let copies = std::sync::Arc::new(stem::copies::Copies::new(
+        copies_config,
+        stem::copies::Programs::default(),
+        worker.clone(),
+        top.clone(),
+    ));
+    if !targets.is_empty() {
+        tracing::info!("copy targets: {}", targets.join(", "));
+    }
+
     let builder = if args.bus == "system" {
         zbus::connection::Builder::system()
     } else {
         zbus::connection::Builder::address(args.bus.as_str())
     };
     let _connection = builder
-        .serve_at(layout::names::STEM_OBJECT_PATH, Stem1::new(worker, authority.clone()))
+        .serve_at(
+            layout::names::STEM_OBJECT_PATH,
+            Stem1::with_copies(worker, authority.clone(), copies),
+        )
         .name(layout::names::STEM_BUS_NAME)
         .build()
         .await

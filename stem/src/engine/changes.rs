@@ -241,6 +241,7 @@ mod tests {
             dir_id: 256,
             uuid: Uuid::from_bytes([uuid; 16]),
             parent_uuid: parent.map(|p| Uuid::from_bytes([p; 16])),
+            received_uuid: None,
             created: Some(SystemTime::UNIX_EPOCH),
             created_generation: generation,
             generation,

@@ -1,0 +1,177 @@
+//! Moving a send stream from where it is made to where it is received, counting the bytes,
+//! while the children's own output is drained (and capped) so none of them can block the
+//! others or fill the stem's memory.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::io::Errno;
+
+/// How much of a stream moves per read.
+const CHUNK: usize = 256 * 1024;
+
+/// A child's output kept while it is drained: the first `cap` bytes (what it answers) or
+/// the last `cap` bytes (why it failed: the end of stderr says it).
+#[derive(Debug)]
+pub struct Drain {
+    fd: Option<OwnedFd>,
+    keep_last: bool,
+    cap: usize,
+    pub bytes: Vec<u8>,
+    /// More came than was kept.
+    pub cut: bool,
+}
+
+impl Drain {
+    pub fn first(fd: OwnedFd, cap: usize) -> Drain {
+        Drain {
+            fd: Some(fd),
+            keep_last: false,
+            cap,
+            bytes: Vec::new(),
+            cut: false,
+        }
+    }
+
+    /// Nothing to drain.
+    pub fn empty() -> Drain {
+        Drain {
+            fd: None,
+            keep_last: false,
+            cap: 0,
+            bytes: Vec::new(),
+            cut: false,
+        }
+    }
+
+    pub fn last(fd: OwnedFd, cap: usize) -> Drain {
+        Drain {
+            keep_last: true,
+            ..Drain::first(fd, cap)
+        }
+    }
+
+    fn take(&mut self, data: &[u8]) {
+        if self.keep_last {
+            self.bytes.extend_from_slice(data);
+            if self.bytes.len() > self.cap {
+                let extra = self.bytes.len() - self.cap;
+                self.bytes.drain(..extra);
+                self.cut = true;
+            }
+        } else {
+            let room = self.cap - self.bytes.len();
+            self.bytes.extend_from_slice(&data[..data.len().min(room)]);
+            self.cut |= data.len() > room;
+        }
+    }
+
+    /// The kept text, lossy, trimmed.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).trim().to_owned()
+    }
+}
+
+/// How the pump ended.
+#[derive(Debug)]
+pub enum Pumped {
+    /// The source ended and everything read was written.
+    Whole,
+    /// The sink stopped taking the stream (its reader exited or was killed).
+    SinkClosed,
+}
+
+/// Move everything from `source` to `sink`, adding each byte moved to `moved`, and drain
+/// every `drains` to its end. `source` is closed when the sink stops; `sink` when the
+/// source ends. Returns when the source is done and every drain is at its end.
+pub fn pump(
+    source: OwnedFd,
+    sink: OwnedFd,
+    drains: &mut [Drain],
+    moved: &AtomicU64,
+) -> io::Result<Pumped> {
+    for fd in [source.as_fd(), sink.as_fd()].into_iter().chain(
+        drains
+            .iter()
+            .filter_map(|d| d.fd.as_ref().map(|f| f.as_fd())),
+    ) {
+        rustix::io::ioctl_fionbio(fd, true)?;
+    }
+    let mut source = Some(source);
+    let mut sink = Some(sink);
+    let mut outcome = Pumped::Whole;
+    let mut buf = vec![0u8; CHUNK];
+    let mut pending: (usize, usize) = (0, 0); // buf[start..end] waits for the sink
+    let mut scratch = vec![0u8; 64 * 1024];
+    loop {
+        if source.is_none() && pending.0 == pending.1 {
+            // Everything read is written: the receiver sees the end of the stream.
+            sink = None;
+        }
+        if source.is_none() && sink.is_none() && drains.iter().all(|d| d.fd.is_none()) {
+            return Ok(outcome);
+        }
+        let mut fds = Vec::with_capacity(2 + drains.len());
+        let want_read = pending.0 == pending.1;
+        if let (Some(s), true) = (&source, want_read) {
+            fds.push(PollFd::new(s, PollFlags::IN));
+        }
+        if let (Some(s), false) = (&sink, want_read) {
+            fds.push(PollFd::new(s, PollFlags::OUT));
+        }
+        for d in drains.iter() {
+            if let Some(fd) = &d.fd {
+                fds.push(PollFd::new(fd, PollFlags::IN));
+            }
+        }
+        match poll(&mut fds, None) {
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        drop(fds);
+
+        if want_read {
+            if let Some(s) = &source {
+                match rustix::io::read(s, &mut buf[..]) {
+                    Ok(0) => source = None,
+                    Ok(n) => pending = (0, n),
+                    Err(Errno::AGAIN | Errno::INTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        } else if let Some(s) = &sink {
+            match rustix::io::write(s, &buf[pending.0..pending.1]) {
+                Ok(n) => {
+                    pending.0 += n;
+                    moved.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(Errno::AGAIN | Errno::INTR) => {}
+                Err(Errno::PIPE) => {
+                    // The receiver is gone: stop the sender too (it gets EPIPE).
+                    outcome = Pumped::SinkClosed;
+                    source = None;
+                    sink = None;
+                    pending = (0, 0);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            pending = (0, 0);
+        }
+
+        for d in drains.iter_mut() {
+            let Some(fd) = &d.fd else { continue };
+            match rustix::io::read(fd, &mut scratch[..]) {
+                Ok(0) => d.fd = None,
+                Ok(n) => {
+                    let data = scratch[..n].to_vec();
+                    d.take(&data);
+                }
+                Err(Errno::AGAIN | Errno::INTR) => {}
+                Err(_) => d.fd = None,
+            }
+        }
+    }
+}
