@@ -124,6 +124,9 @@ fn stem_error(e: StemError) -> KeeperError {
             "TargetFull" => KeeperError::TargetFull(message.clone()),
             "TransferFailed" => KeeperError::TransferFailed(message.clone()),
             "AlreadyHere" => KeeperError::AlreadyHere(message.clone()),
+            "NoSuchCopy" => {
+                KeeperError::NoSuchSnapshot(format!("{message}; see `tacid data copies TARGET`"))
+            }
             _ => KeeperError::StemFailed(format!("{message} (stem error {name})")),
         },
         StemError::Bus(_) => KeeperError::StemFailed(e.to_string()),

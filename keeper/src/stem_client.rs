@@ -413,89 +413,80 @@ pub struct InFlight {
     pub elapsed_ms: u64,
 }
 
-// The copy methods are called by name through the generic proxy, with their signatures
-// spelled out here: the keeper's side of issue 13 was written before the stem's, to the
-// same shared spec, and the bus tier holds the two to it.
 impl StemClient {
-    async fn call_named<B, R>(&self, method: &'static str, body: B) -> Result<R, StemError>
-    where
-        B: serde::Serialize + zbus::zvariant::DynamicType + Clone + Send + Sync,
-        R: for<'d> zbus::zvariant::DynamicDeserialize<'d>,
-    {
-        self.call(|p| {
-            let body = body.clone();
-            async move {
-                p.inner()
-                    .call::<_, B, R>(method, &body)
-                    .await
-                    .map_err(stem1::Error::from)
-            }
-        })
-        .await
-    }
-
     /// Send the snapshot `name` to `target` (incremental when both sides hold a parent),
-    /// verified before the stem answers. Not retried: a copy that went away mid-call is
-    /// settled from what the target holds.
+    /// verified before the stem answers. A call that went away mid-copy is settled from
+    /// what the target holds.
     pub async fn copy_to(&self, name: &str, target: &str) -> Result<Copied, StemError> {
-        let (_target, name, received_uuid, parent, bytes, incremental): (
-            String,
-            String,
-            String,
-            String,
-            u64,
-            bool,
-        ) = self
-            .call_named("CopyTo", (name.to_owned(), target.to_owned()))
+        let (name, target) = (name.to_owned(), target.to_owned());
+        let c = self
+            .call(|p| {
+                let (name, target) = (name.clone(), target.clone());
+                async move { p.copy_to(&name, &target).await }
+            })
             .await?;
         Ok(Copied {
-            name,
-            received_uuid,
-            parent,
-            bytes,
-            incremental,
+            name: c.name,
+            received_uuid: c.received_uuid,
+            parent: c.parent,
+            bytes: c.bytes,
+            incremental: c.incremental,
         })
     }
 
     /// The verified copies `target` holds.
     pub async fn copies_on(&self, target: &str) -> Result<Vec<HeldCopy>, StemError> {
-        let held: Vec<(String, String, String)> =
-            self.call_named("CopiesOn", (target.to_owned(),)).await?;
+        let target = target.to_owned();
+        let held = self
+            .call(|p| {
+                let target = target.clone();
+                async move { p.copies_on(&target).await }
+            })
+            .await?;
         Ok(held
             .into_iter()
-            .map(|(name, _uuid, received_uuid)| HeldCopy {
-                name,
-                received_uuid,
+            .map(|c| HeldCopy {
+                name: c.name,
+                received_uuid: c.received_uuid,
             })
             .collect())
     }
 
     /// Delete the copy `name` on `target`.
     pub async fn delete_copy(&self, target: &str, name: &str) -> Result<(), StemError> {
-        self.call_named::<_, ()>("DeleteCopy", (target.to_owned(), name.to_owned()))
-            .await
+        let (target, name) = (target.to_owned(), name.to_owned());
+        self.call(|p| {
+            let (target, name) = (target.clone(), name.clone());
+            async move { p.delete_copy(&target, &name).await }
+        })
+        .await
     }
 
     /// Receive the copy `name` from `target` into the local store, verified.
     pub async fn fetch_from(&self, target: &str, name: &str) -> Result<DiskSnapshot, StemError> {
-        let s: stem1::SnapshotInfo = self
-            .call_named("FetchFrom", (target.to_owned(), name.to_owned()))
+        let (target, name) = (target.to_owned(), name.to_owned());
+        let s = self
+            .call(|p| {
+                let (target, name) = (target.clone(), name.clone());
+                async move { p.fetch_from(&target, &name).await }
+            })
             .await?;
         Ok(member(&s))
     }
 
     /// Copies and fetches in flight.
     pub async fn copy_progress(&self) -> Result<Vec<InFlight>, StemError> {
-        let all: Vec<(String, String, String, u64, u64)> =
-            self.call_named("CopyProgress", ()).await?;
+        let all = self
+            .call(|p| async move { p.copy_progress().await })
+            .await?;
         Ok(all
             .into_iter()
-            .map(|(target, name, direction, bytes, elapsed_ms)| InFlight {
-                target,
-                name,
-                direction,
-                bytes,
-                elapsed_ms,
+            .map(|f| InFlight {
+                target: f.target,
+                name: f.name,
+                direction: f.kind,
+                bytes: f.bytes,
+                elapsed_ms: f.elapsed_ms,
             })
             .collect())
     }

@@ -185,6 +185,44 @@ impl Keeper {
         Ok((held, local))
     }
 
+    /// Journal an act on a target that failed before it reached the stem's transfer (the
+    /// target could not be listed: unreachable, not Btrfs, its host key changed).
+    fn journal_failed_act(
+        &self,
+        asker: &Asker,
+        action: CopyAction,
+        target: &str,
+        name: &str,
+        rule: &str,
+        e: &StemError,
+    ) {
+        let reason = failure_reason(e);
+        let recorded = self
+            .journal(|j| j.begin_copy(asker, action, target, name, rule, ""))
+            .and_then(|id| {
+                self.journal(|j| {
+                    j.finish_copy(
+                        id,
+                        &CopyEnd {
+                            state: state::FAILED,
+                            outcome: reason.clone(),
+                            parent: String::new(),
+                            bytes: 0,
+                            received_uuid: None,
+                        },
+                    )
+                })
+            });
+        if let Err(je) = recorded {
+            tracing::error!(
+                "could not journal a failed {}: {}",
+                action.as_str(),
+                je.message()
+            );
+        }
+        tracing::warn!(uid = asker.uid, user = %asker.name, rule, target, snapshot = name, "{} {reason}", action.as_str());
+    }
+
     /// Copy one snapshot, journalled; `Ok` when verified on the target.
     async fn copy_one(
         &self,
@@ -276,7 +314,13 @@ impl Keeper {
         if name.is_empty() {
             return self.copy_timer(&asker, t).await;
         }
-        let (held, local) = self.list_target(target).await.map_err(stem_error)?;
+        let (held, local) = match self.list_target(target).await {
+            Ok(listed) => listed,
+            Err(e) => {
+                self.journal_failed_act(&asker, CopyAction::Copy, target, name, "", &e);
+                return Err(stem_error(e));
+            }
+        };
         let mut report = CopyReport {
             target: target.to_owned(),
             copied: Vec::new(),
@@ -321,7 +365,13 @@ impl Keeper {
     async fn copy_timer(&self, asker: &Asker, t: &Target) -> Result<CopyReport, KeeperError> {
         let target = t.name.as_str();
         let rule = timer_rule(target);
-        let (held, _) = self.list_target(target).await.map_err(stem_error)?;
+        let (held, _) = match self.list_target(target).await {
+            Ok(listed) => listed,
+            Err(e) => {
+                self.journal_failed_act(asker, CopyAction::Copy, target, "", &rule, &e);
+                return Err(stem_error(e));
+            }
+        };
         let disk = self.stem.list().await.map_err(stem_error)?;
         // The newest snapshot of each snapshotted subvolume.
         let mut newest: BTreeMap<String, (i64, String)> = BTreeMap::new();
