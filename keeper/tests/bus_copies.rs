@@ -165,6 +165,24 @@ fn bus_copies_to_a_local_target_and_back() {
     }
     let (ok, _, err) = w.call_keeper_as(STRANGER, "Fetch", &[&s1, &huge]);
     assert!(!ok && err.contains("NoSuchTarget"), "{err}");
+    let (ok, _, err) = w.call_keeper_as(STRANGER, "Copies", &[&huge]);
+    assert!(
+        !ok && err.contains("NoSuchTarget") && err.len() < 2000,
+        "{err}"
+    );
+    // A huge snapshot name to a real target: not a name, shown capped.
+    let (ok, _, err) = w.call_keeper_as(APPROVER, "Copy", &[&huge, "usb"]);
+    assert!(
+        !ok && err.contains("InvalidArgument") && err.contains("(100000 bytes)"),
+        "{err}"
+    );
+    // Anybody may ask what is in flight (nothing now).
+    let (ok, out, err) = w.call_keeper_as(STRANGER, "CopyProgress", &[]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("array [\n") && !out.contains("struct"),
+        "{out}"
+    );
     let forged_rows = refusals(&w, "copy");
     assert!(
         forged_rows
@@ -288,4 +306,30 @@ fn bus_copies_to_a_local_target_and_back() {
         .unwrap();
     assert_eq!(s2_entry["copies"], serde_json::json!([]));
     eprintln!("incremental copy of a one-file change: {incremental_bytes} bytes");
+
+    // A copy long enough to be watched: its progress on stderr (not a terminal here: a
+    // plain line, the first at once).
+    let big: Vec<u8> = (0..96usize << 20)
+        .map(|i| (i as u8).wrapping_mul(31) | 1)
+        .collect();
+    fs::write(w.top().join("@home/big"), big).unwrap();
+    let s4 = w.snapshot_home();
+    let started = std::time::Instant::now();
+    let (code, out, err) = w.tacid(APPROVER, &["data", "copy", &s4, "--to", "usb", "--json"]);
+    let took = started.elapsed();
+    assert_eq!(code, 0, "{out} {err}");
+    let r = json(&out);
+    let bytes = r["copied"][0]["bytes"].as_u64().unwrap();
+    eprintln!(
+        "a 96 MiB change copied in {:.2} s ({} bytes sent, {:.0} MiB/s); stderr: {err:?}",
+        took.as_secs_f64(),
+        bytes,
+        bytes as f64 / took.as_secs_f64() / f64::from(1 << 20)
+    );
+    if took > std::time::Duration::from_millis(2500) {
+        assert!(
+            err.contains(&format!("tacid: copying {s4} to usb: ")) && err.contains("/s, "),
+            "a copy of {took:?} said no progress: {err:?}"
+        );
+    }
 }
