@@ -16,7 +16,11 @@ TACID_DEBIAN_PACKAGES=(
     jq
     pyflakes3            # lints the NixOS test script the flake renders
     mypy                 # type-checks it, as the NixOS test driver does (Debian 12: 1.0.1)
-    shellcheck           # the pre-switch script, as writeShellApplication checks it
+    shellcheck           # the pre-switch script, as writeShellApplication checks it; copies/tacid-copy-target
+    openssh-server       # a real sshd as the SSH copy target (testbed::ssh)
+    openssh-client       # ssh and ssh-keygen for it
+    iproute2             # ip netns: the sshd's network namespace
+    btrbk                # the copies bench compares against it
 )
 
 install_debian_packages() {

@@ -25,6 +25,7 @@
 //! test.
 
 pub mod command_line;
+pub mod ssh;
 
 use std::collections::BTreeMap;
 use std::fs;
