@@ -11,6 +11,13 @@ use std::borrow::Cow;
 /// which is longer than every name of the layout.
 pub const MAX_NAME_BYTES: usize = layout::MAX_SNAPSHOT_NAME_BYTES;
 
+/// A copy target's name (`usb`): the layout's grammar allows no longer one.
+pub const MAX_TARGET_NAME_BYTES: usize = layout::copies::MAX_TARGET_NAME_BYTES;
+
+/// A failure's reason as journalled and answered: the stem passes on what a copy target
+/// said, and the far side of an SSH target may be hostile.
+pub const MAX_FAILURE_BYTES: usize = 1024;
+
 /// A subject the keeper built from names it parsed: `set N: NAME NAME NAME`, a set's id
 /// and one name per restorable subvolume.
 pub const MAX_BUILT_SUBJECT_BYTES: usize =

@@ -76,9 +76,24 @@ const MIGRATIONS: &[&str] = &[
     // 4: a refused row may stand for many calls: refusals past a caller's allowance are
     // counted in one row (adr/0016), from asked_micros to finished_micros.
     "ALTER TABLE requests ADD COLUMN calls INTEGER NOT NULL DEFAULT 1;",
+    // 5: copies off the disk (issue 13): a copy, a fetch or a deletion on a target names
+    // the target, the parent an incremental copy was sent against, and the bytes sent;
+    // `copies` is what the keeper last knew each target to hold, verified.
+    "ALTER TABLE requests ADD COLUMN target TEXT NOT NULL DEFAULT '';
+    ALTER TABLE requests ADD COLUMN parent TEXT NOT NULL DEFAULT '';
+    ALTER TABLE requests ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE copies (
+        target TEXT NOT NULL,
+        name TEXT NOT NULL,
+        received_uuid TEXT NOT NULL,
+        verified_micros INTEGER NOT NULL,
+        PRIMARY KEY (target, name)
+    );",
 ];
 
+mod copies;
 mod retention;
+pub use copies::{CopyAction, CopyEnd, CopyRow};
 pub use retention::{Deletion, DeletionResult, RetentionAction};
 
 /// The version a journal has after every migration.

@@ -12,6 +12,8 @@
 //!   next boot honours it.
 //! - No method takes the caller's identity or the words shown as trusted facts: the caller
 //!   is who the bus says, and the words are checked against what the keeper showed them.
+//! - No method takes a path, a host or a file descriptor to copy to or from: a caller names
+//!   a target, and the targets are root's configuration (issue 13).
 //! - No signals and no properties.
 
 use std::collections::HashMap;
@@ -26,8 +28,9 @@ use zbus::{fdo, interface, Connection};
 
 use crate::service::Keeper;
 use crate::wire::{
-    Cancelled, Deleted, KeepMarked, KeeperError, PruneReport, RestoreDetails, RestorePreview,
-    RestoreStaged, SetRestorePreview, SetRestoreStaged, SnapshotEntry, SnapshotSet, Status,
+    Cancelled, CopyInFlight, CopyReport, Deleted, Fetched, KeepMarked, KeeperError, PruneReport,
+    RestoreDetails, RestorePreview, RestoreStaged, SetRestorePreview, SetRestoreStaged,
+    SnapshotEntry, SnapshotSet, Status, TargetCopies,
 };
 
 /// The interface served at `/org/tacid/Keeper1`.
@@ -326,6 +329,70 @@ impl Keeper1 {
     ) -> Result<SnapshotSet, KeeperError> {
         let uid = caller(&self.callers, connection, &header).await?;
         self.keeper.snapshot_timeline(uid).await
+    }
+
+    /// Copy the snapshot `name` to the configured target `target`, incremental against the
+    /// newest snapshot both sides hold, verified on the target before the answer; the send
+    /// stream goes from the stem to the target, never through the keeper. `name` empty: the
+    /// timer's act, the newest snapshot of each subvolume the target lacks, then the
+    /// target's retention (never its newest copy of a subvolume); its failures are in the
+    /// answer. Journalled with the caller, or the rule. Root and approvers only. Errors:
+    /// NoSuchTarget (checked first), NotAuthorized, InvalidArgument, NoSuchSnapshot,
+    /// TargetBusy, TargetUnreachable, HostKeyChanged, TargetNotBtrfs, TargetFull,
+    /// TransferFailed, NotAllowedForSubvolume (not read-only), StemNotRunning, StemFailed,
+    /// Journal.
+    async fn copy(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+        target: &str,
+    ) -> Result<CopyReport, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.copy(uid, name, target).await
+    }
+
+    /// The verified copies the configured target `target` holds, oldest first, and whether
+    /// the local store still holds each. Anybody may ask; the received UUIDs are given to
+    /// root and approvers only. Errors: NoSuchTarget, NotAuthorized (caller unknown),
+    /// TargetUnreachable, HostKeyChanged, TargetNotBtrfs, StemNotRunning, StemFailed.
+    async fn copies(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        target: &str,
+    ) -> Result<TargetCopies, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.copies(uid, target).await
+    }
+
+    /// Receive the copy `name` from the configured target `target` into the local store,
+    /// verified (read-only, received UUID the copy's), after which List shows it and a
+    /// restore of it can be staged. Journalled. Root and approvers only. Errors:
+    /// NoSuchTarget, NotAuthorized, InvalidArgument, NoSuchSnapshot (not on the target),
+    /// AlreadyHere, TargetBusy, TargetUnreachable, HostKeyChanged, TransferFailed, NoSpace,
+    /// StemNotRunning, StemFailed, Journal.
+    async fn fetch(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+        target: &str,
+    ) -> Result<Fetched, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.fetch(uid, name, target).await
+    }
+
+    /// The copies and fetches in flight: target, snapshot, direction, bytes so far and time
+    /// taken, for a progress line. Anybody may ask. Errors: NotAuthorized (caller unknown),
+    /// StemNotRunning, StemFailed.
+    async fn copy_progress(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<CopyInFlight>, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.copy_progress(uid).await
     }
 }
 

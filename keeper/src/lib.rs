@@ -7,6 +7,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod copy_retention;
 pub mod retention;
 pub mod wire;
 pub mod words;

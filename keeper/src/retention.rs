@@ -230,7 +230,7 @@ const HOUR: i64 = 3_600_000_000;
 const DAY: i64 = 24 * HOUR;
 
 /// Periods of one granularity a timeline snapshot can be the newest of.
-fn period(micros: i64, g: usize) -> i64 {
+pub(crate) fn period(micros: i64, g: usize) -> i64 {
     let day = micros.div_euclid(DAY);
     match g {
         0 => micros.div_euclid(HOUR),

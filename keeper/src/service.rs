@@ -25,6 +25,7 @@ use crate::wire::{
 };
 use crate::words::to_micros;
 
+mod copies;
 mod preview;
 mod retention;
 mod set_restore;
@@ -73,6 +74,10 @@ pub struct Keeper {
     previews: preview::Previews,
     /// Lookers' requests that reach the stem, in flight at once (adr/0016).
     looker_requests: tokio::sync::Semaphore,
+    /// The copy targets (root's configuration; none when it is missing).
+    copies: layout::copies::CopiesConfig,
+    /// One act at a time on each target.
+    copy_acts: copies::TargetActs,
 }
 
 /// Requests of people who may only look (list, status, a preview, a dry run of prune) that
@@ -111,6 +116,17 @@ fn stem_error(e: StemError) -> KeeperError {
             "Pinned" => KeeperError::Protected(message.clone()),
             "BelowHardFloor" | "NoSpace" => KeeperError::NoSpace(message.clone()),
             "InvalidArgument" => KeeperError::InvalidArgument(message.clone()),
+            "NoSuchTarget" => KeeperError::NoSuchTarget(message.clone()),
+            "TargetBusy" => KeeperError::TargetBusy(message.clone()),
+            "TargetUnreachable" => KeeperError::TargetUnreachable(message.clone()),
+            "HostKeyChanged" => KeeperError::HostKeyChanged(message.clone()),
+            "TargetNotBtrfs" => KeeperError::TargetNotBtrfs(message.clone()),
+            "TargetFull" => KeeperError::TargetFull(message.clone()),
+            "TransferFailed" => KeeperError::TransferFailed(message.clone()),
+            "AlreadyHere" => KeeperError::AlreadyHere(message.clone()),
+            "NoSuchCopy" => {
+                KeeperError::NoSuchSnapshot(format!("{message}; see `tacid data copies TARGET`"))
+            }
             _ => KeeperError::StemFailed(format!("{message} (stem error {name})")),
         },
         StemError::Bus(_) => KeeperError::StemFailed(e.to_string()),
@@ -178,6 +194,8 @@ impl Keeper {
             refusals: Mutex::new(refusals::Limiter::new(Instant::now())),
             previews: preview::Previews::new(),
             looker_requests: tokio::sync::Semaphore::new(MAX_LOOKER_REQUESTS),
+            copies: layout::copies::CopiesConfig::default(),
+            copy_acts: copies::TargetActs::default(),
         }
     }
 
@@ -506,7 +524,8 @@ impl Keeper {
         let started = std::time::Instant::now();
         let disk = self.stem.list().await.map_err(stem_error)?;
         let listed = started.elapsed();
-        let known = self.journal(|j| j.snapshots())?;
+        let (known, mut copies) =
+            self.journal(|j| Ok((j.snapshots()?, j.copies_by_snapshot()?)))?;
         tracing::debug!(?listed, journal = ?started.elapsed(), count = disk.len(), "list timings (cumulative)");
         let known: HashMap<&str, _> = known.iter().map(|r| (r.name.as_str(), r)).collect();
         let mut out: Vec<SnapshotEntry> = disk
@@ -547,6 +566,7 @@ impl Keeper {
                     pre_switch,
                     pinned: d.staged,
                     set_id,
+                    copies: copies.remove(m.name.as_str()).unwrap_or_default(),
                 }
             })
             .collect();
@@ -663,6 +683,7 @@ impl Keeper {
                         pre_switch,
                         pinned: false,
                         set_id: id,
+                        copies: Vec::new(),
                     })
                     .collect();
                 Ok(SnapshotSet {

@@ -382,3 +382,112 @@ impl StemClient {
         self.call(|p| async move { p.free_space().await }).await
     }
 }
+
+/// A copy the stem made and verified on a target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Copied {
+    pub name: String,
+    /// The copy's received UUID on the target (the snapshot's UUID).
+    pub received_uuid: String,
+    /// The snapshot it was sent against; empty for a full send.
+    pub parent: String,
+    pub bytes: u64,
+    pub incremental: bool,
+}
+
+/// A verified copy a target holds, as the stem lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldCopy {
+    pub name: String,
+    pub received_uuid: String,
+}
+
+/// A copy or fetch in flight, as the stem reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InFlight {
+    pub target: String,
+    pub name: String,
+    /// `copy` or `fetch`.
+    pub direction: String,
+    pub bytes: u64,
+    pub elapsed_ms: u64,
+}
+
+impl StemClient {
+    /// Send the snapshot `name` to `target` (incremental when both sides hold a parent),
+    /// verified before the stem answers. A call that went away mid-copy is settled from
+    /// what the target holds.
+    pub async fn copy_to(&self, name: &str, target: &str) -> Result<Copied, StemError> {
+        let (name, target) = (name.to_owned(), target.to_owned());
+        let c = self
+            .call(|p| {
+                let (name, target) = (name.clone(), target.clone());
+                async move { p.copy_to(&name, &target).await }
+            })
+            .await?;
+        Ok(Copied {
+            name: c.name,
+            received_uuid: c.received_uuid,
+            parent: c.parent,
+            bytes: c.bytes,
+            incremental: c.incremental,
+        })
+    }
+
+    /// The verified copies `target` holds.
+    pub async fn copies_on(&self, target: &str) -> Result<Vec<HeldCopy>, StemError> {
+        let target = target.to_owned();
+        let held = self
+            .call(|p| {
+                let target = target.clone();
+                async move { p.copies_on(&target).await }
+            })
+            .await?;
+        Ok(held
+            .into_iter()
+            .map(|c| HeldCopy {
+                name: c.name,
+                received_uuid: c.received_uuid,
+            })
+            .collect())
+    }
+
+    /// Delete the copy `name` on `target`.
+    pub async fn delete_copy(&self, target: &str, name: &str) -> Result<(), StemError> {
+        let (target, name) = (target.to_owned(), name.to_owned());
+        self.call(|p| {
+            let (target, name) = (target.clone(), name.clone());
+            async move { p.delete_copy(&target, &name).await }
+        })
+        .await
+    }
+
+    /// Receive the copy `name` from `target` into the local store, verified.
+    pub async fn fetch_from(&self, target: &str, name: &str) -> Result<DiskSnapshot, StemError> {
+        let (target, name) = (target.to_owned(), name.to_owned());
+        let s = self
+            .call(|p| {
+                let (target, name) = (target.clone(), name.clone());
+                async move { p.fetch_from(&target, &name).await }
+            })
+            .await?;
+        Ok(member(&s))
+    }
+
+    /// Copies and fetches in flight.
+    pub async fn copy_progress(&self) -> Result<Vec<InFlight>, StemError> {
+        let all = self
+            .call(|p| async move { p.copy_progress().await })
+            .await?;
+        Ok(all
+            .into_iter()
+            .map(|f| InFlight {
+                target: f.target,
+                name: f.name,
+                direction: f.kind,
+                bytes: f.bytes,
+                elapsed_ms: f.elapsed_ms,
+            })
+            .collect())
+    }
+}

@@ -34,6 +34,9 @@ pub struct SnapshotEntry {
     pub pinned: bool,
     /// The journal's set id (0 when unknown origin).
     pub set_id: i64,
+    /// The targets holding a verified copy of it, as the keeper last knew (its journal of
+    /// copies, corrected each time it lists a target), in name order.
+    pub copies: Vec<String>,
 }
 
 /// The answer to `Snapshot`: every member exists and is committed.
@@ -290,6 +293,108 @@ pub struct KeepMarked {
     pub message: String,
 }
 
+/// One snapshot copied to a target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct CopyMade {
+    pub name: String,
+    pub of_path: String,
+    /// The snapshot it was sent against (both sides hold it); empty for a full send.
+    pub parent: String,
+    pub incremental: bool,
+    /// Bytes of the send stream.
+    pub bytes: u64,
+    /// The received UUID of the copy on the target, checked equal to the snapshot's UUID.
+    pub received_uuid: String,
+    /// How long the copy took, in milliseconds.
+    pub took_ms: u64,
+}
+
+/// One snapshot the act tried to copy and could not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct CopyFailed {
+    pub name: String,
+    pub of_path: String,
+    /// The error's name (`TargetFull`, `TransferFailed`, ...).
+    pub error: String,
+    /// What went wrong, as journalled.
+    pub reason: String,
+}
+
+/// One copy deleted on a target by its retention (or that retention could not delete).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct CopyDeleted {
+    pub name: String,
+    pub of_path: String,
+    /// Why retention chose it, in words.
+    pub why: String,
+    /// Empty when it went; else what failed.
+    pub note: String,
+}
+
+/// The answer to `Copy`: what was copied, what the target already held, what failed, and
+/// (for the timer's act) what the target's retention deleted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct CopyReport {
+    pub target: String,
+    pub copied: Vec<CopyMade>,
+    /// Snapshots the target already held, verified: nothing was sent for them.
+    pub already_there: Vec<String>,
+    pub failed: Vec<CopyFailed>,
+    pub deleted: Vec<CopyDeleted>,
+    /// The target's retention counts in words, when retention ran (empty otherwise).
+    pub retention: String,
+    /// What the journal recorded, in one sentence.
+    pub message: String,
+}
+
+/// One copy a target holds, verified (read-only, received UUID set).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct CopyHeld {
+    pub name: String,
+    pub of: String,
+    pub of_path: String,
+    /// When its snapshot was taken, µs since the epoch (UTC); 0 when the name says nothing.
+    pub taken_micros: i64,
+    /// The copy's received UUID (the source snapshot's UUID); empty for somebody who may
+    /// only look.
+    pub received_uuid: String,
+    /// The local store still holds the snapshot.
+    pub local: bool,
+}
+
+/// The answer to `Copies`: what a target holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct TargetCopies {
+    pub target: String,
+    /// Oldest first.
+    pub copies: Vec<CopyHeld>,
+    /// The target's retention counts in words.
+    pub retention: String,
+}
+
+/// The answer to `Fetch`: the copy received into the local store, verified.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct Fetched {
+    pub target: String,
+    pub snapshot: SnapshotEntry,
+    /// The local snapshot it was sent against; empty for a full send.
+    pub parent: String,
+    pub bytes: u64,
+    pub message: String,
+}
+
+/// A copy or fetch in flight, for a progress line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct CopyInFlight {
+    pub target: String,
+    pub name: String,
+    /// `copy` or `fetch`.
+    pub direction: String,
+    /// Bytes sent so far.
+    pub bytes: u64,
+    pub elapsed_ms: u64,
+}
+
 /// Named errors on the wire: `org.tacid.Keeper1.Error.<Name>`, each with a message that
 /// says what went wrong and what to do.
 #[derive(Debug, Clone, PartialEq, zbus::DBusError)]
@@ -317,6 +422,22 @@ pub enum KeeperError {
     Protected(String),
     /// The free space is below the hard floor; no snapshot was taken.
     NoSpace(String),
+    /// No target of that name is configured (or the name is not a target name).
+    NoSuchTarget(String),
+    /// Another copy, fetch or deletion on that target is running.
+    TargetBusy(String),
+    /// The target could not be reached (not mounted, host down, key refused).
+    TargetUnreachable(String),
+    /// The backup host's key is not the pinned one; nothing was sent.
+    HostKeyChanged(String),
+    /// The target's directory is not on Btrfs.
+    TargetNotBtrfs(String),
+    /// The target has no room; nothing half-received was left.
+    TargetFull(String),
+    /// The transfer died (link cut, a side killed); nothing half-received was left.
+    TransferFailed(String),
+    /// A snapshot of that name is already in the local store; nothing was fetched.
+    AlreadyHere(String),
     #[zbus(error)]
     ZBus(zbus::Error),
 }
@@ -335,7 +456,15 @@ impl KeeperError {
             | KeeperError::StemFailed(m)
             | KeeperError::Journal(m)
             | KeeperError::Protected(m)
-            | KeeperError::NoSpace(m) => m.clone(),
+            | KeeperError::NoSpace(m)
+            | KeeperError::NoSuchTarget(m)
+            | KeeperError::TargetBusy(m)
+            | KeeperError::TargetUnreachable(m)
+            | KeeperError::HostKeyChanged(m)
+            | KeeperError::TargetNotBtrfs(m)
+            | KeeperError::TargetFull(m)
+            | KeeperError::TransferFailed(m)
+            | KeeperError::AlreadyHere(m) => m.clone(),
             KeeperError::ZBus(e) => e.to_string(),
         }
     }
@@ -395,4 +524,13 @@ pub trait Keeper1 {
     fn prune(&self, dry_run: bool) -> Result<PruneReport, KeeperError>;
     /// Take a timeline snapshot set (the timer's), pruning first when below the floor.
     fn snapshot_timeline(&self) -> Result<SnapshotSet, KeeperError>;
+    /// Copy the snapshot `name` to `target` (`name` empty: the newest of each subvolume the
+    /// target lacks, then the target's retention: the timer's act).
+    fn copy(&self, name: &str, target: &str) -> Result<CopyReport, KeeperError>;
+    /// What `target` holds.
+    fn copies(&self, target: &str) -> Result<TargetCopies, KeeperError>;
+    /// Receive the copy `name` from `target` into the local store.
+    fn fetch(&self, name: &str, target: &str) -> Result<Fetched, KeeperError>;
+    /// Copies and fetches in flight.
+    fn copy_progress(&self) -> Result<Vec<CopyInFlight>, KeeperError>;
 }

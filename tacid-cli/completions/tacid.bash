@@ -25,8 +25,17 @@ _tacid() {
             tacid__subcmd__data,cancel)
                 cmd="tacid__subcmd__data__subcmd__cancel"
                 ;;
+            tacid__subcmd__data,copies)
+                cmd="tacid__subcmd__data__subcmd__copies"
+                ;;
+            tacid__subcmd__data,copy)
+                cmd="tacid__subcmd__data__subcmd__copy"
+                ;;
             tacid__subcmd__data,delete)
                 cmd="tacid__subcmd__data__subcmd__delete"
+                ;;
+            tacid__subcmd__data,fetch)
+                cmd="tacid__subcmd__data__subcmd__fetch"
                 ;;
             tacid__subcmd__data,help)
                 cmd="tacid__subcmd__data__subcmd__help"
@@ -52,8 +61,17 @@ _tacid() {
             tacid__subcmd__data__subcmd__help,cancel)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__cancel"
                 ;;
+            tacid__subcmd__data__subcmd__help,copies)
+                cmd="tacid__subcmd__data__subcmd__help__subcmd__copies"
+                ;;
+            tacid__subcmd__data__subcmd__help,copy)
+                cmd="tacid__subcmd__data__subcmd__help__subcmd__copy"
+                ;;
             tacid__subcmd__data__subcmd__help,delete)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__delete"
+                ;;
+            tacid__subcmd__data__subcmd__help,fetch)
+                cmd="tacid__subcmd__data__subcmd__help__subcmd__fetch"
                 ;;
             tacid__subcmd__data__subcmd__help,help)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__help"
@@ -85,8 +103,17 @@ _tacid() {
             tacid__subcmd__help__subcmd__data,cancel)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__cancel"
                 ;;
+            tacid__subcmd__help__subcmd__data,copies)
+                cmd="tacid__subcmd__help__subcmd__data__subcmd__copies"
+                ;;
+            tacid__subcmd__help__subcmd__data,copy)
+                cmd="tacid__subcmd__help__subcmd__data__subcmd__copy"
+                ;;
             tacid__subcmd__help__subcmd__data,delete)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__delete"
+                ;;
+            tacid__subcmd__help__subcmd__data,fetch)
+                cmd="tacid__subcmd__help__subcmd__data__subcmd__fetch"
                 ;;
             tacid__subcmd__help__subcmd__data,keep)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__keep"
@@ -131,7 +158,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data)
-            opts="-h --bus --help list snapshot restore status cancel delete keep prune help"
+            opts="-h --bus --help list snapshot restore status cancel delete keep copy copies fetch prune help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -166,6 +193,46 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__data__subcmd__copies)
+            opts="-h --json --bus --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__data__subcmd__copy)
+            opts="-h --to --json --bus --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --to)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__data__subcmd__delete)
             opts="-h --json --bus --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -184,8 +251,30 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__data__subcmd__fetch)
+            opts="-h --from --json --bus --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__data__subcmd__help)
-            opts="list snapshot restore status cancel delete keep prune help"
+            opts="list snapshot restore status cancel delete keep copy copies fetch prune help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -212,7 +301,49 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__data__subcmd__help__subcmd__copies)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__data__subcmd__help__subcmd__copy)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__data__subcmd__help__subcmd__delete)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__data__subcmd__help__subcmd__fetch)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -455,7 +586,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__help__subcmd__data)
-            opts="list snapshot restore status cancel delete keep prune"
+            opts="list snapshot restore status cancel delete keep copy copies fetch prune"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -482,7 +613,49 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__help__subcmd__data__subcmd__copies)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__help__subcmd__data__subcmd__copy)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__help__subcmd__data__subcmd__delete)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__help__subcmd__data__subcmd__fetch)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

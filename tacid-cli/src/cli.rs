@@ -30,6 +30,9 @@ pub mod exit {
     pub const PROTECTED: u8 = 10;
     /// The free space is below the hard floor; no snapshot was taken.
     pub const NO_SPACE: u8 = 11;
+    /// The copy target failed: unreachable, its host key changed, not Btrfs, full, or the
+    /// transfer died (nothing half-received is left on it); of the timer's act, any copy.
+    pub const TARGET_FAILED: u8 = 12;
 }
 
 const EXIT_TABLE: &str = "\
@@ -40,20 +43,66 @@ Exit codes:
   3  restore without --yes: the cost was shown; nothing changed
   4  you may not do this: only root and the approver group (default: wheel) may
      snapshot, restore, cancel, delete, keep or prune
-  5  no such snapshot or set, or not a snapshot name (see `tacid data list`)
-  6  refused: that subvolume is not restorable, another restore is staged, or the
-     words of the preview were not the ones shown
+  5  no such snapshot, set or copy target, or not a snapshot name (see `tacid data list`)
+  6  refused: that subvolume is not restorable, another restore is staged, the
+     words of the preview were not the ones shown, another copy to that target is
+     running, or a fetched snapshot is already here
   7  the stem is not running (start tacid-stem.service)
   8  the keeper is not running or the bus cannot be reached (start tacid-keeper.service)
   9  the keeper's journal or the stem failed; nothing was done
  10  protected: the staged restore names that snapshot, or it is marked to keep
- 11  the free space is below the hard floor: no snapshot was taken (prune or delete)";
+ 11  the free space is below the hard floor: no snapshot was taken (prune or delete)
+ 12  the copy target failed: unreachable, its host key changed, not Btrfs, full, or
+     the transfer died (nothing half-received is left on it; the next run tries again)";
 
 const BOUNDARIES: &str = "\
 What tacid does not do:
   A snapshot lives on the same disk as what it is of: it is no backup against a dead
-  disk. A restore puts back files, not the world outside: mail sent stays sent, money
-  paid stays paid.";
+  disk; copy it off the disk with `tacid data copy` (to a target root configured).
+  A restore puts back files, not the world outside: mail sent stays sent, money paid
+  stays paid.";
+
+const COPYING: &str = "\
+Copies off the disk:
+  A copy is the answer to \"a snapshot is no backup\": the snapshot sent, as it is, to
+  another Btrfs, a second disk in the machine or a backup host over SSH, and kept
+  there read-only, verified, under the snapshot's own name. Each copy is sent
+  incrementally against the newest snapshot both sides hold (a full copy only when
+  there is none), so a daily copy costs what changed.
+
+  A target is a name root gave a place in /etc/tacid/copies.json (on NixOS,
+  services.tacid.copies.<name>): a directory on another mounted Btrfs, or
+  ssh://[user@]host[:port]/path with a pinned host key. Targets are root's
+  configuration, never a caller's: a command names a target, never a path or a host,
+  and the send stream goes from the stem to the target, never through you.
+
+  Each target keeps its copies by its own counts (the newest few of each subvolume,
+  and the newest of each of the last days, weeks and months), and never deletes the
+  newest copy of a subvolume: the next incremental copy is sent against it. Every
+  copy, fetch, deletion on a target and failure is journalled, with who asked or
+  which rule (a target's timer, its retention).
+
+  After a disk dies: put in a new disk, make the layout, `tacid data copies TARGET`
+  says what the target holds, `tacid data fetch NAME --from TARGET` brings a copy
+  back into the local store, and `tacid data restore NAME` puts it back at the next
+  boot, as for any snapshot.
+
+Progress:
+  While a copy or fetch runs, a line on stderr says the bytes sent and the rate,
+  rewritten each second when stderr is a terminal; otherwise (a timer's unit, a
+  pipe) a plain line every 30 seconds, so a journal shows a long copy's progress
+  without a line a second.
+
+Examples:
+  tacid data copy @home.2026-12-01T140200.123456Z --to usb
+      copy one snapshot to the target usb
+  tacid data copy --to usb
+      what a target's timer runs: the newest snapshot of each subvolume usb lacks,
+      then usb's retention
+  tacid data copies usb
+      what usb holds
+  tacid data fetch @home.2026-12-01T140200.123456Z --from usb
+      bring that copy back into the local store (then `tacid data restore` it)";
 
 const RESTORING: &str = "\
 What a restore does:
@@ -118,8 +167,8 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum Data {
-    /// List snapshots, newest first: what each is of, when, why, who asked, and whether a
-    /// staged restore names it. Anybody may list.
+    /// List snapshots, newest first: what each is of, when, why, who asked, whether a
+    /// staged restore names it, and the targets holding a copy of it. Anybody may list.
     #[command(after_help = BOUNDARIES)]
     List(Output),
     /// Take a snapshot of each subvolume named (default: /persist, /var/log and /home),
@@ -145,6 +194,24 @@ pub enum Data {
     /// Mark a snapshot to keep: no retention rule deletes it. --unkeep takes the mark off.
     /// Root and the approver group only.
     Keep(KeepArgs),
+    /// Copy a snapshot off the disk to a target root configured (another Btrfs disk, or a
+    /// backup host over SSH), incremental and verified; without NAME, what a target's timer
+    /// runs: the newest snapshot of each subvolume the target lacks, then the target's
+    /// retention. Root and the approver group only.
+    #[command(
+        after_help = BOUNDARIES,
+        after_long_help = format!("{COPYING}\n\n{BOUNDARIES}\n\n{EXIT_TABLE}")
+    )]
+    Copy(CopyArgs),
+    /// List the copies a target holds, oldest first, and which of them the local store
+    /// still has. Anybody may list.
+    #[command(after_long_help = format!("{COPYING}\n\n{EXIT_TABLE}"))]
+    Copies(TargetArgs),
+    /// Bring a copy back from a target into the local store (read-only, verified, named
+    /// as tacid names it), after which `tacid data restore NAME` works as for any
+    /// snapshot. Root and the approver group only.
+    #[command(after_long_help = format!("{COPYING}\n\n{EXIT_TABLE}"))]
+    Fetch(FetchArgs),
     /// Apply the retention policy: each deletion is journalled with the rule that chose it.
     /// With --dry-run (anybody may), say what would go and why, rule by rule, and delete
     /// nothing. For real: root and the approver group only.
@@ -156,6 +223,40 @@ pub struct NameArgs {
     /// The snapshot's name, as `tacid data list` shows it.
     #[arg(value_name = "NAME")]
     pub name: String,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CopyArgs {
+    /// The snapshot's name, as `tacid data list` shows it; none: the newest snapshot of
+    /// each subvolume the target lacks, then the target's retention (what its timer runs).
+    #[arg(value_name = "NAME")]
+    pub name: Option<String>,
+    /// The target, by the name root gave it in /etc/tacid/copies.json.
+    #[arg(long = "to", value_name = "TARGET")]
+    pub to: String,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TargetArgs {
+    /// The target, by the name root gave it in /etc/tacid/copies.json.
+    #[arg(value_name = "TARGET")]
+    pub target: String,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct FetchArgs {
+    /// The copy's name, as `tacid data copies TARGET` shows it.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The target, by the name root gave it in /etc/tacid/copies.json.
+    #[arg(long = "from", value_name = "TARGET")]
+    pub from: String,
     #[command(flatten)]
     pub output: Output,
 }

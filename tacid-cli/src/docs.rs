@@ -24,19 +24,47 @@ pub fn generated() -> Vec<(&'static str, Vec<u8>)> {
         .render(&mut data_man)
         .expect("rendering to memory cannot fail");
     out.push(("man/tacid-data.1", data_man));
-    // The restore, with its options, its words on sets and its examples.
-    let mut restore_man = Vec::new();
-    let restore = cmd
-        .find_subcommand("data")
-        .and_then(|d| d.find_subcommand("restore"))
-        .expect("tacid data has a restore subcommand")
-        .clone()
-        .name("tacid-data-restore")
-        .bin_name("tacid data restore");
-    clap_mangen::Man::new(restore)
-        .render(&mut restore_man)
-        .expect("rendering to memory cannot fail");
-    out.push(("man/tacid-data-restore.1", restore_man));
+    // The subcommands with words of their own (the restore's on sets, the copies' on
+    // targets), with their options and examples.
+    for (sub, name, bin_name, path) in [
+        (
+            "restore",
+            "tacid-data-restore",
+            "tacid data restore",
+            "man/tacid-data-restore.1",
+        ),
+        (
+            "copy",
+            "tacid-data-copy",
+            "tacid data copy",
+            "man/tacid-data-copy.1",
+        ),
+        (
+            "copies",
+            "tacid-data-copies",
+            "tacid data copies",
+            "man/tacid-data-copies.1",
+        ),
+        (
+            "fetch",
+            "tacid-data-fetch",
+            "tacid data fetch",
+            "man/tacid-data-fetch.1",
+        ),
+    ] {
+        let mut page = Vec::new();
+        let command = cmd
+            .find_subcommand("data")
+            .and_then(|d| d.find_subcommand(sub))
+            .expect("tacid data has this subcommand")
+            .clone()
+            .name(name)
+            .bin_name(bin_name);
+        clap_mangen::Man::new(command)
+            .render(&mut page)
+            .expect("rendering to memory cannot fail");
+        out.push((path, page));
+    }
     for (shell, path) in [
         (Shell::Bash, "completions/tacid.bash"),
         (Shell::Zsh, "completions/_tacid"),

@@ -26,6 +26,55 @@ async fn slow_with_a_word<T>(call: impl std::future::Future<Output = T>) -> T {
     }
 }
 
+/// How often a progress line is written when stderr is not a terminal (a timer's unit, a
+/// pipe): often enough that a journal shows a long copy moving, rarely enough not to flood.
+const PLAIN_PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Await a copy or fetch, asking the keeper for its progress once a second on the same
+/// connection and saying it on stderr: rewritten in place on a terminal, else a plain
+/// line every [`PLAIN_PROGRESS_EVERY`]. `name` empty: any copy to `target` (the timer's).
+async fn with_progress<T>(
+    keeper: &Keeper1Proxy<'static>,
+    target: &str,
+    name: &str,
+    call: impl std::future::Future<Output = T>,
+) -> T {
+    use std::io::IsTerminal as _;
+    let terminal = std::io::stderr().is_terminal();
+    tokio::pin!(call);
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_plain: Option<std::time::Instant> = None;
+    let mut shown = false;
+    let done = loop {
+        tokio::select! {
+            done = &mut call => break done,
+            _ = tick.tick() => {
+                let Ok(all) = keeper.copy_progress().await else { continue };
+                let Some(f) = all
+                    .iter()
+                    .find(|f| f.target == target && (name.is_empty() || f.name == name))
+                else {
+                    continue;
+                };
+                let line = render::progress(f);
+                if terminal {
+                    // \r and erase to the end of the line: one line, rewritten.
+                    eprint!("\r{line}\x1b[K");
+                    shown = true;
+                } else if last_plain.is_none_or(|t| t.elapsed() >= PLAIN_PROGRESS_EVERY) {
+                    eprintln!("{line}");
+                    last_plain = Some(std::time::Instant::now());
+                }
+            }
+        }
+    };
+    if shown {
+        eprint!("\r\x1b[K");
+    }
+    done
+}
+
 /// A failure, with the code to exit with and what to tell the person.
 #[derive(Debug)]
 pub struct Failure {
@@ -49,6 +98,14 @@ fn classify(e: KeeperError) -> Failure {
         KeeperError::Journal(_) => (exit::KEEPER_FAILED, "Journal"),
         KeeperError::Protected(_) => (exit::PROTECTED, "Protected"),
         KeeperError::NoSpace(_) => (exit::NO_SPACE, "NoSpace"),
+        KeeperError::NoSuchTarget(_) => (exit::NOT_FOUND, "NoSuchTarget"),
+        KeeperError::TargetBusy(_) => (exit::REFUSED, "TargetBusy"),
+        KeeperError::AlreadyHere(_) => (exit::REFUSED, "AlreadyHere"),
+        KeeperError::TargetUnreachable(_) => (exit::TARGET_FAILED, "TargetUnreachable"),
+        KeeperError::HostKeyChanged(_) => (exit::TARGET_FAILED, "HostKeyChanged"),
+        KeeperError::TargetNotBtrfs(_) => (exit::TARGET_FAILED, "TargetNotBtrfs"),
+        KeeperError::TargetFull(_) => (exit::TARGET_FAILED, "TargetFull"),
+        KeeperError::TransferFailed(_) => (exit::TARGET_FAILED, "TransferFailed"),
         KeeperError::ZBus(zbus::Error::MethodError(n, m, _)) => {
             let n = n.as_str();
             if n.starts_with("org.freedesktop.DBus.Error.ServiceUnknown")
@@ -140,6 +197,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Data(Data::Delete(a)) => a.output.json,
         Command::Data(Data::Keep(a)) => a.output.json,
         Command::Data(Data::Prune(a)) => a.output.json,
+        Command::Data(Data::Copy(a)) => a.output.json,
+        Command::Data(Data::Copies(a)) => a.output.json,
+        Command::Data(Data::Fetch(a)) => a.output.json,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -341,6 +401,42 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
                 print_json(&k);
             } else {
                 println!("{}", k.message);
+            }
+            Ok(exit::OK)
+        }
+        Data::Copy(a) => {
+            let name = a.name.clone().unwrap_or_default();
+            let report = with_progress(&keeper, &a.to, &name, keeper.copy(&name, &a.to))
+                .await
+                .map_err(classify)?;
+            if a.output.json {
+                print_json(&report);
+            } else {
+                print!("{}", render::copy_report(&report));
+            }
+            Ok(if report.failed.is_empty() {
+                exit::OK
+            } else {
+                exit::TARGET_FAILED
+            })
+        }
+        Data::Copies(a) => {
+            let held = keeper.copies(&a.target).await.map_err(classify)?;
+            if a.output.json {
+                print_json(&held);
+            } else {
+                print!("{}", render::target_copies(&held, now));
+            }
+            Ok(exit::OK)
+        }
+        Data::Fetch(a) => {
+            let fetched = with_progress(&keeper, &a.from, &a.name, keeper.fetch(&a.name, &a.from))
+                .await
+                .map_err(classify)?;
+            if a.output.json {
+                print_json(&fetched);
+            } else {
+                println!("{}", fetched.message);
             }
             Ok(exit::OK)
         }

@@ -4,13 +4,15 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use keeper::wire::{
-    PruneEntry, PruneReport, RestoreDetails, RestorePreview, RestoreStaged, SetRestorePreview,
-    SetRestoreStaged, SnapshotEntry, SnapshotSet, Status,
+    CopyInFlight, CopyReport, PruneEntry, PruneReport, RestoreDetails, RestorePreview,
+    RestoreStaged, SetRestorePreview, SetRestoreStaged, SnapshotEntry, SnapshotSet, Status,
+    TargetCopies,
 };
 use keeper::words::{ago, exact_time, from_micros, human_time};
 
 const NO_BACKUP: &str =
-    "A snapshot lives on the same disk as what it is of: it is no backup against a dead disk.";
+    "A snapshot lives on the same disk as what it is of: it is no backup against a dead disk; \
+     copy it off the disk with `tacid data copy`.";
 const NOT_THE_WORLD: &str =
     "A restore puts back files, not the world outside: mail sent stays sent.";
 
@@ -64,6 +66,9 @@ pub fn list(all: &[SnapshotEntry], now: SystemTime) -> String {
         let _ = writeln!(out, "    why    {}", why(e));
         if e.set_id > 0 {
             let _ = writeln!(out, "    set    {}", e.set_id);
+        }
+        if !e.copies.is_empty() {
+            let _ = writeln!(out, "    copies {}", e.copies.join(", "));
         }
         if e.pinned && staged > 1 {
             let others = staged - 1;
@@ -730,6 +735,198 @@ mod tests {
         assert!(
             out.contains("Nothing would be deleted: every snapshot is kept by a rule."),
             "{out}"
+        );
+    }
+}
+
+/// `tacid data copy`.
+pub fn copy_report(r: &CopyReport) -> String {
+    let mut out = String::new();
+    for c in &r.copied {
+        let how = if c.incremental {
+            format!("incremental against {}", c.parent)
+        } else {
+            "full copy".to_owned()
+        };
+        let _ = writeln!(
+            out,
+            "copied   {} ({}) to {}: {how}, {} in {:.1} s; verified",
+            c.name,
+            c.of_path,
+            r.target,
+            bytes(c.bytes),
+            c.took_ms as f64 / 1000.0
+        );
+    }
+    for n in &r.already_there {
+        let _ = writeln!(
+            out,
+            "there    {n}: {} already holds it; nothing sent",
+            r.target
+        );
+    }
+    for f in &r.failed {
+        let _ = writeln!(out, "FAILED   {} ({}): {}", f.name, f.of_path, f.reason);
+    }
+    for d in &r.deleted {
+        if d.note.is_empty() {
+            let _ = writeln!(out, "deleted  {} on {}: {}", d.name, r.target, d.why);
+        } else {
+            let _ = writeln!(
+                out,
+                "KEPT     {} on {}: deleting it {}",
+                d.name, r.target, d.note
+            );
+        }
+    }
+    if !r.retention.is_empty() {
+        let _ = writeln!(out, "{} keeps {}.", r.target, r.retention);
+    }
+    let _ = writeln!(out, "{}", r.message);
+    if !r.failed.is_empty() {
+        let _ = writeln!(
+            out,
+            "Nothing half-received is left on {}; the next run tries again. \
+             `journalctl -u tacid-stem` says more.",
+            r.target
+        );
+    }
+    out
+}
+
+/// `tacid data copies TARGET`.
+pub fn target_copies(t: &TargetCopies, now: SystemTime) -> String {
+    let mut out = String::new();
+    if t.copies.is_empty() {
+        let _ = writeln!(
+            out,
+            "{} holds no copies yet. `tacid data copy --to {}` copies the newest snapshot of each subvolume.",
+            t.target, t.target
+        );
+        return out;
+    }
+    let n = t.copies.len();
+    let _ = writeln!(
+        out,
+        "{} holds {n} cop{}, oldest first; it keeps {}.\n",
+        t.target,
+        if n == 1 { "y" } else { "ies" },
+        t.retention
+    );
+    for c in &t.copies {
+        let taken = from_micros(c.taken_micros);
+        let _ = writeln!(
+            out,
+            "{}  of {}{}",
+            c.name,
+            if c.of_path.is_empty() {
+                "?"
+            } else {
+                &c.of_path
+            },
+            if c.local {
+                ""
+            } else {
+                "  (not in the local store: `tacid data fetch` brings it back)"
+            }
+        );
+        if c.taken_micros != 0 {
+            let _ = writeln!(
+                out,
+                "    taken  {} ({})",
+                human_time(taken, now),
+                ago(taken, now)
+            );
+        }
+    }
+    out
+}
+
+/// One line of progress: `copying @home.… to usb: 1.2 GiB, 85.3 MiB/s, 14 s`.
+pub fn progress(f: &CopyInFlight) -> String {
+    let secs = f.elapsed_ms as f64 / 1000.0;
+    let rate = if secs > 0.0 {
+        format!("{}/s", bytes((f.bytes as f64 / secs) as u64))
+    } else {
+        "-".to_owned()
+    };
+    let (verb, dir) = if f.direction == "fetch" {
+        ("fetching", "from")
+    } else {
+        ("copying", "to")
+    };
+    format!(
+        "tacid: {verb} {} {dir} {}: {}, {rate}, {:.0} s",
+        f.name,
+        f.target,
+        bytes(f.bytes),
+        secs
+    )
+}
+
+#[cfg(test)]
+mod copy_tests {
+    use super::*;
+    use keeper::wire::{CopyDeleted, CopyFailed, CopyMade};
+
+    #[test]
+    fn progress_says_bytes_and_rate() {
+        let f = CopyInFlight {
+            target: "usb".into(),
+            name: "@home.2026-12-01T140200.123456Z".into(),
+            direction: "copy".into(),
+            bytes: 200 * 1024 * 1024,
+            elapsed_ms: 2000,
+        };
+        assert_eq!(
+            progress(&f),
+            "tacid: copying @home.2026-12-01T140200.123456Z to usb: 200.0 MiB, 100.0 MiB/s, 2 s"
+        );
+    }
+
+    #[test]
+    fn a_report_says_what_was_copied_kept_deleted_and_failed() {
+        let r = CopyReport {
+            target: "usb".into(),
+            copied: vec![CopyMade {
+                name: "@home.b".into(),
+                of_path: "/home".into(),
+                parent: "@home.a".into(),
+                incremental: true,
+                bytes: 4096,
+                received_uuid: "u".into(),
+                took_ms: 1500,
+            }],
+            already_there: vec!["@persist.a".into()],
+            failed: vec![CopyFailed {
+                name: "@log.a".into(),
+                of_path: "/var/log".into(),
+                error: "TargetFull".into(),
+                reason: "failed: the target is full".into(),
+            }],
+            deleted: vec![CopyDeleted {
+                name: "@home.0".into(),
+                of_path: "/home".into(),
+                why: "retention of usb: not among ...".into(),
+                note: String::new(),
+            }],
+            retention: "the newest 3 copies".into(),
+            message: "usb: 1 copied".into(),
+        };
+        let text = copy_report(&r);
+        assert!(
+            text.contains("copied   @home.b (/home) to usb: incremental against @home.a, 4.0 KiB"),
+            "{text}"
+        );
+        assert!(text.contains("there    @persist.a"), "{text}");
+        assert!(
+            text.contains("FAILED   @log.a (/var/log): failed: the target is full"),
+            "{text}"
+        );
+        assert!(text.contains("deleted  @home.0 on usb"), "{text}");
+        assert!(
+            text.contains("Nothing half-received is left on usb"),
+            "{text}"
         );
     }
 }

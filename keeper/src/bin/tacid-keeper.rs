@@ -10,6 +10,7 @@ use keeper::journal::Journal;
 use keeper::keeper1::{introspection_xml, Keeper1};
 use keeper::retention::Policy;
 use keeper::service::Keeper;
+use layout::copies::CopiesConfig;
 use layout::names;
 
 /// The keeper of tacid: authority, consent and the journal in front of the stem.
@@ -26,6 +27,10 @@ struct Args {
     /// Connect to this bus instead of the system bus (tests).
     #[arg(long, env = "TACID_BUS_ADDRESS", hide = true)]
     bus: Option<String>,
+    /// The copy targets (root's configuration, JSON; a missing file means none). Read once
+    /// at start: a changed configuration takes a restart of the keeper.
+    #[arg(long, value_name = "PATH", default_value = layout::copies::CONFIG_PATH)]
+    copies_config: PathBuf,
     /// Print the interface's introspection XML and exit.
     #[arg(long)]
     print_introspection: bool,
@@ -145,13 +150,50 @@ fn tempfile_dir() -> PathBuf {
     dir
 }
 
+/// The copy targets. A missing file is none; a file that cannot be read or is not valid is
+/// logged, and the keeper runs with none (snapshots and restores do not depend on it).
+fn read_copies_config(path: &std::path::Path) -> CopiesConfig {
+    use std::io::Read as _;
+    let shown = path.display();
+    let mut bytes = Vec::new();
+    let read = std::fs::File::open(path).and_then(|f| {
+        f.take(layout::copies::MAX_CONFIG_BYTES as u64 + 1)
+            .read_to_end(&mut bytes)
+    });
+    match read {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::info!(config = %shown, "no copy targets (no configuration file)");
+            CopiesConfig::default()
+        }
+        Err(e) => {
+            tracing::error!(config = %shown, "cannot read the copies configuration ({e}); running with no copy targets");
+            CopiesConfig::default()
+        }
+        Ok(_) => match CopiesConfig::parse(&bytes) {
+            Ok(c) => {
+                let names: Vec<&str> = c.targets.keys().map(|t| t.as_str()).collect();
+                tracing::info!(config = %shown, targets = %names.join(" "), "copy targets");
+                c
+            }
+            Err(e) => {
+                tracing::error!(config = %shown, "the copies configuration is not valid ({e}); running with no copy targets: fix it and restart tacid-keeper.service");
+                CopiesConfig::default()
+            }
+        },
+    }
+}
+
 async fn run(args: Args) -> Result<(), String> {
     let journal = Journal::open(&args.journal).map_err(|e| e.to_string())?;
     tracing::info!(journal = %args.journal.display(), approver_group = %args.approver_group, "journal open (WAL, synchronous=FULL)");
     let policy = args.retention.policy();
     tracing::info!(policy = %keeper::service::describe_policy(&policy), "retention");
-    let keeper =
-        Arc::new(Keeper::new(journal, Authority::new(&args.approver_group)).with_policy(policy));
+    let copies = read_copies_config(&args.copies_config);
+    let keeper = Arc::new(
+        Keeper::new(journal, Authority::new(&args.approver_group))
+            .with_policy(policy)
+            .with_copies(copies),
+    );
     let builder = match &args.bus {
         Some(address) => zbus::connection::Builder::address(address.as_str()),
         None => zbus::connection::Builder::system(),

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use super::{parse_snapshot, stem_error, Keeper};
 use crate::authority::{Act, Authority};
-use crate::journal::{Deletion, DeletionResult, RetentionAction};
+use crate::journal::{CopyAction, Deletion, DeletionResult, RetentionAction};
 use crate::retention::{self, Candidate, Kind, Policy};
 use crate::stem_client::StemError;
 use crate::wire::{Deleted, KeepMarked, KeeperError, PruneEntry, PruneReport, SnapshotSet};
@@ -197,6 +197,9 @@ impl Keeper {
                 taken.insert(name.to_owned(), d.member.taken_micros);
                 let kind = match requests.get(name) {
                     None => Kind::UnknownOrigin,
+                    // Fetched back from a copy (after a disaster, most likely): nobody can
+                    // say what it is for, so no rule chooses it.
+                    Some(r) if r.action == CopyAction::Fetch.as_str() => Kind::UnknownOrigin,
                     Some(r) if r.pre_switch => Kind::PreSwitch { set: r.id },
                     Some(r) if timeline.contains(&r.id) => Kind::Timeline { set: r.id },
                     Some(_) => Kind::Manual,

@@ -1,0 +1,424 @@
+//! The journal's side of copies off the disk (issue 13): every copy to a target, every fetch
+//! from one and every deletion on one, with who asked or which rule, the parent an
+//! incremental copy was sent against, the bytes sent, and the failure's reason; and what
+//! each target held, verified, when the keeper last looked.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::SystemTime;
+
+use rusqlite::params;
+
+use super::{state, Asker, Journal, JournalError, Member, PRESENT};
+use crate::words::to_micros;
+
+/// The acts on a target a request row records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyAction {
+    /// A snapshot sent to a target.
+    Copy,
+    /// A copy received back into the local store.
+    Fetch,
+    /// A copy deleted on a target.
+    DeleteCopy,
+}
+
+impl CopyAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CopyAction::Copy => "copy",
+            CopyAction::Fetch => "fetch",
+            CopyAction::DeleteCopy => "copy-delete",
+        }
+    }
+
+    fn parse(s: &str) -> Option<CopyAction> {
+        [CopyAction::Copy, CopyAction::Fetch, CopyAction::DeleteCopy]
+            .into_iter()
+            .find(|a| a.as_str() == s)
+    }
+}
+
+/// How an act on a target ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyEnd {
+    /// `complete`, `failed` or `refused`.
+    pub state: &'static str,
+    /// The sentence journalled as the outcome (a failure's reason, capped by the caller).
+    pub outcome: String,
+    /// The parent an incremental copy or fetch was sent against; empty for a full send.
+    pub parent: String,
+    pub bytes: u64,
+    /// A copy verified on the target: its received UUID (the source snapshot's UUID).
+    pub received_uuid: Option<String>,
+}
+
+/// One act on a target, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyRow {
+    pub id: i64,
+    pub uid: u32,
+    pub user_name: String,
+    pub action: String,
+    /// The snapshot (or copy) acted on.
+    pub subject: String,
+    pub target: String,
+    /// Empty when a person asked; else the rule (`timer of usb`, `retention of usb`).
+    pub rule: String,
+    /// Why, in words (a retention deletion's rule in words).
+    pub reason: String,
+    pub parent: String,
+    pub bytes: u64,
+    pub state: String,
+    pub outcome: String,
+}
+
+impl Journal {
+    /// Record an act on a target before asking the stem; its id. Committed with its own
+    /// fsync: a copy may take hours, and a keeper killed meanwhile leaves the row for the
+    /// next act on that target to settle from what the target holds.
+    pub fn begin_copy(
+        &self,
+        asker: &Asker,
+        action: CopyAction,
+        target: &str,
+        name: &str,
+        rule: &str,
+        reason: &str,
+    ) -> Result<i64, JournalError> {
+        self.conn
+            .execute(
+                "INSERT INTO requests (asked_micros, uid, user_name, action, subject, reason,
+                     rule, target, state)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![
+                    to_micros(SystemTime::now()),
+                    i64::from(asker.uid),
+                    asker.name,
+                    action.as_str(),
+                    name,
+                    reason,
+                    rule,
+                    target,
+                    state::PENDING
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Record how an act on a target ended, and what the target now holds, in one commit.
+    pub fn finish_copy(&mut self, id: i64, end: &CopyEnd) -> Result<(), JournalError> {
+        let path = self.path.display().to_string();
+        let sq = |source| JournalError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let now = to_micros(SystemTime::now());
+        let tx = self.conn.transaction().map_err(sq)?;
+        let (action, target, name): (String, String, String) = tx
+            .query_row(
+                "SELECT action, target, subject FROM requests WHERE id = ?1",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .map_err(sq)?;
+        tx.execute(
+            "UPDATE requests SET state = ?2, outcome = ?3, parent = ?4, bytes = ?5,
+                 finished_micros = ?6 WHERE id = ?1",
+            params![
+                id,
+                end.state,
+                end.outcome,
+                end.parent,
+                i64::try_from(end.bytes).unwrap_or(i64::MAX),
+                now
+            ],
+        )
+        .map_err(sq)?;
+        if end.state == state::COMPLETE {
+            match (CopyAction::parse(&action), &end.received_uuid) {
+                (Some(CopyAction::Copy), Some(uuid)) => {
+                    tx.execute(
+                        "INSERT INTO copies (target, name, received_uuid, verified_micros)
+                         VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT(target, name) DO UPDATE SET
+                             received_uuid = excluded.received_uuid,
+                             verified_micros = excluded.verified_micros",
+                        params![target, name, uuid, now],
+                    )
+                    .map_err(sq)?;
+                }
+                (Some(CopyAction::DeleteCopy), _) => {
+                    tx.execute(
+                        "DELETE FROM copies WHERE target = ?1 AND name = ?2",
+                        params![target, name],
+                    )
+                    .map_err(sq)?;
+                }
+                _ => {}
+            }
+        }
+        tx.commit().map_err(sq)
+    }
+
+    /// What `target` holds, verified, as the stem just listed it: the keeper's record of the
+    /// target is replaced by it, and acts on the target a stopped keeper left pending are
+    /// settled by it (a copy is complete when the target holds it, a deletion when it does
+    /// not; a fetch when the local store, `local`, holds it). `held`: `(name, received UUID)`.
+    pub fn record_target_listing(
+        &mut self,
+        target: &str,
+        held: &[(String, String)],
+        local: &BTreeSet<String>,
+    ) -> Result<(), JournalError> {
+        let path = self.path.display().to_string();
+        let sq = |source| JournalError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let now = to_micros(SystemTime::now());
+        let tx = self.conn.transaction().map_err(sq)?;
+        tx.execute("DELETE FROM copies WHERE target = ?1", [target])
+            .map_err(sq)?;
+        for (name, uuid) in held {
+            tx.execute(
+                "INSERT OR REPLACE INTO copies (target, name, received_uuid, verified_micros)
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![target, name, uuid, now],
+            )
+            .map_err(sq)?;
+        }
+        let on_target: BTreeSet<&str> = held.iter().map(|(n, _)| n.as_str()).collect();
+        let pending: Vec<(i64, String, String)> = {
+            let mut stmt = tx
+                .prepare(
+                    "SELECT id, action, subject FROM requests
+                     WHERE target = ?1 AND state = ?2 ORDER BY id",
+                )
+                .map_err(sq)?;
+            let rows = stmt
+                .query_map(params![target, state::PENDING], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .map_err(sq)?;
+            rows.collect::<Result<_, _>>().map_err(sq)?
+        };
+        for (id, action, name) in pending {
+            let done = match CopyAction::parse(&action) {
+                Some(CopyAction::Copy) => on_target.contains(name.as_str()),
+                Some(CopyAction::DeleteCopy) => !on_target.contains(name.as_str()),
+                Some(CopyAction::Fetch) => local.contains(&name),
+                None => continue,
+            };
+            let (st, outcome) = if done {
+                (
+                    state::COMPLETE,
+                    "complete (found done after the keeper restarted)",
+                )
+            } else {
+                (
+                    state::FAILED,
+                    "failed: the keeper stopped before the stem answered, and it is not done; \
+                     the next run tries again",
+                )
+            };
+            tx.execute(
+                "UPDATE requests SET state = ?2, outcome = ?3, finished_micros = ?4 WHERE id = ?1",
+                params![id, st, outcome, now],
+            )
+            .map_err(sq)?;
+        }
+        tx.commit().map_err(sq)
+    }
+
+    /// A snapshot received back from a target: recorded as made by the fetch `id` (its row
+    /// says who fetched it and from where), present.
+    pub fn record_fetched(&self, id: i64, m: &Member) -> Result<(), JournalError> {
+        self.conn
+            .execute(
+                "INSERT INTO snapshots (name, uuid, of_subvolume, taken_micros, request_id, state, seen_micros)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT(name) DO UPDATE SET request_id = excluded.request_id,
+                     uuid = excluded.uuid, state = excluded.state, gone_micros = NULL",
+                params![m.name, m.uuid, m.of_subvolume, m.taken_micros, id, PRESENT, to_micros(SystemTime::now())],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// For each snapshot name, the targets the keeper last knew to hold a verified copy of
+    /// it, in name order.
+    pub fn copies_by_snapshot(&self) -> Result<BTreeMap<String, Vec<String>>, JournalError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT name, target FROM copies ORDER BY name, target")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(|e| self.err(e))?;
+        let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for row in rows {
+            let (name, target) = row.map_err(|e| self.err(e))?;
+            out.entry(name).or_default().push(target);
+        }
+        Ok(out)
+    }
+
+    /// Every act on a target, oldest first.
+    pub fn copy_requests(&self) -> Result<Vec<CopyRow>, JournalError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT id, uid, user_name, action, subject, target, rule, reason, parent,
+                        bytes, state, outcome
+                 FROM requests WHERE action IN ('copy', 'fetch', 'copy-delete') ORDER BY id",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(CopyRow {
+                    id: r.get(0)?,
+                    uid: r.get::<_, i64>(1)? as u32,
+                    user_name: r.get(2)?,
+                    action: r.get(3)?,
+                    subject: r.get(4)?,
+                    target: r.get(5)?,
+                    rule: r.get(6)?,
+                    reason: r.get(7)?,
+                    parent: r.get(8)?,
+                    bytes: r.get::<_, i64>(9)?.max(0) as u64,
+                    state: r.get(10)?,
+                    outcome: r.get(11)?,
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alice() -> Asker {
+        Asker {
+            uid: 1000,
+            name: "alice".into(),
+        }
+    }
+
+    const A: &str = "@home.2026-12-01T140200.123456Z";
+    const B: &str = "@home.2026-12-02T140200.123456Z";
+
+    #[test]
+    fn a_copy_is_journalled_with_its_parent_and_bytes_and_recorded_as_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&dir.path().join("j.sqlite")).unwrap();
+        assert_eq!(j.schema_version().unwrap(), super::super::SCHEMA_VERSION);
+        let id = j
+            .begin_copy(&alice(), CopyAction::Copy, "usb", B, "", "")
+            .unwrap();
+        assert_eq!(j.copy_requests().unwrap()[0].state, state::PENDING);
+        j.finish_copy(
+            id,
+            &CopyEnd {
+                state: state::COMPLETE,
+                outcome: "copied".into(),
+                parent: A.into(),
+                bytes: 4096,
+                received_uuid: Some("u-b".into()),
+            },
+        )
+        .unwrap();
+        let row = &j.copy_requests().unwrap()[0];
+        assert_eq!(
+            (
+                row.action.as_str(),
+                row.target.as_str(),
+                row.parent.as_str()
+            ),
+            ("copy", "usb", A)
+        );
+        assert_eq!((row.bytes, row.state.as_str()), (4096, "complete"));
+        assert_eq!(j.copies_by_snapshot().unwrap()[B], vec!["usb".to_owned()]);
+
+        // A failed copy records its reason and holds nothing.
+        let id = j
+            .begin_copy(&alice(), CopyAction::Copy, "usb", A, "timer of usb", "")
+            .unwrap();
+        j.finish_copy(
+            id,
+            &CopyEnd {
+                state: state::FAILED,
+                outcome: "failed: the target is full".into(),
+                parent: String::new(),
+                bytes: 0,
+                received_uuid: None,
+            },
+        )
+        .unwrap();
+        assert!(!j.copies_by_snapshot().unwrap().contains_key(A));
+        let row = &j.copy_requests().unwrap()[1];
+        assert_eq!(row.rule, "timer of usb");
+        assert!(row.outcome.contains("full"));
+
+        // A deletion on the target takes the copy off the record.
+        let id = j
+            .begin_copy(
+                &alice(),
+                CopyAction::DeleteCopy,
+                "usb",
+                B,
+                "retention of usb",
+                "",
+            )
+            .unwrap();
+        j.finish_copy(
+            id,
+            &CopyEnd {
+                state: state::COMPLETE,
+                outcome: "deleted".into(),
+                parent: String::new(),
+                bytes: 0,
+                received_uuid: None,
+            },
+        )
+        .unwrap();
+        assert!(j.copies_by_snapshot().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_listing_corrects_the_record_and_settles_what_a_stopped_keeper_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&dir.path().join("j.sqlite")).unwrap();
+        let copied = j
+            .begin_copy(&alice(), CopyAction::Copy, "usb", A, "", "")
+            .unwrap();
+        let lost = j
+            .begin_copy(&alice(), CopyAction::Copy, "usb", B, "", "")
+            .unwrap();
+        let elsewhere = j
+            .begin_copy(&alice(), CopyAction::Copy, "offsite", B, "", "")
+            .unwrap();
+        let fetched = j
+            .begin_copy(&alice(), CopyAction::Fetch, "usb", A, "", "")
+            .unwrap();
+        let local: BTreeSet<String> = [A.to_owned()].into();
+        j.record_target_listing("usb", &[(A.into(), "u-a".into())], &local)
+            .unwrap();
+        let rows = j.copy_requests().unwrap();
+        let st = |id: i64| rows.iter().find(|r| r.id == id).unwrap().state.clone();
+        assert_eq!(st(copied), "complete");
+        assert_eq!(st(lost), "failed");
+        assert_eq!(
+            st(elsewhere),
+            "pending",
+            "another target's rows wait for it"
+        );
+        assert_eq!(st(fetched), "complete");
+        assert_eq!(j.copies_by_snapshot().unwrap()[A], vec!["usb".to_owned()]);
+        // The target lost the copy (deleted by hand): the record follows.
+        j.record_target_listing("usb", &[], &local).unwrap();
+        assert!(j.copies_by_snapshot().unwrap().is_empty());
+    }
+}

@@ -1,0 +1,701 @@
+//! Copies off the disk (issue 13): the keeper's side. Authority, the journal, and the
+//! timer's act (the newest snapshot of each subvolume the target lacks, then the target's
+//! retention); the stem does the sending, and the send stream never passes through here.
+//!
+//! Who may: root and approvers copy and fetch; anybody may list what a target holds (names
+//! and times; the received UUIDs only for those who may change). A target name from a
+//! caller is capped and checked against the grammar and the configured targets before
+//! anything else looks at it; a name that is not a configured target is refused and
+//! journalled like every refusal.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use layout::copies::{CopiesConfig, Target, TargetName};
+use layout::escape::escape;
+use layout::{SnapshotName, SubvolumeName};
+
+use super::{of_path, parse_snapshot, stem_error, Keeper};
+use crate::authority::{Act, Authority};
+use crate::caps;
+use crate::copy_retention::{self, HeldCopy, TargetKeep};
+use crate::journal::{state, Asker, CopyAction, CopyEnd, Member};
+use crate::stem_client::{Copied, StemError};
+use crate::wire::{
+    CopyDeleted, CopyFailed, CopyHeld, CopyInFlight, CopyMade, CopyReport, Fetched, KeeperError,
+    SnapshotEntry, TargetCopies,
+};
+
+/// The rule journalled for the timer's copies of `target`.
+fn timer_rule(target: &str) -> String {
+    format!("timer of {target}")
+}
+
+/// The rule journalled for deletions by `target`'s retention.
+fn retention_rule(target: &str) -> String {
+    format!("retention of {target}")
+}
+
+/// Where people see the subvolume a snapshot name is of (`/home`), or `?`.
+fn path_of_snapshot(name: &str) -> String {
+    SnapshotName::parse(name)
+        .map(|n| n.subvolume().display_path().to_owned())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// The keeper's record of which acts on which targets are running: one at a time per
+/// target, so the timer's act and a person's copy do not meet at the stem.
+#[derive(Debug, Default)]
+pub(super) struct TargetActs {
+    running: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl TargetActs {
+    /// The turn on `target` (a configured name), or `None` when another act holds it.
+    fn try_turn(&self, target: &str) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let lock = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(target.to_owned())
+            .or_default()
+            .clone();
+        lock.try_lock_owned().ok()
+    }
+}
+
+/// Is this stem error one of the target as a whole (every further copy would fail alike)?
+fn whole_target_failed(e: &StemError) -> bool {
+    match e {
+        StemError::Refused { name, .. } => matches!(
+            name.as_str(),
+            "TargetUnreachable"
+                | "HostKeyChanged"
+                | "TargetNotBtrfs"
+                | "TargetFull"
+                | "NoSuchTarget"
+        ),
+        StemError::NotRunning | StemError::WentAway | StemError::Bus(_) => true,
+    }
+}
+
+/// A stem error's name for a report (`TargetFull`), or the class of a failure to reach it.
+fn error_name(e: &StemError) -> String {
+    match e {
+        StemError::Refused { name, .. } => caps::prefix(name, 64).to_owned(),
+        StemError::NotRunning | StemError::WentAway => "StemNotRunning".into(),
+        StemError::Bus(_) => "StemFailed".into(),
+    }
+}
+
+/// What the journal records of a failure: the stem's reason, capped (the far side of an SSH
+/// target may be hostile, and the stem passes on what it said).
+fn failure_reason(e: &StemError) -> String {
+    caps::capped(&format!("failed: {e}"), caps::MAX_FAILURE_BYTES).into_owned()
+}
+
+impl Keeper {
+    /// Use `config` for the copy targets (from `--copies-config`).
+    pub fn with_copies(mut self, config: CopiesConfig) -> Keeper {
+        self.copies = config;
+        self
+    }
+
+    /// The configured copy targets.
+    pub fn copies_config(&self) -> &CopiesConfig {
+        &self.copies
+    }
+
+    /// The configured target a caller named, or a refusal, journalled. The name is capped
+    /// and checked against the grammar before it is looked up, and nothing else about the
+    /// request is looked at first.
+    fn configured_target(
+        &self,
+        asker: &Asker,
+        act: &'static str,
+        name: &str,
+        target: &str,
+    ) -> Result<&Target, KeeperError> {
+        let shown = caps::capped(target, caps::MAX_TARGET_NAME_BYTES);
+        let why = match TargetName::parse(target) {
+            Err(e) => Some(format!("{shown:?} is not a target name: {e}")),
+            Ok(_) => match self.copies.target(target) {
+                Some(t) => return Ok(t),
+                None => Some(format!("no target {shown:?} is configured")),
+            },
+        };
+        let configured: Vec<&str> = self.copies.targets.keys().map(|t| t.as_str()).collect();
+        let why = format!(
+            "{}; targets are root's configuration ({}), not a caller's: {}",
+            why.unwrap_or_default(),
+            layout::copies::CONFIG_PATH,
+            if configured.is_empty() {
+                "none is configured".to_owned()
+            } else {
+                format!("configured: {}", configured.join(", "))
+            }
+        );
+        let subject = if name.is_empty() {
+            format!("to {shown}")
+        } else {
+            format!("{} to {shown}", caps::name(name))
+        };
+        self.journal_refusal_of(asker, act, subject.into(), "", &why);
+        Err(KeeperError::NoSuchTarget(why))
+    }
+
+    /// The target's retention counts.
+    fn keep_of(target: &Target) -> TargetKeep {
+        TargetKeep {
+            latest: target.keep.latest,
+            daily: target.keep.daily,
+            weekly: target.keep.weekly,
+            monthly: target.keep.monthly,
+        }
+    }
+
+    fn busy(target: &str) -> KeeperError {
+        KeeperError::TargetBusy(format!(
+            "another copy, fetch or deletion on {target} is running; `tacid data copies {target}` \
+             shows what it holds, and you can try again when it is done"
+        ))
+    }
+
+    /// List `target` and record what it holds (settling acts a stopped keeper left pending).
+    async fn list_target(
+        &self,
+        target: &str,
+    ) -> Result<(Vec<crate::stem_client::HeldCopy>, BTreeSet<String>), StemError> {
+        let held = self.stem.copies_on(target).await?;
+        let local: BTreeSet<String> = self
+            .stem
+            .list()
+            .await?
+            .into_iter()
+            .map(|d| d.member.name)
+            .collect();
+        let pairs: Vec<(String, String)> = held
+            .iter()
+            .map(|h| (h.name.clone(), h.received_uuid.clone()))
+            .collect();
+        if let Err(e) = self.journal(|j| j.record_target_listing(target, &pairs, &local)) {
+            tracing::warn!(target, "recording what the target holds: {}", e.message());
+        }
+        Ok((held, local))
+    }
+
+    /// Journal an act on a target that failed before it reached the stem's transfer (the
+    /// target could not be listed: unreachable, not Btrfs, its host key changed).
+    fn journal_failed_act(
+        &self,
+        asker: &Asker,
+        action: CopyAction,
+        target: &str,
+        name: &str,
+        rule: &str,
+        e: &StemError,
+    ) {
+        let reason = failure_reason(e);
+        let recorded = self
+            .journal(|j| j.begin_copy(asker, action, target, name, rule, ""))
+            .and_then(|id| {
+                self.journal(|j| {
+                    j.finish_copy(
+                        id,
+                        &CopyEnd {
+                            state: state::FAILED,
+                            outcome: reason.clone(),
+                            parent: String::new(),
+                            bytes: 0,
+                            received_uuid: None,
+                        },
+                    )
+                })
+            });
+        if let Err(je) = recorded {
+            tracing::error!(
+                "could not journal a failed {}: {}",
+                action.as_str(),
+                je.message()
+            );
+        }
+        tracing::warn!(uid = asker.uid, user = %asker.name, rule, target, snapshot = name, "{} {reason}", action.as_str());
+    }
+
+    /// Copy one snapshot, journalled; `Ok` when verified on the target.
+    async fn copy_one(
+        &self,
+        asker: &Asker,
+        target: &str,
+        name: &str,
+        rule: &str,
+    ) -> Result<(Copied, u64), (StemError, String)> {
+        let id = self
+            .journal(|j| j.begin_copy(asker, CopyAction::Copy, target, name, rule, ""))
+            .map_err(|e| (StemError::Bus(e.message()), e.message()))?;
+        let started = Instant::now();
+        let result = self.stem.copy_to(name, target).await;
+        let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match result {
+            Ok(c) => {
+                let outcome = format!(
+                    "copied to {target} ({}), {} bytes in {:.1} s; verified: read-only, received \
+                     UUID {}",
+                    if c.incremental {
+                        format!("incremental against {}", c.parent)
+                    } else {
+                        "full".to_owned()
+                    },
+                    c.bytes,
+                    took_ms as f64 / 1000.0,
+                    caps::prefix(&c.received_uuid, 64)
+                );
+                let end = CopyEnd {
+                    state: state::COMPLETE,
+                    outcome: outcome.clone(),
+                    parent: caps::name(&c.parent).into_owned(),
+                    bytes: c.bytes,
+                    received_uuid: Some(caps::prefix(&c.received_uuid, 64).to_owned()),
+                };
+                self.journal(|j| j.finish_copy(id, &end))
+                    .map_err(|e| (StemError::Bus(e.message()), e.message()))?;
+                tracing::info!(uid = asker.uid, user = %asker.name, rule, target, snapshot = name, bytes = c.bytes, took_ms, "{outcome}");
+                Ok((c, took_ms))
+            }
+            Err(e) => {
+                let reason = failure_reason(&e);
+                // Gone mid-call: it may have copied; the next listing of the target settles it.
+                if !matches!(e, StemError::WentAway | StemError::Bus(_)) {
+                    let end = CopyEnd {
+                        state: state::FAILED,
+                        outcome: reason.clone(),
+                        parent: String::new(),
+                        bytes: 0,
+                        received_uuid: None,
+                    };
+                    if let Err(je) = self.journal(|j| j.finish_copy(id, &end)) {
+                        tracing::error!("could not journal a failed copy: {}", je.message());
+                    }
+                }
+                tracing::warn!(uid = asker.uid, user = %asker.name, rule, target, snapshot = name, "{reason}");
+                Err((e, reason))
+            }
+        }
+    }
+
+    /// Copy the snapshot `name` to `target`; `name` empty: the timer's act.
+    pub async fn copy(
+        &self,
+        uid: u32,
+        name: &str,
+        target: &str,
+    ) -> Result<CopyReport, KeeperError> {
+        let asker = Authority::asker(uid);
+        let t = self.configured_target(&asker, "copy", name, target)?;
+        let target = t.name.as_str();
+        if let Err(why) = self.authority.decide(uid, Act::Change) {
+            let subject = if name.is_empty() {
+                format!("to {target}")
+            } else {
+                format!("{} to {target}", caps::name(name))
+            };
+            self.journal_refusal_of(&asker, "copy", subject.into(), "", &why);
+            return Err(KeeperError::NotAuthorized(why));
+        }
+        if !name.is_empty() {
+            parse_snapshot(name)?;
+        }
+        let _turn = self
+            .copy_acts
+            .try_turn(target)
+            .ok_or_else(|| Self::busy(target))?;
+        self.ensure_reconciled().await;
+        if name.is_empty() {
+            return self.copy_timer(&asker, t).await;
+        }
+        let (held, local) = match self.list_target(target).await {
+            Ok(listed) => listed,
+            Err(e) => {
+                self.journal_failed_act(&asker, CopyAction::Copy, target, name, "", &e);
+                return Err(stem_error(e));
+            }
+        };
+        let mut report = CopyReport {
+            target: target.to_owned(),
+            copied: Vec::new(),
+            already_there: Vec::new(),
+            failed: Vec::new(),
+            deleted: Vec::new(),
+            retention: String::new(),
+            message: String::new(),
+        };
+        if held.iter().any(|h| h.name == name) {
+            report.already_there.push(name.to_owned());
+            report.message =
+                format!("{target} already holds a verified copy of {name}; nothing was sent");
+            return Ok(report);
+        }
+        if !local.contains(name) {
+            return Err(KeeperError::NoSuchSnapshot(format!(
+                "there is no snapshot named {name} here; see `tacid data list`"
+            )));
+        }
+        match self.copy_one(&asker, target, name, "").await {
+            Ok((c, took_ms)) => {
+                report.message = format!(
+                    "copied {name} to {target} ({}, {}); verified",
+                    if c.incremental {
+                        format!("incremental against {}", c.parent)
+                    } else {
+                        "a full copy".to_owned()
+                    },
+                    crate::retention::bytes(c.bytes)
+                );
+                report.copied.push(made(&c, took_ms));
+                Ok(report)
+            }
+            Err((e, _)) => Err(stem_error(e)),
+        }
+    }
+
+    /// The timer's act: the newest snapshot of each subvolume the target lacks, then the
+    /// target's retention. Failures are in the report (and the journal), not an error: the
+    /// next run tries again.
+    async fn copy_timer(&self, asker: &Asker, t: &Target) -> Result<CopyReport, KeeperError> {
+        let target = t.name.as_str();
+        let rule = timer_rule(target);
+        let (held, _) = match self.list_target(target).await {
+            Ok(listed) => listed,
+            Err(e) => {
+                self.journal_failed_act(asker, CopyAction::Copy, target, "", &rule, &e);
+                return Err(stem_error(e));
+            }
+        };
+        let disk = self.stem.list().await.map_err(stem_error)?;
+        // The newest snapshot of each snapshotted subvolume.
+        let mut newest: BTreeMap<String, (i64, String)> = BTreeMap::new();
+        for d in &disk {
+            let m = &d.member;
+            let snapshotted =
+                SubvolumeName::parse(&m.of_subvolume).is_ok_and(|s| s.subvolume().snapshottable());
+            if !snapshotted {
+                continue;
+            }
+            let e = newest
+                .entry(m.of_subvolume.clone())
+                .or_insert((i64::MIN, String::new()));
+            if (m.taken_micros, &m.name) > (e.0, &e.1) {
+                *e = (m.taken_micros, m.name.clone());
+            }
+        }
+        let mut report = CopyReport {
+            target: target.to_owned(),
+            copied: Vec::new(),
+            already_there: Vec::new(),
+            failed: Vec::new(),
+            deleted: Vec::new(),
+            retention: String::new(),
+            message: String::new(),
+        };
+        let held_names: BTreeSet<&str> = held.iter().map(|h| h.name.as_str()).collect();
+        let mut stop: Option<String> = None;
+        for (_, name) in newest.values() {
+            if held_names.contains(name.as_str()) {
+                report.already_there.push(name.clone());
+                continue;
+            }
+            if let Some(why) = &stop {
+                report.failed.push(CopyFailed {
+                    name: name.clone(),
+                    of_path: path_of_snapshot(name),
+                    error: "NotTried".into(),
+                    reason: format!("not tried: {why}"),
+                });
+                continue;
+            }
+            match self.copy_one(asker, target, name, &rule).await {
+                Ok((c, took_ms)) => report.copied.push(made(&c, took_ms)),
+                Err((e, reason)) => {
+                    if whole_target_failed(&e) {
+                        stop = Some(reason.clone());
+                    }
+                    report.failed.push(CopyFailed {
+                        name: name.clone(),
+                        of_path: path_of_snapshot(name),
+                        error: error_name(&e),
+                        reason,
+                    });
+                }
+            }
+        }
+        // Retention, when the target can be listed (a full target may need it most).
+        let retention_note = match self.list_target(target).await {
+            Ok((held, _)) => {
+                let keep = Self::keep_of(t);
+                report.retention = keep.describe();
+                self.target_retention(asker, target, &held, &keep, &mut report)
+                    .await;
+                String::new()
+            }
+            Err(e) => format!("; retention not applied: {e}"),
+        };
+        report.message = format!(
+            "{target}: {} copied, {} already there, {} failed, {} deleted by its retention{}",
+            report.copied.len(),
+            report.already_there.len(),
+            report.failed.len(),
+            report.deleted.iter().filter(|d| d.note.is_empty()).count(),
+            retention_note
+        );
+        tracing::info!(uid = asker.uid, user = %asker.name, rule, "{}", report.message);
+        Ok(report)
+    }
+
+    /// Delete on `target` what its retention chooses, each deletion journalled with the rule.
+    async fn target_retention(
+        &self,
+        asker: &Asker,
+        target: &str,
+        held: &[crate::stem_client::HeldCopy],
+        keep: &TargetKeep,
+        report: &mut CopyReport,
+    ) {
+        let copies: Vec<HeldCopy> = held
+            .iter()
+            .filter_map(|h| {
+                // Only names of the layout's grammar are tacid's copies; others stay.
+                let n = SnapshotName::parse(&h.name).ok()?;
+                Some(HeldCopy {
+                    name: h.name.clone(),
+                    of: n.subvolume().to_string(),
+                    taken_micros: n.taken_unix_micros(),
+                })
+            })
+            .collect();
+        let rule = retention_rule(target);
+        for d in copy_retention::plan(&copies, keep) {
+            let why = format!("{rule}: {}", d.why);
+            let id = match self.journal(|j| {
+                j.begin_copy(asker, CopyAction::DeleteCopy, target, &d.name, &rule, &why)
+            }) {
+                Ok(id) => id,
+                Err(e) => {
+                    report.deleted.push(CopyDeleted {
+                        name: d.name.clone(),
+                        of_path: path_of_snapshot(&d.name),
+                        why,
+                        note: format!("not tried: {}", e.message()),
+                    });
+                    break;
+                }
+            };
+            let result = self.stem.delete_copy(target, &d.name).await;
+            let (st, outcome, note) = match &result {
+                Ok(()) => (state::COMPLETE, "deleted".to_owned(), String::new()),
+                Err(e) => (state::FAILED, failure_reason(e), failure_reason(e)),
+            };
+            if !matches!(result, Err(StemError::WentAway | StemError::Bus(_))) {
+                let end = CopyEnd {
+                    state: st,
+                    outcome,
+                    parent: String::new(),
+                    bytes: 0,
+                    received_uuid: None,
+                };
+                if let Err(e) = self.journal(|j| j.finish_copy(id, &end)) {
+                    tracing::error!("could not journal a deletion on {target}: {}", e.message());
+                }
+            }
+            tracing::info!(uid = asker.uid, rule, target, copy = %d.name, note, "{why}");
+            report.deleted.push(CopyDeleted {
+                name: d.name.clone(),
+                of_path: path_of_snapshot(&d.name),
+                why,
+                note,
+            });
+            if matches!(result, Err(ref e) if whole_target_failed(e)) {
+                break;
+            }
+        }
+    }
+
+    /// What `target` holds. Anybody may ask; the received UUIDs only for root and approvers.
+    pub async fn copies(&self, uid: u32, target: &str) -> Result<TargetCopies, KeeperError> {
+        let asker = Authority::asker(uid);
+        let t = self.configured_target(&asker, "copies", "", target)?;
+        let target = t.name.as_str();
+        let may_change = self.may_change(uid);
+        let _turn = self.looker_turn(may_change).await;
+        let (held, local) = self.list_target(target).await.map_err(stem_error)?;
+        let mut copies: Vec<CopyHeld> = held
+            .iter()
+            .map(|h| {
+                let parsed = SnapshotName::parse(&h.name).ok();
+                let of = parsed
+                    .as_ref()
+                    .map(|n| n.subvolume().to_string())
+                    .unwrap_or_default();
+                CopyHeld {
+                    // What a hostile far side says is shown escaped, and capped.
+                    name: escape(caps::name(&h.name).as_bytes()),
+                    of_path: of_path(&of).to_owned(),
+                    of,
+                    taken_micros: parsed.map(|n| n.taken_unix_micros()).unwrap_or_default(),
+                    received_uuid: if may_change {
+                        escape(caps::prefix(&h.received_uuid, 64).as_bytes())
+                    } else {
+                        String::new()
+                    },
+                    local: local.contains(&h.name),
+                }
+            })
+            .collect();
+        copies.sort_by(|a, b| {
+            a.taken_micros
+                .cmp(&b.taken_micros)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        Ok(TargetCopies {
+            target: target.to_owned(),
+            copies,
+            retention: Self::keep_of(t).describe(),
+        })
+    }
+
+    /// Receive the copy `name` from `target` into the local store, verified; journalled.
+    pub async fn fetch(&self, uid: u32, name: &str, target: &str) -> Result<Fetched, KeeperError> {
+        let asker = Authority::asker(uid);
+        let t = self.configured_target(&asker, "fetch", name, target)?;
+        let target = t.name.as_str();
+        if let Err(why) = self.authority.decide(uid, Act::Change) {
+            let subject = format!("{} from {target}", caps::name(name));
+            self.journal_refusal_of(&asker, "fetch", subject.into(), "", &why);
+            return Err(KeeperError::NotAuthorized(why));
+        }
+        let snap = parse_snapshot(name)?;
+        let _turn = self
+            .copy_acts
+            .try_turn(target)
+            .ok_or_else(|| Self::busy(target))?;
+        self.ensure_reconciled().await;
+        let reason = format!("fetched from {target}");
+        let id =
+            self.journal(|j| j.begin_copy(&asker, CopyAction::Fetch, target, name, "", &reason))?;
+        match self.stem.fetch_from(target, name).await {
+            Ok(d) => {
+                let message = format!(
+                    "fetched {name} from {target} into the local store; verified. `tacid data \
+                     restore {name}` says what putting {} back to it costs",
+                    snap.subvolume().display_path()
+                );
+                let member = Member {
+                    taken_micros: snap.taken_unix_micros(),
+                    ..d.member.clone()
+                };
+                self.journal(|j| {
+                    j.finish_copy(
+                        id,
+                        &CopyEnd {
+                            state: state::COMPLETE,
+                            outcome: message.clone(),
+                            parent: String::new(),
+                            bytes: 0,
+                            received_uuid: None,
+                        },
+                    )?;
+                    j.record_fetched(id, &member)
+                })?;
+                tracing::info!(uid, user = %asker.name, target, snapshot = name, "{message}");
+                let sub = snap.subvolume();
+                Ok(Fetched {
+                    target: target.to_owned(),
+                    snapshot: SnapshotEntry {
+                        name: member.name.clone(),
+                        of: sub.to_string(),
+                        of_path: sub.display_path().to_owned(),
+                        taken_micros: member.taken_micros,
+                        reason: escape(reason.as_bytes()),
+                        asked_by: escape(asker.name.as_bytes()),
+                        asked_by_uid: uid,
+                        origin: "journal".into(),
+                        pre_switch: false,
+                        pinned: d.staged,
+                        set_id: id,
+                        copies: vec![target.to_owned()],
+                    },
+                    parent: String::new(),
+                    bytes: 0,
+                    message,
+                })
+            }
+            Err(e) => {
+                if !matches!(e, StemError::WentAway | StemError::Bus(_)) {
+                    let end = CopyEnd {
+                        state: state::FAILED,
+                        outcome: failure_reason(&e),
+                        parent: String::new(),
+                        bytes: 0,
+                        received_uuid: None,
+                    };
+                    self.journal(|j| j.finish_copy(id, &end))?;
+                }
+                tracing::warn!(uid, user = %asker.name, target, snapshot = name, "fetch {}", failure_reason(&e));
+                Err(stem_error(e))
+            }
+        }
+    }
+
+    /// Copies and fetches in flight. Anybody may ask.
+    pub async fn copy_progress(&self, uid: u32) -> Result<Vec<CopyInFlight>, KeeperError> {
+        let _turn = self.looker_turn(self.may_change(uid)).await;
+        let all = self.stem.copy_progress().await.map_err(stem_error)?;
+        Ok(all
+            .into_iter()
+            .map(|f| CopyInFlight {
+                target: escape(caps::capped(&f.target, caps::MAX_TARGET_NAME_BYTES).as_bytes()),
+                name: escape(caps::name(&f.name).as_bytes()),
+                direction: escape(caps::prefix(&f.direction, 16).as_bytes()),
+                bytes: f.bytes,
+                elapsed_ms: f.elapsed_ms,
+            })
+            .collect())
+    }
+}
+
+fn made(c: &Copied, took_ms: u64) -> CopyMade {
+    CopyMade {
+        name: c.name.clone(),
+        of_path: path_of_snapshot(&c.name),
+        parent: c.parent.clone(),
+        incremental: c.incremental,
+        bytes: c.bytes,
+        received_uuid: c.received_uuid.clone(),
+        took_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_failures_of_the_whole_target_stop_the_timer() {
+        let refused = |n: &str| StemError::Refused {
+            name: n.into(),
+            message: String::new(),
+        };
+        assert!(whole_target_failed(&refused("TargetFull")));
+        assert!(whole_target_failed(&refused("HostKeyChanged")));
+        assert!(whole_target_failed(&StemError::NotRunning));
+        assert!(!whole_target_failed(&refused("TransferFailed")));
+        assert!(!whole_target_failed(&refused("NotReadOnly")));
+        let long = StemError::Refused {
+            name: "TransferFailed".into(),
+            message: "x".repeat(100_000),
+        };
+        let r = failure_reason(&long);
+        assert!(r.len() < caps::MAX_FAILURE_BYTES + 40, "{}", r.len());
+        assert!(r.ends_with("bytes)"), "{r}");
+    }
+}
