@@ -15,6 +15,7 @@
 //! - tacid: `stem::copies::Copies::copy_to`, the code behind Stem1.CopyTo, in process
 //!   (no bus, no keeper): it lists the target, picks the parent, sends with the ioctl into
 //!   `btrfs receive`, verifies, commits.
+//!
 //! Prints medians and ratios against raw. Targets: incremental ≤ 1.1× raw, faster than
 //! btrbk. TACID_BENCH_QUICK=1: 10k files, 100 changed, 3 rounds. TACID_BENCH_ROUNDS=N.
 
