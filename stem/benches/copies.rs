@@ -16,6 +16,10 @@
 //!   (no bus, no keeper): it lists the target, picks the parent, sends with the ioctl into
 //!   `btrfs receive`, verifies, commits.
 //!
+//! Then the same full and incremental copies over SSH (testbed::ssh: a real sshd, the far
+//! side's script as forced command): raw `btrfs send | ssh receive NAME` against the stem's
+//! copy_to to an ssh:// target.
+//!
 //! Prints medians and ratios against raw. Targets: incremental ≤ 1.1× raw, faster than
 //! btrbk. TACID_BENCH_QUICK=1: 10k files, 100 changed, 3 rounds. TACID_BENCH_ROUNDS=N.
 
@@ -29,6 +33,7 @@ use stem::worker::Worker;
 use stem::Engine;
 
 const TARGET: &str = "bench";
+const SSH_TARGET: &str = "remote";
 const BTRBK_SNAPSHOTS: &str = "btrbk_snapshots";
 const BTRBK_S0: &str = "home.20250101T0000";
 const BTRBK_S1: &str = "home.20250101T0001";
@@ -95,6 +100,42 @@ fn raw_copy(parent: Option<&Path>, snapshot: &Path, dir: &Path) -> Duration {
         "raw copy: {} {}",
         String::from_utf8_lossy(&sent.stderr),
         String::from_utf8_lossy(&receive.stderr)
+    );
+    took
+}
+
+/// `btrfs send [-p parent] NAME | ssh ... receive NAME` into the far side's script.
+fn raw_over_ssh(
+    far: &testbed::ssh::SshTarget,
+    store: &Path,
+    name: SnapshotName,
+    parent: Option<SnapshotName>,
+) -> Duration {
+    let start = Instant::now();
+    let mut send = Command::new("btrfs");
+    send.args(["-q", "send"]);
+    if let Some(p) = parent {
+        send.arg("-p").arg(store.join(p.to_string()));
+    }
+    let mut send = send
+        .arg(store.join(name.to_string()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("btrfs send");
+    let receive = far
+        .ssh(&format!("receive {name}"))
+        .stdin(Stdio::from(send.stdout.take().expect("pipe")))
+        .output()
+        .expect("ssh");
+    let sent = send.wait_with_output().expect("btrfs send");
+    let took = start.elapsed();
+    assert!(
+        sent.status.success() && receive.status.success(),
+        "raw copy over ssh: {} {}\nsshd log:\n{}",
+        String::from_utf8_lossy(&sent.stderr),
+        String::from_utf8_lossy(&receive.stderr),
+        far.log()
     );
     took
 }
@@ -238,14 +279,49 @@ fn main() {
     )
     .expect("btrbk config");
 
+    // Over SSH too, when this machine can run the sshd harness: each contender's own sshd
+    // (the far side is copies/tacid-copy-target) serving its own directory on one more
+    // loop Btrfs.
+    let ssh_fs = testbed::LoopFs::new(4 << 30).expect("ssh target loop Btrfs");
+    let ssh_targets = ssh_fs.as_ref().and_then(|fs| {
+        let raw = fs.top().join("raw");
+        let tacid = fs.top().join("tacid");
+        std::fs::create_dir(&raw).expect("dir");
+        std::fs::create_dir(&tacid).expect("dir");
+        let raw = testbed::ssh::SshTarget::start(&raw).expect("sshd")?;
+        let tacid = testbed::ssh::SshTarget::start(&tacid).expect("sshd")?;
+        Some((raw, tacid))
+    });
+    let remote = ssh_targets
+        .as_ref()
+        .map(|(_, t)| {
+            format!(
+                r#", "{SSH_TARGET}": {{ "place": "{}", "identity": "{}", "host_key": "{}" }}"#,
+                t.place(),
+                t.identity().display(),
+                t.host_key()
+            )
+        })
+        .unwrap_or_default();
+
     let engine = Engine::open(top).expect("open the top level");
     let worker = Worker::start(engine, || {}).expect("engine thread");
     let config = format!(
-        r#"{{ "targets": {{ "{TARGET}": {{ "place": "{}" }} }} }}"#,
+        r#"{{ "targets": {{ "{TARGET}": {{ "place": "{}" }}{remote} }} }}"#,
         tacid_dir.display()
     );
     let config = layout::copies::CopiesConfig::parse(config.as_bytes()).expect("copies config");
-    let copies = Copies::new(config, Programs::default(), worker, top.to_owned());
+    let runtime_dir = source.scratch().join("stem-runtime");
+    std::fs::create_dir(&runtime_dir).expect("runtime dir");
+    let programs = Programs {
+        ssh: ssh_targets
+            .as_ref()
+            .map(|(_, t)| t.ssh_program())
+            .unwrap_or_else(|| "ssh".into()),
+        runtime_dir,
+        ..Programs::default()
+    };
+    let copies = Copies::new(config, programs, worker, top.to_owned());
 
     let s0_path = store.join(s0.to_string());
     let s1_path = store.join(s1.to_string());
@@ -344,6 +420,46 @@ fn main() {
         eprintln!("bench: round {} of {rounds} done", round + 1);
     }
 
+    let (mut ssh_raw, mut ssh_tacid) = (Column::default(), Column::default());
+    if let (Some((raw_far, tacid_far)), Some(fs)) = (&ssh_targets, &ssh_fs) {
+        for round in 0..rounds {
+            for phase in 0..2 {
+                let (name, parent) = if phase == 0 {
+                    (s0, None)
+                } else {
+                    (s1, Some(s0))
+                };
+                for which in [round % 2, (round + 1) % 2] {
+                    let took = if which == 0 {
+                        raw_over_ssh(raw_far, &store, name, parent)
+                    } else {
+                        let t = Instant::now();
+                        let copied = copies.copy_to(name, SSH_TARGET).unwrap_or_else(|e| {
+                            panic!("tacid copy over ssh: {e}\nsshd log:\n{}", tacid_far.log())
+                        });
+                        let took = t.elapsed();
+                        assert_eq!(copied.parent, parent, "tacid's parent over ssh");
+                        took
+                    };
+                    let column = if which == 0 {
+                        &mut ssh_raw
+                    } else {
+                        &mut ssh_tacid
+                    };
+                    if phase == 0 {
+                        column.full.push(took);
+                    } else {
+                        column.incremental.push(took);
+                    }
+                }
+            }
+            for d in ["raw", "tacid"] {
+                empty(&fs.top().join(d), fs.top());
+            }
+            eprintln!("bench: ssh round {} of {rounds} done", round + 1);
+        }
+    }
+
     let floor_full = median(raw.full.clone());
     let floor_incremental = median(raw.incremental.clone());
     let mib = |bytes: u64, d: Duration| bytes as f64 / (1 << 20) as f64 / d.as_secs_f64();
@@ -378,6 +494,35 @@ fn main() {
             ms(incremental),
             ratio(incremental, floor_incremental),
             ratio(incremental, floor_sync_incremental)
+        );
+    }
+    if !ssh_raw.full.is_empty() {
+        let (raw_full, raw_incremental) = (median(ssh_raw.full), median(ssh_raw.incremental));
+        let (full, incremental) = (median(ssh_tacid.full), median(ssh_tacid.incremental));
+        println!(
+            "\nover SSH (a real sshd on loopback in a network namespace, copies/tacid-copy-target \
+             as the forced command), medians of {rounds} interleaved rounds"
+        );
+        println!(
+            "{:<34} {:>12} {:>8} {:>11}   {:>12} {:>8}",
+            "", "full", "× raw", "MiB/s", "incremental", "× raw"
+        );
+        for (label, f, i) in [
+            ("raw send | ssh receive NAME", raw_full, raw_incremental),
+            ("tacid (stem copy_to over ssh)", full, incremental),
+        ] {
+            println!(
+                "{label:<34} {} {} {:>11.1}   {} {}",
+                ms(f),
+                ratio(f, raw_full),
+                mib(full_bytes, f),
+                ms(i),
+                ratio(i, raw_incremental)
+            );
+        }
+        println!(
+            "(tacid lists the target before it sends, to choose the parent: one more ssh \
+             connection than the raw pipe)\n"
         );
     }
     let tacid_incremental = median(tacid.incremental.clone());
