@@ -64,6 +64,17 @@ fn s(p: &Path) -> &str {
     p.to_str().expect("UTF-8 path")
 }
 
+/// The fastest and slowest of the runs: how noisy this machine was.
+fn spread(v: &[Duration]) -> String {
+    let min = v.iter().min().copied().unwrap_or_default();
+    let max = v.iter().max().copied().unwrap_or_default();
+    format!(
+        "{:.0}–{:.0} ms",
+        min.as_secs_f64() * 1e3,
+        max.as_secs_f64() * 1e3
+    )
+}
+
 fn ms(d: Duration) -> String {
     format!("{:9.1} ms", d.as_secs_f64() * 1e3)
 }
@@ -474,8 +485,16 @@ fn main() {
     let floor_sync_full = median(raw_sync.full.clone());
     let floor_sync_incremental = median(raw_sync.incremental.clone());
     println!(
-        "{:<34} {:>12} {:>8} {:>9} {:>11}   {:>12} {:>8} {:>9}",
-        "", "full", "× raw", "× raw+c", "MiB/s", "incremental", "× raw", "× raw+c"
+        "{:<34} {:>12} {:>8} {:>9} {:>11}   {:>12} {:>8} {:>9}   {:<10}",
+        "",
+        "full",
+        "× raw",
+        "× raw+c",
+        "MiB/s",
+        "incremental",
+        "× raw",
+        "× raw+c",
+        "incremental min–max"
     );
     for (label, column) in [
         ("raw send | receive (the floor)", &raw),
@@ -486,14 +505,15 @@ fn main() {
         let full = median(column.full.clone());
         let incremental = median(column.incremental.clone());
         println!(
-            "{label:<34} {} {}   {} {:>11.1}   {} {}   {}",
+            "{label:<34} {} {}   {} {:>11.1}   {} {}   {}   {}",
             ms(full),
             ratio(full, floor_full),
             ratio(full, floor_sync_full),
             mib(full_bytes, full),
             ms(incremental),
             ratio(incremental, floor_incremental),
-            ratio(incremental, floor_sync_incremental)
+            ratio(incremental, floor_sync_incremental),
+            spread(&column.incremental)
         );
     }
     if !ssh_raw.full.is_empty() {
