@@ -49,6 +49,20 @@ const EVERY_METHOD: &[(&str, &[&str])] = &[
         "ChangesSinceLastCommit",
         &["string:@home.2026-12-01T140200.123456Z", "uint32:1000"],
     ),
+    (
+        "CopyTo",
+        &["string:@home.2026-12-01T140200.123456Z", "string:usb"],
+    ),
+    ("CopiesOn", &["string:usb"]),
+    (
+        "DeleteCopy",
+        &["string:usb", "string:@home.2026-12-01T140200.123456Z"],
+    ),
+    (
+        "FetchFrom",
+        &["string:usb", "string:@home.2026-12-01T140200.123456Z"],
+    ),
+    ("CopyProgress", &[]),
 ];
 
 #[test]
@@ -598,4 +612,57 @@ fn bus_keeper_asks_what_changed_since_a_snapshot() {
         error_name(&missing.expect_err("no such snapshot")),
         "org.tacid.Stem1.Error.NoSuchSnapshot"
     );
+}
+
+#[test]
+fn bus_keeper_forged_copy_targets_are_refused() {
+    let Some((fs, bus)) = setup("") else { return };
+    // No configuration file: no targets at all.
+    let missing = fs.scratch().join("no-copies.json");
+    let _stem = StemDaemon::start(
+        &bus,
+        names::KEEPER_USER,
+        &[
+            "--top",
+            &top_arg(&fs),
+            "--copies-config",
+            &missing.display().to_string(),
+        ],
+    );
+    let (uid, gid) = ensure_user(names::KEEPER_USER);
+    let before = fs.subvolumes_snapshot().expect("list subvolumes");
+    let huge = format!("string:{}", "u".repeat(100_000));
+    let name = "string:@home.2026-12-01T140200.123456Z";
+    for (target, expected) in [
+        ("string:../x", "org.tacid.Stem1.Error.InvalidArgument"),
+        (
+            "string:/mnt/backup",
+            "org.tacid.Stem1.Error.InvalidArgument",
+        ),
+        (
+            "string:ssh://evil/x",
+            "org.tacid.Stem1.Error.InvalidArgument",
+        ),
+        (huge.as_str(), "org.tacid.Stem1.Error.InvalidArgument"),
+        ("string:usb", "org.tacid.Stem1.Error.NoSuchTarget"),
+    ] {
+        for (member, args) in [
+            ("CopyTo", vec![name, target]),
+            ("CopiesOn", vec![target]),
+            ("FetchFrom", vec![target, name]),
+        ] {
+            match dbus_send_as(&bus, uid, gid, member, &args) {
+                Reply::Error { name, message } => {
+                    assert_eq!(name, expected, "{member} {target:.40}: {message}");
+                    assert!(message.len() < 400, "capped: {} bytes", message.len());
+                }
+                ok => panic!("{member} {target:.40} was answered: {ok:?}"),
+            }
+        }
+    }
+    match dbus_send_as(&bus, uid, gid, "CopyProgress", &[]) {
+        Reply::Error { name, message } => panic!("CopyProgress: {name}: {message}"),
+        _ok => {}
+    }
+    assert_eq!(before, fs.subvolumes_snapshot().expect("list subvolumes"));
 }
