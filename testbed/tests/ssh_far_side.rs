@@ -367,6 +367,17 @@ fn ssh_a_stream_of_another_snapshot_is_not_kept() {
         b.target_subvolumes()
     );
     assert!(b.list().is_empty());
+    // Two snapshots in one stream (`btrfs send A B`): NAME and another; neither is kept.
+    b.snapshot(N2);
+    let mut both = b.stream(N1, None);
+    both.extend(b.stream(N2, Some(N1)));
+    let out = b.ssh_with_input(&format!("receive {N1}"), &both);
+    b.expect_code(&out, 1, "a stream of two snapshots");
+    assert!(
+        b.target_subvolumes().is_empty(),
+        "{:?}",
+        b.target_subvolumes()
+    );
 }
 
 #[test]
