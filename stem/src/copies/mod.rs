@@ -43,6 +43,9 @@ const STDOUT_CAP: usize = 1 << 20;
 const REASON_CAP: usize = 400;
 /// The most copies one target's list may name.
 const MAX_COPIES_LISTED: usize = 10_000;
+/// The longest a copy, fetch or deletion waits for a listing of its target to end (a listing
+/// is short, and anybody may ask for one: it must never make an act fail as busy).
+const WAIT_FOR_LISTING: Duration = Duration::from_secs(120);
 
 /// What CopyTo answers: the copy made and verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +98,8 @@ pub enum CopyError {
     HostKeyChanged { target: TargetName, reason: String },
     #[error("target {target}'s directory is not on a Btrfs filesystem: {reason}")]
     TargetNotBtrfs { target: TargetName, reason: String },
+    #[error("target {target}'s directory {path} is on the tacid filesystem itself: a copy there dies with the disk, so it is no copy. Configure a place on another disk (services.tacid.copies, /etc/tacid/copies.json)")]
+    OnTheTacidDisk { target: TargetName, path: String },
     #[error("target {target} is full: {reason}; nothing half-received was left. Free space there (fewer copies kept) and try again")]
     TargetFull { target: TargetName, reason: String },
     #[error("the transfer of {name} to or from target {target} failed: {reason}; nothing half-received was left, and the next run tries again")]
@@ -221,7 +226,16 @@ pub struct Copies {
     worker: Worker,
     /// The top of the tacid filesystem as mounted for the stem (btrfs receive takes a path).
     top_path: PathBuf,
-    busy: Mutex<BTreeMap<TargetName, Busy>>,
+    busy: Mutex<Turns>,
+    /// Signalled whenever a target is freed.
+    freed: std::sync::Condvar,
+}
+
+/// Which targets are busy, and how many acts wait for a listing of each to end.
+#[derive(Debug, Default)]
+struct Turns {
+    busy: BTreeMap<TargetName, Busy>,
+    waiting: BTreeMap<TargetName, usize>,
 }
 
 /// Holds a target for one act; frees it when dropped.
@@ -237,7 +251,9 @@ impl Drop for Turn<'_> {
             .busy
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .busy
             .remove(&self.target);
+        self.copies.freed.notify_all();
     }
 }
 
@@ -253,7 +269,8 @@ impl Copies {
             programs,
             worker,
             top_path,
-            busy: Mutex::new(BTreeMap::new()),
+            busy: Mutex::new(Turns::default()),
+            freed: std::sync::Condvar::new(),
         }
     }
 
@@ -274,12 +291,46 @@ impl Copies {
         name: Option<SnapshotName>,
         kind: &'static str,
     ) -> Result<Turn<'_>, CopyError> {
-        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
-        if busy.contains_key(&target.name) {
-            return Err(CopyError::TargetBusy(target.name.clone()));
+        let mut turns = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        let listing = kind == "list";
+        if listing {
+            // A listing gives way to an act that waits, and never waits itself.
+            if turns.busy.contains_key(&target.name) || turns.waiting.contains_key(&target.name) {
+                return Err(CopyError::TargetBusy(target.name.clone()));
+            }
+        } else {
+            // An act waits for a listing (anybody's, through the keeper) to end; only
+            // another act makes it busy.
+            let deadline = Instant::now() + WAIT_FOR_LISTING;
+            *turns.waiting.entry(target.name.clone()).or_default() += 1;
+            let waited = loop {
+                match turns.busy.get(&target.name) {
+                    None => break Ok(()),
+                    Some(b) if b.kind == "list" => {}
+                    Some(_) => break Err(()),
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break Err(());
+                }
+                turns = self
+                    .freed
+                    .wait_timeout(turns, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            };
+            if let Some(n) = turns.waiting.get_mut(&target.name) {
+                *n -= 1;
+                if *n == 0 {
+                    turns.waiting.remove(&target.name);
+                }
+            }
+            if waited.is_err() {
+                return Err(CopyError::TargetBusy(target.name.clone()));
+            }
         }
         let bytes = Arc::new(AtomicU64::new(0));
-        busy.insert(
+        turns.busy.insert(
             target.name.clone(),
             Busy {
                 name,
@@ -297,8 +348,10 @@ impl Copies {
 
     /// Copies and fetches in flight.
     pub fn progress(&self) -> Vec<InFlight> {
-        let busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
-        busy.iter()
+        let turns = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        turns
+            .busy
+            .iter()
             .filter_map(|(target, b)| {
                 Some(InFlight {
                     target: target.clone(),
@@ -463,6 +516,19 @@ impl Copies {
                     return Err(CopyError::TargetNotBtrfs {
                         target: target.name.clone(),
                         reason: format!("{path} is on another kind of filesystem"),
+                    });
+                }
+                // A copy on the tacid disk itself dies with it: no backup at all.
+                let top = Dir::open_configured(&self.top_path)
+                    .map_err(|e| failed("open the tacid filesystem", e))?;
+                let same = dir
+                    .filesystem_uuid()
+                    .and_then(|t| Ok(t == top.filesystem_uuid()?))
+                    .map_err(|e| failed("compare the target's filesystem with tacid's", e))?;
+                if same {
+                    return Err(CopyError::OnTheTacidDisk {
+                        target: target.name.clone(),
+                        path: path.clone(),
                     });
                 }
                 Ok(Side::Local {
