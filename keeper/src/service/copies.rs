@@ -431,10 +431,10 @@ impl Keeper {
         }
         // Retention, when the target can be listed (a full target may need it most).
         let retention_note = match self.list_target(target).await {
-            Ok((held, _)) => {
+            Ok((held, local)) => {
                 let keep = Self::keep_of(t);
                 report.retention = keep.describe();
-                self.target_retention(asker, target, &held, &keep, &mut report)
+                self.target_retention(asker, target, &held, &local, &keep, &mut report)
                     .await;
                 String::new()
             }
@@ -458,6 +458,7 @@ impl Keeper {
         asker: &Asker,
         target: &str,
         held: &[crate::stem_client::HeldCopy],
+        local: &BTreeSet<String>,
         keep: &TargetKeep,
         report: &mut CopyReport,
     ) {
@@ -470,6 +471,7 @@ impl Keeper {
                     name: h.name.clone(),
                     of: n.subvolume().to_string(),
                     taken_micros: n.taken_unix_micros(),
+                    in_store: local.contains(&h.name),
                 })
             })
             .collect();
