@@ -52,6 +52,7 @@ fn copies_for(
         btrfs,
         ssh: "ssh".into(),
         runtime_dir: runtime.path().to_owned(),
+        stall: stem::copies::DEFAULT_STALL,
     };
     (
         Copies::new(config, programs, worker.clone(), fs.top().to_owned()),

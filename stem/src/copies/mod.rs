@@ -115,6 +115,8 @@ pub enum CopyError {
     },
     #[error("{0}")]
     AlreadyHere(String),
+    #[error("the target stopped answering ({0}); the act was given up, nothing half-received was left, and the next run tries again")]
+    Stalled(String),
     #[error(transparent)]
     Engine(EngineError),
     #[error("{0}")]
@@ -196,7 +198,14 @@ pub struct Programs {
     pub ssh: PathBuf,
     /// Where the stem writes each SSH target's pinned `known_hosts` (root-only).
     pub runtime_dir: PathBuf,
+    /// How long a transfer or a far side's answer may move nothing at all before the act
+    /// gives up and kills its children (ssh's keepalives catch a dead link in 15 s; this
+    /// catches a live far side that never answers, which would hold the target forever).
+    pub stall: Duration,
 }
+
+/// [`Programs::stall`]'s default: generous, as a slow disk may take long to commit a receive.
+pub const DEFAULT_STALL: Duration = Duration::from_secs(600);
 
 impl Default for Programs {
     fn default() -> Self {
@@ -206,6 +215,7 @@ impl Default for Programs {
             runtime_dir: std::env::var_os("RUNTIME_DIRECTORY")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| "/run/tacid-stem".into()),
+            stall: DEFAULT_STALL,
         }
     }
 }
@@ -702,7 +712,7 @@ impl<'t> Side<'t> {
                 self.list_verified()
             }
             Side::Ssh { .. } => {
-                let ran = run_plain(self.ssh_command(copies, &["list"])?)?;
+                let ran = run_plain(self.ssh_command(copies, &["list"])?, copies.programs.stall)?;
                 let ran = self.far_result(ran, None)?;
                 parse_far_list(&ran.stdout).map_err(|reason| CopyError::TransferFailed {
                     target: self.target().name.clone(),
@@ -733,7 +743,10 @@ impl<'t> Side<'t> {
             }
             Side::Ssh { .. } => {
                 let n = name.to_string();
-                let ran = run_plain(self.ssh_command(copies, &["delete", &n])?)?;
+                let ran = run_plain(
+                    self.ssh_command(copies, &["delete", &n])?,
+                    copies.programs.stall,
+                )?;
                 self.far_result(ran, Some(name)).map(drop)
             }
         }
@@ -759,12 +772,12 @@ impl<'t> Side<'t> {
             Side::Local { path, .. } => {
                 let mut cmd = Command::new(&copies.programs.btrfs);
                 cmd.arg("receive").arg(path);
-                run_fed(cmd, send, moved)?
+                run_fed(cmd, send, moved, copies.programs.stall)?
             }
             Side::Ssh { .. } => {
                 let n = name.to_string();
                 let cmd = self.ssh_command(copies, &["receive", &n])?;
-                run_fed(cmd, send, moved)?
+                run_fed(cmd, send, moved, copies.programs.stall)?
             }
         };
         if let Err(e) = &sent {
@@ -856,12 +869,17 @@ impl<'t> Side<'t> {
                 let copy = dir
                     .open_dir(name.to_string())
                     .map_err(|e| failed("open the copy", e))?;
-                run_fed(receive, move |out| copy.send(out.as_fd(), None), moved)?
+                run_fed(
+                    receive,
+                    move |out| copy.send(out.as_fd(), None),
+                    moved,
+                    copies.programs.stall,
+                )?
             }
             Side::Ssh { .. } => {
                 let n = name.to_string();
                 let far = self.ssh_command(copies, &["send", &n])?;
-                let (ran, far_ran) = run_piped(far, receive, moved)?;
+                let (ran, far_ran) = run_piped(far, receive, moved, copies.programs.stall)?;
                 self.far_result(far_ran, Some(name))?;
                 (ran, Ok(()))
             }
@@ -1017,7 +1035,7 @@ fn spawn(mut cmd: Command, stdin: Stdio) -> Result<std::process::Child, CopyErro
 }
 
 /// Run `cmd` with no input; capture its output (capped).
-fn run_plain(cmd: Command) -> Result<Ran, CopyError> {
+fn run_plain(cmd: Command, stall: Duration) -> Result<Ran, CopyError> {
     let mut child = spawn(cmd, Stdio::null())?;
     let mut drains = [
         Drain::first(child.stdout.take().expect("piped").into(), STDOUT_CAP),
@@ -1029,8 +1047,11 @@ fn run_plain(cmd: Command) -> Result<Ran, CopyError> {
     let (_, unused_sink) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| failed("pipe", e))?;
     drop(snk);
-    pump(src, unused_sink, &mut drains, &AtomicU64::new(0))
-        .map_err(|e| failed("reading a child's output", e))?;
+    if let Err(e) = pump(src, unused_sink, &mut drains, &AtomicU64::new(0), stall) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(stalled(e, "reading a child's output"));
+    }
     finish(child, drains)
 }
 
@@ -1058,6 +1079,7 @@ fn run_fed(
     cmd: Command,
     send: impl FnOnce(OwnedFd) -> btrfs::Result<()> + Send + 'static,
     moved: &AtomicU64,
+    stall: Duration,
 ) -> Result<(Ran, btrfs::Result<()>), CopyError> {
     let (stream_out, stream_in) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| failed("pipe", e))?;
@@ -1071,7 +1093,11 @@ fn run_fed(
         Drain::first(child.stdout.take().expect("piped").into(), STDOUT_CAP),
         Drain::last(child.stderr.take().expect("piped").into(), STDERR_CAP),
     ];
-    let pumped = pump(stream_out, stdin, &mut drains, moved);
+    // On a stall the stream's read end is closed here, so the send ends with EPIPE.
+    let pumped = pump(stream_out, stdin, &mut drains, moved, stall);
+    if pumped.is_err() {
+        let _ = child.kill();
+    }
     let sent = sender
         .join()
         .map_err(|_| CopyError::Failed("the send thread panicked".into()))?;
@@ -1079,12 +1105,17 @@ fn run_fed(
     if let Ok(Pumped::SinkClosed) = pumped {
         tracing::debug!("the receiver stopped before the stream ended");
     }
-    pumped.map_err(|e| failed("moving the stream", e))?;
+    pumped.map_err(|e| stalled(e, "moving the stream"))?;
     Ok((ran, sent))
 }
 
 /// Run `from | to`, counting the bytes between them. Returns how `to` and `from` ended.
-fn run_piped(from: Command, to: Command, moved: &AtomicU64) -> Result<(Ran, Ran), CopyError> {
+fn run_piped(
+    from: Command,
+    to: Command,
+    moved: &AtomicU64,
+    stall: Duration,
+) -> Result<(Ran, Ran), CopyError> {
     let mut source = spawn(from, Stdio::null())?;
     let mut sink = spawn(to, Stdio::piped())?;
     let stdin: OwnedFd = sink.stdin.take().expect("piped").into();
@@ -1094,15 +1125,25 @@ fn run_piped(from: Command, to: Command, moved: &AtomicU64) -> Result<(Ran, Ran)
         Drain::last(sink.stderr.take().expect("piped").into(), STDERR_CAP),
         Drain::last(source.stderr.take().expect("piped").into(), STDERR_CAP),
     ];
-    let pumped = pump(stream, stdin, &mut all, moved);
+    let pumped = pump(stream, stdin, &mut all, moved, stall);
     if pumped.is_err() {
         let _ = source.kill();
+        let _ = sink.kill();
     }
     let [out, err, source_err] = all;
     let to_ran = finish(sink, [out, err])?;
     let from_ran = finish(source, [Drain::empty(), source_err])?;
-    pumped.map_err(|e| failed("moving the stream", e))?;
+    pumped.map_err(|e| stalled(e, "moving the stream"))?;
     Ok((to_ran, from_ran))
+}
+
+/// The error of a pump that failed: a stall says the other side stopped answering.
+fn stalled(e: std::io::Error, what: &str) -> CopyError {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        CopyError::Stalled(e.to_string())
+    } else {
+        failed(what, e)
+    }
 }
 
 /// A caller's string as it may be shown: escaped (adr/0017), at most 64 bytes of it.
