@@ -293,3 +293,74 @@ fn ssh_a_far_side_that_never_answers_is_given_up_and_frees_the_target() {
         "says why"
     );
 }
+
+#[test]
+fn ssh_a_hostile_fetch_stream_writes_nothing_outside_the_store() {
+    // A hostile backup host lists a copy and, asked to send it, streams a subvolume of that
+    // name and received UUID whose commands write outside the directory it is received in:
+    // through a symlink the stream makes itself, and through `..`. btrfs receive follows
+    // both unless confined (checked on btrfs-progs 6.2: both files land, exit 0).
+    let scripts = tempfile::tempdir().unwrap();
+    let victim = tempfile::tempdir().unwrap();
+    let name = "@home.2026-12-01T140200.123456Z";
+    let received = "11111111-2222-3333-4444-555555555555";
+    let uuid = uuid::Uuid::parse_str(received).unwrap();
+    let stream = testbed::send_stream::escaping(
+        name,
+        *uuid.as_bytes(),
+        &victim.path().display().to_string(),
+    );
+    let stream_file = scripts.path().join("stream");
+    fs::write(&stream_file, &stream).unwrap();
+    let far = scripts.path().join("hostile");
+    fs::write(
+        &far,
+        format!(
+            "#!/bin/sh\ncase $SSH_ORIGINAL_COMMAND in\n  list) printf '%s\\t%s\\t%s\\n' '{name}' \
+             '22222222-3333-4444-5555-666666666666' '{received}' ;;\n  'send {name}') exec cat '{}' ;;\n  \
+             *) exit 2 ;;\nesac\n",
+            stream_file.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    for p in [&far, &stream_file] {
+        fs::set_permissions(p, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    fs::set_permissions(scripts.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let Some(m) = machine_with_script(&far) else {
+        return;
+    };
+    let copies = m.copies();
+    assert_eq!(
+        copies.copies_on("offsite").unwrap().len(),
+        1,
+        "the far side lists it"
+    );
+
+    let fetched = copies.fetch_from("offsite", layout::SnapshotName::parse(name).unwrap());
+    let escaped: Vec<_> = fs::read_dir(victim.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(escaped.is_empty(), "written outside the store: {escaped:?}");
+    assert!(
+        fetched.is_err(),
+        "a stream that tried that is no fetch: {fetched:?}"
+    );
+    let incoming =
+        m.fs.top()
+            .join(layout::SNAPSHOTS_SUBVOLUME)
+            .join(layout::copies::INCOMING_DIR_NAME);
+    assert_eq!(
+        fs::read_dir(&incoming).map(|d| d.count()).unwrap_or(0),
+        0,
+        ".incoming is left empty"
+    );
+    assert!(!m
+        .fs
+        .top()
+        .join(layout::SNAPSHOTS_SUBVOLUME)
+        .join(name)
+        .exists());
+}

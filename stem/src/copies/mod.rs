@@ -862,8 +862,13 @@ impl<'t> Side<'t> {
             name,
             reason,
         };
+        // The stream comes from the target, which may be hostile: `btrfs receive` follows
+        // the paths a stream names, `..` and symlinks the stream made itself included, so
+        // unconfined it writes anywhere as root. --chroot confines it to `.incoming` (a fetch
+        // is always a full stream, so no parent needs finding outside it); -e stops it at the
+        // first stream's end.
         let mut receive = Command::new(&copies.programs.btrfs);
-        receive.arg("receive").arg(incoming);
+        receive.args(["receive", "-e", "--chroot"]).arg(incoming);
         let (ran, sent) = match self {
             Side::Local { dir, .. } => {
                 let copy = dir
