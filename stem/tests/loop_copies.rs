@@ -437,6 +437,30 @@ fn loop_copy_to_a_target_on_the_tacid_disk_itself_is_refused() {
 }
 
 #[test]
+fn loop_a_fetch_a_stopped_stem_left_half_received_is_removed_at_start() {
+    // The stem killed mid-fetch leaves a writable subvolume in @snapshots/.incoming, as
+    // big as what arrived; no list shows it, and it holds space until removed.
+    let Some(m) = machine() else { return };
+    let incoming =
+        m.fs.top()
+            .join(SNAPSHOTS_SUBVOLUME)
+            .join(layout::copies::INCOMING_DIR_NAME);
+    fs::create_dir(&incoming).unwrap();
+    let left = btrfs::Dir::open_configured(&incoming)
+        .unwrap()
+        .create_subvolume("@home.2026-12-01T140200.123456Z")
+        .unwrap();
+    assert!(!left.readonly);
+    fs::write(
+        incoming.join("@home.2026-12-01T140200.123456Z/part"),
+        megabytes(2, 9),
+    )
+    .unwrap();
+    m.copies.clean_dead_fetches();
+    assert_eq!(fs::read_dir(&incoming).unwrap().count(), 0);
+}
+
+#[test]
 fn loop_forged_target_names_are_refused() {
     let Some(m) = machine() else { return };
     let s1 = m.take("@home");

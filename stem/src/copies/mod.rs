@@ -510,6 +510,17 @@ impl Copies {
         finished
     }
 
+    /// Remove what fetches left in the store's `.incoming` when the stem stopped mid-way
+    /// (a half-received snapshot can be as big as the snapshot). Call at start, before any
+    /// fetch runs; a failure is logged, and the next fetch tries again.
+    pub fn clean_dead_fetches(&self) {
+        match self.worker.run_blocking(|e| e.clean_incoming()) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("cannot clean the store's .incoming: {e}"),
+            Err(e) => tracing::warn!("cannot clean the store's .incoming: {e}"),
+        }
+    }
+
     fn open_side<'t>(&self, target: &'t Target) -> Result<Side<'t>, CopyError> {
         match &target.place {
             Place::Local(path) => {
