@@ -33,8 +33,11 @@ fn crc32c(data: &[u8]) -> u32 {
     crc
 }
 
-/// A whole stream: the header, then each `(command, [(attribute, value)])` with its checksum.
-pub fn stream(commands: &[(u16, Vec<(u16, Vec<u8>)>)]) -> Vec<u8> {
+/// One command: its number and its `(attribute, value)`s.
+pub type Command = (u16, Vec<(u16, Vec<u8>)>);
+
+/// A whole stream: the header, then each command with its checksum.
+pub fn stream(commands: &[Command]) -> Vec<u8> {
     let mut out = b"btrfs-stream\0".to_vec();
     out.extend_from_slice(&1u32.to_le_bytes());
     for (command, attributes) in commands {
@@ -103,12 +106,43 @@ pub fn escaping(name: &str, uuid: [u8; 16], victim: &str) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    use crate::{LoopFs, MIN_SIZE};
+
     #[test]
-    fn the_checksum_is_btrfs_crc32c() {
-        // crc32c("123456789") with seed !0 and final inversion is 0xE3069283 (the check
-        // value); with btrfs's seed 0 and no inversion it is this.
-        let raw = super::crc32c(b"123456789");
-        assert_ne!(raw, 0xE306_9283);
-        assert_eq!(super::crc32c(b""), 0);
+    fn loop_btrfs_receive_takes_the_stream_as_a_real_one() {
+        // The stream is a real one to `btrfs receive` (header, checksums, commands), so a
+        // hostile-stream test that sees nothing escape means confinement, not a bad stream.
+        let Some(fs) = LoopFs::new(MIN_SIZE).expect("make a loop Btrfs") else {
+            return;
+        };
+        let dir = fs.top().join("in");
+        std::fs::create_dir(&dir).unwrap();
+        let victim = tempfile::tempdir().unwrap();
+        let stream = super::escaping(
+            "@home.2026-12-01T140200.123456Z",
+            [9; 16],
+            &victim.path().display().to_string(),
+        );
+        let receive = || {
+            let mut child = std::process::Command::new("btrfs")
+                .args(["receive", "--chroot"])
+                .arg(&dir)
+                .stdin(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            use std::io::Write as _;
+            child.stdin.take().unwrap().write_all(&stream).unwrap();
+            child.wait_with_output().unwrap()
+        };
+        let confined = receive();
+        let said = String::from_utf8_lossy(&confined.stderr).into_owned();
+        assert!(!confined.status.success(), "{said}");
+        assert!(
+            said.contains("At subvol @home.2026-12-01T140200.123456Z"),
+            "{said}"
+        );
+        assert!(said.contains("mkfile esc/through-a-symlink"), "{said}");
+        assert_eq!(std::fs::read_dir(victim.path()).unwrap().count(), 0);
     }
 }
