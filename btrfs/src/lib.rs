@@ -817,6 +817,15 @@ impl Dir {
         is_btrfs(self.fd.as_fd()).map_err(|e| Error::sys("statfs", "", e))
     }
 
+    /// The UUID of the Btrfs filesystem this directory is on (`BTRFS_IOC_FS_INFO`'s fsid):
+    /// two directories are on the same filesystem exactly when theirs are equal, whichever
+    /// subvolume each is in (`st_dev` differs per subvolume).
+    pub fn filesystem_uuid(&self) -> Result<uuid::Uuid> {
+        sys::fs_uuid(self.fd.as_fd())
+            .map(uuid::Uuid::from_bytes)
+            .map_err(|e| Error::sys("read the filesystem's UUID", "", e))
+    }
+
     /// Bytes an unprivileged writer could still use on this directory's filesystem
     /// (`fstatvfs`'s `f_bavail`).
     pub fn free_bytes(&self) -> Result<u64> {

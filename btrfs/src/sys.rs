@@ -14,9 +14,10 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd as _, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 
 use linux_raw_sys::btrfs::{
-    btrfs_ioctl_get_subvol_info_args, btrfs_ioctl_ino_lookup_args, btrfs_ioctl_search_args_v2,
-    btrfs_ioctl_search_key, btrfs_ioctl_send_args, btrfs_ioctl_vol_args, btrfs_ioctl_vol_args_v2,
-    BTRFS_FIRST_FREE_OBJECTID, BTRFS_IOCTL_MAGIC, BTRFS_SUBVOL_SPEC_BY_ID,
+    btrfs_ioctl_fs_info_args, btrfs_ioctl_get_subvol_info_args, btrfs_ioctl_ino_lookup_args,
+    btrfs_ioctl_search_args_v2, btrfs_ioctl_search_key, btrfs_ioctl_send_args,
+    btrfs_ioctl_vol_args, btrfs_ioctl_vol_args_v2, BTRFS_FIRST_FREE_OBJECTID, BTRFS_IOCTL_MAGIC,
+    BTRFS_SUBVOL_SPEC_BY_ID,
 };
 use rustix::io::Errno;
 use rustix::ioctl::{ioctl, opcode, Ioctl, IoctlOutput, NoArg, Opcode, Updater};
@@ -30,6 +31,7 @@ const SNAP_CREATE_V2: Opcode = opcode::write::<btrfs_ioctl_vol_args_v2>(MAGIC, 2
 const SEND: Opcode = opcode::write::<btrfs_ioctl_send_args>(MAGIC, 38);
 const SUBVOL_GETFLAGS: Opcode = opcode::read::<u64>(MAGIC, 25);
 const SUBVOL_SETFLAGS: Opcode = opcode::write::<u64>(MAGIC, 26);
+const FS_INFO: Opcode = opcode::read::<btrfs_ioctl_fs_info_args>(MAGIC, 31);
 const GET_SUBVOL_INFO: Opcode = opcode::read::<btrfs_ioctl_get_subvol_info_args>(MAGIC, 60);
 const SNAP_DESTROY_V2: Opcode = opcode::write::<btrfs_ioctl_vol_args_v2>(MAGIC, 63);
 
@@ -120,6 +122,16 @@ pub fn get_subvol_info(fd: BorrowedFd<'_>) -> Result<btrfs_ioctl_get_subvol_info
     // SAFETY: GET_SUBVOL_INFO writes a `btrfs_ioctl_get_subvol_info_args`.
     unsafe { ioctl(fd, Updater::<GET_SUBVOL_INFO, _>::new(&mut args)) }?;
     Ok(args)
+}
+
+/// `BTRFS_IOC_FS_INFO`: the filesystem's UUID (`fsid`), the same for every subvolume of it,
+/// on any fd inside it (no capability needed).
+pub fn fs_uuid(fd: BorrowedFd<'_>) -> Result<[u8; 16], Errno> {
+    // SAFETY: all-zero is valid for this plain-data struct (flags 0: no optional fields asked).
+    let mut args: btrfs_ioctl_fs_info_args = unsafe { zeroed() };
+    // SAFETY: FS_INFO writes a `btrfs_ioctl_fs_info_args`.
+    unsafe { ioctl(fd, Updater::<FS_INFO, _>::new(&mut args)) }?;
+    Ok(args.fsid)
 }
 
 /// `BTRFS_IOC_SNAP_CREATE_V2`: snapshot the subvolume whose root is `source` as

@@ -54,7 +54,7 @@ impl Authority {
         let refuse = |why: String| {
             Err(format!(
                 "{why}; only root and members of the group {group:?} may snapshot, restore, \
-                 cancel, delete, keep or prune. Ask an administrator, or have one add you: `gpasswd -a USER {group}` \
+                 cancel, delete, keep, prune, copy or fetch. Ask an administrator, or have one add you: `gpasswd -a USER {group}` \
                  (then log in again)"
             ))
         };

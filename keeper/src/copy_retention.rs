@@ -4,8 +4,10 @@
 //! subvolume, a copy stays when it is among the newest `latest` copies, or the newest copy
 //! of its day, week (Monday to Sunday) or month (UTC) among the last `daily`, `weekly` or
 //! `monthly` such periods that have a copy. Whatever the counts say, the newest copy of each
-//! subvolume stays: it is the parent the next incremental copy is sent against, and without
-//! it the next copy is a full one.
+//! subvolume stays, and so does the newest copy whose snapshot the local store still holds:
+//! that one is the last common parent the next incremental copy is sent against (the newest
+//! copy is not, when its snapshot was deleted here), and without it the next copy is a full
+//! one.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +22,8 @@ pub struct HeldCopy {
     pub of: String,
     /// When its snapshot was taken, µs since the epoch (UTC).
     pub taken_micros: i64,
+    /// The local store still holds its snapshot: it can be the next incremental's parent.
+    pub in_store: bool,
 }
 
 /// A target's counts (the configuration's `keep`).
@@ -67,9 +71,12 @@ pub fn plan(copies: &[HeldCopy], keep: &TargetKeep) -> Vec<CopyDeletion> {
         });
         held.dedup_by(|a, b| a.name == b.name);
         let mut stays = vec![false; held.len()];
-        // The newest: the next incremental's parent.
+        // The newest, and the newest the store also holds: the next incremental's parent.
         if let Some(first) = stays.first_mut() {
             *first = true;
+        }
+        if let Some(i) = held.iter().position(|c| c.in_store) {
+            stays[i] = true;
         }
         for s in stays.iter_mut().take(keep.latest) {
             *s = true;
@@ -120,6 +127,7 @@ mod tests {
             name: format!("{of}.{ago}"),
             of: of.into(),
             taken_micros: NOW - ago,
+            in_store: false,
         }
     }
 
@@ -171,15 +179,48 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_last_common_parent_stays_when_the_newest_copy_is_gone_from_the_store() {
+        let keep = TargetKeep {
+            latest: 1,
+            daily: 0,
+            weekly: 0,
+            monthly: 0,
+        };
+        // The target holds three copies; the newest one's snapshot was deleted here, so the
+        // next incremental is sent against the one before it, which the store still holds.
+        let copies = vec![
+            copy("@home", HOUR),
+            HeldCopy {
+                in_store: true,
+                ..copy("@home", 2 * HOUR)
+            },
+            HeldCopy {
+                in_store: true,
+                ..copy("@home", 3 * HOUR)
+            },
+        ];
+        let d = plan(&copies, &keep);
+        assert_eq!(gone(&d), vec![format!("@home.{}", 3 * HOUR)]);
+    }
+
     fn copies() -> impl Strategy<Value = Vec<HeldCopy>> {
         proptest::collection::vec(
             (
                 prop::sample::select(vec!["@home", "@persist", "@log"]),
                 0i64..(400 * DAY),
+                any::<bool>(),
             ),
             0..40,
         )
-        .prop_map(|v| v.into_iter().map(|(of, ago)| copy(of, ago)).collect())
+        .prop_map(|v| {
+            v.into_iter()
+                .map(|(of, ago, in_store)| HeldCopy {
+                    in_store,
+                    ..copy(of, ago)
+                })
+                .collect()
+        })
     }
 
     fn keep() -> impl Strategy<Value = TargetKeep> {
@@ -204,6 +245,12 @@ mod tests {
                 if let Some(n) = newest {
                     prop_assert!(!gone.contains(n.name.as_str()), "{} deleted", n.name);
                 }
+                // Nor the last common parent: the newest copy the store still holds.
+                let parent = cs.iter().filter(|c| c.of == of && c.in_store)
+                    .max_by(|a, b| a.taken_micros.cmp(&b.taken_micros).then_with(|| a.name.cmp(&b.name)));
+                if let Some(p) = parent {
+                    prop_assert!(!gone.contains(p.name.as_str()), "parent {} deleted", p.name);
+                }
             }
         }
 
@@ -219,8 +266,8 @@ mod tests {
                 let names: BTreeSet<&str> = cs.iter().filter(|c| c.of == of).map(|c| c.name.as_str()).collect();
                 let left = names.iter().filter(|n| !gone.contains(*n)).count();
                 prop_assert!(left >= k.latest.max(1).min(names.len()));
-                // At most the counts (and the newest) stay.
-                prop_assert!(left <= (k.latest + k.daily + k.weekly + k.monthly).max(1));
+                // At most the counts (and the newest, and the last common parent) stay.
+                prop_assert!(left <= (k.latest + k.daily + k.weekly + k.monthly).max(1) + 1);
             }
         }
 

@@ -386,7 +386,10 @@ impl From<CopyError> for Error {
             CopyError::NoSuchSnapshot(_) => Error::NoSuchSnapshot(message),
             CopyError::NotReadOnly(_) => Error::NotReadOnly(message),
             CopyError::TargetBusy(_) => Error::TargetBusy(message),
-            CopyError::TargetUnreachable { .. } => Error::TargetUnreachable(message),
+            // Unfit as a place the way an unreachable one is: every act on it fails alike.
+            CopyError::TargetUnreachable { .. }
+            | CopyError::OnTheTacidDisk { .. }
+            | CopyError::Stalled(_) => Error::TargetUnreachable(message),
             CopyError::HostKeyChanged { .. } => Error::HostKeyChanged(message),
             CopyError::TargetNotBtrfs { .. } => Error::TargetNotBtrfs(message),
             CopyError::TargetFull { .. } => Error::TargetFull(message),

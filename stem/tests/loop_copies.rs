@@ -52,6 +52,7 @@ fn copies_for(
         btrfs,
         ssh: "ssh".into(),
         runtime_dir: runtime.path().to_owned(),
+        stall: stem::copies::DEFAULT_STALL,
     };
     (
         Copies::new(config, programs, worker.clone(), fs.top().to_owned()),
@@ -208,6 +209,45 @@ fn loop_copy_full_then_incremental_chain() {
 }
 
 #[test]
+fn loop_listings_in_a_flood_never_make_a_copy_or_deletion_busy() {
+    // Anybody may list a target (through the keeper); a flood of listings must not make
+    // the timer's copies, a fetch or retention's deletions fail as TargetBusy.
+    let Some(m) = machine() else { return };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let listed = std::sync::atomic::AtomicUsize::new(0);
+    let (copied, deleted) = std::thread::scope(|scope| {
+        for _ in 0..3 {
+            scope.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = m.copies.copies_on("usb");
+                    listed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+        let mut copied = Vec::new();
+        for i in 0..6u8 {
+            m.write("@home/f", &[i]);
+            let s = m.take("@home");
+            copied.push((s.name, m.copies.copy_to(s.name, "usb").map(|c| c.parent)));
+        }
+        let deleted = m.copies.delete_copy("usb", copied[0].0);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (copied, deleted)
+    });
+    for (i, (_, c)) in copied.iter().enumerate() {
+        assert!(c.is_ok(), "copy {i} in a flood of listings: {c:?}");
+    }
+    assert!(
+        deleted.is_ok(),
+        "a deletion in a flood of listings: {deleted:?}"
+    );
+    assert!(
+        listed.load(std::sync::atomic::Ordering::Relaxed) > 20,
+        "the listings ran alongside"
+    );
+}
+
+#[test]
 fn loop_copy_chain_broken_by_deleted_parents() {
     let Some(m) = machine() else { return };
     m.write("@home/f", b"1");
@@ -360,6 +400,64 @@ fn loop_copy_to_a_target_that_is_not_btrfs() {
         Err(CopyError::TargetNotBtrfs { .. })
     ));
     assert_eq!(fs::read_dir(plain.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn loop_copy_to_a_target_on_the_tacid_disk_itself_is_refused() {
+    let Some(m) = machine() else { return };
+    // A directory on the tacid filesystem, in a subvolume of its own and in a plain
+    // directory of another subvolume: a copy in either dies with the disk.
+    let own = m.fs.top().join("backups");
+    btrfs::Dir::open_configured(m.fs.top())
+        .unwrap()
+        .create_subvolume("backups")
+        .unwrap();
+    let plain = m.fs.top().join("@persist/backup");
+    fs::create_dir(&plain).unwrap();
+    let (copies, _runtime) = copies_for(
+        &m.fs,
+        &m.worker,
+        config_for(&[("same", &own), ("plain", &plain)]),
+        "btrfs".into(),
+    );
+    let s1 = m.take("@home");
+    for target in ["same", "plain"] {
+        let err = copies.copy_to(s1.name, target).unwrap_err();
+        assert!(matches!(err, CopyError::OnTheTacidDisk { .. }), "{err}");
+        assert!(err.to_string().contains("dies with the disk"), "{err}");
+        assert!(matches!(
+            copies.copies_on(target),
+            Err(CopyError::OnTheTacidDisk { .. })
+        ));
+    }
+    assert_eq!(fs::read_dir(&own).unwrap().count(), 0);
+    assert_eq!(fs::read_dir(&plain).unwrap().count(), 0);
+    // The second Btrfs is still a target.
+    m.copies.copy_to(s1.name, "usb").unwrap();
+}
+
+#[test]
+fn loop_a_fetch_a_stopped_stem_left_half_received_is_removed_at_start() {
+    // The stem killed mid-fetch leaves a writable subvolume in @snapshots/.incoming, as
+    // big as what arrived; no list shows it, and it holds space until removed.
+    let Some(m) = machine() else { return };
+    let incoming =
+        m.fs.top()
+            .join(SNAPSHOTS_SUBVOLUME)
+            .join(layout::copies::INCOMING_DIR_NAME);
+    fs::create_dir(&incoming).unwrap();
+    let left = btrfs::Dir::open_configured(&incoming)
+        .unwrap()
+        .create_subvolume("@home.2026-12-01T140200.123456Z")
+        .unwrap();
+    assert!(!left.readonly);
+    fs::write(
+        incoming.join("@home.2026-12-01T140200.123456Z/part"),
+        megabytes(2, 9),
+    )
+    .unwrap();
+    m.copies.clean_dead_fetches();
+    assert_eq!(fs::read_dir(&incoming).unwrap().count(), 0);
 }
 
 #[test]

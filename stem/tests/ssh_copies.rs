@@ -29,11 +29,16 @@ struct Machine {
 }
 
 fn machine() -> Option<Machine> {
+    machine_with_script(&testbed::ssh::repo_script())
+}
+
+/// A machine whose backup host runs `script` as the forced command.
+fn machine_with_script(script: &std::path::Path) -> Option<Machine> {
     let fs = LoopFs::with_layout(SIZE).expect("make a loop Btrfs")?;
     let target_fs = LoopFs::create(SIZE, Options::default()).expect("make the target")?;
     let dir = target_fs.top().join("tacid");
     fs::create_dir(&dir).unwrap();
-    let far = SshTarget::start(&dir).expect("start sshd")?;
+    let far = SshTarget::start_with_script(script, &dir).expect("start sshd")?;
     let worker = Worker::start(Engine::open(fs.top()).unwrap(), || {}).unwrap();
     Some(Machine {
         fs,
@@ -47,6 +52,11 @@ fn machine() -> Option<Machine> {
 impl Machine {
     /// A copy engine with the target "offsite" pinned to `host_key`.
     fn copies_with_key(&self, host_key: &str) -> Copies {
+        self.copies_with(host_key, stem::copies::DEFAULT_STALL)
+    }
+
+    /// A copy engine with the target "offsite" pinned to `host_key`, giving up after `stall`.
+    fn copies_with(&self, host_key: &str, stall: Duration) -> Copies {
         let json = format!(
             r#"{{"targets": {{"offsite": {{"place": {:?}, "identity": {:?}, "host_key": {:?}}}}}}}"#,
             self.far.place(),
@@ -58,6 +68,7 @@ impl Machine {
             btrfs: "btrfs".into(),
             ssh: self.far.ssh_program(),
             runtime_dir: self._runtime.path().to_owned(),
+            stall,
         };
         Copies::new(
             config,
@@ -141,6 +152,7 @@ fn ssh_copy_full_then_incremental_and_fetch_back() {
             btrfs: "btrfs".into(),
             ssh: m.far.ssh_program(),
             runtime_dir: runtime.path().to_owned(),
+            stall: stem::copies::DEFAULT_STALL,
         },
         worker.clone(),
         fresh.top().to_owned(),
@@ -233,4 +245,122 @@ fn ssh_host_key_changed_is_refused() {
             .received_uuid,
         s1.uuid
     );
+}
+
+#[test]
+fn ssh_a_far_side_that_never_answers_is_given_up_and_frees_the_target() {
+    // A hostile or broken backup host: the link stays up (sshd answers ssh's keepalives),
+    // but its forced command never answers and never reads. Without a stall limit the act
+    // would hold the target forever (every later copy: TargetBusy).
+    let scripts = tempfile::tempdir().unwrap();
+    let hang = scripts.path().join("hang");
+    fs::write(&hang, "#!/bin/sh\nexec sleep 100000\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    fs::set_permissions(&hang, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(scripts.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let Some(m) = machine_with_script(&hang) else {
+        return;
+    };
+    let stall = Duration::from_secs(3);
+    let copies = m.copies_with(m.far.host_key(), stall);
+
+    let started = Instant::now();
+    let listed = copies.copies_on("offsite");
+    assert!(matches!(listed, Err(CopyError::Stalled(_))), "{listed:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A copy bigger than every buffer between here and there: the far side never reads it.
+    m.write("@home/big", &megabytes(16, 3));
+    let s1 = m.take();
+    let started = Instant::now();
+    let copied = copies.copy_to(s1.name, "offsite");
+    assert!(matches!(copied, Err(CopyError::Stalled(_))), "{copied:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(copies.progress().is_empty(), "the target is free again");
+    assert!(
+        copied
+            .unwrap_err()
+            .to_string()
+            .contains("stopped answering"),
+        "says why"
+    );
+}
+
+#[test]
+fn ssh_a_hostile_fetch_stream_writes_nothing_outside_the_store() {
+    // A hostile backup host lists a copy and, asked to send it, streams a subvolume of that
+    // name and received UUID whose commands write outside the directory it is received in:
+    // through a symlink the stream makes itself, and through `..`. btrfs receive follows
+    // both unless confined (checked on btrfs-progs 6.2: both files land, exit 0).
+    let scripts = tempfile::tempdir().unwrap();
+    let victim = tempfile::tempdir().unwrap();
+    let name = "@home.2026-12-01T140200.123456Z";
+    let received = "11111111-2222-3333-4444-555555555555";
+    let uuid = uuid::Uuid::parse_str(received).unwrap();
+    let stream = testbed::send_stream::escaping(
+        name,
+        *uuid.as_bytes(),
+        &victim.path().display().to_string(),
+    );
+    let stream_file = scripts.path().join("stream");
+    fs::write(&stream_file, &stream).unwrap();
+    let far = scripts.path().join("hostile");
+    fs::write(
+        &far,
+        format!(
+            "#!/bin/sh\ncase $SSH_ORIGINAL_COMMAND in\n  list) printf '%s\\t%s\\t%s\\n' '{name}' \
+             '22222222-3333-4444-5555-666666666666' '{received}' ;;\n  'send {name}') exec cat '{}' ;;\n  \
+             *) exit 2 ;;\nesac\n",
+            stream_file.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    for p in [&far, &stream_file] {
+        fs::set_permissions(p, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    fs::set_permissions(scripts.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let Some(m) = machine_with_script(&far) else {
+        return;
+    };
+    let copies = m.copies();
+    assert_eq!(
+        copies.copies_on("offsite").unwrap().len(),
+        1,
+        "the far side lists it"
+    );
+
+    let fetched = copies.fetch_from("offsite", layout::SnapshotName::parse(name).unwrap());
+    let escaped: Vec<_> = fs::read_dir(victim.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(escaped.is_empty(), "written outside the store: {escaped:?}");
+    assert!(
+        fetched.is_err(),
+        "a stream that tried that is no fetch: {fetched:?}"
+    );
+    let incoming =
+        m.fs.top()
+            .join(layout::SNAPSHOTS_SUBVOLUME)
+            .join(layout::copies::INCOMING_DIR_NAME);
+    assert_eq!(
+        fs::read_dir(&incoming).map(|d| d.count()).unwrap_or(0),
+        0,
+        ".incoming is left empty"
+    );
+    assert!(!m
+        .fs
+        .top()
+        .join(layout::SNAPSHOTS_SUBVOLUME)
+        .join(name)
+        .exists());
 }

@@ -42,7 +42,7 @@ Exit codes:
   2  the command line is wrong
   3  restore without --yes: the cost was shown; nothing changed
   4  you may not do this: only root and the approver group (default: wheel) may
-     snapshot, restore, cancel, delete, keep or prune
+     snapshot, restore, cancel, delete, keep, prune, copy or fetch
   5  no such snapshot, set or copy target, or not a snapshot name (see `tacid data list`)
   6  refused: that subvolume is not restorable, another restore is staged, the
      words of the preview were not the ones shown, another copy to that target is
@@ -52,8 +52,9 @@ Exit codes:
   9  the keeper's journal or the stem failed; nothing was done
  10  protected: the staged restore names that snapshot, or it is marked to keep
  11  the free space is below the hard floor: no snapshot was taken (prune or delete)
- 12  the copy target failed: unreachable, its host key changed, not Btrfs, full, or
-     the transfer died (nothing half-received is left on it; the next run tries again)";
+ 12  the copy target failed: unreachable or stopped answering, its host key changed,
+     not Btrfs or on the tacid disk itself, full, or the transfer died (nothing
+     half-received is left on it; the next run tries again)";
 
 const BOUNDARIES: &str = "\
 What tacid does not do:
@@ -78,7 +79,8 @@ Copies off the disk:
 
   Each target keeps its copies by its own counts (the newest few of each subvolume,
   and the newest of each of the last days, weeks and months), and never deletes the
-  newest copy of a subvolume: the next incremental copy is sent against it. Every
+  newest copy of a subvolume, nor the newest one whose snapshot is still here: the
+  next incremental copy is sent against it. Every
   copy, fetch, deletion on a target and failure is journalled, with who asked or
   which rule (a target's timer, its retention).
 

@@ -120,6 +120,9 @@ fn classify(e: KeeperError) -> Failure {
                         .into(),
                 };
             }
+            if n == "org.freedesktop.DBus.Error.NoReply" {
+                return keeper_went_away(n);
+            }
             if n == "org.freedesktop.DBus.Error.AccessDenied" {
                 return Failure {
                     code: exit::NOT_AUTHORIZED,
@@ -157,7 +160,7 @@ fn classify(e: KeeperError) -> Failure {
                 }
             }
             zbus::fdo::Error::NoReply(_) | zbus::fdo::Error::Disconnected(_) => {
-                (exit::KEEPER_UNREACHABLE, "NoReply")
+                return keeper_went_away("NoReply");
             }
             _ => (exit::FAILED, ""),
         },
@@ -167,6 +170,16 @@ fn classify(e: KeeperError) -> Failure {
         code,
         name: name.to_owned(),
         message,
+    }
+}
+
+/// The keeper stopped while a call waited for its answer (a long copy or fetch most often).
+fn keeper_went_away(name: &str) -> Failure {
+    Failure {
+        code: exit::KEEPER_UNREACHABLE,
+        name: name.to_owned(),
+        message: "the keeper stopped while answering (it was restarted, or it crashed); what                   was asked may still have been done: `tacid data list` and `tacid data copies                   TARGET` say what is there. Start tacid-keeper.service if it is not running"
+            .into(),
     }
 }
 

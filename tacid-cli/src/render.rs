@@ -779,10 +779,16 @@ pub fn copy_report(r: &CopyReport) -> String {
             );
         }
     }
-    if !r.retention.is_empty() {
+    let timer = !r.retention.is_empty();
+    if timer {
         let _ = writeln!(out, "{} keeps {}.", r.target, r.retention);
     }
-    let _ = writeln!(out, "{}", r.message);
+    // A named copy's lines above already say all its message says; the timer's act ends with
+    // its tally, and a report with no lines at all still says something.
+    let said = r.copied.len() + r.already_there.len() + r.failed.len() + r.deleted.len();
+    if timer || said == 0 {
+        let _ = writeln!(out, "{}", r.message);
+    }
     if !r.failed.is_empty() {
         let _ = writeln!(
             out,
@@ -928,5 +934,40 @@ mod copy_tests {
             text.contains("Nothing half-received is left on usb"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_named_copy_is_said_once() {
+        let r = CopyReport {
+            target: "usb".into(),
+            copied: vec![CopyMade {
+                name: "@home.b".into(),
+                of_path: "/home".into(),
+                parent: String::new(),
+                incremental: false,
+                bytes: 12288,
+                received_uuid: "u".into(),
+                took_ms: 300,
+            }],
+            already_there: Vec::new(),
+            failed: Vec::new(),
+            deleted: Vec::new(),
+            retention: String::new(),
+            message: "copied @home.b to usb (a full copy, 12.0 KiB); verified".into(),
+        };
+        let text = copy_report(&r);
+        assert_eq!(text.matches("@home.b").count(), 1, "{text}");
+        assert_eq!(
+            text,
+            "copied   @home.b (/home) to usb: full copy, 12.0 KiB in 0.3 s; verified\n"
+        );
+        let there = CopyReport {
+            copied: Vec::new(),
+            already_there: vec!["@home.b".into()],
+            message: "usb already holds a verified copy of @home.b; nothing was sent".into(),
+            ..r.clone()
+        };
+        let text = copy_report(&there);
+        assert_eq!(text.matches("@home.b").count(), 1, "{text}");
     }
 }

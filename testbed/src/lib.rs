@@ -25,6 +25,7 @@
 //! test.
 
 pub mod command_line;
+pub mod send_stream;
 pub mod ssh;
 
 use std::collections::BTreeMap;

@@ -381,6 +381,29 @@ fn ssh_a_stream_of_another_snapshot_is_not_kept() {
 }
 
 #[test]
+fn ssh_a_hostile_stream_writes_nothing_outside_the_directory() {
+    // Whoever holds the key (a tacid machine gone bad) sends a stream of NAME whose commands
+    // write outside DIR: through a symlink the stream makes, and up and out with `..`.
+    let Some(b) = Bench::new() else { return };
+    let victim = tempfile::tempdir().unwrap();
+    let stream =
+        testbed::send_stream::escaping(N1, [7u8; 16], &victim.path().display().to_string());
+    let out = b.ssh_with_input(&format!("receive {N1}"), &stream);
+    b.wait_far_side_idle();
+    let escaped: Vec<_> = std::fs::read_dir(victim.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(escaped.is_empty(), "written outside DIR: {escaped:?}");
+    b.expect_code(&out, 1, "a stream that writes outside DIR");
+    assert!(
+        b.target_subvolumes().is_empty(),
+        "{:?}",
+        b.target_subvolumes()
+    );
+}
+
+#[test]
 fn ssh_a_cut_link_mid_transfer_leaves_nothing() {
     let Some(b) = Bench::new() else { return };
     // Incompressible data, so the stream is long enough to stop halfway.

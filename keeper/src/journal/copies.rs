@@ -170,6 +170,7 @@ impl Journal {
         target: &str,
         held: &[(String, String)],
         local: &BTreeSet<String>,
+        in_flight: &BTreeSet<i64>,
     ) -> Result<(), JournalError> {
         let path = self.path.display().to_string();
         let sq = |source| JournalError::Sqlite {
@@ -204,6 +205,10 @@ impl Journal {
             rows.collect::<Result<_, _>>().map_err(sq)?
         };
         for (id, action, name) in pending {
+            // An act still running is this keeper's to settle, not a stopped keeper's.
+            if in_flight.contains(&id) {
+                continue;
+            }
             let done = match CopyAction::parse(&action) {
                 Some(CopyAction::Copy) => on_target.contains(name.as_str()),
                 Some(CopyAction::DeleteCopy) => !on_target.contains(name.as_str()),
@@ -404,7 +409,7 @@ mod tests {
             .begin_copy(&alice(), CopyAction::Fetch, "usb", A, "", "")
             .unwrap();
         let local: BTreeSet<String> = [A.to_owned()].into();
-        j.record_target_listing("usb", &[(A.into(), "u-a".into())], &local)
+        j.record_target_listing("usb", &[(A.into(), "u-a".into())], &local, &BTreeSet::new())
             .unwrap();
         let rows = j.copy_requests().unwrap();
         let st = |id: i64| rows.iter().find(|r| r.id == id).unwrap().state.clone();
@@ -418,7 +423,28 @@ mod tests {
         assert_eq!(st(fetched), "complete");
         assert_eq!(j.copies_by_snapshot().unwrap()[A], vec!["usb".to_owned()]);
         // The target lost the copy (deleted by hand): the record follows.
-        j.record_target_listing("usb", &[], &local).unwrap();
+        j.record_target_listing("usb", &[], &local, &BTreeSet::new())
+            .unwrap();
         assert!(j.copies_by_snapshot().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_listing_leaves_an_act_still_running_pending() {
+        // Anybody may list a target while an approver's copy runs: the listing must not
+        // journal that copy as failed by a stopped keeper.
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&dir.path().join("j.sqlite")).unwrap();
+        let running = j
+            .begin_copy(&alice(), CopyAction::Copy, "usb", B, "", "")
+            .unwrap();
+        let left = j
+            .begin_copy(&alice(), CopyAction::Copy, "usb", A, "", "")
+            .unwrap();
+        j.record_target_listing("usb", &[], &BTreeSet::new(), &[running].into())
+            .unwrap();
+        let rows = j.copy_requests().unwrap();
+        let st = |id: i64| rows.iter().find(|r| r.id == id).unwrap().state.clone();
+        assert_eq!(st(running), "pending");
+        assert_eq!(st(left), "failed");
     }
 }

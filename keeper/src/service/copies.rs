@@ -49,9 +49,41 @@ fn path_of_snapshot(name: &str) -> String {
 #[derive(Debug, Default)]
 pub(super) struct TargetActs {
     running: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The journal rows of acts this keeper is running: a listing settles only rows a
+    /// stopped keeper left pending, never these.
+    rows: std::sync::Mutex<BTreeSet<i64>>,
+}
+
+/// A journal row of an act in flight, until dropped.
+struct RowInFlight<'a> {
+    acts: &'a TargetActs,
+    id: i64,
+}
+
+impl Drop for RowInFlight<'_> {
+    fn drop(&mut self) {
+        self.acts
+            .rows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+    }
 }
 
 impl TargetActs {
+    /// Mark the journal row `id` as an act in flight until the answer is dropped.
+    fn row(&self, id: i64) -> RowInFlight<'_> {
+        self.rows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id);
+        RowInFlight { acts: self, id }
+    }
+
+    fn rows_in_flight(&self) -> BTreeSet<i64> {
+        self.rows.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// The turn on `target` (a configured name), or `None` when another act holds it.
     fn try_turn(&self, target: &str) -> Option<tokio::sync::OwnedMutexGuard<()>> {
         let lock = self
@@ -179,7 +211,10 @@ impl Keeper {
             .iter()
             .map(|h| (h.name.clone(), h.received_uuid.clone()))
             .collect();
-        if let Err(e) = self.journal(|j| j.record_target_listing(target, &pairs, &local)) {
+        let in_flight = self.copy_acts.rows_in_flight();
+        if let Err(e) =
+            self.journal(|j| j.record_target_listing(target, &pairs, &local, &in_flight))
+        {
             tracing::warn!(target, "recording what the target holds: {}", e.message());
         }
         Ok((held, local))
@@ -200,6 +235,7 @@ impl Keeper {
         let recorded = self
             .journal(|j| j.begin_copy(asker, action, target, name, rule, ""))
             .and_then(|id| {
+                let _row = self.copy_acts.row(id);
                 self.journal(|j| {
                     j.finish_copy(
                         id,
@@ -234,6 +270,7 @@ impl Keeper {
         let id = self
             .journal(|j| j.begin_copy(asker, CopyAction::Copy, target, name, rule, ""))
             .map_err(|e| (StemError::Bus(e.message()), e.message()))?;
+        let _row = self.copy_acts.row(id);
         let started = Instant::now();
         let result = self.stem.copy_to(name, target).await;
         let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -431,10 +468,10 @@ impl Keeper {
         }
         // Retention, when the target can be listed (a full target may need it most).
         let retention_note = match self.list_target(target).await {
-            Ok((held, _)) => {
+            Ok((held, local)) => {
                 let keep = Self::keep_of(t);
                 report.retention = keep.describe();
-                self.target_retention(asker, target, &held, &keep, &mut report)
+                self.target_retention(asker, target, &held, &local, &keep, &mut report)
                     .await;
                 String::new()
             }
@@ -458,6 +495,7 @@ impl Keeper {
         asker: &Asker,
         target: &str,
         held: &[crate::stem_client::HeldCopy],
+        local: &BTreeSet<String>,
         keep: &TargetKeep,
         report: &mut CopyReport,
     ) {
@@ -470,6 +508,7 @@ impl Keeper {
                     name: h.name.clone(),
                     of: n.subvolume().to_string(),
                     taken_micros: n.taken_unix_micros(),
+                    in_store: local.contains(&h.name),
                 })
             })
             .collect();
@@ -490,6 +529,7 @@ impl Keeper {
                     break;
                 }
             };
+            let _row = self.copy_acts.row(id);
             let result = self.stem.delete_copy(target, &d.name).await;
             let (st, outcome, note) = match &result {
                 Ok(()) => (state::COMPLETE, "deleted".to_owned(), String::new()),
@@ -582,6 +622,7 @@ impl Keeper {
         let reason = format!("fetched from {target}");
         let id =
             self.journal(|j| j.begin_copy(&asker, CopyAction::Fetch, target, name, "", &reason))?;
+        let _row = self.copy_acts.row(id);
         match self.stem.fetch_from(target, name).await {
             Ok(d) => {
                 let message = format!(

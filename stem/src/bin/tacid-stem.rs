@@ -151,6 +151,8 @@ async fn serve(args: Args) -> Result<(), String> {
     if !targets.is_empty() {
         tracing::info!("copy targets: {}", targets.join(", "));
     }
+    // A fetch a stopped stem left half-received holds space until removed; no fetch runs yet.
+    copies.clean_dead_fetches();
 
     let builder = if args.bus == "system" {
         zbus::connection::Builder::system()

@@ -43,6 +43,9 @@ const STDOUT_CAP: usize = 1 << 20;
 const REASON_CAP: usize = 400;
 /// The most copies one target's list may name.
 const MAX_COPIES_LISTED: usize = 10_000;
+/// The longest a copy, fetch or deletion waits for a listing of its target to end (a listing
+/// is short, and anybody may ask for one: it must never make an act fail as busy).
+const WAIT_FOR_LISTING: Duration = Duration::from_secs(120);
 
 /// What CopyTo answers: the copy made and verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +98,8 @@ pub enum CopyError {
     HostKeyChanged { target: TargetName, reason: String },
     #[error("target {target}'s directory is not on a Btrfs filesystem: {reason}")]
     TargetNotBtrfs { target: TargetName, reason: String },
+    #[error("target {target}'s directory {path} is on the tacid filesystem itself: a copy there dies with the disk, so it is no copy. Configure a place on another disk (services.tacid.copies, /etc/tacid/copies.json)")]
+    OnTheTacidDisk { target: TargetName, path: String },
     #[error("target {target} is full: {reason}; nothing half-received was left. Free space there (fewer copies kept) and try again")]
     TargetFull { target: TargetName, reason: String },
     #[error("the transfer of {name} to or from target {target} failed: {reason}; nothing half-received was left, and the next run tries again")]
@@ -110,6 +115,8 @@ pub enum CopyError {
     },
     #[error("{0}")]
     AlreadyHere(String),
+    #[error("the target stopped answering ({0}); the act was given up, nothing half-received was left, and the next run tries again")]
+    Stalled(String),
     #[error(transparent)]
     Engine(EngineError),
     #[error("{0}")]
@@ -191,7 +198,14 @@ pub struct Programs {
     pub ssh: PathBuf,
     /// Where the stem writes each SSH target's pinned `known_hosts` (root-only).
     pub runtime_dir: PathBuf,
+    /// How long a transfer or a far side's answer may move nothing at all before the act
+    /// gives up and kills its children (ssh's keepalives catch a dead link in 15 s; this
+    /// catches a live far side that never answers, which would hold the target forever).
+    pub stall: Duration,
 }
+
+/// [`Programs::stall`]'s default: generous, as a slow disk may take long to commit a receive.
+pub const DEFAULT_STALL: Duration = Duration::from_secs(600);
 
 impl Default for Programs {
     fn default() -> Self {
@@ -201,6 +215,7 @@ impl Default for Programs {
             runtime_dir: std::env::var_os("RUNTIME_DIRECTORY")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| "/run/tacid-stem".into()),
+            stall: DEFAULT_STALL,
         }
     }
 }
@@ -221,7 +236,16 @@ pub struct Copies {
     worker: Worker,
     /// The top of the tacid filesystem as mounted for the stem (btrfs receive takes a path).
     top_path: PathBuf,
-    busy: Mutex<BTreeMap<TargetName, Busy>>,
+    busy: Mutex<Turns>,
+    /// Signalled whenever a target is freed.
+    freed: std::sync::Condvar,
+}
+
+/// Which targets are busy, and how many acts wait for a listing of each to end.
+#[derive(Debug, Default)]
+struct Turns {
+    busy: BTreeMap<TargetName, Busy>,
+    waiting: BTreeMap<TargetName, usize>,
 }
 
 /// Holds a target for one act; frees it when dropped.
@@ -237,7 +261,9 @@ impl Drop for Turn<'_> {
             .busy
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .busy
             .remove(&self.target);
+        self.copies.freed.notify_all();
     }
 }
 
@@ -253,7 +279,8 @@ impl Copies {
             programs,
             worker,
             top_path,
-            busy: Mutex::new(BTreeMap::new()),
+            busy: Mutex::new(Turns::default()),
+            freed: std::sync::Condvar::new(),
         }
     }
 
@@ -274,12 +301,46 @@ impl Copies {
         name: Option<SnapshotName>,
         kind: &'static str,
     ) -> Result<Turn<'_>, CopyError> {
-        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
-        if busy.contains_key(&target.name) {
-            return Err(CopyError::TargetBusy(target.name.clone()));
+        let mut turns = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        let listing = kind == "list";
+        if listing {
+            // A listing gives way to an act that waits, and never waits itself.
+            if turns.busy.contains_key(&target.name) || turns.waiting.contains_key(&target.name) {
+                return Err(CopyError::TargetBusy(target.name.clone()));
+            }
+        } else {
+            // An act waits for a listing (anybody's, through the keeper) to end; only
+            // another act makes it busy.
+            let deadline = Instant::now() + WAIT_FOR_LISTING;
+            *turns.waiting.entry(target.name.clone()).or_default() += 1;
+            let waited = loop {
+                match turns.busy.get(&target.name) {
+                    None => break Ok(()),
+                    Some(b) if b.kind == "list" => {}
+                    Some(_) => break Err(()),
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break Err(());
+                }
+                turns = self
+                    .freed
+                    .wait_timeout(turns, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            };
+            if let Some(n) = turns.waiting.get_mut(&target.name) {
+                *n -= 1;
+                if *n == 0 {
+                    turns.waiting.remove(&target.name);
+                }
+            }
+            if waited.is_err() {
+                return Err(CopyError::TargetBusy(target.name.clone()));
+            }
         }
         let bytes = Arc::new(AtomicU64::new(0));
-        busy.insert(
+        turns.busy.insert(
             target.name.clone(),
             Busy {
                 name,
@@ -297,8 +358,10 @@ impl Copies {
 
     /// Copies and fetches in flight.
     pub fn progress(&self) -> Vec<InFlight> {
-        let busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
-        busy.iter()
+        let turns = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        turns
+            .busy
+            .iter()
             .filter_map(|(target, b)| {
                 Some(InFlight {
                     target: target.clone(),
@@ -447,6 +510,17 @@ impl Copies {
         finished
     }
 
+    /// Remove what fetches left in the store's `.incoming` when the stem stopped mid-way
+    /// (a half-received snapshot can be as big as the snapshot). Call at start, before any
+    /// fetch runs; a failure is logged, and the next fetch tries again.
+    pub fn clean_dead_fetches(&self) {
+        match self.worker.run_blocking(|e| e.clean_incoming()) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("cannot clean the store's .incoming: {e}"),
+            Err(e) => tracing::warn!("cannot clean the store's .incoming: {e}"),
+        }
+    }
+
     fn open_side<'t>(&self, target: &'t Target) -> Result<Side<'t>, CopyError> {
         match &target.place {
             Place::Local(path) => {
@@ -463,6 +537,19 @@ impl Copies {
                     return Err(CopyError::TargetNotBtrfs {
                         target: target.name.clone(),
                         reason: format!("{path} is on another kind of filesystem"),
+                    });
+                }
+                // A copy on the tacid disk itself dies with it: no backup at all.
+                let top = Dir::open_configured(&self.top_path)
+                    .map_err(|e| failed("open the tacid filesystem", e))?;
+                let same = dir
+                    .filesystem_uuid()
+                    .and_then(|t| Ok(t == top.filesystem_uuid()?))
+                    .map_err(|e| failed("compare the target's filesystem with tacid's", e))?;
+                if same {
+                    return Err(CopyError::OnTheTacidDisk {
+                        target: target.name.clone(),
+                        path: path.clone(),
                     });
                 }
                 Ok(Side::Local {
@@ -636,7 +723,7 @@ impl<'t> Side<'t> {
                 self.list_verified()
             }
             Side::Ssh { .. } => {
-                let ran = run_plain(self.ssh_command(copies, &["list"])?)?;
+                let ran = run_plain(self.ssh_command(copies, &["list"])?, copies.programs.stall)?;
                 let ran = self.far_result(ran, None)?;
                 parse_far_list(&ran.stdout).map_err(|reason| CopyError::TransferFailed {
                     target: self.target().name.clone(),
@@ -667,7 +754,10 @@ impl<'t> Side<'t> {
             }
             Side::Ssh { .. } => {
                 let n = name.to_string();
-                let ran = run_plain(self.ssh_command(copies, &["delete", &n])?)?;
+                let ran = run_plain(
+                    self.ssh_command(copies, &["delete", &n])?,
+                    copies.programs.stall,
+                )?;
                 self.far_result(ran, Some(name)).map(drop)
             }
         }
@@ -693,12 +783,12 @@ impl<'t> Side<'t> {
             Side::Local { path, .. } => {
                 let mut cmd = Command::new(&copies.programs.btrfs);
                 cmd.arg("receive").arg(path);
-                run_fed(cmd, send, moved)?
+                run_fed(cmd, send, moved, copies.programs.stall)?
             }
             Side::Ssh { .. } => {
                 let n = name.to_string();
                 let cmd = self.ssh_command(copies, &["receive", &n])?;
-                run_fed(cmd, send, moved)?
+                run_fed(cmd, send, moved, copies.programs.stall)?
             }
         };
         if let Err(e) = &sent {
@@ -783,19 +873,29 @@ impl<'t> Side<'t> {
             name,
             reason,
         };
+        // The stream comes from the target, which may be hostile: `btrfs receive` follows
+        // the paths a stream names, `..` and symlinks the stream made itself included, so
+        // unconfined it writes anywhere as root. --chroot confines it to `.incoming` (a fetch
+        // is always a full stream, so no parent needs finding outside it); -e stops it at the
+        // first stream's end.
         let mut receive = Command::new(&copies.programs.btrfs);
-        receive.arg("receive").arg(incoming);
+        receive.args(["receive", "-e", "--chroot"]).arg(incoming);
         let (ran, sent) = match self {
             Side::Local { dir, .. } => {
                 let copy = dir
                     .open_dir(name.to_string())
                     .map_err(|e| failed("open the copy", e))?;
-                run_fed(receive, move |out| copy.send(out.as_fd(), None), moved)?
+                run_fed(
+                    receive,
+                    move |out| copy.send(out.as_fd(), None),
+                    moved,
+                    copies.programs.stall,
+                )?
             }
             Side::Ssh { .. } => {
                 let n = name.to_string();
                 let far = self.ssh_command(copies, &["send", &n])?;
-                let (ran, far_ran) = run_piped(far, receive, moved)?;
+                let (ran, far_ran) = run_piped(far, receive, moved, copies.programs.stall)?;
                 self.far_result(far_ran, Some(name))?;
                 (ran, Ok(()))
             }
@@ -951,7 +1051,7 @@ fn spawn(mut cmd: Command, stdin: Stdio) -> Result<std::process::Child, CopyErro
 }
 
 /// Run `cmd` with no input; capture its output (capped).
-fn run_plain(cmd: Command) -> Result<Ran, CopyError> {
+fn run_plain(cmd: Command, stall: Duration) -> Result<Ran, CopyError> {
     let mut child = spawn(cmd, Stdio::null())?;
     let mut drains = [
         Drain::first(child.stdout.take().expect("piped").into(), STDOUT_CAP),
@@ -963,8 +1063,11 @@ fn run_plain(cmd: Command) -> Result<Ran, CopyError> {
     let (_, unused_sink) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| failed("pipe", e))?;
     drop(snk);
-    pump(src, unused_sink, &mut drains, &AtomicU64::new(0))
-        .map_err(|e| failed("reading a child's output", e))?;
+    if let Err(e) = pump(src, unused_sink, &mut drains, &AtomicU64::new(0), stall) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(stalled(e, "reading a child's output"));
+    }
     finish(child, drains)
 }
 
@@ -992,6 +1095,7 @@ fn run_fed(
     cmd: Command,
     send: impl FnOnce(OwnedFd) -> btrfs::Result<()> + Send + 'static,
     moved: &AtomicU64,
+    stall: Duration,
 ) -> Result<(Ran, btrfs::Result<()>), CopyError> {
     let (stream_out, stream_in) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| failed("pipe", e))?;
@@ -1005,7 +1109,11 @@ fn run_fed(
         Drain::first(child.stdout.take().expect("piped").into(), STDOUT_CAP),
         Drain::last(child.stderr.take().expect("piped").into(), STDERR_CAP),
     ];
-    let pumped = pump(stream_out, stdin, &mut drains, moved);
+    // On a stall the stream's read end is closed here, so the send ends with EPIPE.
+    let pumped = pump(stream_out, stdin, &mut drains, moved, stall);
+    if pumped.is_err() {
+        let _ = child.kill();
+    }
     let sent = sender
         .join()
         .map_err(|_| CopyError::Failed("the send thread panicked".into()))?;
@@ -1013,12 +1121,17 @@ fn run_fed(
     if let Ok(Pumped::SinkClosed) = pumped {
         tracing::debug!("the receiver stopped before the stream ended");
     }
-    pumped.map_err(|e| failed("moving the stream", e))?;
+    pumped.map_err(|e| stalled(e, "moving the stream"))?;
     Ok((ran, sent))
 }
 
 /// Run `from | to`, counting the bytes between them. Returns how `to` and `from` ended.
-fn run_piped(from: Command, to: Command, moved: &AtomicU64) -> Result<(Ran, Ran), CopyError> {
+fn run_piped(
+    from: Command,
+    to: Command,
+    moved: &AtomicU64,
+    stall: Duration,
+) -> Result<(Ran, Ran), CopyError> {
     let mut source = spawn(from, Stdio::null())?;
     let mut sink = spawn(to, Stdio::piped())?;
     let stdin: OwnedFd = sink.stdin.take().expect("piped").into();
@@ -1028,15 +1141,25 @@ fn run_piped(from: Command, to: Command, moved: &AtomicU64) -> Result<(Ran, Ran)
         Drain::last(sink.stderr.take().expect("piped").into(), STDERR_CAP),
         Drain::last(source.stderr.take().expect("piped").into(), STDERR_CAP),
     ];
-    let pumped = pump(stream, stdin, &mut all, moved);
+    let pumped = pump(stream, stdin, &mut all, moved, stall);
     if pumped.is_err() {
         let _ = source.kill();
+        let _ = sink.kill();
     }
     let [out, err, source_err] = all;
     let to_ran = finish(sink, [out, err])?;
     let from_ran = finish(source, [Drain::empty(), source_err])?;
-    pumped.map_err(|e| failed("moving the stream", e))?;
+    pumped.map_err(|e| stalled(e, "moving the stream"))?;
     Ok((to_ran, from_ran))
+}
+
+/// The error of a pump that failed: a stall says the other side stopped answering.
+fn stalled(e: std::io::Error, what: &str) -> CopyError {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        CopyError::Stalled(e.to_string())
+    } else {
+        failed(what, e)
+    }
 }
 
 /// A caller's string as it may be shown: escaped (adr/0017), at most 64 bytes of it.

@@ -85,12 +85,15 @@ pub enum Pumped {
 
 /// Move everything from `source` to `sink`, adding each byte moved to `moved`, and drain
 /// every `drains` to its end. `source` is closed when the sink stops; `sink` when the
-/// source ends. Returns when the source is done and every drain is at its end.
+/// source ends. Returns when the source is done and every drain is at its end, or with
+/// `TimedOut` when nothing at all moved for `stall` (a far side that keeps its link alive
+/// but never answers must not hold its target forever: the caller kills the children).
 pub fn pump(
     source: OwnedFd,
     sink: OwnedFd,
     drains: &mut [Drain],
     moved: &AtomicU64,
+    stall: std::time::Duration,
 ) -> io::Result<Pumped> {
     for fd in [source.as_fd(), sink.as_fd()].into_iter().chain(
         drains
@@ -126,7 +129,21 @@ pub fn pump(
                 fds.push(PollFd::new(fd, PollFlags::IN));
             }
         }
-        match poll(&mut fds, None) {
+        let waited = std::time::Instant::now();
+        let timeout = rustix::event::Timespec {
+            tv_sec: stall.as_secs().try_into().unwrap_or(i64::MAX),
+            tv_nsec: stall.subsec_nanos().into(),
+        };
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(0) if waited.elapsed() >= stall => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "nothing moved for {} s: the other side stopped answering",
+                        stall.as_secs()
+                    ),
+                ))
+            }
             Ok(_) | Err(Errno::INTR) => {}
             Err(e) => return Err(e.into()),
         }
