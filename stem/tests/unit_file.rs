@@ -261,8 +261,15 @@ fn the_unit_names_what_the_layout_names() {
     );
     assert_eq!(value(&unit, "RuntimeDirectoryMode"), "0700");
     assert_eq!(value(&unit, "PrivateMounts"), "yes");
-    // Only what the stem needs: tree search, deletion and mount need CAP_SYS_ADMIN.
-    assert_eq!(value(&unit, "CapabilityBoundingSet"), "CAP_SYS_ADMIN");
+    // Only what the stem needs: tree search, deletion and mount need CAP_SYS_ADMIN; setns
+    // into the host's mount namespace (opening a snapshot for a person, adr/0019) also
+    // CAP_SYS_CHROOT.
+    assert_eq!(
+        value(&unit, "CapabilityBoundingSet"),
+        "CAP_SYS_ADMIN CAP_SYS_CHROOT"
+    );
+    // Opened snapshots go where the layout says.
+    assert_eq!(exec_option(&unit, "--open-dir"), layout::OPEN_DIR);
     // The package rewrites /usr/bin/ to its own bin directory (shipped.json, unit_paths).
     assert!(
         value(&unit, "ExecStart").starts_with("/usr/bin/tacid-stem "),
