@@ -141,7 +141,9 @@ pub enum OpenError {
     TooManyForUser { uid: u32, open: usize, most: usize },
     #[error("{open} snapshots are open on this machine, the most there may be ({most}); try again after some are closed")]
     TooManyOverall { open: usize, most: usize },
-    #[error("{name} is open for uid {uid} already, showing {shown}; close it first to open {asked}")]
+    #[error(
+        "{name} is open for uid {uid} already, showing {shown}; close it first to open {asked}"
+    )]
     AlreadyOpen {
         name: SnapshotName,
         uid: u32,
@@ -237,8 +239,7 @@ pub fn detached_mount(
                 },
             })?;
             let st = rustix::fs::fstat(&dir).map_err(sys(format!("stat the part of {name}")))?;
-            if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory
-            {
+            if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory {
                 return Err(refused("it is not a directory in the snapshot".into()));
             }
             if st.st_uid != *owner_uid {
@@ -259,7 +260,9 @@ fn clone_tree(dir: BorrowedFd<'_>) -> Result<OwnedFd, OpenError> {
     rustix::mount::open_tree(
         dir,
         "",
-        OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC | OpenTreeFlags::AT_EMPTY_PATH,
+        OpenTreeFlags::OPEN_TREE_CLONE
+            | OpenTreeFlags::OPEN_TREE_CLOEXEC
+            | OpenTreeFlags::AT_EMPTY_PATH,
     )
     .map_err(sys("clone the mount (open_tree)"))
 }
@@ -584,9 +587,11 @@ impl HostSide {
             "",
             MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
         )
-        .map_err(sys(format!("attach {name} in the host's namespace (move_mount)")))?;
-        let mount_id = mount_id_of(tree.as_fd(), "")
-            .map_err(sys(format!("read the mount id of {name}")))?;
+        .map_err(sys(format!(
+            "attach {name} in the host's namespace (move_mount)"
+        )))?;
+        let mount_id =
+            mount_id_of(tree.as_fd(), "").map_err(sys(format!("read the mount id of {name}")))?;
         // Our handle on the tree would make it busy forever: an idle close could never
         // tell whether a person still uses it.
         drop(tree);
@@ -769,7 +774,11 @@ impl HostSide {
                         uid = key.0,
                         "closed {} (idle{})",
                         info.path.display(),
-                        if overdue { "; detached while in use" } else { "" }
+                        if overdue {
+                            "; detached while in use"
+                        } else {
+                            ""
+                        }
                     );
                     closed.push(info);
                 }
@@ -827,7 +836,9 @@ fn unescape_octal(field: &[u8]) -> Vec<u8> {
     while i < field.len() {
         if field[i] == b'\\'
             && i + 3 < field.len()
-            && field[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b))
+            && field[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
         {
             let v = field[i + 1..i + 4]
                 .iter()
@@ -855,9 +866,8 @@ fn mount_id_of(dir: BorrowedFd<'_>, name: &str) -> Result<u64, Errno> {
 /// The open directory: made (root's, 0755) when missing; it must be a real directory of
 /// root's that nobody else may write to.
 fn open_base_dir(path: &Path) -> Result<OwnedFd, OpenError> {
-    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
-        OpenError::Unavailable(format!("{} contains a NUL byte", path.display()))
-    })?;
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| OpenError::Unavailable(format!("{} contains a NUL byte", path.display())))?;
     match rustix::fs::mkdir(c.as_c_str(), Mode::from_raw_mode(0o755)) {
         Ok(()) | Err(Errno::EXIST) => {}
         Err(e) => return Err(sys(format!("make {}", path.display()))(e)),
@@ -867,7 +877,10 @@ fn open_base_dir(path: &Path) -> Result<OwnedFd, OpenError> {
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .map_err(sys(format!("open {} (it must be a directory, not a symlink)", path.display())))?;
+    .map_err(sys(format!(
+        "open {} (it must be a directory, not a symlink)",
+        path.display()
+    )))?;
     let st = rustix::fs::fstat(&dir).map_err(sys(format!("stat {}", path.display())))?;
     if st.st_uid != 0 {
         return Err(OpenError::Unavailable(format!(
@@ -938,7 +951,10 @@ mod tests {
                      37 35 98:0 / /run/a\\040b rw - tmpfs tmpfs rw\n";
         assert_eq!(
             mount_points(text),
-            [PathBuf::from("/run/tacid/1000/@home.x"), PathBuf::from("/run/a b")]
+            [
+                PathBuf::from("/run/tacid/1000/@home.x"),
+                PathBuf::from("/run/a b")
+            ]
         );
     }
 

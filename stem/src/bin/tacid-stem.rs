@@ -143,10 +143,7 @@ fn init_logging() {
 
 /// The thread that mounts opened snapshots in the host's namespace, leftovers closed; when
 /// it cannot start, the stem serves everything else and says why at each open.
-fn start_opens(
-    host_ns: Result<std::os::fd::OwnedFd, String>,
-    args: &Args,
-) -> stem::open::Opens {
+fn start_opens(host_ns: Result<std::os::fd::OwnedFd, String>, args: &Args) -> stem::open::Opens {
     use stem::open::{OpenLimits, Opens};
     let limits = OpenLimits {
         idle: std::time::Duration::from_secs(args.open_idle_secs.max(1)),
@@ -186,7 +183,10 @@ async fn watch_opens(
         .await
         .map_err(|e| format!("cannot watch connections leave the bus: {e}"))?;
     // Often enough that an idle close is late by at most a quarter of the idle time.
-    let tick = (idle / 4).clamp(std::time::Duration::from_secs(1), std::time::Duration::from_secs(60));
+    let tick = (idle / 4).clamp(
+        std::time::Duration::from_secs(1),
+        std::time::Duration::from_secs(60),
+    );
     let mut ticks = tokio::time::interval(tick);
     loop {
         tokio::select! {
