@@ -319,6 +319,23 @@ pub struct Opens {
     unavailable: Option<String>,
 }
 
+/// Drop CAP_SYS_PTRACE from this thread's sets (every thread made later inherits them).
+fn drop_ptrace() {
+    use rustix::thread::{capabilities, set_capabilities, CapabilitySet};
+    match capabilities(None) {
+        Ok(mut sets) if sets.permitted.contains(CapabilitySet::SYS_PTRACE) => {
+            sets.effective.remove(CapabilitySet::SYS_PTRACE);
+            sets.permitted.remove(CapabilitySet::SYS_PTRACE);
+            sets.inheritable.remove(CapabilitySet::SYS_PTRACE);
+            if let Err(e) = set_capabilities(None, sets) {
+                tracing::warn!("cannot drop CAP_SYS_PTRACE, needed only at start: {e}");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot read the stem's capabilities: {e}"),
+    }
+}
+
 /// The thread has stopped (a panic; see the journal).
 fn gone() -> OpenError {
     OpenError::Unavailable("the thread that mounts in the host's namespace has stopped".into())
@@ -330,19 +347,25 @@ impl Opens {
     /// of its own, and people live in pid 1's), else this process's own (started by hand,
     /// as tests do: it is then the namespace of whoever started it). Started by systemd
     /// (`INVOCATION_ID` set) without access to pid 1's, there is no host namespace to use.
+    ///
+    /// Opening pid 1's takes CAP_SYS_PTRACE (pid 1 holds capabilities the stem does not);
+    /// the stem needs it for nothing else, so it is dropped here, for good, before any
+    /// other thread exists. Call this first thing in `main`.
     pub fn host_namespace() -> Result<OwnedFd, String> {
         let open = |path: &str| {
             rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
                 .map_err(|e| format!("cannot open {path}: {e}"))
         };
-        match open("/proc/1/ns/mnt") {
+        let host = match open("/proc/1/ns/mnt") {
             Ok(fd) => Ok(fd),
             Err(e) if std::env::var_os("INVOCATION_ID").is_some() => Err(format!(
                 "{e} (under systemd the stem needs pid 1's mount namespace to show opened \
-                 snapshots to people)"
+                 snapshots to people: CapabilityBoundingSet= must hold CAP_SYS_PTRACE)"
             )),
             Err(_) => open("/proc/self/ns/mnt"),
-        }
+        };
+        drop_ptrace();
+        host
     }
 
     /// Opens that always answer `Unavailable` with `why`.

@@ -11,9 +11,12 @@
 //! - No method reads or writes file content for anybody: there is no "show me this file as
 //!   of Tuesday" and no "put back this one file". The only files the stem writes are the
 //!   restore request; the only ones it reads are the request and the initrd's outcome.
+//!   OpenSnapshot mounts a snapshot (or one home in it) read-only where one person may
+//!   enter, and reads nothing in it: the person reads, with their own rights (adr/0019).
 //! - No method restores anything now. A restore is staged and honoured at the next boot by
 //!   the initrd, the only time the subvolume is not in use (docs/design.md section 4).
-//! - No method takes a path. Subvolumes are named by the layout's own names (`@home`) and
+//! - No method takes a path. OpenSnapshot's part is one directory name, opened beneath
+//!   the snapshot without following a symlink. Subvolumes are named by the layout's own names (`@home`) and
 //!   snapshots by their canonical names; anything else is refused before the engine sees it.
 //! - No method names a caller or a reason: who asked and why is the keeper's journal, and
 //!   the stem trusts only the bus's record of who is calling.

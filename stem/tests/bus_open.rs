@@ -1,6 +1,6 @@
 //! Opening a snapshot read-only for a person (issue 16, adr/0019), on real parts: the real
 //! `tacid-stem` as root with only the capabilities its unit leaves it (CAP_SYS_ADMIN,
-//! CAP_SYS_CHROOT), mounting its top level privately from a loop-device Btrfs, a private
+//! CAP_SYS_CHROOT, CAP_SYS_PTRACE, which it drops at start), mounting its top level privately from a loop-device Btrfs, a private
 //! `dbus-daemon` with the shipped policy, the keeper's user calling, and real users reading
 //! what was opened for them. The opened snapshots go to a directory of the test's own
 //! (`--open-dir`), never the machine's `/run/tacid`.
@@ -30,7 +30,8 @@ const BOB: &str = "tacid-open-bob";
 const MALLORY: &str = "tacid-open-mallory";
 
 /// The stem as the unit runs it: its own top mount (--device), and no capability but the
-/// unit's two (setpriv trims the bounding set, so root's permitted set is just those).
+/// unit's three (setpriv trims the bounding set, so root's permitted set is just those; the
+/// stem drops CAP_SYS_PTRACE itself at start).
 struct Stem {
     child: Child,
 }
@@ -39,7 +40,7 @@ impl Stem {
     fn start(bus: &PrivateBus, world: &World, extra: &[&str]) -> Stem {
         let mut child = Command::new("setpriv")
             .args([
-                "--bounding-set=-all,+sys_admin,+sys_chroot",
+                "--bounding-set=-all,+sys_admin,+sys_chroot,+sys_ptrace",
                 "--inh-caps=-all",
             ])
             .arg(env!("CARGO_BIN_EXE_tacid-stem"))
@@ -68,6 +69,19 @@ impl Stem {
         let _ = child.kill();
         let _ = child.wait();
         panic!("tacid-stem did not own its name within 20 s");
+    }
+
+    /// Each thread's permitted capabilities (CapPrm), as a mask.
+    fn thread_capabilities(&self) -> Vec<u64> {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        std::fs::read_dir(tasks)
+            .expect("list the stem's threads")
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("status")).ok())
+            .filter_map(|status| {
+                let hex = status.lines().find_map(|l| l.strip_prefix("CapPrm:"))?;
+                u64::from_str_radix(hex.trim(), 16).ok()
+            })
+            .collect()
     }
 
     fn kill(mut self) {
@@ -287,9 +301,27 @@ fn errno(e: &std::io::Error) -> Option<i32> {
 #[test]
 fn bus_owner_opens_their_part_read_only_and_copies_a_file_back() {
     let Some(w) = world() else { return };
-    let _stem = Stem::start(&w.bus, &w, &[]);
+    let stem = Stem::start(&w.bus, &w, &[]);
     let keeper = Keeper::connect(&w.bus);
     let name = keeper.take_home();
+    // CAP_SYS_PTRACE was for the start only: no thread holds it.
+    const SYS_CHROOT: u64 = 1 << 18;
+    const SYS_PTRACE: u64 = 1 << 19;
+    const SYS_ADMIN: u64 = 1 << 21;
+    let caps = stem.thread_capabilities();
+    assert!(caps.len() >= 3, "{caps:?}");
+    for cap in caps {
+        assert_eq!(
+            cap & SYS_PTRACE,
+            0,
+            "a thread holds CAP_SYS_PTRACE: {cap:#x}"
+        );
+        assert_eq!(
+            cap,
+            SYS_ADMIN | SYS_CHROOT,
+            "a thread's permitted set: {cap:#x}"
+        );
+    }
     // Since the snapshot, alice lost her notes.
     let live_notes = w.fs.top().join("@home/alice/notes.txt");
     std::fs::remove_file(&live_notes).expect("rm");
