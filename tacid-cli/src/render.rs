@@ -968,7 +968,7 @@ pub fn opened(o: &Opened, now: SystemTime) -> String {
     if o.already_open {
         let _ = writeln!(
             out,
-            "{} was already open for you at:\n  {}\nIts idle time starts again: unused, it closes {} ({}).",
+            "{} was already open for you at:\n  {}\nIts idle time starts again: it closes by itself at {} ({}) if nobody uses it then.",
             o.snapshot,
             o.path,
             human_time(closes, now),
@@ -999,7 +999,8 @@ pub fn opened(o: &Opened, now: SystemTime) -> String {
         out,
         "Every file keeps the owner and mode it had then; nothing there can be written or run.\n\
          Nothing is restored: copy what you need out of it, e.g.\n  cp {home}/FILE ~/FILE\n\
-         It closes with `tacid data close {}`, by itself if unused {} ({}), and at a reboot.",
+         It closes with `tacid data close {}`, by itself at {} ({}) if nobody uses it then,\n\
+         and at a reboot.",
         o.snapshot,
         human_time(closes, now),
         exact_time(closes)
