@@ -31,6 +31,10 @@ pub const MAX_REASON_BYTES: usize = 500;
 /// it cannot be the words shown. A refusal journals at most this many of them.
 pub const MAX_WORDS_BYTES: usize = 4096;
 
+/// A path a caller names inside a snapshot (`tacid data diff NAME PATH`): at most the
+/// kernel's PATH_MAX, longer than any path a person can open.
+pub const MAX_PATH_BYTES: usize = 4096;
+
 /// A set restore's `--only` names at most this many members (each of the layout once).
 pub fn max_only_names() -> usize {
     layout::SUBVOLUMES.len()

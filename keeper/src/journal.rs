@@ -149,6 +149,9 @@ pub mod state {
     pub const ALREADY_STAGED: &str = "already-staged";
     pub const WITHDRAWN: &str = "withdrawn";
     pub const NOTHING_STAGED: &str = "nothing-staged";
+    /// An open snapshot still open, as far as the keeper knows.
+    pub const OPEN: &str = "open";
+    pub const CLOSED: &str = "closed";
 }
 
 /// The actions a request row records.
@@ -159,6 +162,13 @@ pub mod action {
     /// The changed paths a restore would delete, listed to an approver.
     pub const RESTORE_DETAILS: &str = "restore-details";
     pub const CANCEL: &str = "cancel";
+    /// A snapshot opened read-only for a person (adr/0019); its row stays `open` until it
+    /// is closed, and then says how.
+    pub const OPEN: &str = "open";
+    /// An open snapshot closed: by the person, by the stem when idle, or with a restart.
+    pub const CLOSE: &str = "close";
+    /// The changed paths of a part of a snapshot, listed to root or an approver.
+    pub const DIFF: &str = "diff";
 }
 
 /// The subject of a restore's rows (its preview, its consent): the snapshot names it puts
@@ -618,6 +628,14 @@ impl Journal {
             })
             .map_err(|e| self.err(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// The opens journalled as still open (adr/0019), oldest first.
+    pub fn open_rows(&self) -> Result<Vec<RequestRow>, JournalError> {
+        self.requests_where(
+            "action = ?1 AND state = ?2",
+            params![action::OPEN, state::OPEN],
+        )
     }
 
     /// Every request, oldest first (for tests and audits).

@@ -14,6 +14,9 @@
 //!   is who the bus says, and the words are checked against what the keeper showed them.
 //! - No method takes a path, a host or a file descriptor to copy to or from: a caller names
 //!   a target, and the targets are root's configuration (issue 13).
+//! - No method opens a path a caller names, or another person's home: `Open` shows root
+//!   and approvers a snapshot whole, anybody else only the home the user database gives
+//!   them, read-only, with the owners and modes it had (adr/0019). Nothing is restored.
 //! - No signals and no properties.
 
 use std::collections::HashMap;
@@ -28,9 +31,9 @@ use zbus::{fdo, interface, Connection};
 
 use crate::service::Keeper;
 use crate::wire::{
-    Cancelled, CopyInFlight, CopyReport, Deleted, Fetched, KeepMarked, KeeperError, PruneReport,
-    RestoreDetails, RestorePreview, RestoreStaged, SetRestorePreview, SetRestoreStaged,
-    SnapshotEntry, SnapshotSet, Status, TargetCopies,
+    Cancelled, ClosedOpen, CopyInFlight, CopyReport, Deleted, Fetched, KeepMarked, KeeperError,
+    Opened, PartChanges, PruneReport, RestoreDetails, RestorePreview, RestoreStaged,
+    SetRestorePreview, SetRestoreStaged, SnapshotEntry, SnapshotSet, Status, TargetCopies,
 };
 
 /// The interface served at `/org/tacid/Keeper1`.
@@ -393,6 +396,70 @@ impl Keeper1 {
     ) -> Result<Vec<CopyInFlight>, KeeperError> {
         let uid = caller(&self.callers, connection, &header).await?;
         self.keeper.copy_progress(uid).await
+    }
+
+    /// Open the snapshot `name` read-only for the caller, in the host's mount namespace, at
+    /// `/run/tacid/<uid>/<name>`, which the caller alone (and root) may enter: read-only,
+    /// nosuid, nodev, noexec, every file with the owner and mode it had in the snapshot, so
+    /// nobody reads what they could not read then. Root and approvers: the whole snapshot.
+    /// Anybody else: only their own home (from the user database; it must be directly under
+    /// /home) in a snapshot of /home, and only when it was a directory of theirs in the
+    /// snapshot. Nothing is restored: copy files out of it. It closes with Close, by itself
+    /// after its idle time unused, and at a reboot. The same open again restarts its idle
+    /// time. Journalled, refusals too (counted past a caller's allowance). Errors:
+    /// NotAuthorized, InvalidArgument, NoSuchSnapshot, NotAllowedForSubvolume, OpenRefused
+    /// (caps, the home not the caller's there, open another way), StemNotRunning,
+    /// StemFailed, Journal.
+    async fn open(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+    ) -> Result<Opened, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.open(uid, name).await
+    }
+
+    /// Close the caller's open snapshot `name` at once (a shell sitting in it does not stop
+    /// it). `closed` false: it was not open; nothing changed. Journalled when it closed.
+    /// Errors: NotAuthorized (caller unknown), InvalidArgument, StemNotRunning, StemFailed.
+    async fn close(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+    ) -> Result<ClosedOpen, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.close(uid, name).await
+    }
+
+    /// The caller's open snapshots, and where. Anybody may ask; each sees only their own.
+    /// Errors: NotAuthorized (caller unknown), StemNotRunning, StemFailed.
+    async fn opens(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<Opened>, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.opens(uid).await
+    }
+
+    /// What changed since the snapshot `name`, path by path and counted, in the caller's
+    /// part: their own home in a snapshot of /home for anybody but root and approvers
+    /// (nothing outside it is shown), and below `path` when it is not empty (bytes: a path
+    /// where people see the subvolume, e.g. /home/alice/docs). Bytes written are known only
+    /// for a whole subvolume. A listing to root or an approver is journalled. Errors:
+    /// NotAuthorized, InvalidArgument, NoSuchSnapshot, NotAllowedForSubvolume,
+    /// StemNotRunning, StemFailed, Journal.
+    async fn diff(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+        path: Vec<u8>,
+    ) -> Result<PartChanges, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.diff(uid, name, &path).await
     }
 }
 

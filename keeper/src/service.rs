@@ -26,9 +26,11 @@ use crate::wire::{
 use crate::words::to_micros;
 
 mod copies;
+mod open;
 mod preview;
 mod retention;
 mod set_restore;
+pub use open::{home_part, CHECK_EVERY as OPEN_CHECK_EVERY, OPENS_PER_WINDOW};
 pub use preview::MAX_LOOKER_COUNTS;
 pub use retention::describe as describe_policy;
 
@@ -78,6 +80,8 @@ pub struct Keeper {
     copies: layout::copies::CopiesConfig,
     /// One act at a time on each target.
     copy_acts: copies::TargetActs,
+    /// The opens this keeper journalled, and the turns of diffs (adr/0019).
+    opens: open::OpenState,
 }
 
 /// Requests of people who may only look (list, status, a preview, a dry run of prune) that
@@ -196,6 +200,7 @@ impl Keeper {
             looker_requests: tokio::sync::Semaphore::new(MAX_LOOKER_REQUESTS),
             copies: layout::copies::CopiesConfig::default(),
             copy_acts: copies::TargetActs::default(),
+            opens: open::OpenState::new(),
         }
     }
 

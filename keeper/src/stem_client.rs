@@ -491,3 +491,38 @@ impl StemClient {
             .collect())
     }
 }
+
+/// Opening snapshots read-only for people (adr/0019).
+impl StemClient {
+    /// Open `name` (its `part`, one directory name; empty: whole) for `for_uid`, the part
+    /// owned by `owner_uid` in the snapshot; `(open, already_open)`.
+    pub async fn open_snapshot(
+        &self,
+        name: &str,
+        part: &[u8],
+        owner_uid: u32,
+        for_uid: u32,
+    ) -> Result<(stem1::OpenInfo, bool), StemError> {
+        let (name, part) = (name.to_owned(), part.to_vec());
+        self.call(|p| {
+            let (name, part) = (name.clone(), part.clone());
+            async move { p.open_snapshot(&name, part, owner_uid, for_uid).await }
+        })
+        .await
+    }
+
+    /// Close `for_uid`'s open `name`; false when it was not open.
+    pub async fn close_snapshot(&self, for_uid: u32, name: &str) -> Result<bool, StemError> {
+        let name = name.to_owned();
+        self.call(|p| {
+            let name = name.clone();
+            async move { p.close_snapshot(for_uid, &name).await }
+        })
+        .await
+    }
+
+    /// Every open snapshot, everybody's.
+    pub async fn open_snapshots(&self) -> Result<Vec<stem1::OpenInfo>, StemError> {
+        self.call(|p| async move { p.open_snapshots().await }).await
+    }
+}

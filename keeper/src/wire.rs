@@ -395,6 +395,74 @@ pub struct CopyInFlight {
     pub elapsed_ms: u64,
 }
 
+/// A snapshot open read-only for its caller (`Open`, `Opens`; adr/0019): mounted read-only,
+/// nosuid, nodev, noexec at `path`, in a directory only the caller (and root) may enter.
+/// Files keep the owner and mode they had in the snapshot; nothing is restored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct Opened {
+    pub snapshot: String,
+    /// Where the snapshot's subvolume is mounted, for people (`/home`).
+    pub of_path: String,
+    /// Where it is open (`/run/tacid/<uid>/<snapshot>`): copy files out of it from there.
+    pub path: String,
+    /// The whole snapshot is open (root and approvers); false: only the caller's home.
+    pub whole: bool,
+    /// What `path` shows, as people knew it then: `/home/alice` (the caller's home as it
+    /// was) or `/home` (the whole snapshot). Escaped (adr/0017).
+    pub shows: String,
+    /// Where the caller's own home as it was is inside `path` (the same as `path` for a
+    /// home opened alone; empty when the open snapshot holds no home of the caller's).
+    /// Escaped.
+    pub your_home: String,
+    /// It was open already: nothing changed but its idle time, which starts again.
+    pub already_open: bool,
+    /// When it was first opened, µs since the epoch (UTC).
+    pub opened_micros: i64,
+    /// When it closes by itself if nobody uses it then, µs since the epoch (UTC). It
+    /// also closes at a reboot.
+    pub idle_close_micros: i64,
+    /// What the journal recorded.
+    pub message: String,
+}
+
+/// The answer to `Close`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct ClosedOpen {
+    pub snapshot: String,
+    /// False: it was not open for the caller; nothing changed.
+    pub closed: bool,
+    pub message: String,
+}
+
+/// The answer to `Diff`: what changed since a snapshot in the caller's part of it (their
+/// home, for somebody who is not root or an approver), or below the path asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct PartChanges {
+    pub snapshot: String,
+    pub of_path: String,
+    /// The subtree counted, where people see it (`/home/alice/docs`), escaped.
+    pub subtree: String,
+    /// Every number is "at least": the count stopped at its time limit, or the list of
+    /// changed paths it is made from was cut.
+    pub at_least: bool,
+    pub files_added: u64,
+    pub files_modified: u64,
+    pub files_removed: u64,
+    pub directories_added: u64,
+    pub directories_modified: u64,
+    pub directories_removed: u64,
+    /// Bytes written since the snapshot, when they are of the subtree: only for the whole
+    /// subvolume. A subtree's share of them cannot be told apart, so for any subtree this
+    /// is 0 and `bytes_known` false.
+    pub bytes_written: u64,
+    pub bytes_known: bool,
+    /// The changed paths in the subtree, sorted added, modified, removed.
+    pub paths: Vec<ChangedPath>,
+    /// The stem's list of changed paths was cut (it lists at most 10000): there may be
+    /// more in the subtree than listed.
+    pub paths_cut: bool,
+}
+
 /// Named errors on the wire: `org.tacid.Keeper1.Error.<Name>`, each with a message that
 /// says what went wrong and what to do.
 #[derive(Debug, Clone, PartialEq, zbus::DBusError)]
@@ -438,6 +506,9 @@ pub enum KeeperError {
     TransferFailed(String),
     /// A snapshot of that name is already in the local store; nothing was fetched.
     AlreadyHere(String),
+    /// Opening refused: too many open (for the caller or overall), the caller's home is not
+    /// a directory of theirs in the snapshot, or that snapshot is open another way.
+    OpenRefused(String),
     #[zbus(error)]
     ZBus(zbus::Error),
 }
@@ -464,7 +535,8 @@ impl KeeperError {
             | KeeperError::TargetNotBtrfs(m)
             | KeeperError::TargetFull(m)
             | KeeperError::TransferFailed(m)
-            | KeeperError::AlreadyHere(m) => m.clone(),
+            | KeeperError::AlreadyHere(m)
+            | KeeperError::OpenRefused(m) => m.clone(),
             KeeperError::ZBus(e) => e.to_string(),
         }
     }
@@ -533,4 +605,14 @@ pub trait Keeper1 {
     fn fetch(&self, name: &str, target: &str) -> Result<Fetched, KeeperError>;
     /// Copies and fetches in flight.
     fn copy_progress(&self) -> Result<Vec<CopyInFlight>, KeeperError>;
+    /// Open the snapshot `name` read-only for the caller: their own home in it, or (root
+    /// and approvers) all of it.
+    fn open(&self, name: &str) -> Result<Opened, KeeperError>;
+    /// Close the caller's open snapshot `name`.
+    fn close(&self, name: &str) -> Result<ClosedOpen, KeeperError>;
+    /// The caller's open snapshots.
+    fn opens(&self) -> Result<Vec<Opened>, KeeperError>;
+    /// What changed since the snapshot `name` in the caller's part, or below `path` (bytes,
+    /// a path where people see the subvolume; empty: the whole part).
+    fn diff(&self, name: &str, path: &[u8]) -> Result<PartChanges, KeeperError>;
 }

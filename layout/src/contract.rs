@@ -48,6 +48,9 @@ pub struct Contract {
     /// The stem's drop-ins for copies, by file name.
     pub stem_copies_drop_in: &'static str,
     pub stem_copies_ssh_drop_in: &'static str,
+    /// Where opened snapshots appear (issue 16), and where people's homes are.
+    pub open_dir: &'static str,
+    pub homes_mount_point: &'static str,
     /// Every tunable default (`defaults`): the module's option defaults.
     pub defaults: &'static Defaults,
 }
@@ -84,6 +87,8 @@ impl Contract {
             copy_unit_prefix: names::COPY_UNIT_PREFIX,
             stem_copies_drop_in: names::STEM_COPIES_DROP_IN,
             stem_copies_ssh_drop_in: names::STEM_COPIES_SSH_DROP_IN,
+            open_dir: crate::OPEN_DIR,
+            homes_mount_point: crate::HOMES_MOUNT_POINT,
             defaults: &DEFAULTS,
         }
     }

@@ -46,6 +46,16 @@ pub const KEEP_COPIES_MONTHLY: usize = 6;
 /// How long the words a preview showed a person stand as what they may consent to.
 pub const CONSENT_WINDOW_SECS: u64 = 15 * 60;
 
+/// Opening a snapshot read-only (issue 16, adr/0019): an open is closed this many seconds
+/// after it was opened (or last opened again) once nobody uses it; while a process still
+/// sits in it, the close is retried, and at twice this time it is detached regardless.
+pub const OPEN_IDLE_SECS: u64 = 15 * 60;
+/// Opening: at most this many snapshots open at once for one person (uid).
+pub const OPENS_PER_USER: usize = 4;
+/// Opening: at most this many open at once over everybody.
+pub const OPENS_TOTAL: usize = 64;
+const _: () = assert!(OPENS_PER_USER <= OPENS_TOTAL);
+
 /// The defaults as data, for `layout.json` and through it the NixOS module.
 #[derive(Debug, Serialize)]
 pub struct Defaults {
@@ -63,6 +73,9 @@ pub struct Defaults {
     pub keep_copies_daily: usize,
     pub keep_copies_weekly: usize,
     pub keep_copies_monthly: usize,
+    pub open_idle_secs: u64,
+    pub opens_per_user: usize,
+    pub opens_total: usize,
 }
 
 /// The one instance.
@@ -81,4 +94,7 @@ pub const DEFAULTS: Defaults = Defaults {
     keep_copies_daily: KEEP_COPIES_DAILY,
     keep_copies_weekly: KEEP_COPIES_WEEKLY,
     keep_copies_monthly: KEEP_COPIES_MONTHLY,
+    open_idle_secs: OPEN_IDLE_SECS,
+    opens_per_user: OPENS_PER_USER,
+    opens_total: OPENS_TOTAL,
 };

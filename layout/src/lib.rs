@@ -49,6 +49,19 @@ pub const JOURNAL_FILE_NAME: &str = "journal.sqlite";
 /// Nothing with this prefix is ever listed as a snapshot.
 pub const TEMP_PREFIX: &str = ".tmp.";
 
+/// Where a person's opened snapshots appear (issue 16, adr/0019): `OPEN_DIR/<uid>/<snapshot
+/// name>`, read-only. Root's, mode 0755, on the /run tmpfs, so nothing outlives a boot.
+pub const OPEN_DIR: &str = "/run/tacid";
+/// Where people's home directories are: the mount point of the subvolume whose snapshots a
+/// person who is not an approver may open their own part of (their home, directly under it).
+pub const HOMES_MOUNT_POINT: &str = "/home";
+
+/// The subvolume mounted at [`HOMES_MOUNT_POINT`] (`@home`).
+pub fn homes_subvolume() -> SubvolumeName {
+    SubvolumeName::from_name_or_mount_point(HOMES_MOUNT_POINT)
+        .expect("the layout has a subvolume mounted at HOMES_MOUNT_POINT (a test checks)")
+}
+
 /// The full path of the staged request on a running system.
 pub fn request_path() -> String {
     format!("{SNAPSHOTS_MOUNT_POINT}/{REQUEST_FILE_NAME}")

@@ -210,6 +210,20 @@ mod tests {
     }
 
     #[test]
+    fn the_homes_are_one_restorable_snapshotted_subvolume() {
+        let homes = crate::homes_subvolume();
+        assert_eq!(homes.as_str(), "@home");
+        assert!(homes.subvolume().restorable && homes.subvolume().snapshottable());
+        assert_eq!(
+            SUBVOLUMES
+                .iter()
+                .filter(|s| s.mount_point == Some(crate::HOMES_MOUNT_POINT))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
     fn restorable_set_is_persist_log_home() {
         let r: Vec<_> = SubvolumeName::restorable()
             .iter()

@@ -547,6 +547,25 @@ impl Engine {
         Ok(dir.subvolume_info()?)
     }
 
+    /// The root directory of the read-only snapshot `name`, opened beneath the store, to be
+    /// mounted for a person (crate::open); nothing in it is read.
+    pub fn open_snapshot_root(&self, name: SnapshotName) -> Result<Dir, EngineError> {
+        let store = self.store()?;
+        let dir = store.open_dir(name.to_string()).map_err(|e| match e.kind {
+            ErrorKind::NotFound | ErrorKind::NotADirectory | ErrorKind::Escapes => {
+                EngineError::NoSuchSnapshot(name)
+            }
+            _ => e.into(),
+        })?;
+        if !dir.is_subvolume_root()? {
+            return Err(EngineError::NoSuchSnapshot(name));
+        }
+        if !dir.subvolume_info()?.readonly {
+            return Err(EngineError::NotReadOnly(name));
+        }
+        Ok(dir)
+    }
+
     /// Stage a restore of the snapshot `name` (of the subvolume its name and parent say),
     /// written durably: a request of one member.
     pub fn stage_restore(&self, name: SnapshotName) -> Result<Staged, EngineError> {

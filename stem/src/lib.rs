@@ -8,6 +8,7 @@
 pub mod caller;
 pub mod copies;
 pub mod engine;
+pub mod open;
 pub mod private_top;
 pub mod stem1;
 pub mod worker;

@@ -11,9 +11,12 @@
 //! - No method reads or writes file content for anybody: there is no "show me this file as
 //!   of Tuesday" and no "put back this one file". The only files the stem writes are the
 //!   restore request; the only ones it reads are the request and the initrd's outcome.
+//!   OpenSnapshot mounts a snapshot (or one home in it) read-only where one person may
+//!   enter, and reads nothing in it: the person reads, with their own rights (adr/0019).
 //! - No method restores anything now. A restore is staged and honoured at the next boot by
 //!   the initrd, the only time the subvolume is not in use (docs/design.md section 4).
-//! - No method takes a path. Subvolumes are named by the layout's own names (`@home`) and
+//! - No method takes a path. OpenSnapshot's part is one directory name, opened beneath
+//!   the snapshot without following a symlink. Subvolumes are named by the layout's own names (`@home`) and
 //!   snapshots by their canonical names; anything else is refused before the engine sees it.
 //! - No method names a caller or a reason: who asked and why is the keeper's journal, and
 //!   the stem trusts only the bus's record of who is calling.
@@ -41,6 +44,7 @@ use crate::caller::{Authority, Refusal};
 use crate::copies::CopyError;
 use crate::copies::{Copied, Copies, CopyOnTarget, InFlight, Programs};
 use crate::engine::{self, Commit, EngineError, Staged};
+use crate::open::{Closed, OpenError, OpenSnapshot, Opens, Part};
 use crate::worker::{Worker, WorkerGone};
 use layout::copies::CopiesConfig;
 
@@ -274,6 +278,37 @@ impl From<&InFlight> for CopyProgressInfo {
     }
 }
 
+/// One snapshot open read-only for a person (OpenSnapshot, OpenSnapshots; adr/0019).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct OpenInfo {
+    /// Whose it is: it is mounted under `/run/tacid/<for_uid>/`, which that uid alone (and
+    /// root) may enter.
+    pub for_uid: u32,
+    /// The snapshot's canonical name; also the mount point's name.
+    pub name: String,
+    /// The home directory shown (one name, bytes); empty for the whole snapshot.
+    pub part: Vec<u8>,
+    /// Where it is mounted (`/run/tacid/<for_uid>/<name>`).
+    pub path: String,
+    /// When it was first opened, in microseconds since the Unix epoch.
+    pub opened_unix_micros: i64,
+    /// When it is closed if nobody uses it then (the last open plus the idle time).
+    pub idle_close_unix_micros: i64,
+}
+
+impl From<&OpenSnapshot> for OpenInfo {
+    fn from(o: &OpenSnapshot) -> OpenInfo {
+        OpenInfo {
+            for_uid: o.for_uid,
+            name: o.name.to_string(),
+            part: o.part.clone(),
+            path: o.path.to_string_lossy().into_owned(),
+            opened_unix_micros: unix_micros(o.opened),
+            idle_close_unix_micros: unix_micros(o.idle_close),
+        }
+    }
+}
+
 /// The errors of `org.tacid.Stem1`; each has its own D-Bus name
 /// (`org.tacid.Stem1.Error.<Variant>`) and a message that says what to do.
 #[derive(Debug, zbus::DBusError)]
@@ -336,6 +371,13 @@ pub enum Error {
     /// It is there already: the target holds that copy (CopyTo), or the store a snapshot of
     /// that name (FetchFrom). Nothing changed.
     AlreadyHere(String),
+    /// The part asked to open is not the owner's directory in the snapshot (missing, a
+    /// symlink or a file, or owned by another uid there).
+    PartRefused(String),
+    /// A cap on open snapshots is reached (per person or overall); close one first.
+    TooManyOpen(String),
+    /// That snapshot is open for that uid already, showing another part; close it first.
+    AlreadyOpen(String),
     /// Anything else went wrong (an I/O error from Btrfs); the message says what.
     Failed(String),
 }
@@ -402,6 +444,24 @@ impl From<CopyError> for Error {
     }
 }
 
+impl From<OpenError> for Error {
+    fn from(e: OpenError) -> Error {
+        let message = e.to_string();
+        match e {
+            OpenError::InvalidPart(_) | OpenError::PartOfNotHomes { .. } => {
+                Error::InvalidArgument(message)
+            }
+            OpenError::PartRefused { .. } => Error::PartRefused(message),
+            OpenError::TooManyForUser { .. } | OpenError::TooManyOverall { .. } => {
+                Error::TooManyOpen(message)
+            }
+            OpenError::AlreadyOpen { .. } => Error::AlreadyOpen(message),
+            OpenError::Engine(e) => Error::from(&e),
+            OpenError::Unavailable(_) | OpenError::Sys { .. } => Error::Failed(message),
+        }
+    }
+}
+
 impl From<WorkerGone> for Error {
     fn from(e: WorkerGone) -> Error {
         Error::Failed(e.to_string())
@@ -445,6 +505,9 @@ impl Error {
             TransferFailed(_) => TransferFailed(message),
             NoSuchCopy(_) => NoSuchCopy(message),
             AlreadyHere(_) => AlreadyHere(message),
+            PartRefused(_) => PartRefused(message),
+            TooManyOpen(_) => TooManyOpen(message),
+            AlreadyOpen(_) => AlreadyOpen(message),
             Failed(_) => Failed(message),
         }
     }
@@ -456,6 +519,7 @@ pub struct Stem1 {
     worker: Worker,
     authority: Authority,
     copies: Arc<Copies>,
+    opens: Opens,
 }
 
 impl Stem1 {
@@ -477,7 +541,13 @@ impl Stem1 {
             worker,
             authority,
             copies,
+            opens: Opens::unavailable("the stem was started without it"),
         }
+    }
+
+    /// As it is, with `opens` serving OpenSnapshot, CloseSnapshot and OpenSnapshots.
+    pub fn with_opens(self, opens: Opens) -> Stem1 {
+        Stem1 { opens, ..self }
     }
 
     /// Run a copy act on a thread of its own (a transfer may take hours: never the
@@ -896,6 +966,145 @@ impl Stem1 {
             .map(CopyProgressInfo::from)
             .collect())
     }
+
+    /// Open a snapshot read-only for a person (adr/0019): mounted read-only, nosuid, nodev,
+    /// noexec at `/run/tacid/<for_uid>/<name>` in the host's mount namespace, in a
+    /// directory only `for_uid` (and root) may enter; files keep the owner and mode they had
+    /// in the snapshot. No file is read. `name`: a read-only snapshot's canonical name.
+    /// `part`: empty for the whole snapshot; else one directory name directly in a snapshot
+    /// of `@home` (bytes; no `/`, no NUL, not `.` or `..`, at most 255), which must be a
+    /// real directory (never a symlink, never followed) owned by `owner_uid` in the snapshot
+    /// (`owner_uid` is not used for the whole). Who may open what is the keeper's decision;
+    /// the stem checks what it can. The same open again answers `already_open` and starts
+    /// its idle time again. An open is closed when its idle time passes and nobody uses it,
+    /// when the connection that asked leaves the bus, and when the stem stops or starts.
+    /// Errors: AccessDenied, InvalidArgument, NoSuchSnapshot, NotReadOnly, PartRefused,
+    /// TooManyOpen, AlreadyOpen, StoreUnsafe, Failed.
+    #[zbus(out_args("open", "already_open"))]
+    async fn open_snapshot(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+        part: Vec<u8>,
+        owner_uid: u32,
+        for_uid: u32,
+    ) -> Result<(OpenInfo, bool), Error> {
+        self.admit(connection, &header).await?;
+        let opener = header
+            .sender()
+            .map(|s| s.to_string())
+            .ok_or_else(|| Error::AccessDenied("the call carries no sender".into()))?;
+        let name = parse_snapshot(name)?;
+        let part = Part::parse(&part, owner_uid)?;
+        if for_uid == u32::MAX {
+            return Err(Error::InvalidArgument(
+                "uid 4294967295 is nobody's (the kernel's \"no uid\")".into(),
+            ));
+        }
+        let what = format!("open {name} ({}) for uid {for_uid}", shown_part(&part));
+        let asked = part.bytes().to_vec();
+        let again = self
+            .opens
+            .run(move |h| h.admit(for_uid, name, &asked))
+            .await
+            .and_then(|r| r);
+        match again {
+            Ok(Some(open)) => {
+                tracing::info!("{what}: open already at {}", open.path.display());
+                return Ok((OpenInfo::from(&open), true));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!("{what}: refused: {e}");
+                return Err(e.into());
+            }
+        }
+        let clone_part = part.clone();
+        let tree = match self
+            .worker
+            .run(move |e| crate::open::detached_mount(e, name, &clone_part))
+            .await
+        {
+            Ok(Ok(tree)) => tree,
+            Ok(Err(e)) => {
+                tracing::warn!("{what}: refused or failed: {e}");
+                return Err(e.into());
+            }
+            Err(gone) => return Err(gone.into()),
+        };
+        let bytes = part.bytes().to_vec();
+        let attach_opener = opener.clone();
+        let opened = self
+            .opens
+            .run(move |h| h.attach(for_uid, name, bytes, attach_opener, tree))
+            .await
+            .and_then(|r| r);
+        let open = match opened {
+            Ok(open) => open,
+            Err(e) => {
+                tracing::warn!("{what}: failed: {e}");
+                return Err(e.into());
+            }
+        };
+        tracing::info!("{what}: open at {}", open.path.display());
+        // The asker may have left the bus before the open was recorded: then no signal of
+        // its going will close it, so it is closed now.
+        if !still_on_the_bus(connection, &opener).await {
+            let _ = self.opens.run(move |h| h.close_of_opener(&opener)).await;
+            return Err(Error::Failed(format!(
+                "{what}: the caller left the bus; closed again"
+            )));
+        }
+        Ok((OpenInfo::from(&open), false))
+    }
+
+    /// Close the open snapshot `name` of `for_uid`: detached at once, even while a process
+    /// sits in it (what it has open stays readable until it lets go), and its mount point
+    /// removed. Returns false when it was not open (nothing changed).
+    /// Errors: AccessDenied, InvalidArgument, Failed.
+    #[zbus(out_args("closed"))]
+    async fn close_snapshot(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        for_uid: u32,
+        name: &str,
+    ) -> Result<bool, Error> {
+        self.admit(connection, &header).await?;
+        let name = parse_snapshot(name)?;
+        let closed = self
+            .opens
+            .run(move |h| h.close(for_uid, name, true))
+            .await
+            .and_then(|r| r);
+        match closed {
+            Ok(Closed::NotOpen) => {
+                tracing::info!("close {name} for uid {for_uid}: it was not open; nothing changed");
+                Ok(false)
+            }
+            Ok(_) => {
+                tracing::info!("close {name} for uid {for_uid}: closed");
+                Ok(true)
+            }
+            Err(e) => {
+                tracing::warn!("close {name} for uid {for_uid}: failed: {e}");
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Every open snapshot, by uid and name. Errors: AccessDenied, Failed.
+    #[zbus(out_args("opens"))]
+    async fn open_snapshots(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<OpenInfo>, Error> {
+        self.admit(connection, &header).await?;
+        let opens = self.opens.run(|h| h.list()).await?;
+        Ok(opens.iter().map(OpenInfo::from).collect())
+    }
 }
 
 impl Stem1 {
@@ -951,6 +1160,34 @@ impl Stem1 {
             }
         }
     }
+}
+
+fn shown_part(part: &Part) -> String {
+    match part {
+        Part::Whole => "whole".into(),
+        Part::Home {
+            component,
+            owner_uid,
+        } => format!(
+            "the part {} of uid {owner_uid}",
+            crate::open::shown_bytes(component)
+        ),
+    }
+}
+
+/// Whether the bus connection `unique` is still there; any failure to ask is "no".
+async fn still_on_the_bus(connection: &Connection, unique: &str) -> bool {
+    let Ok(bus) = zbus::fdo::DBusProxy::builder(connection)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+    else {
+        return false;
+    };
+    let Ok(name) = zbus::names::BusName::try_from(unique) else {
+        return false;
+    };
+    bus.name_has_owner(name).await.unwrap_or(false)
 }
 
 /// The longest a ChangesSince may run: inside dbus-daemon's default reply timeout (25 s).

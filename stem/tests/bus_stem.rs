@@ -63,6 +63,20 @@ const EVERY_METHOD: &[(&str, &[&str])] = &[
         &["string:usb", "string:@home.2026-12-01T140200.123456Z"],
     ),
     ("CopyProgress", &[]),
+    (
+        "OpenSnapshot",
+        &[
+            "string:@home.2026-12-01T140200.123456Z",
+            "array:byte:97",
+            "uint32:1000",
+            "uint32:1000",
+        ],
+    ),
+    (
+        "CloseSnapshot",
+        &["uint32:1000", "string:@home.2026-12-01T140200.123456Z"],
+    ),
+    ("OpenSnapshots", &[]),
 ];
 
 #[test]

@@ -25,6 +25,9 @@ _tacid() {
             tacid__subcmd__data,cancel)
                 cmd="tacid__subcmd__data__subcmd__cancel"
                 ;;
+            tacid__subcmd__data,close)
+                cmd="tacid__subcmd__data__subcmd__close"
+                ;;
             tacid__subcmd__data,copies)
                 cmd="tacid__subcmd__data__subcmd__copies"
                 ;;
@@ -33,6 +36,9 @@ _tacid() {
                 ;;
             tacid__subcmd__data,delete)
                 cmd="tacid__subcmd__data__subcmd__delete"
+                ;;
+            tacid__subcmd__data,diff)
+                cmd="tacid__subcmd__data__subcmd__diff"
                 ;;
             tacid__subcmd__data,fetch)
                 cmd="tacid__subcmd__data__subcmd__fetch"
@@ -45,6 +51,9 @@ _tacid() {
                 ;;
             tacid__subcmd__data,list)
                 cmd="tacid__subcmd__data__subcmd__list"
+                ;;
+            tacid__subcmd__data,open)
+                cmd="tacid__subcmd__data__subcmd__open"
                 ;;
             tacid__subcmd__data,prune)
                 cmd="tacid__subcmd__data__subcmd__prune"
@@ -61,6 +70,9 @@ _tacid() {
             tacid__subcmd__data__subcmd__help,cancel)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__cancel"
                 ;;
+            tacid__subcmd__data__subcmd__help,close)
+                cmd="tacid__subcmd__data__subcmd__help__subcmd__close"
+                ;;
             tacid__subcmd__data__subcmd__help,copies)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__copies"
                 ;;
@@ -69,6 +81,9 @@ _tacid() {
                 ;;
             tacid__subcmd__data__subcmd__help,delete)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__delete"
+                ;;
+            tacid__subcmd__data__subcmd__help,diff)
+                cmd="tacid__subcmd__data__subcmd__help__subcmd__diff"
                 ;;
             tacid__subcmd__data__subcmd__help,fetch)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__fetch"
@@ -81,6 +96,9 @@ _tacid() {
                 ;;
             tacid__subcmd__data__subcmd__help,list)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__list"
+                ;;
+            tacid__subcmd__data__subcmd__help,open)
+                cmd="tacid__subcmd__data__subcmd__help__subcmd__open"
                 ;;
             tacid__subcmd__data__subcmd__help,prune)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__prune"
@@ -103,6 +121,9 @@ _tacid() {
             tacid__subcmd__help__subcmd__data,cancel)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__cancel"
                 ;;
+            tacid__subcmd__help__subcmd__data,close)
+                cmd="tacid__subcmd__help__subcmd__data__subcmd__close"
+                ;;
             tacid__subcmd__help__subcmd__data,copies)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__copies"
                 ;;
@@ -112,6 +133,9 @@ _tacid() {
             tacid__subcmd__help__subcmd__data,delete)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__delete"
                 ;;
+            tacid__subcmd__help__subcmd__data,diff)
+                cmd="tacid__subcmd__help__subcmd__data__subcmd__diff"
+                ;;
             tacid__subcmd__help__subcmd__data,fetch)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__fetch"
                 ;;
@@ -120,6 +144,9 @@ _tacid() {
                 ;;
             tacid__subcmd__help__subcmd__data,list)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__list"
+                ;;
+            tacid__subcmd__help__subcmd__data,open)
+                cmd="tacid__subcmd__help__subcmd__data__subcmd__open"
                 ;;
             tacid__subcmd__help__subcmd__data,prune)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__prune"
@@ -158,7 +185,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data)
-            opts="-h --bus --help list snapshot restore status cancel delete keep copy copies fetch prune help"
+            opts="-h --bus --help list snapshot restore status cancel delete keep copy copies fetch open close diff prune help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -176,6 +203,24 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data__subcmd__cancel)
+            opts="-h --json --bus --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__data__subcmd__close)
             opts="-h --json --bus --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -251,6 +296,24 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__data__subcmd__diff)
+            opts="-h --json --bus --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__data__subcmd__fetch)
             opts="-h --from --json --bus --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -274,7 +337,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data__subcmd__help)
-            opts="list snapshot restore status cancel delete keep copy copies fetch prune help"
+            opts="list snapshot restore status cancel delete keep copy copies fetch open close diff prune help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -288,6 +351,20 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data__subcmd__help__subcmd__cancel)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__data__subcmd__help__subcmd__close)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -330,6 +407,20 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data__subcmd__help__subcmd__delete)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__data__subcmd__help__subcmd__diff)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -386,6 +477,20 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data__subcmd__help__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__data__subcmd__help__subcmd__open)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -474,6 +579,24 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data__subcmd__list)
+            opts="-h --json --bus --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__data__subcmd__open)
             opts="-h --json --bus --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -586,7 +709,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__help__subcmd__data)
-            opts="list snapshot restore status cancel delete keep copy copies fetch prune"
+            opts="list snapshot restore status cancel delete keep copy copies fetch open close diff prune"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -600,6 +723,20 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__help__subcmd__data__subcmd__cancel)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__help__subcmd__data__subcmd__close)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -655,6 +792,20 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__help__subcmd__data__subcmd__diff)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__help__subcmd__data__subcmd__fetch)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
@@ -684,6 +835,20 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__help__subcmd__data__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__help__subcmd__data__subcmd__open)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

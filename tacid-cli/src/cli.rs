@@ -46,7 +46,8 @@ Exit codes:
   5  no such snapshot, set or copy target, or not a snapshot name (see `tacid data list`)
   6  refused: that subvolume is not restorable, another restore is staged, the
      words of the preview were not the ones shown, another copy to that target is
-     running, or a fetched snapshot is already here
+     running, a fetched snapshot is already here, or an open was refused (too many
+     open, or your home was not yours in that snapshot)
   7  the stem is not running (start tacid-stem.service)
   8  the keeper is not running or the bus cannot be reached (start tacid-keeper.service)
   9  the keeper's journal or the stem failed; nothing was done
@@ -140,6 +141,53 @@ How names are shown:
   bidi character, or that is not UTF-8, is \\xHH. `printf '%b\\n' 'NAME'` gives
   the exact bytes back.";
 
+/// What `open` shows and what it does not, for `--help` and the man pages.
+fn opening() -> String {
+    format!(
+        "\
+What open shows, and what it does not:
+  `tacid data open NAME` makes a snapshot readable to you, read-only, at
+  {open_dir}/<your uid>/NAME, a directory only you (and root) may enter, and
+  prints where. It is the snapshot's files with yesterday's permissions: each keeps
+  the owner and mode it had in the snapshot, so nobody reads there what they could
+  not read then. Nothing there can be written, nothing runs from there, no device
+  opens and no setuid bit counts.
+
+  Nothing is restored. Copy the file you lost out of it (cp, a file manager) to
+  where you want it; your home as it is now is not touched.
+
+  If you are not root or in the approver group, you may open only your own home as
+  it was, in a snapshot of {homes} (the home the user database gives you, which
+  must be directly under {homes}, and which must have been a directory of yours
+  in the snapshot). Root and the approver group may open any snapshot whole.
+
+  It closes with `tacid data close NAME`, by itself after {idle} minutes unused
+  (the administrator may set another time; later while a program still uses it),
+  and at a reboot. `tacid data list` says which of yours are open, and where.
+  Every open and close is journalled, with who and where.
+
+Finding the file first:
+  `tacid data diff NAME [PATH]` lists what changed since the snapshot in your home
+  (or below PATH, e.g. {homes}/alice/docs): added, changed and removed, counted.
+  Root and the approver group may name any path under the snapshot's mount point.
+  How many bytes were written cannot be said for a home or a directory: Btrfs
+  counts those for the whole subvolume only.
+
+Examples:
+  tacid data diff @home.2026-12-01T140200.123456Z
+      what changed in your home since then
+  tacid data open @home.2026-12-01T140200.123456Z
+      open it read-only; prints the path
+  cp {open_dir}/1000/@home.2026-12-01T140200.123456Z/notes.txt ~/notes.txt
+      take one file back (1000: your uid)
+  tacid data close @home.2026-12-01T140200.123456Z
+      close it",
+        open_dir = layout::OPEN_DIR,
+        homes = layout::HOMES_MOUNT_POINT,
+        idle = layout::defaults::OPEN_IDLE_SECS / 60,
+    )
+}
+
 /// tacid: snapshots of /persist, /var/log and /home, and restores honoured at the next boot.
 #[derive(Debug, Parser)]
 #[command(
@@ -170,7 +218,8 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum Data {
     /// List snapshots, newest first: what each is of, when, why, who asked, whether a
-    /// staged restore names it, and the targets holding a copy of it. Anybody may list.
+    /// staged restore names it, the targets holding a copy of it, and whether it is open
+    /// for you (and where). Anybody may list.
     #[command(after_help = BOUNDARIES)]
     List(Output),
     /// Take a snapshot of each subvolume named (default: /persist, /var/log and /home),
@@ -214,6 +263,18 @@ pub enum Data {
     /// snapshot. Root and the approver group only.
     #[command(after_long_help = format!("{COPYING}\n\n{EXIT_TABLE}"))]
     Fetch(FetchArgs),
+    /// Open a snapshot read-only for you and print where: your own home as it was, or
+    /// (root and the approver group) the whole snapshot. Files keep yesterday's owners and
+    /// modes; nothing is restored: copy what you need out of it.
+    #[command(after_long_help = format!("{}\n\n{EXIT_TABLE}", opening()))]
+    Open(NameArgs),
+    /// Close a snapshot you opened (at once, even while a shell sits in it).
+    #[command(after_long_help = format!("{}\n\n{EXIT_TABLE}", opening()))]
+    Close(NameArgs),
+    /// What changed since a snapshot in your home (or below PATH), path by path and
+    /// counted: find the file before you open anything. Changes nothing.
+    #[command(after_long_help = format!("{}\n\n{SHOWN_NAMES}\n\n{EXIT_TABLE}", opening()))]
+    Diff(DiffArgs),
     /// Apply the retention policy: each deletion is journalled with the rule that chose it.
     /// With --dry-run (anybody may), say what would go and why, rule by rule, and delete
     /// nothing. For real: root and the approver group only.
@@ -225,6 +286,19 @@ pub struct NameArgs {
     /// The snapshot's name, as `tacid data list` shows it.
     #[arg(value_name = "NAME")]
     pub name: String,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DiffArgs {
+    /// The snapshot's name, as `tacid data list` shows it.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Only below this path, where you see it now (e.g. /home/alice/docs); without it,
+    /// your home (root and the approver group: the whole subvolume).
+    #[arg(value_name = "PATH")]
+    pub path: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub output: Output,
 }

@@ -51,6 +51,24 @@ pub fn generated() -> Vec<(&'static str, Vec<u8>)> {
             "tacid data fetch",
             "man/tacid-data-fetch.1",
         ),
+        (
+            "open",
+            "tacid-data-open",
+            "tacid data open",
+            "man/tacid-data-open.1",
+        ),
+        (
+            "close",
+            "tacid-data-close",
+            "tacid data close",
+            "man/tacid-data-close.1",
+        ),
+        (
+            "diff",
+            "tacid-data-diff",
+            "tacid data diff",
+            "man/tacid-data-diff.1",
+        ),
     ] {
         let mut page = Vec::new();
         let command = cmd

@@ -101,6 +101,7 @@ fn classify(e: KeeperError) -> Failure {
         KeeperError::NoSuchTarget(_) => (exit::NOT_FOUND, "NoSuchTarget"),
         KeeperError::TargetBusy(_) => (exit::REFUSED, "TargetBusy"),
         KeeperError::AlreadyHere(_) => (exit::REFUSED, "AlreadyHere"),
+        KeeperError::OpenRefused(_) => (exit::REFUSED, "OpenRefused"),
         KeeperError::TargetUnreachable(_) => (exit::TARGET_FAILED, "TargetUnreachable"),
         KeeperError::HostKeyChanged(_) => (exit::TARGET_FAILED, "HostKeyChanged"),
         KeeperError::TargetNotBtrfs(_) => (exit::TARGET_FAILED, "TargetNotBtrfs"),
@@ -207,7 +208,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Data(Data::List(o) | Data::Status(o) | Data::Cancel(o)) => o.json,
         Command::Data(Data::Snapshot(a)) => a.output.json,
         Command::Data(Data::Restore(a)) => a.output.json,
-        Command::Data(Data::Delete(a)) => a.output.json,
+        Command::Data(Data::Delete(a) | Data::Open(a) | Data::Close(a)) => a.output.json,
+        Command::Data(Data::Diff(a)) => a.output.json,
         Command::Data(Data::Keep(a)) => a.output.json,
         Command::Data(Data::Prune(a)) => a.output.json,
         Command::Data(Data::Copy(a)) => a.output.json,
@@ -316,10 +318,48 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
     match data {
         Data::List(o) => {
             let all = keeper.list().await.map_err(classify)?;
+            // Which of them are open for the caller: a list without it is still a list
+            // (a keeper or stem that cannot open says so at `tacid data open`).
+            let opens = keeper.opens().await.unwrap_or_default();
             if o.json {
-                print_json(&all);
+                print_json(&render::list_json(&all, &opens));
             } else {
-                print!("{}", render::list(&all, now));
+                print!("{}", render::list(&all, &opens, now));
+            }
+            Ok(exit::OK)
+        }
+        Data::Open(a) => {
+            let opened = keeper.open(&a.name).await.map_err(classify)?;
+            if a.output.json {
+                print_json(&opened);
+            } else {
+                print!("{}", render::opened(&opened, now));
+            }
+            Ok(exit::OK)
+        }
+        Data::Close(a) => {
+            let closed = keeper.close(&a.name).await.map_err(classify)?;
+            if a.output.json {
+                print_json(&closed);
+            } else {
+                println!("{}", closed.message);
+            }
+            Ok(exit::OK)
+        }
+        Data::Diff(a) => {
+            use std::os::unix::ffi::OsStrExt as _;
+            let path = a
+                .path
+                .as_ref()
+                .map(|p| p.as_os_str().as_bytes().to_vec())
+                .unwrap_or_default();
+            let changes = slow_with_a_word(keeper.diff(&a.name, &path))
+                .await
+                .map_err(classify)?;
+            if a.output.json {
+                print_json(&changes);
+            } else {
+                print!("{}", render::part_changes(&changes));
             }
             Ok(exit::OK)
         }

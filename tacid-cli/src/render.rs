@@ -4,9 +4,9 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use keeper::wire::{
-    CopyInFlight, CopyReport, PruneEntry, PruneReport, RestoreDetails, RestorePreview,
-    RestoreStaged, SetRestorePreview, SetRestoreStaged, SnapshotEntry, SnapshotSet, Status,
-    TargetCopies,
+    CopyInFlight, CopyReport, Opened, PartChanges, PruneEntry, PruneReport, RestoreDetails,
+    RestorePreview, RestoreStaged, SetRestorePreview, SetRestoreStaged, SnapshotEntry, SnapshotSet,
+    Status, TargetCopies,
 };
 use keeper::words::{ago, exact_time, from_micros, human_time};
 
@@ -36,8 +36,29 @@ fn why(e: &SnapshotEntry) -> String {
     s
 }
 
+/// `tacid data list --json`: the entries, each with `open_at`, where it is open for the
+/// caller (empty when it is not).
+pub fn list_json(all: &[SnapshotEntry], opens: &[Opened]) -> serde_json::Value {
+    serde_json::Value::Array(
+        all.iter()
+            .map(|e| {
+                let mut v = serde_json::to_value(e).unwrap_or(serde_json::Value::Null);
+                if let Some(map) = v.as_object_mut() {
+                    let at = opens
+                        .iter()
+                        .find(|o| o.snapshot == e.name)
+                        .map(|o| o.path.clone())
+                        .unwrap_or_default();
+                    map.insert("open_at".into(), serde_json::Value::String(at));
+                }
+                v
+            })
+            .collect(),
+    )
+}
+
 /// `tacid data list`.
-pub fn list(all: &[SnapshotEntry], now: SystemTime) -> String {
+pub fn list(all: &[SnapshotEntry], opens: &[Opened], now: SystemTime) -> String {
     let mut out = String::new();
     if all.is_empty() {
         let _ = writeln!(
@@ -69,6 +90,15 @@ pub fn list(all: &[SnapshotEntry], now: SystemTime) -> String {
         }
         if !e.copies.is_empty() {
             let _ = writeln!(out, "    copies {}", e.copies.join(", "));
+        }
+        if let Some(o) = opens.iter().find(|o| o.snapshot == e.name) {
+            let _ = writeln!(
+                out,
+                "    OPEN   for you, read-only, at {}{} (`tacid data close {}` closes it)",
+                o.path,
+                if o.whole { "" } else { " (your home)" },
+                e.name
+            );
         }
         if e.pinned && staged > 1 {
             let others = staged - 1;
@@ -970,4 +1000,120 @@ mod copy_tests {
         let text = copy_report(&there);
         assert_eq!(text.matches("@home.b").count(), 1, "{text}");
     }
+}
+
+/// `tacid data open`.
+pub fn opened(o: &Opened, now: SystemTime) -> String {
+    let mut out = String::new();
+    let closes = from_micros(o.idle_close_micros);
+    if o.already_open {
+        let _ = writeln!(
+            out,
+            "{} was already open for you at:\n  {}\nIts idle time starts again: it closes by itself at {} ({}) if nobody uses it then.",
+            o.snapshot,
+            o.path,
+            human_time(closes, now),
+            exact_time(closes)
+        );
+        return out;
+    }
+    let _ = writeln!(out, "Opened {} read-only at:\n  {}", o.snapshot, o.path);
+    if o.whole {
+        let _ = write!(out, "It is the whole snapshot of {}.", o.of_path);
+        if !o.your_home.is_empty() {
+            let _ = write!(out, " Your home as it was is at {}.", o.your_home);
+        }
+        let _ = writeln!(out);
+    } else {
+        let _ = writeln!(
+            out,
+            "It is your home ({}) as it was then, and nothing else.",
+            o.shows
+        );
+    }
+    let home = if o.your_home.is_empty() {
+        &o.path
+    } else {
+        &o.your_home
+    };
+    let _ = writeln!(
+        out,
+        "Every file keeps the owner and mode it had then; nothing there can be written or run.\n\
+         Nothing is restored: copy what you need out of it, e.g.\n  cp {home}/FILE ~/FILE\n\
+         It closes with `tacid data close {}`, by itself at {} ({}) if nobody uses it then,\n\
+         and at a reboot.",
+        o.snapshot,
+        human_time(closes, now),
+        exact_time(closes)
+    );
+    out
+}
+
+/// `tacid data diff`.
+pub fn part_changes(c: &PartChanges) -> String {
+    let mut out = String::new();
+    let at_least = if c.at_least { "at least " } else { "" };
+    let _ = writeln!(out, "Changed in {} since {}:", c.subtree, c.snapshot);
+    let _ = writeln!(
+        out,
+        "  files:       {at_least}{} added, {} changed, {} removed",
+        c.files_added, c.files_modified, c.files_removed
+    );
+    let _ = writeln!(
+        out,
+        "  directories: {at_least}{} added, {} changed, {} removed",
+        c.directories_added, c.directories_modified, c.directories_removed
+    );
+    if c.bytes_known {
+        let _ = writeln!(out, "  written:     {at_least}{}", bytes(c.bytes_written));
+    } else {
+        let _ = writeln!(
+            out,
+            "  written:     not known for {} (Btrfs counts bytes written for the whole of {} only)",
+            c.subtree, c.of_path
+        );
+    }
+    for (change, heading) in [
+        ("added", "Added since (not in the snapshot):"),
+        (
+            "modified",
+            "Changed since (the snapshot has them as they were):",
+        ),
+        ("removed", "Removed since (the snapshot still has them):"),
+    ] {
+        let mut paths = c.paths.iter().filter(|p| p.change == change).peekable();
+        if paths.peek().is_none() {
+            continue;
+        }
+        let _ = writeln!(out, "{heading}");
+        for p in paths {
+            let slash = if p.directory && !p.path.ends_with('/') {
+                "/"
+            } else {
+                ""
+            };
+            let _ = writeln!(out, "  {}{slash}", p.path);
+        }
+    }
+    if c.paths.is_empty() {
+        let _ = writeln!(out, "Nothing in {} changed since then.", c.subtree);
+    }
+    if c.paths_cut {
+        let _ = writeln!(
+            out,
+            "The list of changed paths was cut (it holds at most 10000): there may be more here than listed."
+        );
+    }
+    if c.at_least && !c.paths_cut {
+        let _ = writeln!(
+            out,
+            "The count stopped at its time limit: there may be more changes than listed."
+        );
+    }
+    let _ = writeln!(
+        out,
+        "To take a file back: `tacid data open {}`, then copy it out.",
+        c.snapshot
+    );
+    out
 }

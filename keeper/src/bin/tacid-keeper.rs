@@ -230,6 +230,17 @@ async fn run(args: Args) -> Result<(), String> {
             counting.flush_refusals();
         }
     });
+    // The stem has no signals: opens it closed by itself (idle, a restart) are learnt by
+    // asking, and journalled (adr/0019). Nothing is asked while nothing is open.
+    let checking = keeper.clone();
+    let open_checker = tokio::spawn(async move {
+        let mut every = tokio::time::interval(keeper::service::OPEN_CHECK_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            checking.check_opens().await;
+        }
+    });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| e.to_string())?;
     tokio::select! {
@@ -238,6 +249,7 @@ async fn run(args: Args) -> Result<(), String> {
     }
     tracing::info!("stopping");
     flusher.abort();
+    open_checker.abort();
     keeper.flush_refusals();
     Ok(())
 }

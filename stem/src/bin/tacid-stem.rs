@@ -54,6 +54,25 @@ struct Args {
     #[arg(long, value_name = "PATH", default_value = layout::copies::CONFIG_PATH)]
     copies_config: PathBuf,
 
+    /// Where opened snapshots are mounted for people, in the host's mount namespace:
+    /// `DIR/<uid>/<snapshot name>`. Made (root's, 0755) when missing; whatever is mounted
+    /// beneath it when the stem starts is detached (a stem that died left it).
+    #[arg(long, value_name = "DIR", default_value = layout::OPEN_DIR)]
+    open_dir: PathBuf,
+
+    /// An open snapshot is closed this many seconds after it was (last) opened, once no
+    /// process uses it; at twice this it is detached even while in use.
+    #[arg(long, value_name = "SECONDS", default_value_t = layout::defaults::OPEN_IDLE_SECS)]
+    open_idle_secs: u64,
+
+    /// At most this many snapshots open at once for one person (uid).
+    #[arg(long, value_name = "N", default_value_t = layout::defaults::OPENS_PER_USER)]
+    opens_per_user: usize,
+
+    /// At most this many snapshots open at once over everybody.
+    #[arg(long, value_name = "N", default_value_t = layout::defaults::OPENS_TOTAL)]
+    opens_total: usize,
+
     /// Print the interface's introspection XML (as committed in stem/org.tacid.Stem1.xml)
     /// and exit.
     #[arg(long)]
@@ -67,6 +86,9 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     init_logging();
+    // Before the stem leaves it: the namespace people live in, where opened snapshots are
+    // mounted (adr/0019).
+    let host_ns = stem::open::Opens::host_namespace();
     // Before any thread exists (the runtime's, the engine's): a mount namespace is per thread.
     if let (Some(device), Some(top)) = (&args.device, &args.top) {
         if let Err(e) = stem::private_top::mount_private_top(device, top) {
@@ -92,7 +114,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args)) {
+    match runtime.block_on(serve(args, host_ns)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
@@ -119,7 +141,75 @@ fn init_logging() {
     }
 }
 
-async fn serve(args: Args) -> Result<(), String> {
+/// The thread that mounts opened snapshots in the host's namespace, leftovers closed; when
+/// it cannot start, the stem serves everything else and says why at each open.
+fn start_opens(host_ns: Result<std::os::fd::OwnedFd, String>, args: &Args) -> stem::open::Opens {
+    use stem::open::{OpenLimits, Opens};
+    let limits = OpenLimits {
+        idle: std::time::Duration::from_secs(args.open_idle_secs.max(1)),
+        per_user: args.opens_per_user,
+        total: args.opens_total,
+    };
+    let started = host_ns
+        .map_err(|e| e.to_string())
+        .and_then(|ns| Opens::start(ns, args.open_dir.clone(), limits).map_err(|e| e.to_string()));
+    match started {
+        Ok((opens, leftovers)) => {
+            for path in &leftovers {
+                tracing::info!("closed {} (left open by an earlier stem)", path.display());
+            }
+            opens
+        }
+        Err(e) => {
+            tracing::error!("opening snapshots for people is unavailable: {e}");
+            Opens::unavailable(e)
+        }
+    }
+}
+
+/// Close what an opener asked for when its bus connection goes (the keeper stopped or
+/// died), and what has been idle long enough.
+async fn watch_opens(
+    connection: zbus::Connection,
+    opens: stem::open::Opens,
+    idle: std::time::Duration,
+) -> Result<(), String> {
+    use zbus::export::futures_core::Stream;
+    let bus = zbus::fdo::DBusProxy::new(&connection)
+        .await
+        .map_err(|e| format!("cannot ask the bus about connections: {e}"))?;
+    let mut gone = bus
+        .receive_name_owner_changed()
+        .await
+        .map_err(|e| format!("cannot watch connections leave the bus: {e}"))?;
+    // Often enough that an idle close is late by at most a quarter of the idle time.
+    let tick = (idle / 4).clamp(
+        std::time::Duration::from_secs(1),
+        std::time::Duration::from_secs(60),
+    );
+    let mut ticks = tokio::time::interval(tick);
+    loop {
+        tokio::select! {
+            change = std::future::poll_fn(|cx| std::pin::Pin::new(&mut gone).poll_next(cx)) => {
+                let Some(change) = change else {
+                    return Err("the bus stopped telling connections leave".into());
+                };
+                let Ok(args) = change.args() else { continue };
+                if args.new_owner().is_none() && args.name().starts_with(':') {
+                    let name = args.name().to_string();
+                    let _ = opens.run(move |h| h.close_of_opener(&name)).await;
+                }
+            }
+            _ = ticks.tick() => {
+                let _ = opens.run(|h| h.close_idle(std::time::Instant::now())).await;
+            }
+        }
+    }
+}
+
+async fn serve(args: Args, host_ns: Result<std::os::fd::OwnedFd, String>) -> Result<(), String> {
+    let opens = start_opens(host_ns, &args);
+    let idle = std::time::Duration::from_secs(args.open_idle_secs.max(1));
     let top = args.top.ok_or("--top is required")?;
     let authority = Authority::of_user(&args.keeper_user).map_err(|e| e.to_string())?;
     let copies_config = stem::copies::load_config(&args.copies_config)?;
@@ -159,10 +249,10 @@ async fn serve(args: Args) -> Result<(), String> {
     } else {
         zbus::connection::Builder::address(args.bus.as_str())
     };
-    let _connection = builder
+    let connection = builder
         .serve_at(
             layout::names::STEM_OBJECT_PATH,
-            Stem1::with_copies(worker, authority.clone(), copies),
+            Stem1::with_copies(worker, authority.clone(), copies).with_opens(opens.clone()),
         )
         .name(layout::names::STEM_BUS_NAME)
         .build()
@@ -183,14 +273,19 @@ async fn serve(args: Args) -> Result<(), String> {
         layout::names::STEM_OBJECT_PATH
     );
 
+    let watch = watch_opens(connection.clone(), opens.clone(), idle);
+
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
-    tokio::select! {
-        _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
+    let stopped = tokio::select! {
+        _ = terminate.recv() => { tracing::info!("SIGTERM: stopping"); Ok(()) }
+        _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: stopping"); Ok(()) }
         _ = &mut on_engine_stop => {
-            return Err("the engine's thread stopped (a panic; see above); exiting so that systemd restarts the stem".into());
+            Err("the engine's thread stopped (a panic; see above); exiting so that systemd restarts the stem".into())
         }
-    }
-    Ok(())
+        Err(e) = watch => Err(format!("{e}; exiting so that nothing stays open unwatched")),
+    };
+    // Nothing a stem opened outlives it.
+    let _ = opens.run(|h| h.close_all("the stem stops")).await;
+    stopped
 }
