@@ -44,9 +44,14 @@ let
     { flag = "--manual-max-age-days"; value = toString r.manualMaxAgeDays; }
     { flag = "--free-floor-bytes"; value = toString r.freeFloorBytes; }
   ] ++ copiesValue;
-  stemValues = [{ flag = "--hard-floor-bytes"; value = toString r.hardFloorBytes; }]
-    ++ copiesValue
-    ++ (if cfg.device != layout.default_device then [{ flag = "--device"; value = cfg.device; }] else [ ]);
+  stemValues = [
+    { flag = "--hard-floor-bytes"; value = toString r.hardFloorBytes; }
+    { flag = "--open-idle-secs"; value = toString cfg.open.idleSeconds; }
+    { flag = "--opens-per-user"; value = toString cfg.open.perUser; }
+    { flag = "--opens-total"; value = toString cfg.open.total; }
+  ]
+  ++ copiesValue
+  ++ (if cfg.device != layout.default_device then [{ flag = "--device"; value = cfg.device; }] else [ ]);
   unitDropIns = pkgs.runCommand "tacid-unit-drop-ins" { } ''
     set -euo pipefail
     mkdir -p $out/${unitDir}/${layout.keeper_unit}.d
@@ -211,6 +216,16 @@ in
         Below this many free bytes, the stem refuses to take a snapshot (the error says
         so and nothing is made), rather than fill the disk. 0: no hard floor.
       '';
+    };
+
+    # Opening a snapshot read-only for a person (adr/0019, adr/0020): `tacid data open`.
+    open = {
+      idleSeconds = count d.open_idle_secs ''
+        An open snapshot (`tacid data open`) is closed this many seconds after it was last
+        opened, once nothing uses it (and at twice this, even if something does).
+      '';
+      perUser = count d.opens_per_user "How many snapshots one person may have open at once.";
+      total = count d.opens_total "How many snapshots may be open at once, everybody together.";
     };
 
     copies = lib.mkOption {
