@@ -98,6 +98,8 @@ pub enum EngineError {
     InvalidSet(String),
     #[error("{0} is named by the staged restore; cancel the restore before deleting it")]
     Pinned(SnapshotName),
+    #[error("{0} cannot be deleted now: the kernel refuses while a copy off the disk reads it (the snapshot sent, or the parent it is sent against); try again when the copy is done")]
+    BeingSent(SnapshotName),
     #[error("no space left on the filesystem while {doing}; nothing was left half-made")]
     NoSpace { doing: String },
     #[error("refused {doing}: only {free} free, below the hard floor of {floor}; nothing was taken. Free space (`tacid data prune`, or delete snapshots with `tacid data delete`) and try again")]
@@ -525,7 +527,13 @@ impl Engine {
         // Not committed here: a commit after a delete costs ~20 ms (the cleaner's work is
         // in it), so it runs on the commit thread; a crash before it only brings the
         // snapshot back whole, which the keeper's reconciliation sees.
-        store.delete_subvolume_by_id(info.id)?;
+        store
+            .delete_subvolume_by_id(info.id)
+            .map_err(|e| match e.kind {
+                // BTRFS_IOC_SNAP_DESTROY's EPERM for a root with a send in progress.
+                ErrorKind::PermissionDenied => EngineError::BeingSent(name),
+                _ => e.into(),
+            })?;
         self.deleted
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -395,6 +395,7 @@ impl From<&EngineError> for Error {
             EngineError::OfAnotherSubvolume { .. } => Error::OfAnotherSubvolume(message),
             EngineError::AnotherRestoreStaged { .. } => Error::AnotherRestoreStaged(message),
             EngineError::Pinned(_) => Error::Pinned(message),
+            EngineError::BeingSent(_) => Error::TargetBusy(message),
             EngineError::InvalidSet(_) => Error::InvalidArgument(message),
             EngineError::NoSpace { .. } => Error::NoSpace(message),
             EngineError::BelowHardFloor { .. } => Error::BelowHardFloor(message),

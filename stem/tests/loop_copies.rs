@@ -461,6 +461,46 @@ fn loop_a_fetch_a_stopped_stem_left_half_received_is_removed_at_start() {
 }
 
 #[test]
+fn loop_deleting_a_snapshot_a_copy_is_sending_says_so() {
+    // The kernel refuses to delete a subvolume a send reads (EPERM); the person deleting it
+    // is told why, not "permission denied".
+    let scripts = tempfile::tempdir().unwrap();
+    let slow = scripts.path().join("btrfs-slow");
+    fs::write(
+        &slow,
+        "#!/bin/sh\n# A receiver that starts reading late.\n{ sleep 3; cat; } | btrfs \"$@\"\n",
+    )
+    .unwrap();
+    fs::set_permissions(&slow, fs::Permissions::from_mode(0o755)).unwrap();
+    let Some(m) = machine_with(SIZE, slow) else {
+        return;
+    };
+    m.write("@home/big", &megabytes(16, 5));
+    let s1 = m.take("@home");
+    let deleted = std::thread::scope(|scope| {
+        let copy = scope.spawn(|| m.copies.copy_to(s1.name, "usb"));
+        let started = std::time::Instant::now();
+        while m.copies.progress().first().is_none_or(|p| p.bytes == 0) {
+            assert!(started.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let name = s1.name;
+        let deleted = m.worker.run_blocking(move |e| e.delete(name)).unwrap();
+        assert!(copy.join().unwrap().is_ok(), "the copy goes on");
+        deleted
+    });
+    let err = deleted.unwrap_err();
+    assert!(matches!(err, stem::EngineError::BeingSent(_)), "{err}");
+    assert!(err.to_string().contains("copy off the disk"), "{err}");
+    // Once the copy is done, it can go.
+    let name = s1.name;
+    m.worker
+        .run_blocking(move |e| e.delete(name))
+        .unwrap()
+        .unwrap();
+}
+
+#[test]
 fn loop_forged_target_names_are_refused() {
     let Some(m) = machine() else { return };
     let s1 = m.take("@home");

@@ -179,7 +179,9 @@ fn keeper_went_away(name: &str) -> Failure {
     Failure {
         code: exit::KEEPER_UNREACHABLE,
         name: name.to_owned(),
-        message: "the keeper stopped while answering (it was restarted, or it crashed); what                   was asked may still have been done: `tacid data list` and `tacid data copies                   TARGET` say what is there. Start tacid-keeper.service if it is not running"
+        message: "the keeper stopped while answering (it was restarted, or it crashed); what \
+                  was asked may still have been done: `tacid data list` and `tacid data copies \
+                  TARGET` say what is there. Start tacid-keeper.service if it is not running"
             .into(),
     }
 }

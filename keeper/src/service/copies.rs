@@ -27,6 +27,9 @@ use crate::wire::{
     SnapshotEntry, TargetCopies,
 };
 
+/// The longest an act waits for a looker's listing of its target to end.
+const ACT_WAITS_FOR_LISTING: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// The rule journalled for the timer's copies of `target`.
 fn timer_rule(target: &str) -> String {
     format!("timer of {target}")
@@ -220,6 +223,26 @@ impl Keeper {
         Ok((held, local))
     }
 
+    /// List `target` for an act holding its turn here: the only listing that can make the
+    /// stem answer TargetBusy then is a looker's (anybody may list), which is short; wait
+    /// for it rather than fail the act (at most [`ACT_WAITS_FOR_LISTING`]).
+    async fn list_target_for_act(
+        &self,
+        target: &str,
+    ) -> Result<(Vec<crate::stem_client::HeldCopy>, BTreeSet<String>), StemError> {
+        let started = Instant::now();
+        loop {
+            match self.list_target(target).await {
+                Err(StemError::Refused { name, .. })
+                    if name == "TargetBusy" && started.elapsed() < ACT_WAITS_FOR_LISTING =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Journal an act on a target that failed before it reached the stem's transfer (the
     /// target could not be listed: unreachable, not Btrfs, its host key changed).
     fn journal_failed_act(
@@ -351,7 +374,7 @@ impl Keeper {
         if name.is_empty() {
             return self.copy_timer(&asker, t).await;
         }
-        let (held, local) = match self.list_target(target).await {
+        let (held, local) = match self.list_target_for_act(target).await {
             Ok(listed) => listed,
             Err(e) => {
                 self.journal_failed_act(&asker, CopyAction::Copy, target, name, "", &e);
@@ -402,7 +425,7 @@ impl Keeper {
     async fn copy_timer(&self, asker: &Asker, t: &Target) -> Result<CopyReport, KeeperError> {
         let target = t.name.as_str();
         let rule = timer_rule(target);
-        let (held, _) = match self.list_target(target).await {
+        let (held, _) = match self.list_target_for_act(target).await {
             Ok(listed) => listed,
             Err(e) => {
                 self.journal_failed_act(asker, CopyAction::Copy, target, "", &rule, &e);
@@ -467,7 +490,7 @@ impl Keeper {
             }
         }
         // Retention, when the target can be listed (a full target may need it most).
-        let retention_note = match self.list_target(target).await {
+        let retention_note = match self.list_target_for_act(target).await {
             Ok((held, local)) => {
                 let keep = Self::keep_of(t);
                 report.retention = keep.describe();
