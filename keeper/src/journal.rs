@@ -427,6 +427,29 @@ impl Journal {
         Ok(id)
     }
 
+    /// Run `write` with commits that are not synced on their own (`synchronous=NORMAL`),
+    /// then go back to FULL. Such a commit survives a killed keeper at once (it is in the
+    /// WAL) and reaches the disk with the next synced commit or checkpoint; a power cut
+    /// before that loses it. For rows the disk can stand in for: the end of an act whose
+    /// request was synced before the act (the reconciliation reads the outcome from the
+    /// disk), a preview's words (lost, they are only shown again) — adr/0011.
+    pub fn unsynced<T>(
+        &mut self,
+        write: impl FnOnce(&mut Journal) -> Result<T, JournalError>,
+    ) -> Result<T, JournalError> {
+        self.conn
+            .execute_batch("PRAGMA synchronous=NORMAL")
+            .map_err(|e| self.err(e))?;
+        let done = write(self);
+        let restored = self
+            .conn
+            .execute_batch("PRAGMA synchronous=FULL")
+            .map_err(|e| self.err(e));
+        let done = done?;
+        restored?;
+        Ok(done)
+    }
+
     /// Write the counts of refused rows that stand for many calls (adr/0016): row `id` now
     /// stands for `calls` refusals, the last at `last_micros`. One commit for all.
     pub fn count_refusals(&mut self, counts: &[(i64, u64, i64)]) -> Result<(), JournalError> {

@@ -382,6 +382,7 @@ impl Keeper {
         }
         let _sets = self.sets.lock().await;
         self.resolve_with_disk().await?;
+        self.settle_pending_deletions().await?;
         self.read_outcome().await?;
         *done = true;
         Ok(())
@@ -507,11 +508,15 @@ impl Keeper {
         let pending = self.journal(|j| {
             Ok(!j.pending_sets()?.is_empty()
                 || !j.pending(action::RESTORE)?.is_empty()
-                || !j.pending(action::CANCEL)?.is_empty())
+                || !j.pending(action::CANCEL)?.is_empty()
+                || !j.pending_deletions()?.is_empty())
         });
         if matches!(pending, Ok(true)) {
             if let Err(e) = self.resolve_with_disk().await {
                 tracing::warn!("settling requests left pending: {}", e.message());
+            }
+            if let Err(e) = self.settle_pending_deletions().await {
+                tracing::warn!("settling deletions left pending: {}", e.message());
             }
         }
     }
@@ -665,7 +670,14 @@ impl Keeper {
                 );
                 self.journal(|j| j.complete_set(id, &members, &outcome))?;
                 tracing::info!(set = id, uid, user = %asker.name, "{outcome}");
-                tracing::debug!(?decided, ?pending, ?taken, complete = ?started.elapsed(), "set timings (cumulative)");
+                let us = |d: Duration| d.as_micros() as u64;
+                tracing::debug!(
+                    decided_us = us(decided),
+                    pending_us = us(pending),
+                    taken_us = us(taken),
+                    complete_us = us(started.elapsed()),
+                    "set timings (cumulative)"
+                );
                 let snapshots = members
                     .iter()
                     .map(|m| SnapshotEntry {
@@ -853,7 +865,9 @@ impl Keeper {
                 } else {
                     (state::STAGED, format!("staged: {path} goes back to {name} at the next reboot; reboot to put it back"))
                 };
-                self.journal(|j| j.finish(id, st, &message))?;
+                // The consent was synced before the stem acted and the stem's request is
+                // durable: after a power cut the reconciliation finds it staged (adr/0011).
+                self.journal(|j| j.unsynced(|j| j.finish(id, st, &message)))?;
                 tracing::info!(uid, user = %asker.name, snapshot = name, "{message}");
                 Ok(RestoreStaged {
                     snapshot: name.to_owned(),
@@ -899,6 +913,8 @@ impl Keeper {
         if let Err(why) = self.authority.decide(uid, Act::Change) {
             return Err(self.refuse(&asker, action::CANCEL, "", "", why));
         }
+        // Synced before the stem acts: the stem makes a withdrawal durable before it answers,
+        // and the record of who withdrew must never be later than that (adr/0011).
         let id = self.journal(|j| {
             j.begin(
                 &asker,
@@ -911,7 +927,10 @@ impl Keeper {
                 "",
             )
         })?;
-        match self.stem.withdraw().await {
+        test_pause("cancel-pending").await;
+        let withdrawn = self.stem.withdraw().await;
+        test_pause("cancel-done").await;
+        match withdrawn {
             Ok(Some(members)) => {
                 let paths: Vec<&str> = members.iter().map(|m| of_path(&m.subvolume)).collect();
                 let message = if let [one] = &members[..] {
@@ -932,7 +951,9 @@ impl Keeper {
                         each.join(", ")
                     )
                 };
-                self.journal(|j| j.finish(id, state::WITHDRAWN, &message))?;
+                // The request to cancel was synced before the stem acted; the disk says
+                // what is staged after a power cut (adr/0011).
+                self.journal(|j| j.unsynced(|j| j.finish(id, state::WITHDRAWN, &message)))?;
                 Ok(Cancelled {
                     withdrawn: true,
                     snapshot: snapshot_names(&members),
@@ -950,7 +971,7 @@ impl Keeper {
                             "removed a bad restore request file ({why}); no restore was staged, \
                              nothing else changed"
                         );
-                        self.journal(|j| j.finish(id, state::WITHDRAWN, &message))?;
+                        self.journal(|j| j.unsynced(|j| j.finish(id, state::WITHDRAWN, &message)))?;
                         Ok(Cancelled {
                             withdrawn: true,
                             snapshot: String::new(),
@@ -975,7 +996,7 @@ impl Keeper {
     /// Cancel's answer when nothing was staged: journalled, nothing changed.
     fn nothing_to_cancel(&self, id: i64) -> Result<Cancelled, KeeperError> {
         let message = "no restore was staged; nothing changed".to_owned();
-        self.journal(|j| j.finish(id, state::NOTHING_STAGED, &message))?;
+        self.journal(|j| j.unsynced(|j| j.finish(id, state::NOTHING_STAGED, &message)))?;
         Ok(Cancelled {
             withdrawn: false,
             snapshot: String::new(),

@@ -5,6 +5,47 @@ pub mod cli;
 pub mod docs;
 mod render;
 
+/// Where a `tacid` process spends its time after `main` begins, said on stderr when
+/// `TACID_TIMINGS` is set (the end-to-end bench reads it; issue 15). Nothing otherwise.
+pub mod timings {
+    use std::sync::{Mutex, OnceLock};
+    use std::time::Instant;
+
+    static STARTED: OnceLock<Option<Instant>> = OnceLock::new();
+    static MARKS: Mutex<Vec<(&'static str, Instant)>> = Mutex::new(Vec::new());
+
+    /// `main` began at `at`; marks are kept only when `TACID_TIMINGS` is set.
+    pub fn start(at: Instant) {
+        let _ = STARTED.set(std::env::var_os("TACID_TIMINGS").map(|_| at));
+    }
+
+    /// The phase `what` ends now.
+    pub fn mark(what: &'static str) {
+        if let Some(Some(_)) = STARTED.get() {
+            MARKS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((what, Instant::now()));
+        }
+    }
+
+    /// One line on stderr: each phase's microseconds, and the total since `main` began.
+    pub fn report() {
+        let Some(Some(started)) = STARTED.get() else {
+            return;
+        };
+        let marks = MARKS.lock().unwrap_or_else(|p| p.into_inner());
+        let mut line = String::from("tacid timings (us):");
+        let mut last = *started;
+        for (what, at) in marks.iter() {
+            line.push_str(&format!(" {what}={}", at.duration_since(last).as_micros()));
+            last = *at;
+        }
+        line.push_str(&format!(" since_main={}", started.elapsed().as_micros()));
+        eprintln!("{line}");
+    }
+}
+
 use std::process::ExitCode;
 use std::time::SystemTime;
 
@@ -181,11 +222,14 @@ async fn connect(bus: Option<&str>) -> Result<Keeper1Proxy<'static>, Failure> {
         None => Connection::system().await,
     }
     .map_err(|e| unreachable(format!("cannot connect to the bus: {e}")))?;
-    Keeper1Proxy::builder(&conn)
+    timings::mark("connect");
+    let proxy = Keeper1Proxy::builder(&conn)
         .cache_properties(zbus::proxy::CacheProperties::No)
         .build()
         .await
-        .map_err(|e| unreachable(format!("cannot reach the keeper: {e}")))
+        .map_err(|e| unreachable(format!("cannot reach the keeper: {e}")));
+    timings::mark("proxy");
+    proxy
 }
 
 /// Run the command; what to print has been printed. Returns the exit code.
@@ -211,7 +255,11 @@ pub fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(exit::FAILED);
         }
     };
-    match runtime.block_on(act(cli)) {
+    timings::mark("runtime");
+    let done = runtime.block_on(act(cli));
+    timings::mark("render");
+    timings::report();
+    match done {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
             if json {
@@ -303,6 +351,7 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
     match data {
         Data::List(o) => {
             let all = keeper.list().await.map_err(classify)?;
+            timings::mark("call");
             if o.json {
                 print_json(&all);
             } else {
@@ -317,6 +366,7 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
                 keeper.snapshot(a.subvolumes, &a.reason, a.pre_switch).await
             }
             .map_err(classify)?;
+            timings::mark("call");
             if a.output.json {
                 print_json(&set);
             } else {
@@ -329,6 +379,7 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             let preview = slow_with_a_word(keeper.restore_preview(&a.name))
                 .await
                 .map_err(classify)?;
+            timings::mark("call");
             let details = if a.details {
                 Some(
                     slow_with_a_word(keeper.restore_details(&a.name))
@@ -388,6 +439,7 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
         }
         Data::Delete(a) => {
             let d = keeper.delete(&a.name).await.map_err(classify)?;
+            timings::mark("call");
             if a.output.json {
                 print_json(&d);
             } else {
