@@ -890,8 +890,9 @@ impl Keeper {
     async fn settle_after_stem_error(&self, id: i64, e: &StemError) -> Result<(), KeeperError> {
         match e {
             StemError::Refused { .. } | StemError::NotRunning => {
+                // The request was synced before the stem was asked; the disk settles it.
                 let outcome = format!("failed: {e}");
-                self.journal(|j| j.finish(id, state::FAILED, &outcome))
+                self.journal(|j| j.unsynced(|j| j.finish(id, state::FAILED, &outcome)))
             }
             StemError::WentAway | StemError::Bus(_) => {
                 let _sets = self.sets.lock().await;

@@ -135,11 +135,13 @@ impl Keeper {
                 // Gone mid-call: left pending, settled from the disk by the next prune.
                 if matches!(e, StemError::Refused { .. } | StemError::NotRunning) {
                     self.journal(|j| {
-                        j.finish_deletions(&[DeletionResult {
-                            id,
-                            name: name.to_owned(),
-                            result: Err(e.to_string()),
-                        }])
+                        j.unsynced(|j| {
+                            j.finish_deletions(&[DeletionResult {
+                                id,
+                                name: name.to_owned(),
+                                result: Err(e.to_string()),
+                            }])
+                        })
                     })?;
                 }
                 Err(match stem_error(e) {
