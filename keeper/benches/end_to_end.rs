@@ -88,13 +88,8 @@ struct Table(Vec<[String; 5]>);
 impl Table {
     fn row(&mut self, path: &str, measured: String, against: String, ratio: String, target: &str) {
         println!("  {path}: {measured}; {against}; {ratio} (target {target})");
-        self.0.push([
-            path.to_owned(),
-            measured,
-            against,
-            ratio,
-            target.to_owned(),
-        ]);
+        self.0
+            .push([path.to_owned(), measured, against, ratio, target.to_owned()]);
     }
 
     fn print(&self) {
@@ -252,9 +247,12 @@ fn forget_stale_snapper_config() {
 /// The raw snapshot ioctl of `sub` into `store`, timed.
 fn raw_snapshot(top: &btrfs::Top, store: &btrfs::Dir, sub: &str) -> Duration {
     let live = top.dir().open_dir(sub).expect("live subvolume");
-    let name = SnapshotName::new(SubvolumeName::parse(sub).expect("layout"), SystemTime::now())
-        .expect("name")
-        .to_string();
+    let name = SnapshotName::new(
+        SubvolumeName::parse(sub).expect("layout"),
+        SystemTime::now(),
+    )
+    .expect("name")
+    .to_string();
     let t = Instant::now();
     live.snapshot_to(store, &name, true).expect("raw snapshot");
     t.elapsed()
@@ -417,10 +415,7 @@ fn main() {
         ),
         "≤ 2.0×F and ≤ 1.0× btrfs",
     );
-    println!(
-        "  where a `tacid` process goes: {}",
-        cli_breakdown(&marks)
-    );
+    println!("  where a `tacid` process goes: {}", cli_breakdown(&marks));
     println!(
         "  `tacid --version` (process start, parse, exit): {}; /bin/true: {}",
         show(stat_of(&ms_of(&version))),
@@ -598,7 +593,9 @@ fn main() {
         let dir = home.join(format!("d{:03}", i % (TREE_FILES / 1000)));
         match i % 3 {
             0 => std::fs::write(dir.join(format!("new{i}")), b"new").expect("add"),
-            1 => std::fs::write(dir.join(format!("f{:04}", i / 100)), b"rewritten").expect("rewrite"),
+            1 => {
+                std::fs::write(dir.join(format!("f{:04}", i / 100)), b"rewritten").expect("rewrite")
+            }
             _ => {
                 let _ = std::fs::remove_file(dir.join(format!("f{:04}", 500 + i / 100)));
             }
@@ -626,7 +623,9 @@ fn main() {
                         "subvolume",
                         "list",
                         "-o",
-                        &b.w.top().join(layout::SNAPSHOTS_SUBVOLUME).to_string_lossy(),
+                        &b.w.top()
+                            .join(layout::SNAPSHOTS_SUBVOLUME)
+                            .to_string_lossy(),
                     ]),
                     0,
                 )
@@ -645,7 +644,11 @@ fn main() {
         let r = ratios(&list, &raw);
         b.table.row(
             &format!("`tacid data list` at {count}"),
-            format!("{} ({:.1} µs a snapshot)", show(l), l.median * 1e3 / count as f64),
+            format!(
+                "{} ({:.1} µs a snapshot)",
+                show(l),
+                l.median * 1e3 / count as f64
+            ),
             format!("raw tree-search process {}", show(stat_of(&ms_of(&raw)))),
             format!(
                 "{:.2}× [{:.2}–{:.2}], {}",
@@ -656,7 +659,10 @@ fn main() {
             ),
             "≤ 1.5×; flat per snapshot",
         );
-        println!("  where a `tacid data list` goes: {}", cli_breakdown(&list_marks));
+        println!(
+            "  where a `tacid data list` goes: {}",
+            cli_breakdown(&list_marks)
+        );
         l.median
     };
     let list_1000 = list_row(&mut b, 1000);

@@ -76,10 +76,7 @@ fn bus_a_delete_or_cancel_killed_at_any_point_is_settled_from_the_disk() {
     for (point, withdrawn) in [("cancel-pending", false), ("cancel-done", true)] {
         if w.request_file().is_none() {
             assert_eq!(w.tacid(APPROVER, &["data", "restore", &name]).0, 3);
-            assert_eq!(
-                w.tacid(APPROVER, &["data", "restore", &name, "--yes"]).0,
-                0
-            );
+            assert_eq!(w.tacid(APPROVER, &["data", "restore", &name, "--yes"]).0, 0);
         }
         kill_keeper_at(&mut w, point, &["data", "cancel"]);
         let row = last_of(&w, "cancel");
