@@ -411,11 +411,6 @@ impl Engine {
 
     /// Take a set, all or nothing: each member committed; on a failure the members already
     /// taken are deleted again and the error names the member that failed.
-    ///
-    /// The members are taken on a thread each, at once: each snapshot ioctl commits the
-    /// transaction it joined, and ioctls that join the same transaction share its commit,
-    /// so a set of three costs about one commit, not three (issue 15; the end-to-end bench
-    /// prints both floors).
     pub fn take_set(&self, subvolumes: &[SubvolumeName]) -> Result<Vec<Snapshot>, EngineError> {
         let mut members: Vec<SubvolumeName> = Vec::with_capacity(subvolumes.len());
         for s in subvolumes {
@@ -427,57 +422,23 @@ impl Engine {
             }
         }
         let store = self.store()?;
-        let results: Vec<(SubvolumeName, Result<Snapshot, EngineError>)> = if members.len() == 1 {
-            members
-                .iter()
-                .map(|m| (*m, self.take_into(&store, *m)))
-                .collect()
-        } else {
-            let store = &store;
-            std::thread::scope(|scope| {
-                let running: Vec<_> = members
-                    .iter()
-                    .map(|m| {
-                        let m = *m;
-                        (m, scope.spawn(move || self.take_into(store, m)))
-                    })
-                    .collect();
-                running
-                    .into_iter()
-                    .map(|(m, handle)| {
-                        let taken = handle.join().unwrap_or_else(|_| {
-                            Err(EngineError::Btrfs(btrfs::Error {
-                                op: "take a member of a set",
-                                name: m.to_string().into(),
-                                kind: ErrorKind::Other,
-                                source: std::io::Error::other("the member's thread panicked"),
-                            }))
-                        });
-                        (m, taken)
-                    })
-                    .collect()
-            })
-        };
-        let mut taken = Vec::with_capacity(results.len());
-        let mut failed = None;
-        for (member, result) in results {
-            match result {
+        let mut taken = Vec::with_capacity(members.len());
+        for member in members {
+            match self.take_into(&store, member) {
                 Ok(s) => taken.push(s),
-                Err(source) if failed.is_none() => failed = Some((member, source)),
-                Err(_) => {}
+                Err(source) => {
+                    for s in &taken {
+                        let _ = store.delete_subvolume_by_id(s.id);
+                    }
+                    if !taken.is_empty() {
+                        let _ = store.commit();
+                    }
+                    return Err(EngineError::SetMember {
+                        member,
+                        source: Box::new(source),
+                    });
+                }
             }
-        }
-        if let Some((member, source)) = failed {
-            for s in &taken {
-                let _ = store.delete_subvolume_by_id(s.id);
-            }
-            if !taken.is_empty() {
-                let _ = store.commit();
-            }
-            return Err(EngineError::SetMember {
-                member,
-                source: Box::new(source),
-            });
         }
         Ok(taken)
     }
