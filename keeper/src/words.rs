@@ -10,57 +10,82 @@ use time::OffsetDateTime;
 
 /// A time for people: `Tue 1 Dec 14:02 UTC` (the year only when it is not `now`'s).
 pub fn human_time(when: SystemTime, now: SystemTime) -> String {
-    let w = utc(when);
-    let n = utc(now);
-    const WEEKDAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let weekday = WEEKDAYS[usize::from(w.weekday().number_days_from_monday())];
-    let month = MONTHS[usize::from(u8::from(w.month()) - 1)];
-    let year = if w.year() == n.year() {
-        String::new()
-    } else {
-        format!(" {}", w.year())
-    };
-    format!(
-        "{weekday} {} {month}{year} {:02}:{:02} UTC",
-        w.day(),
-        w.hour(),
-        w.minute()
-    )
+    HumanTime(when, now).to_string()
+}
+
+/// [`human_time`] written straight into a formatter (no allocation): `HumanTime(when, now)`.
+#[derive(Debug, Clone, Copy)]
+pub struct HumanTime(pub SystemTime, pub SystemTime);
+
+impl std::fmt::Display for HumanTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let w = utc(self.0);
+        let n = utc(self.1);
+        const WEEKDAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+        const MONTHS: [&str; 12] = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ];
+        let weekday = WEEKDAYS[usize::from(w.weekday().number_days_from_monday())];
+        let month = MONTHS[usize::from(u8::from(w.month()) - 1)];
+        write!(f, "{weekday} {} {month}", w.day())?;
+        if w.year() != n.year() {
+            write!(f, " {}", w.year())?;
+        }
+        write!(f, " {:02}:{:02} UTC", w.hour(), w.minute())
+    }
 }
 
 /// The exact time, for people who need it: `2026-12-01 14:02:00.123456 UTC`.
 pub fn exact_time(when: SystemTime) -> String {
-    let w = utc(when);
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06} UTC",
-        w.year(),
-        u8::from(w.month()),
-        w.day(),
-        w.hour(),
-        w.minute(),
-        w.second(),
-        w.microsecond()
-    )
+    ExactTime(when).to_string()
+}
+
+/// [`exact_time`] written straight into a formatter (no allocation).
+#[derive(Debug, Clone, Copy)]
+pub struct ExactTime(pub SystemTime);
+
+impl std::fmt::Display for ExactTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let w = utc(self.0);
+        write!(
+            f,
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06} UTC",
+            w.year(),
+            u8::from(w.month()),
+            w.day(),
+            w.hour(),
+            w.minute(),
+            w.second(),
+            w.microsecond()
+        )
+    }
 }
 
 /// How long ago, roughly: `just now`, `5 minutes ago`, `2 days ago`, `in the future`.
 pub fn ago(when: SystemTime, now: SystemTime) -> String {
-    let Ok(d) = now.duration_since(when) else {
-        return "in the future; check the clock".into();
-    };
-    let s = d.as_secs();
-    let (n, unit) = match s {
-        0..60 => return "just now".into(),
-        60..3600 => (s / 60, "minute"),
-        3600..86_400 => (s / 3600, "hour"),
-        86_400..2_592_000 => (s / 86_400, "day"),
-        2_592_000..31_536_000 => (s / 2_592_000, "month"),
-        _ => (s / 31_536_000, "year"),
-    };
-    format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
+    Ago(when, now).to_string()
+}
+
+/// [`ago`] written straight into a formatter (no allocation): `Ago(when, now)`.
+#[derive(Debug, Clone, Copy)]
+pub struct Ago(pub SystemTime, pub SystemTime);
+
+impl std::fmt::Display for Ago {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Ok(d) = self.1.duration_since(self.0) else {
+            return f.write_str("in the future; check the clock");
+        };
+        let s = d.as_secs();
+        let (n, unit) = match s {
+            0..60 => return f.write_str("just now"),
+            60..3600 => (s / 60, "minute"),
+            3600..86_400 => (s / 3600, "hour"),
+            86_400..2_592_000 => (s / 86_400, "day"),
+            2_592_000..31_536_000 => (s / 2_592_000, "month"),
+            _ => (s / 31_536_000, "year"),
+        };
+        write!(f, "{n} {unit}{} ago", if n == 1 { "" } else { "s" })
+    }
 }
 
 /// What a restore costs, in the words of what is lost.
