@@ -1005,7 +1005,15 @@ impl Dir {
         }
         let flags =
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
-        let file = match rustix::fs::openat(&self.fd, name, flags, Mode::empty()) {
+        // Without an access time: an update of it is a change of the subvolume (its root
+        // item's last-change stamps, the store's generation), and a read is none. Only the
+        // owner or CAP_FOWNER may ask for that; anybody else reads the usual way.
+        let opened =
+            match rustix::fs::openat(&self.fd, name, flags | OFlags::NOATIME, Mode::empty()) {
+                Err(Errno::PERM) => rustix::fs::openat(&self.fd, name, flags, Mode::empty()),
+                other => other,
+            };
+        let file = match opened {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(None),
             Err(e) => return Err(Error::sys(OP, name, e)),
