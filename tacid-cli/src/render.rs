@@ -8,7 +8,7 @@ use keeper::wire::{
     RestoreStaged, SetRestorePreview, SetRestoreStaged, SnapshotRow, SnapshotSet, Status,
     TargetCopies,
 };
-use keeper::words::{ago, from_micros, human_time, Ago, ExactTime, HumanTime};
+use keeper::words::{ago, from_micros, human_time, utc_year, write_taken};
 
 const NO_BACKUP: &str =
     "A snapshot lives on the same disk as what it is of: it is no backup against a dead disk; \
@@ -24,12 +24,14 @@ fn write_why(out: &mut impl std::io::Write, e: &SnapshotRow<'_>) -> std::io::Res
     if e.pre_switch {
         out.write_all(b"before switching configuration, ")?;
     }
-    write!(out, "asked by {}", e.asked_by)?;
+    out.write_all(b"asked by ")?;
+    out.write_all(e.asked_by.as_bytes())?;
     if e.asked_by_uid != u32::MAX {
         write!(out, " (uid {})", e.asked_by_uid)?;
     }
     if !e.reason.is_empty() {
-        write!(out, ": {}", e.reason)?;
+        out.write_all(b": ")?;
+        out.write_all(e.reason.as_bytes())?;
     }
     Ok(())
 }
@@ -68,18 +70,15 @@ pub fn write_list(
         if n == 1 { "" } else { "s" }
     )?;
     let staged = rows.iter().filter(|e| e.pinned).count();
+    let now_year = utc_year(now);
     let mut at = 0;
     for (i, e) in rows.iter().enumerate() {
-        let taken = from_micros(e.taken_micros);
-        writeln!(out, "{}  of {}", e.name, e.of_path)?;
-        writeln!(
-            out,
-            "    taken  {} ({}); exactly {}",
-            HumanTime(taken, now),
-            Ago(taken, now),
-            ExactTime(taken)
-        )?;
-        out.write_all(b"    why    ")?;
+        out.write_all(e.name.as_bytes())?;
+        out.write_all(b"  of ")?;
+        out.write_all(e.of_path.as_bytes())?;
+        out.write_all(b"\n    taken  ")?;
+        write_taken(out, from_micros(e.taken_micros), now, now_year)?;
+        out.write_all(b"\n    why    ")?;
         write_why(out, e)?;
         out.write_all(b"\n")?;
         if e.set_id > 0 {
