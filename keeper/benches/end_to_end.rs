@@ -303,8 +303,23 @@ fn main() {
         return;
     }
     std::env::set_var("NO_COLOR", "1");
+    // The daemons run as their shipped units run them (`Environment=GLIBC_TUNABLES`); the
+    // CLI and the floors' processes without.
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/systemd/tacid-keeper.service"
+    ))
+    .expect("the keeper's unit");
+    if let Some(tunables) = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("Environment=GLIBC_TUNABLES="))
+    {
+        std::env::set_var("GLIBC_TUNABLES", tunables);
+    }
     // Room for 10 000 snapshots and a tree of 100 000 files (metadata is DUP).
-    let Some(w) = common::World::start_on(3 << 30) else {
+    let started = common::World::start_on(3 << 30);
+    std::env::remove_var("GLIBC_TUNABLES");
+    let Some(w) = started else {
         return;
     };
     let top = btrfs::Top::open(w.top()).expect("top");

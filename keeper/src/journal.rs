@@ -92,8 +92,10 @@ const MIGRATIONS: &[&str] = &[
 ];
 
 mod copies;
+mod list;
 mod retention;
 pub use copies::{CopyAction, CopyEnd, CopyRow};
+pub use list::ListedRequest;
 pub use retention::{Deletion, DeletionResult, RetentionAction};
 
 /// The version a journal has after every migration.

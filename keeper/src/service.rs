@@ -4,7 +4,6 @@
 //! error; the interface module only converts. Journal writes are synchronous (one fsync),
 //! done under one mutex; snapshot sets are taken one at a time (adr/0011).
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -26,9 +25,11 @@ use crate::wire::{
 use crate::words::to_micros;
 
 mod copies;
+mod list;
 mod preview;
 mod retention;
 mod set_restore;
+pub use list::{Listed, ListedCopies, ListedRows};
 pub use preview::MAX_LOOKER_COUNTS;
 pub use retention::describe as describe_policy;
 
@@ -78,6 +79,8 @@ pub struct Keeper {
     copies: layout::copies::CopiesConfig,
     /// One act at a time on each target.
     copy_acts: copies::TargetActs,
+    /// The last list made, kept while the store and the journal stay as they were.
+    list_cache: list::ListCache,
 }
 
 /// Requests of people who may only look (list, status, a preview, a dry run of prune) that
@@ -196,6 +199,7 @@ impl Keeper {
             looker_requests: tokio::sync::Semaphore::new(MAX_LOOKER_REQUESTS),
             copies: layout::copies::CopiesConfig::default(),
             copy_acts: copies::TargetActs::default(),
+            list_cache: list::ListCache::default(),
         }
     }
 
@@ -519,68 +523,6 @@ impl Keeper {
                 tracing::warn!("settling deletions left pending: {}", e.message());
             }
         }
-    }
-
-    /// Every snapshot, newest first, with what the journal knows of each.
-    pub async fn list(&self, uid: u32) -> Result<Vec<SnapshotEntry>, KeeperError> {
-        let _turn = self.looker_turn(self.may_change(uid)).await;
-        self.ensure_reconciled().await;
-        self.settle_leftovers().await;
-        let started = std::time::Instant::now();
-        let disk = self.stem.list().await.map_err(stem_error)?;
-        let listed = started.elapsed();
-        let (known, mut copies) =
-            self.journal(|j| Ok((j.snapshots()?, j.copies_by_snapshot()?)))?;
-        tracing::debug!(?listed, journal = ?started.elapsed(), count = disk.len(), "list timings (cumulative)");
-        let known: HashMap<&str, _> = known.iter().map(|r| (r.name.as_str(), r)).collect();
-        let mut out: Vec<SnapshotEntry> = disk
-            .iter()
-            .map(|d| {
-                let m = &d.member;
-                let row = known.get(m.name.as_str()).and_then(|r| r.request.as_ref());
-                let of_path = SubvolumeName::parse(&m.of_subvolume)
-                    .map(|s| s.display_path())
-                    .unwrap_or("?");
-                let (reason, asked_by, uid, origin, pre_switch, set_id) = match row {
-                    Some(r) => (
-                        escape(r.reason.as_bytes()),
-                        escape(r.user_name.as_bytes()),
-                        r.uid,
-                        "journal",
-                        r.pre_switch,
-                        r.id,
-                    ),
-                    None => (
-                        String::new(),
-                        String::new(),
-                        u32::MAX,
-                        "unknown-origin",
-                        false,
-                        0,
-                    ),
-                };
-                SnapshotEntry {
-                    name: m.name.clone(),
-                    of: m.of_subvolume.clone(),
-                    of_path: of_path.to_owned(),
-                    taken_micros: m.taken_micros,
-                    reason,
-                    asked_by,
-                    asked_by_uid: uid,
-                    origin: origin.to_owned(),
-                    pre_switch,
-                    pinned: d.staged,
-                    set_id,
-                    copies: copies.remove(m.name.as_str()).unwrap_or_default(),
-                }
-            })
-            .collect();
-        out.sort_by(|a, b| {
-            b.taken_micros
-                .cmp(&a.taken_micros)
-                .then(b.name.cmp(&a.name))
-        });
-        Ok(out)
     }
 
     /// Take a set of snapshots: journalled pending, then taken, then marked complete.

@@ -325,6 +325,36 @@ async fn restore_set(keeper: &Keeper1Proxy<'static>, a: cli::RestoreArgs) -> Res
     Ok(exit::OK)
 }
 
+/// `tacid data list`: the keeper's flat `ListRows`, read in place from its reply and written
+/// into one buffered stdout. A reader that goes away (`| head`) ends the writing quietly.
+async fn list_rows(
+    keeper: &Keeper1Proxy<'static>,
+    json: bool,
+    now: SystemTime,
+) -> Result<(), Failure> {
+    use keeper::wire::{CopyOfRow, SnapshotRow};
+    use std::io::Write as _;
+    let reply = keeper
+        .inner()
+        .call_method("ListRows", &())
+        .await
+        .map_err(|e| classify(KeeperError::from(e)))?;
+    let body = reply.body();
+    let (rows, copies): (Vec<SnapshotRow<'_>>, Vec<CopyOfRow<'_>>) = body
+        .deserialize()
+        .map_err(|e| classify(KeeperError::ZBus(e.into())))?;
+    timings::mark("call");
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout.lock());
+    let written = if json {
+        render::write_list_json(&mut out, &rows, &copies)
+    } else {
+        render::write_list(&mut out, &rows, &copies, now)
+    };
+    let _ = written.and_then(|()| out.flush());
+    Ok(())
+}
+
 fn print_json<T: serde::Serialize>(v: &T) {
     match serde_json::to_string_pretty(v) {
         Ok(s) => println!("{s}"),
@@ -350,13 +380,7 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
     let now = SystemTime::now();
     match data {
         Data::List(o) => {
-            let all = keeper.list().await.map_err(classify)?;
-            timings::mark("call");
-            if o.json {
-                print_json(&all);
-            } else {
-                print!("{}", render::list(&all, now));
-            }
+            list_rows(&keeper, o.json, now).await?;
             Ok(exit::OK)
         }
         Data::Snapshot(a) => {
