@@ -614,6 +614,30 @@ impl Dir {
         })
     }
 
+    /// When anything in the subvolume this directory is in last changed: the transaction
+    /// it changed in and the time, in nanoseconds since the epoch (the root item's
+    /// `ctransid` and `ctime`, from `BTRFS_IOC_GET_SUBVOL_INFO`, which reads the root item in
+    /// memory). Btrfs sets both whenever it updates any inode of the subvolume — an entry
+    /// added, removed or renamed in any of its directories, a file written — before any
+    /// commit, and the time from the fine-grained real-time clock, so two changes are told
+    /// apart even within one transaction.
+    pub fn subvolume_last_change(&self) -> Result<(u64, u64)> {
+        let a = sys::get_subvol_info(self.fd.as_fd()).map_err(|e| {
+            Error::sys_with(
+                "read subvolume info",
+                "",
+                e,
+                &[(Errno::NOTTY, ErrorKind::NotASubvolume)],
+            )
+        })?;
+        let nanos = a
+            .ctime
+            .sec
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(a.ctime.nsec));
+        Ok((a.ctransid, nanos))
+    }
+
     fn require_subvolume_root(&self, op: &'static str) -> Result<()> {
         if self.is_subvolume_root()? {
             Ok(())
@@ -990,7 +1014,15 @@ impl Dir {
         }
         let flags =
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
-        let file = match rustix::fs::openat(&self.fd, name, flags, Mode::empty()) {
+        // Without an access time: an update of it is a change of the subvolume (its root
+        // item's last-change stamps, the store's generation), and a read is none. Only the
+        // owner or CAP_FOWNER may ask for that; anybody else reads the usual way.
+        let opened =
+            match rustix::fs::openat(&self.fd, name, flags | OFlags::NOATIME, Mode::empty()) {
+                Err(Errno::PERM) => rustix::fs::openat(&self.fd, name, flags, Mode::empty()),
+                other => other,
+            };
+        let file = match opened {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(None),
             Err(e) => return Err(Error::sys(OP, name, e)),

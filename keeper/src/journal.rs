@@ -92,8 +92,10 @@ const MIGRATIONS: &[&str] = &[
 ];
 
 mod copies;
+mod list;
 mod retention;
 pub use copies::{CopyAction, CopyEnd, CopyRow};
+pub use list::ListedRequest;
 pub use retention::{Deletion, DeletionResult, RetentionAction};
 
 /// The version a journal has after every migration.
@@ -435,6 +437,29 @@ impl Journal {
         let id = id?;
         restored?;
         Ok(id)
+    }
+
+    /// Run `write` with commits that are not synced on their own (`synchronous=NORMAL`),
+    /// then go back to FULL. Such a commit survives a killed keeper at once (it is in the
+    /// WAL) and reaches the disk with the next synced commit or checkpoint; a power cut
+    /// before that loses it. For rows the disk can stand in for: the end of an act whose
+    /// request was synced before the act (the reconciliation reads the outcome from the
+    /// disk), a preview's words (lost, they are only shown again) — adr/0011.
+    pub fn unsynced<T>(
+        &mut self,
+        write: impl FnOnce(&mut Journal) -> Result<T, JournalError>,
+    ) -> Result<T, JournalError> {
+        self.conn
+            .execute_batch("PRAGMA synchronous=NORMAL")
+            .map_err(|e| self.err(e))?;
+        let done = write(self);
+        let restored = self
+            .conn
+            .execute_batch("PRAGMA synchronous=FULL")
+            .map_err(|e| self.err(e));
+        let done = done?;
+        restored?;
+        Ok(done)
     }
 
     /// Write the counts of refused rows that stand for many calls (adr/0016): row `id` now

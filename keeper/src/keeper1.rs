@@ -29,7 +29,7 @@ use zbus::object_server::Interface as _;
 use zbus::proxy::CacheProperties;
 use zbus::{fdo, interface, Connection};
 
-use crate::service::Keeper;
+use crate::service::{Keeper, ListedCopies, ListedRows};
 use crate::wire::{
     Cancelled, ClosedOpen, CopyInFlight, CopyReport, Deleted, Fetched, KeepMarked, KeeperError,
     Opened, PartChanges, PruneReport, RestoreDetails, RestorePreview, RestoreStaged,
@@ -147,6 +147,21 @@ impl Keeper1 {
     ) -> Result<Vec<SnapshotEntry>, KeeperError> {
         let uid = caller(&self.callers, connection, &header).await?;
         self.keeper.list(uid).await
+    }
+
+    /// The same list as `List`, flat: one row per snapshot, newest first, and the targets
+    /// holding a copy as (row from 0, target) pairs, rows in order and each row's targets
+    /// in name order. The keeper answers from the list it keeps while neither the store nor
+    /// its journal has changed. Anybody may list. Errors: as `List`.
+    #[zbus(out_args("rows", "copies"))]
+    async fn list_rows(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<(ListedRows, ListedCopies), KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        let listed = self.keeper.list_rows(uid).await?;
+        Ok((ListedRows(listed.clone()), ListedCopies(listed)))
     }
 
     /// Take a set of snapshots, journalled pending first and complete only when the stem

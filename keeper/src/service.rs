@@ -4,7 +4,6 @@
 //! error; the interface module only converts. Journal writes are synchronous (one fsync),
 //! done under one mutex; snapshot sets are taken one at a time (adr/0011).
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -26,10 +25,12 @@ use crate::wire::{
 use crate::words::to_micros;
 
 mod copies;
+mod list;
 mod open;
 mod preview;
 mod retention;
 mod set_restore;
+pub use list::{Listed, ListedCopies, ListedRows};
 pub use open::{home_part, CHECK_EVERY as OPEN_CHECK_EVERY, OPENS_PER_WINDOW};
 pub use preview::MAX_LOOKER_COUNTS;
 pub use retention::describe as describe_policy;
@@ -82,6 +83,8 @@ pub struct Keeper {
     copy_acts: copies::TargetActs,
     /// The opens this keeper journalled, and the turns of diffs (adr/0019).
     opens: open::OpenState,
+    /// The last list made, kept while the store and the journal stay as they were.
+    list_cache: list::ListCache,
 }
 
 /// Requests of people who may only look (list, status, a preview, a dry run of prune) that
@@ -201,6 +204,7 @@ impl Keeper {
             copies: layout::copies::CopiesConfig::default(),
             copy_acts: copies::TargetActs::default(),
             opens: open::OpenState::new(),
+            list_cache: list::ListCache::default(),
         }
     }
 
@@ -387,6 +391,7 @@ impl Keeper {
         }
         let _sets = self.sets.lock().await;
         self.resolve_with_disk().await?;
+        self.settle_pending_deletions().await?;
         self.read_outcome().await?;
         *done = true;
         Ok(())
@@ -512,75 +517,17 @@ impl Keeper {
         let pending = self.journal(|j| {
             Ok(!j.pending_sets()?.is_empty()
                 || !j.pending(action::RESTORE)?.is_empty()
-                || !j.pending(action::CANCEL)?.is_empty())
+                || !j.pending(action::CANCEL)?.is_empty()
+                || !j.pending_deletions()?.is_empty())
         });
         if matches!(pending, Ok(true)) {
             if let Err(e) = self.resolve_with_disk().await {
                 tracing::warn!("settling requests left pending: {}", e.message());
             }
+            if let Err(e) = self.settle_pending_deletions().await {
+                tracing::warn!("settling deletions left pending: {}", e.message());
+            }
         }
-    }
-
-    /// Every snapshot, newest first, with what the journal knows of each.
-    pub async fn list(&self, uid: u32) -> Result<Vec<SnapshotEntry>, KeeperError> {
-        let _turn = self.looker_turn(self.may_change(uid)).await;
-        self.ensure_reconciled().await;
-        self.settle_leftovers().await;
-        let started = std::time::Instant::now();
-        let disk = self.stem.list().await.map_err(stem_error)?;
-        let listed = started.elapsed();
-        let (known, mut copies) =
-            self.journal(|j| Ok((j.snapshots()?, j.copies_by_snapshot()?)))?;
-        tracing::debug!(?listed, journal = ?started.elapsed(), count = disk.len(), "list timings (cumulative)");
-        let known: HashMap<&str, _> = known.iter().map(|r| (r.name.as_str(), r)).collect();
-        let mut out: Vec<SnapshotEntry> = disk
-            .iter()
-            .map(|d| {
-                let m = &d.member;
-                let row = known.get(m.name.as_str()).and_then(|r| r.request.as_ref());
-                let of_path = SubvolumeName::parse(&m.of_subvolume)
-                    .map(|s| s.display_path())
-                    .unwrap_or("?");
-                let (reason, asked_by, uid, origin, pre_switch, set_id) = match row {
-                    Some(r) => (
-                        escape(r.reason.as_bytes()),
-                        escape(r.user_name.as_bytes()),
-                        r.uid,
-                        "journal",
-                        r.pre_switch,
-                        r.id,
-                    ),
-                    None => (
-                        String::new(),
-                        String::new(),
-                        u32::MAX,
-                        "unknown-origin",
-                        false,
-                        0,
-                    ),
-                };
-                SnapshotEntry {
-                    name: m.name.clone(),
-                    of: m.of_subvolume.clone(),
-                    of_path: of_path.to_owned(),
-                    taken_micros: m.taken_micros,
-                    reason,
-                    asked_by,
-                    asked_by_uid: uid,
-                    origin: origin.to_owned(),
-                    pre_switch,
-                    pinned: d.staged,
-                    set_id,
-                    copies: copies.remove(m.name.as_str()).unwrap_or_default(),
-                }
-            })
-            .collect();
-        out.sort_by(|a, b| {
-            b.taken_micros
-                .cmp(&a.taken_micros)
-                .then(b.name.cmp(&a.name))
-        });
-        Ok(out)
     }
 
     /// Take a set of snapshots: journalled pending, then taken, then marked complete.
@@ -670,7 +617,14 @@ impl Keeper {
                 );
                 self.journal(|j| j.complete_set(id, &members, &outcome))?;
                 tracing::info!(set = id, uid, user = %asker.name, "{outcome}");
-                tracing::debug!(?decided, ?pending, ?taken, complete = ?started.elapsed(), "set timings (cumulative)");
+                let us = |d: Duration| d.as_micros() as u64;
+                tracing::debug!(
+                    decided_us = us(decided),
+                    pending_us = us(pending),
+                    taken_us = us(taken),
+                    complete_us = us(started.elapsed()),
+                    "set timings (cumulative)"
+                );
                 let snapshots = members
                     .iter()
                     .map(|m| SnapshotEntry {
@@ -858,7 +812,9 @@ impl Keeper {
                 } else {
                     (state::STAGED, format!("staged: {path} goes back to {name} at the next reboot; reboot to put it back"))
                 };
-                self.journal(|j| j.finish(id, st, &message))?;
+                // The consent was synced before the stem acted and the stem's request is
+                // durable: after a power cut the reconciliation finds it staged (adr/0011).
+                self.journal(|j| j.unsynced(|j| j.finish(id, st, &message)))?;
                 tracing::info!(uid, user = %asker.name, snapshot = name, "{message}");
                 Ok(RestoreStaged {
                     snapshot: name.to_owned(),
@@ -881,8 +837,9 @@ impl Keeper {
     async fn settle_after_stem_error(&self, id: i64, e: &StemError) -> Result<(), KeeperError> {
         match e {
             StemError::Refused { .. } | StemError::NotRunning => {
+                // The request was synced before the stem was asked; the disk settles it.
                 let outcome = format!("failed: {e}");
-                self.journal(|j| j.finish(id, state::FAILED, &outcome))
+                self.journal(|j| j.unsynced(|j| j.finish(id, state::FAILED, &outcome)))
             }
             StemError::WentAway | StemError::Bus(_) => {
                 let _sets = self.sets.lock().await;
@@ -904,6 +861,8 @@ impl Keeper {
         if let Err(why) = self.authority.decide(uid, Act::Change) {
             return Err(self.refuse(&asker, action::CANCEL, "", "", why));
         }
+        // Synced before the stem acts: the stem makes a withdrawal durable before it answers,
+        // and the record of who withdrew must never be later than that (adr/0011).
         let id = self.journal(|j| {
             j.begin(
                 &asker,
@@ -916,7 +875,10 @@ impl Keeper {
                 "",
             )
         })?;
-        match self.stem.withdraw().await {
+        test_pause("cancel-pending").await;
+        let withdrawn = self.stem.withdraw().await;
+        test_pause("cancel-done").await;
+        match withdrawn {
             Ok(Some(members)) => {
                 let paths: Vec<&str> = members.iter().map(|m| of_path(&m.subvolume)).collect();
                 let message = if let [one] = &members[..] {
@@ -937,7 +899,9 @@ impl Keeper {
                         each.join(", ")
                     )
                 };
-                self.journal(|j| j.finish(id, state::WITHDRAWN, &message))?;
+                // The request to cancel was synced before the stem acted; the disk says
+                // what is staged after a power cut (adr/0011).
+                self.journal(|j| j.unsynced(|j| j.finish(id, state::WITHDRAWN, &message)))?;
                 Ok(Cancelled {
                     withdrawn: true,
                     snapshot: snapshot_names(&members),
@@ -955,7 +919,7 @@ impl Keeper {
                             "removed a bad restore request file ({why}); no restore was staged, \
                              nothing else changed"
                         );
-                        self.journal(|j| j.finish(id, state::WITHDRAWN, &message))?;
+                        self.journal(|j| j.unsynced(|j| j.finish(id, state::WITHDRAWN, &message)))?;
                         Ok(Cancelled {
                             withdrawn: true,
                             snapshot: String::new(),
@@ -980,7 +944,7 @@ impl Keeper {
     /// Cancel's answer when nothing was staged: journalled, nothing changed.
     fn nothing_to_cancel(&self, id: i64) -> Result<Cancelled, KeeperError> {
         let message = "no restore was staged; nothing changed".to_owned();
-        self.journal(|j| j.finish(id, state::NOTHING_STAGED, &message))?;
+        self.journal(|j| j.unsynced(|j| j.finish(id, state::NOTHING_STAGED, &message)))?;
         Ok(Cancelled {
             withdrawn: false,
             snapshot: String::new(),

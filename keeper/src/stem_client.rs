@@ -26,6 +26,15 @@ pub struct DiskSnapshot {
     pub staged: bool,
 }
 
+/// A snapshot on disk as `list_since` gives it, borrowed from the stem's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OnDisk<'a> {
+    pub name: &'a str,
+    pub of: &'a str,
+    pub taken_micros: i64,
+    pub staged: bool,
+}
+
 /// One member of a staged request, as the stem reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
@@ -237,6 +246,45 @@ impl StemClient {
     pub async fn list(&self) -> Result<Vec<DiskSnapshot>, StemError> {
         let all = self.call(|p| async move { p.list().await }).await?;
         Ok(all.iter().map(member).collect())
+    }
+
+    /// The store's generation, and — when it is not `known` — each snapshot on disk, newest
+    /// first, given to `each` borrowed from the stem's answer (nothing is copied that the
+    /// caller does not keep). Returns the generation and whether it changed.
+    pub async fn list_since(
+        &self,
+        known: &[u64],
+        mut each: impl FnMut(OnDisk<'_>),
+    ) -> Result<(Vec<u64>, bool), StemError> {
+        let known = known.to_vec();
+        let reply = self
+            .call(|p| {
+                let known = known.clone();
+                async move {
+                    p.inner()
+                        .call_method("ListSince", &(known,))
+                        .await
+                        .map_err(stem1::Error::from)
+                }
+            })
+            .await?;
+        type Row<'a> = (&'a str, u64, &'a str, &'a str, &'a str, i64, bool, bool);
+        let body = reply.body();
+        let (generation, changed, rows): (Vec<u64>, bool, Vec<Row<'_>>) = body
+            .deserialize()
+            .map_err(|e| StemError::Bus(format!("the stem's list does not read: {e}")))?;
+        for (name, _id, _uuid, of, _origin, taken, _readonly, staged) in rows {
+            each(OnDisk {
+                name,
+                of,
+                // As `member`: the time in the name, to the microsecond.
+                taken_micros: layout::SnapshotName::parse(name)
+                    .map(|n| n.taken_unix_micros())
+                    .unwrap_or(taken),
+                staged,
+            });
+        }
+        Ok((generation, changed))
     }
 
     /// Take a set, all or nothing; the members in the order asked.

@@ -39,6 +39,52 @@ pub struct SnapshotEntry {
     pub copies: Vec<String>,
 }
 
+/// One snapshot in the answer to `ListRows`: the fields of [`SnapshotEntry`] but `copies`,
+/// plain (no nesting), borrowed from the message where it is read. The targets holding a
+/// copy are the same answer's [`CopyOfRow`]s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct SnapshotRow<'a> {
+    pub name: &'a str,
+    pub of: &'a str,
+    pub of_path: &'a str,
+    pub taken_micros: i64,
+    pub reason: &'a str,
+    pub asked_by: &'a str,
+    pub asked_by_uid: u32,
+    pub origin: &'a str,
+    pub pre_switch: bool,
+    pub pinned: bool,
+    pub set_id: i64,
+}
+
+/// A target holding a verified copy of the snapshot in row `row` (from 0) of the same
+/// `ListRows` answer; rows in order, targets of a row in name order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct CopyOfRow<'a> {
+    pub row: u32,
+    pub target: &'a str,
+}
+
+impl SnapshotRow<'_> {
+    /// The entry `List` answers for this row, with its targets.
+    pub fn to_entry(&self, copies: Vec<String>) -> SnapshotEntry {
+        SnapshotEntry {
+            name: self.name.to_owned(),
+            of: self.of.to_owned(),
+            of_path: self.of_path.to_owned(),
+            taken_micros: self.taken_micros,
+            reason: self.reason.to_owned(),
+            asked_by: self.asked_by.to_owned(),
+            asked_by_uid: self.asked_by_uid,
+            origin: self.origin.to_owned(),
+            pre_switch: self.pre_switch,
+            pinned: self.pinned,
+            set_id: self.set_id,
+            copies,
+        }
+    }
+}
+
 /// The answer to `Snapshot`: every member exists and is committed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
 pub struct SnapshotSet {
@@ -551,6 +597,8 @@ impl KeeperError {
 pub trait Keeper1 {
     /// Every snapshot, newest first.
     fn list(&self) -> Result<Vec<SnapshotEntry>, KeeperError>;
+    // `ListRows` (the same list, flat) has borrowed rows no proxy method can return: the
+    // CLI calls it by name and reads the rows in place (`tacid-cli`'s `list_rows`).
     /// Take a set of snapshots (empty list: the default set).
     fn snapshot(
         &self,

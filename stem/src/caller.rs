@@ -7,17 +7,35 @@
 //! refuses strangers too; this check is the one that does not depend on a file being
 //! installed right.
 
+use std::sync::{Arc, Mutex};
+
 use zbus::message::Header;
 use zbus::names::BusName;
 use zbus::proxy::CacheProperties;
 use zbus::{fdo, Connection};
 
 /// The one user allowed to call the stem.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Authority {
     user: String,
     uid: u32,
+    /// The unique bus names already found to be the keeper's user. The bus never gives a
+    /// unique name to a second connection, so the answer stands for the connection's life;
+    /// remembering it saves a round trip to the bus on every call (issue 15). Only admitted
+    /// names are kept, and only the last few: the keeper holds one connection.
+    admitted: Arc<Mutex<Vec<String>>>,
 }
+
+/// How many admitted unique names are remembered (a keeper restarting gets a new one).
+const ADMITTED_REMEMBERED: usize = 4;
+
+impl PartialEq for Authority {
+    fn eq(&self, other: &Self) -> bool {
+        self.user == other.user && self.uid == other.uid
+    }
+}
+
+impl Eq for Authority {}
 
 /// Why a call was refused. The text is for the caller and the journal.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -50,6 +68,7 @@ impl Authority {
             Ok(Some(found)) => Ok(Authority {
                 user: user.to_owned(),
                 uid: found.uid.as_raw(),
+                admitted: Arc::default(),
             }),
             Ok(None) => Err(AuthorityError::NoSuchUser(user.to_owned())),
             Err(source) => Err(AuthorityError::Lookup {
@@ -65,6 +84,7 @@ impl Authority {
         Authority {
             user: "(nobody)".into(),
             uid: u32::MAX,
+            admitted: Arc::default(),
         }
     }
 
@@ -99,8 +119,22 @@ impl Authority {
         header: &Header<'_>,
     ) -> Result<u32, Refusal> {
         let sender = header.sender().ok_or(Refusal::NoSender)?;
+        let admitted = |a: &Mutex<Vec<String>>| {
+            a.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .any(|n| n == sender.as_str())
+        };
+        if admitted(&self.admitted) {
+            return Ok(self.uid);
+        }
         let uid = caller_uid(connection, sender.to_owned().into()).await?;
         self.permits(uid)?;
+        let mut known = self.admitted.lock().unwrap_or_else(|p| p.into_inner());
+        if known.len() == ADMITTED_REMEMBERED {
+            known.remove(0);
+        }
+        known.push(sender.as_str().to_owned());
         Ok(uid)
     }
 }
@@ -127,6 +161,7 @@ mod tests {
         let a = Authority {
             user: "k".into(),
             uid: 991,
+            admitted: Arc::default(),
         };
         assert_eq!(a.permits(991), Ok(()));
         assert_eq!(

@@ -16,6 +16,8 @@ use uuid::Uuid;
 
 mod changes;
 pub use changes::{ChangeCount, Commit, MAX_COUNTED_INODES, MAX_PATHS, MAX_REUSED_COUNTS};
+mod generation;
+pub use generation::StoreGeneration;
 
 /// One snapshot in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -447,10 +449,28 @@ impl Engine {
 
     /// Every snapshot in the store, newest first.
     pub fn list(&self) -> Result<Vec<Snapshot>, EngineError> {
+        self.list_in(&self.store()?)
+    }
+
+    /// The store's generation now, and every snapshot (as [`Engine::list`]) unless the
+    /// generation is `known`: then `None`, since nothing a list shows has changed.
+    pub fn list_since(
+        &self,
+        known: &[u64],
+    ) -> Result<(StoreGeneration, Option<Vec<Snapshot>>), EngineError> {
         let store = self.store()?;
+        // Read before the list is made: a change during it shows in the next generation.
+        let now = generation::read(self.top.dir(), &store)?;
+        if now.matches(known) {
+            return Ok((now, None));
+        }
+        Ok((now, Some(self.list_in(&store)?)))
+    }
+
+    fn list_in(&self, store: &Dir) -> Result<Vec<Snapshot>, EngineError> {
         // A bad request names nothing: the next boot refuses it (adr/0015).
-        let staged = read_request(&store).unwrap_or(None);
-        let view = self.view(&store)?;
+        let staged = read_request(store).unwrap_or(None);
+        let view = self.view(store)?;
         let mut out = Vec::with_capacity(view.stored.len());
         for (stored, info) in &view.stored {
             let (of, origin) = match view.lineages.origin_of(stored) {

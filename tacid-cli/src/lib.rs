@@ -5,6 +5,47 @@ pub mod cli;
 pub mod docs;
 mod render;
 
+/// Where a `tacid` process spends its time after `main` begins, said on stderr when
+/// `TACID_TIMINGS` is set (the end-to-end bench reads it; issue 15). Nothing otherwise.
+pub mod timings {
+    use std::sync::{Mutex, OnceLock};
+    use std::time::Instant;
+
+    static STARTED: OnceLock<Option<Instant>> = OnceLock::new();
+    static MARKS: Mutex<Vec<(&'static str, Instant)>> = Mutex::new(Vec::new());
+
+    /// `main` began at `at`; marks are kept only when `TACID_TIMINGS` is set.
+    pub fn start(at: Instant) {
+        let _ = STARTED.set(std::env::var_os("TACID_TIMINGS").map(|_| at));
+    }
+
+    /// The phase `what` ends now.
+    pub fn mark(what: &'static str) {
+        if let Some(Some(_)) = STARTED.get() {
+            MARKS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((what, Instant::now()));
+        }
+    }
+
+    /// One line on stderr: each phase's microseconds, and the total since `main` began.
+    pub fn report() {
+        let Some(Some(started)) = STARTED.get() else {
+            return;
+        };
+        let marks = MARKS.lock().unwrap_or_else(|p| p.into_inner());
+        let mut line = String::from("tacid timings (us):");
+        let mut last = *started;
+        for (what, at) in marks.iter() {
+            line.push_str(&format!(" {what}={}", at.duration_since(last).as_micros()));
+            last = *at;
+        }
+        line.push_str(&format!(" since_main={}", started.elapsed().as_micros()));
+        eprintln!("{line}");
+    }
+}
+
 use std::process::ExitCode;
 use std::time::SystemTime;
 
@@ -197,11 +238,14 @@ async fn connect(bus: Option<&str>) -> Result<Keeper1Proxy<'static>, Failure> {
         None => Connection::system().await,
     }
     .map_err(|e| unreachable(format!("cannot connect to the bus: {e}")))?;
-    Keeper1Proxy::builder(&conn)
+    timings::mark("connect");
+    let proxy = Keeper1Proxy::builder(&conn)
         .cache_properties(zbus::proxy::CacheProperties::No)
         .build()
         .await
-        .map_err(|e| unreachable(format!("cannot reach the keeper: {e}")))
+        .map_err(|e| unreachable(format!("cannot reach the keeper: {e}")));
+    timings::mark("proxy");
+    proxy
 }
 
 /// Run the command; what to print has been printed. Returns the exit code.
@@ -228,7 +272,11 @@ pub fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(exit::FAILED);
         }
     };
-    match runtime.block_on(act(cli)) {
+    timings::mark("runtime");
+    let done = runtime.block_on(act(cli));
+    timings::mark("render");
+    timings::report();
+    match done {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
             if json {
@@ -294,6 +342,39 @@ async fn restore_set(keeper: &Keeper1Proxy<'static>, a: cli::RestoreArgs) -> Res
     Ok(exit::OK)
 }
 
+/// `tacid data list`: the keeper's flat `ListRows`, read in place from its reply and written
+/// into one buffered stdout. A reader that goes away (`| head`) ends the writing quietly.
+async fn list_rows(
+    keeper: &Keeper1Proxy<'static>,
+    json: bool,
+    now: SystemTime,
+) -> Result<(), Failure> {
+    use keeper::wire::{CopyOfRow, SnapshotRow};
+    use std::io::Write as _;
+    let reply = keeper
+        .inner()
+        .call_method("ListRows", &())
+        .await
+        .map_err(|e| classify(KeeperError::from(e)))?;
+    let body = reply.body();
+    let (rows, copies): (Vec<SnapshotRow<'_>>, Vec<CopyOfRow<'_>>) = body
+        .deserialize()
+        .map_err(|e| classify(KeeperError::ZBus(e.into())))?;
+    timings::mark("call");
+    // Which of them are open for the caller: a list without it is still a list (a keeper or
+    // stem that cannot open says so at `tacid data open`).
+    let opens = keeper.opens().await.unwrap_or_default();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout.lock());
+    let written = if json {
+        render::write_list_json(&mut out, &rows, &copies, &opens)
+    } else {
+        render::write_list(&mut out, &rows, &copies, &opens, now)
+    };
+    let _ = written.and_then(|()| out.flush());
+    Ok(())
+}
+
 fn print_json<T: serde::Serialize>(v: &T) {
     match serde_json::to_string_pretty(v) {
         Ok(s) => println!("{s}"),
@@ -319,15 +400,7 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
     let now = SystemTime::now();
     match data {
         Data::List(o) => {
-            let all = keeper.list().await.map_err(classify)?;
-            // Which of them are open for the caller: a list without it is still a list
-            // (a keeper or stem that cannot open says so at `tacid data open`).
-            let opens = keeper.opens().await.unwrap_or_default();
-            if o.json {
-                print_json(&render::list_json(&all, &opens));
-            } else {
-                print!("{}", render::list(&all, &opens, now));
-            }
+            list_rows(&keeper, o.json, now).await?;
             Ok(exit::OK)
         }
         Data::Open(a) => {
@@ -372,6 +445,7 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
                 keeper.snapshot(a.subvolumes, &a.reason, a.pre_switch).await
             }
             .map_err(classify)?;
+            timings::mark("call");
             if a.output.json {
                 print_json(&set);
             } else {
@@ -384,6 +458,7 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             let preview = slow_with_a_word(keeper.restore_preview(&a.name))
                 .await
                 .map_err(classify)?;
+            timings::mark("call");
             let details = if a.details {
                 Some(
                     slow_with_a_word(keeper.restore_details(&a.name))
@@ -443,6 +518,7 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
         }
         Data::Delete(a) => {
             let d = keeper.delete(&a.name).await.map_err(classify)?;
+            timings::mark("call");
             if a.output.json {
                 print_json(&d);
             } else {

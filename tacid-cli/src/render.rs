@@ -4,11 +4,11 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use keeper::wire::{
-    CopyInFlight, CopyReport, Opened, PartChanges, PruneEntry, PruneReport, RestoreDetails,
-    RestorePreview, RestoreStaged, SetRestorePreview, SetRestoreStaged, SnapshotEntry, SnapshotSet,
-    Status, TargetCopies,
+    CopyInFlight, CopyOfRow, CopyReport, Opened, PartChanges, PruneEntry, PruneReport,
+    RestoreDetails, RestorePreview, RestoreStaged, SetRestorePreview, SetRestoreStaged,
+    SnapshotRow, SnapshotSet, Status, TargetCopies,
 };
-use keeper::words::{ago, exact_time, from_micros, human_time};
+use keeper::words::{ago, exact_time, from_micros, human_time, utc_year, write_taken};
 
 const NO_BACKUP: &str =
     "A snapshot lives on the same disk as what it is of: it is no backup against a dead disk; \
@@ -16,107 +16,178 @@ const NO_BACKUP: &str =
 const NOT_THE_WORLD: &str =
     "A restore puts back files, not the world outside: mail sent stays sent.";
 
-fn why(e: &SnapshotEntry) -> String {
+/// Why a snapshot exists, written straight into `out`.
+fn write_why(out: &mut impl std::io::Write, e: &SnapshotRow<'_>) -> std::io::Result<()> {
     if e.origin == "unknown-origin" {
-        return "unknown origin: on disk, but not taken through the keeper".into();
+        return out.write_all(b"unknown origin: on disk, but not taken through the keeper");
     }
-    let who = if e.asked_by_uid == u32::MAX {
-        e.asked_by.clone()
-    } else {
-        format!("{} (uid {})", e.asked_by, e.asked_by_uid)
-    };
-    let mut s = if e.pre_switch {
-        format!("before switching configuration, asked by {who}")
-    } else {
-        format!("asked by {who}")
-    };
+    if e.pre_switch {
+        out.write_all(b"before switching configuration, ")?;
+    }
+    out.write_all(b"asked by ")?;
+    out.write_all(e.asked_by.as_bytes())?;
+    if e.asked_by_uid != u32::MAX {
+        write!(out, " (uid {})", e.asked_by_uid)?;
+    }
     if !e.reason.is_empty() {
-        let _ = write!(s, ": {}", e.reason);
+        out.write_all(b": ")?;
+        out.write_all(e.reason.as_bytes())?;
     }
-    s
+    Ok(())
 }
 
-/// `tacid data list --json`: the entries, each with `open_at`, where it is open for the
-/// caller (empty when it is not).
-pub fn list_json(all: &[SnapshotEntry], opens: &[Opened]) -> serde_json::Value {
-    serde_json::Value::Array(
-        all.iter()
-            .map(|e| {
-                let mut v = serde_json::to_value(e).unwrap_or(serde_json::Value::Null);
-                if let Some(map) = v.as_object_mut() {
-                    let at = opens
-                        .iter()
-                        .find(|o| o.snapshot == e.name)
-                        .map(|o| o.path.clone())
-                        .unwrap_or_default();
-                    map.insert("open_at".into(), serde_json::Value::String(at));
-                }
-                v
-            })
-            .collect(),
-    )
+/// The targets of row `i`, from `copies` (sorted by row) starting at `*at`.
+fn copies_of<'c, 'a>(copies: &'c [CopyOfRow<'a>], at: &mut usize, i: usize) -> &'c [CopyOfRow<'a>] {
+    while *at < copies.len() && (copies[*at].row as usize) < i {
+        *at += 1;
+    }
+    let start = *at;
+    while *at < copies.len() && copies[*at].row as usize == i {
+        *at += 1;
+    }
+    &copies[start..*at]
 }
 
-/// `tacid data list`.
-pub fn list(all: &[SnapshotEntry], opens: &[Opened], now: SystemTime) -> String {
-    let mut out = String::new();
-    if all.is_empty() {
-        let _ = writeln!(
+/// `tacid data list`, written into `out` (one buffered stdout): every field is written in
+/// place, nothing is allocated per line. The strings are already in the visible form of
+/// adr/0017 (the keeper escapes them once); they are written as they are.
+pub fn write_list(
+    out: &mut impl std::io::Write,
+    rows: &[SnapshotRow<'_>],
+    copies: &[CopyOfRow<'_>],
+    opens: &[Opened],
+    now: SystemTime,
+) -> std::io::Result<()> {
+    if rows.is_empty() {
+        return writeln!(
             out,
             "No snapshots yet. Take one with `tacid data snapshot`."
         );
-        return out;
     }
-    let n = all.len();
-    let _ = writeln!(
+    let n = rows.len();
+    writeln!(
         out,
         "{n} snapshot{}, newest first. {NO_BACKUP}\n",
         if n == 1 { "" } else { "s" }
-    );
-    let staged = all.iter().filter(|e| e.pinned).count();
-    for e in all {
-        let taken = from_micros(e.taken_micros);
-        let _ = writeln!(out, "{}  of {}", e.name, e.of_path);
-        let _ = writeln!(
-            out,
-            "    taken  {} ({}); exactly {}",
-            human_time(taken, now),
-            ago(taken, now),
-            exact_time(taken)
-        );
-        let _ = writeln!(out, "    why    {}", why(e));
+    )?;
+    let staged = rows.iter().filter(|e| e.pinned).count();
+    let now_year = utc_year(now);
+    let mut at = 0;
+    for (i, e) in rows.iter().enumerate() {
+        out.write_all(e.name.as_bytes())?;
+        out.write_all(b"  of ")?;
+        out.write_all(e.of_path.as_bytes())?;
+        out.write_all(b"\n    taken  ")?;
+        write_taken(out, from_micros(e.taken_micros), now, now_year)?;
+        out.write_all(b"\n    why    ")?;
+        write_why(out, e)?;
+        out.write_all(b"\n")?;
         if e.set_id > 0 {
-            let _ = writeln!(out, "    set    {}", e.set_id);
+            writeln!(out, "    set    {}", e.set_id)?;
         }
-        if !e.copies.is_empty() {
-            let _ = writeln!(out, "    copies {}", e.copies.join(", "));
+        let held = copies_of(copies, &mut at, i);
+        if let Some((first, rest)) = held.split_first() {
+            write!(out, "    copies {}", first.target)?;
+            for c in rest {
+                write!(out, ", {}", c.target)?;
+            }
+            out.write_all(b"\n")?;
         }
+        // A person has a few opens at most: a scan of them per row costs nothing.
         if let Some(o) = opens.iter().find(|o| o.snapshot == e.name) {
-            let _ = writeln!(
+            writeln!(
                 out,
                 "    OPEN   for you, read-only, at {}{} (`tacid data close {}` closes it)",
                 o.path,
                 if o.whole { "" } else { " (your home)" },
                 e.name
-            );
+            )?;
         }
         if e.pinned && staged > 1 {
             let others = staged - 1;
-            let _ = writeln!(
+            writeln!(
                 out,
                 "    STAGED the next reboot puts {} back to this snapshot, together with {others} other{} (`tacid data cancel` withdraws all of them)",
                 e.of_path,
                 if others == 1 { "" } else { "s" }
-            );
+            )?;
         } else if e.pinned {
-            let _ = writeln!(
+            writeln!(
                 out,
                 "    STAGED the next reboot puts {} back to this snapshot (`tacid data cancel` withdraws it)",
                 e.of_path
-            );
+            )?;
         }
     }
-    out
+    Ok(())
+}
+
+/// `tacid data list --json`: the JSON of the keeper's `List` entries (an array of objects,
+/// each with its `copies`) and `open_at`, where it is open for the caller (empty when it is
+/// not), written into `out` from the flat rows.
+pub fn write_list_json(
+    out: &mut impl std::io::Write,
+    rows: &[SnapshotRow<'_>],
+    copies: &[CopyOfRow<'_>],
+    opens: &[Opened],
+) -> std::io::Result<()> {
+    use serde::ser::{SerializeSeq as _, SerializeStruct as _};
+
+    struct Targets<'c, 'a>(&'c [CopyOfRow<'a>]);
+    impl serde::Serialize for Targets<'_, '_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(self.0.len()))?;
+            for c in self.0 {
+                seq.serialize_element(c.target)?;
+            }
+            seq.end()
+        }
+    }
+    struct Entry<'r, 'c, 'a>(&'r SnapshotRow<'a>, Targets<'c, 'a>, &'r str);
+    impl serde::Serialize for Entry<'_, '_, '_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let e = self.0;
+            // The fields of `SnapshotEntry`, in its order.
+            let mut st = s.serialize_struct("SnapshotEntry", 13)?;
+            st.serialize_field("name", e.name)?;
+            st.serialize_field("of", e.of)?;
+            st.serialize_field("of_path", e.of_path)?;
+            st.serialize_field("taken_micros", &e.taken_micros)?;
+            st.serialize_field("reason", e.reason)?;
+            st.serialize_field("asked_by", e.asked_by)?;
+            st.serialize_field("asked_by_uid", &e.asked_by_uid)?;
+            st.serialize_field("origin", e.origin)?;
+            st.serialize_field("pre_switch", &e.pre_switch)?;
+            st.serialize_field("pinned", &e.pinned)?;
+            st.serialize_field("set_id", &e.set_id)?;
+            st.serialize_field("copies", &self.1)?;
+            st.serialize_field("open_at", self.2)?;
+            st.end()
+        }
+    }
+    struct All<'r, 'c, 'a>(&'r [SnapshotRow<'a>], &'c [CopyOfRow<'a>], &'r [Opened]);
+    impl serde::Serialize for All<'_, '_, '_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(self.0.len()))?;
+            let mut at = 0;
+            for (i, e) in self.0.iter().enumerate() {
+                let open_at = self
+                    .2
+                    .iter()
+                    .find(|o| o.snapshot == e.name)
+                    .map_or("", |o| o.path.as_str());
+                seq.serialize_element(&Entry(
+                    e,
+                    Targets(copies_of(self.1, &mut at, i)),
+                    open_at,
+                ))?;
+            }
+            seq.end()
+        }
+    }
+    serde_json::to_writer_pretty(&mut *out, &All(rows, copies, opens))
+        .map_err(std::io::Error::other)?;
+    out.write_all(b"\n")
 }
 
 /// `tacid data snapshot`.

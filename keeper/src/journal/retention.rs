@@ -79,6 +79,19 @@ impl Journal {
         Ok(ids)
     }
 
+    /// Record a person's deletion as pending, synced before the stem is asked. The stem
+    /// commits a deletion at once, off the request path, so the record of who asked must be
+    /// on the disk before the deletion can be; its end then needs no sync of its own: after
+    /// a power cut the disk says whether it happened (adr/0011). One fdatasync per delete.
+    pub fn begin_deletion_synced(
+        &mut self,
+        asker: &Asker,
+        deletion: &Deletion,
+    ) -> Result<i64, JournalError> {
+        let ids = self.begin_deletions_now(asker, std::slice::from_ref(deletion))?;
+        Ok(ids.first().copied().unwrap_or_default())
+    }
+
     fn begin_deletions_now(
         &mut self,
         asker: &Asker,

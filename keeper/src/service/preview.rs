@@ -210,17 +210,21 @@ impl Keeper {
             .await;
         if may_confirm {
             let asker = Authority::asker(uid);
+            // Not synced: a preview changes nothing, and words lost to a power cut are only
+            // shown again (the consent that quotes them is synced) — adr/0011.
             self.journal(|j| {
-                j.begin(
-                    &asker,
-                    action::RESTORE_PREVIEW,
-                    &name,
-                    "",
-                    false,
-                    &words,
-                    state::SHOWN,
-                    "shown; nothing changed",
-                )
+                j.unsynced(|j| {
+                    j.begin(
+                        &asker,
+                        action::RESTORE_PREVIEW,
+                        &name,
+                        "",
+                        false,
+                        &words,
+                        state::SHOWN,
+                        "shown; nothing changed",
+                    )
+                })
             })?;
         }
         Ok(RestorePreview {

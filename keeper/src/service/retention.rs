@@ -54,7 +54,8 @@ impl Keeper {
     }
 
     /// Settle deletions a stopped keeper left pending: the disk says whether they happened.
-    async fn settle_pending_deletions(&self) -> Result<(), KeeperError> {
+    /// Call with `sets` held (a delete in flight holds it too).
+    pub(super) async fn settle_pending_deletions(&self) -> Result<(), KeeperError> {
         let pending = self.journal(|j| j.pending_deletions())?;
         if pending.is_empty() {
             return Ok(());
@@ -100,16 +101,24 @@ impl Keeper {
             rule: BY_PERSON.into(),
             why: why.clone(),
         };
-        let id = self.journal(|j| j.begin_deletions(&asker, std::slice::from_ref(&deletion)))?[0];
+        // A pending deletion is settled from the disk only while no delete is in flight.
+        let _one_at_a_time = self.sets.lock().await;
+        let id = self.journal(|j| j.begin_deletion_synced(&asker, &deletion))?;
+        super::test_pause("delete-pending").await;
         let result = self.stem.delete(name).await;
         match result {
             Ok(()) => {
+                super::test_pause("delete-done").await;
+                // Synced before the act, settled from the disk after a power cut: the end
+                // needs no sync of its own (adr/0011).
                 self.journal(|j| {
-                    j.finish_deletions(&[DeletionResult {
-                        id,
-                        name: name.to_owned(),
-                        result: Ok(()),
-                    }])
+                    j.unsynced(|j| {
+                        j.finish_deletions(&[DeletionResult {
+                            id,
+                            name: name.to_owned(),
+                            result: Ok(()),
+                        }])
+                    })
                 })?;
                 let message = format!(
                     "deleted {name} ({why}); its space comes back in the background \
@@ -126,11 +135,13 @@ impl Keeper {
                 // Gone mid-call: left pending, settled from the disk by the next prune.
                 if matches!(e, StemError::Refused { .. } | StemError::NotRunning) {
                     self.journal(|j| {
-                        j.finish_deletions(&[DeletionResult {
-                            id,
-                            name: name.to_owned(),
-                            result: Err(e.to_string()),
-                        }])
+                        j.unsynced(|j| {
+                            j.finish_deletions(&[DeletionResult {
+                                id,
+                                name: name.to_owned(),
+                                result: Err(e.to_string()),
+                            }])
+                        })
                     })?;
                 }
                 Err(match stem_error(e) {

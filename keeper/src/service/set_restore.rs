@@ -379,17 +379,21 @@ impl Keeper {
         if may_confirm {
             let asker = Authority::asker(uid);
             let subject = plan.subject();
+            // Not synced: a preview changes nothing, and words lost to a power cut are only
+            // shown again (the consent that quotes them is synced) — adr/0011.
             self.journal(|j| {
-                j.begin(
-                    &asker,
-                    action::RESTORE_PREVIEW,
-                    &subject,
-                    "",
-                    false,
-                    &text,
-                    state::SHOWN,
-                    "shown; nothing changed",
-                )
+                j.unsynced(|j| {
+                    j.begin(
+                        &asker,
+                        action::RESTORE_PREVIEW,
+                        &subject,
+                        "",
+                        false,
+                        &text,
+                        state::SHOWN,
+                        "shown; nothing changed",
+                    )
+                })
             })?;
         }
         let mut sum = words::ChangeCounts {
@@ -528,7 +532,9 @@ impl Keeper {
                         format!("staged: {what}; reboot to put {them} back"),
                     )
                 };
-                self.journal(|j| j.finish(id, st, &message))?;
+                // Synced consent before, a durable request from the stem: the disk stands
+                // in for this row after a power cut (adr/0011).
+                self.journal(|j| j.unsynced(|j| j.finish(id, st, &message)))?;
                 tracing::info!(uid, user = %asker.name, set = plan.id, "{message}");
                 Ok(SetRestoreStaged {
                     set_id: plan.id,

@@ -209,6 +209,11 @@ pub const KEEP_ONLY_THE_NEWEST_HOURLY: &[&str] = &[
 impl World {
     /// `None` when this machine cannot run the tier (already reported loudly).
     pub fn start() -> Option<World> {
+        World::start_on(512 << 20)
+    }
+
+    /// [`World::start`] on a loop Btrfs of `size_bytes` (the bench's 10 000 snapshots).
+    pub fn start_on(size_bytes: u64) -> Option<World> {
         if !rustix::process::geteuid().is_root() {
             skip("not root");
             return None;
@@ -222,7 +227,7 @@ impl World {
             }
         }
         ensure_users();
-        let fs = testbed::LoopFs::with_layout(512 << 20).expect("loop Btrfs")?;
+        let fs = testbed::LoopFs::with_layout(size_bytes).expect("loop Btrfs")?;
         // A directory the unprivileged processes can reach (the loop fs's is root-only).
         let dir = PathBuf::from(format!(
             "/tmp/tacid-bus-{}-{}",
