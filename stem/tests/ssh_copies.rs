@@ -364,3 +364,38 @@ fn ssh_a_hostile_fetch_stream_writes_nothing_outside_the_store() {
         .join(name)
         .exists());
 }
+
+#[test]
+fn ssh_a_far_side_that_never_stops_talking_is_given_up() {
+    // A hostile backup host answers `list` with lines that never end, on stdout, or talks
+    // on stderr forever: data flows, so no stall catches it; the stem must still stop.
+    let scripts = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    fs::set_permissions(scripts.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    for (what, body) in [
+        (
+            "stdout",
+            "yes '@home.2026-12-01T140200.123456Z\t11111111-2222-3333-4444-555555555555\t11111111-2222-3333-4444-555555555555'",
+        ),
+        ("stderr", "yes 'still thinking' >&2"),
+    ] {
+        let script = scripts.path().join(what);
+        fs::write(&script, format!("#!/bin/sh\n{body}\n")).unwrap();
+        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+        let Some(m) = machine_with_script(&script) else { return };
+        let copies = m.copies();
+        let started = Instant::now();
+        let listed = copies.copies_on("offsite");
+        assert!(listed.is_err(), "{what}: {listed:?}");
+        assert!(
+            listed.unwrap_err().to_string().contains("more than"),
+            "{what}: says why"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{what}: {:?}",
+            started.elapsed()
+        );
+        assert!(copies.progress().is_empty(), "{what}: the target is free");
+    }
+}

@@ -37,8 +37,9 @@ use pump::{pump, Drain, Pumped};
 
 /// Most bytes of a child's stderr kept for the reason of a failure.
 const STDERR_CAP: usize = 4096;
-/// Most bytes of a far side's answer read (a `list` of a few thousand copies fits).
-const STDOUT_CAP: usize = 1 << 20;
+/// Most bytes of a far side's answer read (a `list` of [`MAX_COPIES_LISTED`] copies, about
+/// 105 bytes a line, fits); more is refused, never parsed cut short.
+const STDOUT_CAP: usize = 2 << 20;
 /// At most this many bytes of a reason are put in an error or a log line.
 const REASON_CAP: usize = 400;
 /// The most copies one target's list may name.

@@ -11,6 +11,10 @@ use rustix::io::Errno;
 
 /// How much of a stream moves per read.
 const CHUNK: usize = 256 * 1024;
+/// The most bytes a child may print on a drained output whose end is kept (stderr) before
+/// the pump gives up: a legitimate child says a few KiB; a hostile far side that never stops
+/// talking must not keep an act (and its target) forever.
+const MAX_DRAINED: u64 = 16 << 20;
 
 /// A child's output kept while it is drained: the first `cap` bytes (what it answers) or
 /// the last `cap` bytes (why it failed: the end of stderr says it).
@@ -22,6 +26,8 @@ pub struct Drain {
     pub bytes: Vec<u8>,
     /// More came than was kept.
     pub cut: bool,
+    /// Bytes read in all.
+    seen: u64,
 }
 
 impl Drain {
@@ -32,6 +38,7 @@ impl Drain {
             cap,
             bytes: Vec::new(),
             cut: false,
+            seen: 0,
         }
     }
 
@@ -43,6 +50,7 @@ impl Drain {
             cap: 0,
             bytes: Vec::new(),
             cut: false,
+            seen: 0,
         }
     }
 
@@ -53,7 +61,14 @@ impl Drain {
         }
     }
 
+    /// Too much: the answer kept whole is longer than its cap, or more than
+    /// [`MAX_DRAINED`] came in all.
+    fn overflowed(&self) -> bool {
+        (!self.keep_last && self.cut) || self.seen > MAX_DRAINED
+    }
+
     fn take(&mut self, data: &[u8]) {
+        self.seen += data.len() as u64;
         if self.keep_last {
             self.bytes.extend_from_slice(data);
             if self.bytes.len() > self.cap {
@@ -185,6 +200,16 @@ pub fn pump(
                 Ok(n) => {
                     let data = scratch[..n].to_vec();
                     d.take(&data);
+                    if d.overflowed() {
+                        return Err(io::Error::other(format!(
+                            "the other side said more than {} bytes; it is not tacid's answer",
+                            if d.keep_last {
+                                MAX_DRAINED
+                            } else {
+                                d.cap as u64
+                            }
+                        )));
+                    }
                 }
                 Err(Errno::AGAIN | Errno::INTR) => {}
                 Err(_) => d.fd = None,
