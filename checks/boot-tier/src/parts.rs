@@ -29,10 +29,10 @@ pub const TARGET: &str = "x86_64-unknown-linux-gnu";
 /// The feature that makes `tacid-initrd` honour `tacid.test_pause_after=N` (or `N.k`).
 pub const TEST_FEATURE: &str = "test-hooks";
 
-/// dracut modules and drivers of the test initrd: a set found to boot a systemd initrd on
-/// Btrfs in qemu (adr/0008).
-const DRACUT_MODULES: &str =
-    "systemd systemd-initrd dracut-systemd udev-rules btrfs rootfs-block base fs-lib";
+/// dracut modules and drivers of the test initrd: systemd's own initrd, as NixOS's stage 1
+/// is, with no dracut hook services (their shell scripts cost ~3 s of a TCG boot): the root
+/// is `sysroot.mount`, made by systemd-fstab-generator from `root=` (adr/0008).
+const DRACUT_MODULES: &str = "systemd systemd-initrd udev-rules btrfs base";
 const DRACUT_DRIVERS: &str = "virtio_pci virtio_blk btrfs";
 /// Bump when the way a part is made changes without any input changing.
 const RECIPE: u32 = 1;
@@ -325,6 +325,21 @@ pub fn store_mount_unit() -> (String, String) {
     (name, text)
 }
 
+/// A test-only `emergency.service` (systemd's `emergency.target` requires one; dracut's
+/// hooks, no longer in, brought theirs): a boot that fails powers off at once instead of
+/// failing to reach an emergency shell and idling until the boot timeout, as dracut's
+/// `rd.emergency=poweroff` did.
+pub fn emergency_poweroff_unit() -> (String, String) {
+    (
+        "emergency.service".into(),
+        "# Test image only (boot tier): a failed boot powers off at once.\n\
+         [Unit]\nDescription=The boot tier's test machine failed to boot: power off\n\
+         DefaultDependencies=no\nSuccessAction=poweroff-force\nFailureAction=poweroff-force\n\n\
+         [Service]\nType=oneshot\nExecStart=/usr/bin/true\n"
+            .into(),
+    )
+}
+
 /// The targets a unit's `[Install]` section names: `(target, "wants" | "requires")`.
 pub fn install_links(unit_text: &str) -> Vec<(String, &'static str)> {
     let mut in_install = false;
@@ -383,10 +398,9 @@ fn include_tree(dest: &Path, inputs: &InitrdInputs) -> Result<Vec<(String, Vec<u
         let text = std::fs::read(&path).context(|| format!("reading {}", shown(&path)))?;
         files.push((name, text));
     }
-    files.push({
-        let (name, text) = store_mount_unit();
-        (name, text.into_bytes())
-    });
+    for (name, text) in [store_mount_unit(), emergency_poweroff_unit()] {
+        files.push((name, text.into_bytes()));
+    }
     for (name, text) in &files {
         std::fs::write(units.join(name), text).context(|| format!("writing unit {name}"))?;
         let links = install_links(&String::from_utf8_lossy(text));
