@@ -82,7 +82,7 @@ fn decide_accel(parts: &Parts) -> Accel {
                 "none",
             ])
             .arg("-kernel")
-            .arg(&parts.kernel.vmlinuz)
+            .arg(&parts.kernel.boot_image)
             .args(["-append", "console=ttyS0 panic=-1"])
             .arg("-serial")
             .arg(format!("file:{}", console.display()))
@@ -300,7 +300,7 @@ pub fn boot(parts: &Parts, disk: &Path, dir: &Path, options: &BootOptions) -> Re
         ])
         .args(["-display", "none", "-monitor", "none"])
         .arg("-kernel")
-        .arg(&parts.kernel.vmlinuz)
+        .arg(&parts.kernel.boot_image)
         .arg("-initrd")
         .arg(&parts.initrd)
         .arg("-append")
