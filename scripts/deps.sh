@@ -11,7 +11,7 @@ TACID_DEBIAN_PACKAGES=(
     qemu-utils
     dracut-core dracut   # the boot tier's systemd initrd
     busybox-static       # the boot tier's minimal root
-    cpio zstd kmod
+    cpio zstd kmod lz4   # lz4: the kernel uncompressed for a PVH boot
     nix-bin              # parsing and evaluating the Nix files offline
     jq
     pyflakes3            # lints the NixOS test script the flake renders

@@ -17,9 +17,15 @@ pub mod tools {
     pub const MOUNT: &str = "/usr/bin/mount";
     pub const UMOUNT: &str = "/usr/bin/umount";
     pub const CP: &str = "/usr/bin/cp";
+    /// Undo the kernel's compression (Debian's is LZ4) for a PVH boot; the others are tried
+    /// when there.
+    pub const LZ4: &str = "/usr/bin/lz4";
+    pub const ZSTD: &str = "/usr/bin/zstd";
+    pub const XZ: &str = "/usr/bin/xz";
+    pub const GZIP: &str = "/usr/bin/gzip";
 
     /// Each tool with the package that provides it, for the "install this" message.
-    pub const ALL: [(&str, &str); 12] = [
+    pub const ALL: [(&str, &str); 13] = [
         (QEMU, "qemu-system-x86"),
         (DRACUT, "dracut"),
         (MKFS_BTRFS, "btrfs-progs"),
@@ -32,12 +38,13 @@ pub mod tools {
         (MOUNT, "mount"),
         (UMOUNT, "mount"),
         (CP, "coreutils"),
+        (LZ4, "lz4"),
     ];
 }
 
 /// The Debian packages the boot tier installs on a fresh machine (the README's list).
 pub const HOST_PACKAGES: &str =
-    "qemu-system-x86 dracut dracut-core btrfs-progs kmod cpio systemd udev";
+    "qemu-system-x86 dracut dracut-core btrfs-progs kmod cpio systemd udev lz4";
 
 /// Where slow parts are cached (gitignored).
 pub fn cache_dir() -> PathBuf {

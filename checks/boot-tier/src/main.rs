@@ -111,7 +111,7 @@ fn run(cli: Cli) -> boot_tier::Result<ExitCode> {
             }
             println!(
                 "kernel {}\ninitrd {}\ndisk   {}",
-                parts.kernel.vmlinuz.display(),
+                parts.kernel.boot_image.display(),
                 parts.initrd.display(),
                 parts.disk.display()
             );
