@@ -176,11 +176,7 @@ pub fn write_list_json(
                     .iter()
                     .find(|o| o.snapshot == e.name)
                     .map_or("", |o| o.path.as_str());
-                seq.serialize_element(&Entry(
-                    e,
-                    Targets(copies_of(self.1, &mut at, i)),
-                    open_at,
-                ))?;
+                seq.serialize_element(&Entry(e, Targets(copies_of(self.1, &mut at, i)), open_at))?;
             }
             seq.end()
         }
