@@ -342,7 +342,7 @@ async fn list_rows(
     let body = reply.body();
     let (rows, copies): (Vec<SnapshotRow<'_>>, Vec<CopyOfRow<'_>>) = body
         .deserialize()
-        .map_err(|e| classify(KeeperError::ZBus(e.into())))?;
+        .map_err(|e| classify(KeeperError::ZBus(e)))?;
     timings::mark("call");
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout.lock());
