@@ -26,6 +26,7 @@ const EVERY_METHOD: &[(&str, &[&str])] = &[
     ("TakeSnapshot", &["string:@home"]),
     ("TakeSet", &["array:string:@home,@log"]),
     ("List", &[]),
+    ("ListSince", &["array:uint64:1,2,3"]),
     ("Delete", &["string:@home.2026-12-01T140200.123456Z"]),
     ("StageRestore", &["string:@home.2026-12-01T140200.123456Z"]),
     (

@@ -197,6 +197,16 @@ impl ListCache {
     }
 }
 
+/// What the journal says of a listed snapshot, its words already in the list's text.
+#[derive(Debug, Clone, Copy)]
+struct Journalled {
+    id: i64,
+    uid: u32,
+    pre_switch: bool,
+    reason: Span,
+    asked_by: Span,
+}
+
 /// The snapshots the stem listed, before the journal is read.
 #[derive(Debug, Default)]
 struct OnDiskRows {
@@ -245,14 +255,14 @@ impl OnDiskRows {
             );
         }
         // Found first, written after: the rows' text cannot grow while it is borrowed.
-        let mut facts: Vec<(usize, Option<(i64, u32, bool)>, Option<(Span, Span)>)> = Vec::new();
+        let mut facts: Vec<(usize, Option<Journalled>)> = Vec::new();
         let mut words = String::new();
         let mut escaped: HashMap<i64, (Span, Span)> = HashMap::new();
         let base = l.text.len();
         journal.each_listed(|name, request: Option<ListedRequest<'_>>| {
             let Some(&i) = by_name.get(name) else { return };
             match request {
-                None => facts.push((i, None, None)),
+                None => facts.push((i, None)),
                 Some(r) => {
                     let spans = *escaped.entry(r.id).or_insert_with(|| {
                         let at = base + words.len();
@@ -262,7 +272,16 @@ impl OnDiskRows {
                         let _ = write!(words, "{}", Escaped(r.user_name.as_bytes()));
                         (reason, span(at, base + words.len()))
                     });
-                    facts.push((i, Some((r.id, r.uid, r.pre_switch)), Some(spans)));
+                    facts.push((
+                        i,
+                        Some(Journalled {
+                            id: r.id,
+                            uid: r.uid,
+                            pre_switch: r.pre_switch,
+                            reason: spans.0,
+                            asked_by: spans.1,
+                        }),
+                    ));
                 }
             }
         })?;
@@ -275,18 +294,18 @@ impl OnDiskRows {
         drop(by_name);
         l.text.push_str(&words);
         // Later journal rows of one name win, as they always have.
-        for (i, request, spans) in facts {
+        for (i, request) in facts {
             let row = &mut l.rows[i];
-            match (request, spans) {
-                (Some((id, uid, pre_switch)), Some((reason, asked_by))) => {
+            match request {
+                Some(j) => {
                     row.journalled = true;
-                    row.set_id = id;
-                    row.asked_by_uid = uid;
-                    row.pre_switch = pre_switch;
-                    row.reason = reason;
-                    row.asked_by = asked_by;
+                    row.set_id = j.id;
+                    row.asked_by_uid = j.uid;
+                    row.pre_switch = j.pre_switch;
+                    row.reason = j.reason;
+                    row.asked_by = j.asked_by;
                 }
-                _ => {
+                None => {
                     row.journalled = false;
                     row.set_id = 0;
                     row.asked_by_uid = u32::MAX;
