@@ -208,6 +208,16 @@ impl LoopFs {
         Ok(list)
     }
 
+    /// The paths (from the top) of every subvolume, sorted: [`Self::subvolumes_snapshot`]
+    /// without the ids and uuids.
+    pub fn subvolume_paths(&self) -> io::Result<Vec<String>> {
+        Ok(self
+            .subvolumes_snapshot()?
+            .into_iter()
+            .map(|(path, _, _)| path)
+            .collect())
+    }
+
     /// `btrfs subvolume show` of `path` (relative to the top) as its "Key: value" lines,
     /// keys as printed ("UUID", "Parent UUID", "Subvolume ID", "Generation",
     /// "Gen at creation", "Parent ID", "Top level ID", "Flags", "Creation time", ...),

@@ -346,3 +346,11 @@ pub fn shipped_policy() -> PathBuf {
         .join("dbus")
         .join(format!("{}.conf", layout::names::STEM_BUS_NAME))
 }
+
+/// `n` MiB of data that is not all one byte, so nothing could be skipped as a hole;
+/// `seed` makes runs differ.
+pub fn megabytes(n: usize, seed: u8) -> Vec<u8> {
+    (0..n << 20)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
