@@ -355,6 +355,22 @@ pub fn as_user<T: Send>(uid: u32, gid: u32, f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// Ask `f` every 20 ms until it says yes or `timeout` has passed: how long it took, or
+/// `None` when it never did.
+pub fn wait_until(
+    timeout: std::time::Duration,
+    mut f: impl FnMut() -> bool,
+) -> Option<std::time::Duration> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    None
+}
+
 /// Make a fifo (mode 0600) at `path`: what tests put where a regular file is expected.
 pub fn make_fifo(path: &Path) -> io::Result<()> {
     rustix::fs::mknodat(
