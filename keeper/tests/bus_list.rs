@@ -7,6 +7,8 @@
 //! Run (root, loop devices): `cargo build -p stem -p tacid-cli -p initrd --bins &&
 //! cargo test -p keeper --test bus_list`.
 
+#![allow(clippy::unwrap_used)] // a panic is how a test reports
+
 mod common;
 
 use std::process::Command;

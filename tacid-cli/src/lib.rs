@@ -359,7 +359,7 @@ async fn list_rows(
     let body = reply.body();
     let (rows, copies): (Vec<SnapshotRow<'_>>, Vec<CopyOfRow<'_>>) = body
         .deserialize()
-        .map_err(|e| classify(KeeperError::ZBus(e.into())))?;
+        .map_err(|e| classify(KeeperError::ZBus(e)))?;
     timings::mark("call");
     // Which of them are open for the caller: a list without it is still a list (a keeper or
     // stem that cannot open says so at `tacid data open`).

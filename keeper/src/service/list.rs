@@ -245,7 +245,9 @@ impl OnDiskRows {
             );
         }
         // Found first, written after: the rows' text cannot grow while it is borrowed.
-        let mut facts: Vec<(usize, Option<(i64, u32, bool)>, Option<(Span, Span)>)> = Vec::new();
+        // A row's index; its request's id, uid and pre-switch flag; its reason and user spans.
+        type Fact = (usize, Option<(i64, u32, bool)>, Option<(Span, Span)>);
+        let mut facts: Vec<Fact> = Vec::new();
         let mut words = String::new();
         let mut escaped: HashMap<i64, (Span, Span)> = HashMap::new();
         let base = l.text.len();
