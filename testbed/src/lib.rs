@@ -371,6 +371,15 @@ pub fn wait_until(
     None
 }
 
+/// Whether `tool` is on the PATH (`command -v`): what a tier asks before it says SKIPPED.
+pub fn installed(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// Make a fifo (mode 0600) at `path`: what tests put where a regular file is expected.
 pub fn make_fifo(path: &Path) -> io::Result<()> {
     rustix::fs::mknodat(

@@ -761,12 +761,7 @@ fn script_names_are_exactly_the_layouts_snapshot_names() {
 
 #[test]
 fn script_is_shellcheck_clean_posix_sh() {
-    let found = Command::new("sh")
-        .args(["-c", "command -v shellcheck"])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
+    if !testbed::installed("shellcheck") {
         assert_ne!(
             std::env::var("CI").as_deref(),
             Ok("true"),

@@ -62,12 +62,7 @@ pub fn require_root_and_tools() -> bool {
         );
     }
     for tool in ["dbus-daemon", "dbus-send", "useradd", "setpriv"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
+        if !testbed::installed(tool) {
             return skip_or_fail(&format!(
                 "{tool} is not installed (apt-get install dbus passwd)"
             ));
