@@ -60,17 +60,6 @@ fn mounts_under(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if f() {
-            return Some(start.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
-}
-
 /// Whatever a failed test leaves mounted under the open directory goes (before the world's
 /// own cleanup removes the directory).
 struct Unmounter(PathBuf);
@@ -511,7 +500,7 @@ fn bus_closes_the_keeper_did_not_ask_for_are_journalled_and_nothing_stays_mounte
 
     // Idle: the stem closes it; the keeper journals it at its next look.
     assert_eq!(ow.w.tacid(OWNER, &["data", "open", &name]).0, 0);
-    let idle = wait_until(Duration::from_secs(6), || {
+    let idle = testbed::wait_until(Duration::from_secs(6), || {
         mounts_under(&ow.open_dir).is_empty()
     })
     .expect("the idle open is closed");
@@ -538,7 +527,7 @@ fn bus_closes_the_keeper_did_not_ask_for_are_journalled_and_nothing_stays_mounte
     assert_eq!(w.tacid(APPROVER, &["data", "open", &name]).0, 0);
     assert_eq!(mounts_under(&ow.open_dir).len(), 2);
     w.kill_keeper();
-    let gone = wait_until(Duration::from_secs(5), || {
+    let gone = testbed::wait_until(Duration::from_secs(5), || {
         mounts_under(&ow.open_dir).is_empty()
     })
     .expect("the stem closes a killed keeper's opens");
@@ -547,7 +536,7 @@ fn bus_closes_the_keeper_did_not_ask_for_are_journalled_and_nothing_stays_mounte
         gone.as_secs_f64() * 1e3
     );
     w.start_keeper(None);
-    let settled = wait_until(Duration::from_secs(10), || {
+    let settled = testbed::wait_until(Duration::from_secs(10), || {
         rows_of(w, action::OPEN)
             .iter()
             .all(|r| r.state != state::OPEN)

@@ -192,12 +192,7 @@ fn main() {
         .and_then(|r| r.parse().ok())
         .unwrap_or(if quick { 3 } else { 5 });
     for tool in ["btrfs", "btrbk"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
+        if !testbed::installed(tool) {
             eprintln!("\n*** SKIPPED: the copies bench needs {tool} (apt-get install btrfs-progs btrbk) ***\n");
             assert_ne!(
                 std::env::var("CI").as_deref(),

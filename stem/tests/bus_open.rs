@@ -38,7 +38,7 @@ struct Stem {
 
 impl Stem {
     fn start(bus: &PrivateBus, world: &World, extra: &[&str]) -> Stem {
-        let mut child = Command::new("setpriv")
+        let child = Command::new("setpriv")
             .args([
                 "--bounding-set=-all,+sys_admin,+sys_chroot,+sys_ptrace",
                 "--inh-caps=-all",
@@ -56,19 +56,9 @@ impl Stem {
             .env("RUST_LOG", "info")
             .spawn()
             .expect("start tacid-stem");
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(20) {
-            if let Some(status) = child.try_wait().expect("poll tacid-stem") {
-                panic!("tacid-stem exited before owning its name: {status} (its log is above)");
-            }
-            if bus.has_owner(names::STEM_BUS_NAME) {
-                return Stem { child };
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        Stem {
+            child: common::wait_for_stem_name(bus, child),
         }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("tacid-stem did not own its name within 20 s");
     }
 
     /// Each thread's permitted capabilities (CapPrm), as a mask.
@@ -281,17 +271,6 @@ fn mounts_under(dir: &Path) -> Vec<(PathBuf, String)> {
             (point.starts_with(dir) && point != dir).then(|| (point, l.to_owned()))
         })
         .collect()
-}
-
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if f() {
-            return Some(start.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
 }
 
 fn errno(e: &std::io::Error) -> Option<i32> {
@@ -594,7 +573,7 @@ fn bus_opens_close_when_the_asker_leaves_and_when_idle() {
     let (open, _) = keeper
         .open(&names[0], b"alice", alice, alice)
         .expect("open");
-    let idle = wait_until(Duration::from_secs(5), || {
+    let idle = testbed::wait_until(Duration::from_secs(5), || {
         mounts_under(&w.open_dir).is_empty()
     })
     .expect("an idle open is closed");
@@ -622,7 +601,7 @@ fn bus_opens_close_when_the_asker_leaves_and_when_idle() {
         1,
         "in use: kept open past its idle time"
     );
-    let detached = wait_until(Duration::from_secs(5), || {
+    let detached = testbed::wait_until(Duration::from_secs(5), || {
         mounts_under(&w.open_dir).is_empty()
     })
     .expect("detached at twice its idle time");
@@ -646,7 +625,7 @@ fn bus_opens_close_when_the_asker_leaves_and_when_idle() {
         .open(&names[1], b"bob", w.bob.0, w.bob.0)
         .expect("another connection's open");
     drop(keeper);
-    let gone = wait_until(Duration::from_secs(5), || {
+    let gone = testbed::wait_until(Duration::from_secs(5), || {
         mounts_under(&w.open_dir).len() == 1
     })
     .expect("the leaving keeper's opens are closed");

@@ -5,10 +5,13 @@
 //! Needs root, loop devices and btrfs-progs; elsewhere each test says SKIPPED loudly (and
 //! fails under CI=true, through testbed).
 
+mod common;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
+use common::megabytes;
 use layout::copies::CopiesConfig;
 use layout::{SnapshotName, SubvolumeName, SNAPSHOTS_SUBVOLUME};
 use stem::copies::{load_config, Copies, CopyError, Programs};
@@ -101,20 +104,8 @@ impl Machine {
 
     /// Every subvolume on the target, by path (the oracle).
     fn target_subvolumes(&self) -> Vec<String> {
-        self.target
-            .subvolumes_snapshot()
-            .unwrap()
-            .into_iter()
-            .map(|(path, _, _)| path)
-            .collect()
+        self.target.subvolume_paths().unwrap()
     }
-}
-
-fn megabytes(n: usize, seed: u8) -> Vec<u8> {
-    // Not all one byte, so nothing could be skipped as a hole.
-    (0..n << 20)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
 }
 
 #[test]

@@ -6,10 +6,13 @@
 //! Needs root, loop devices, btrfs-progs, OpenSSH, ip and nsenter; elsewhere each test says
 //! SKIPPED loudly (and fails under CI=true, through testbed).
 
+mod common;
+
 use std::fs;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::megabytes;
 use layout::copies::CopiesConfig;
 use layout::SubvolumeName;
 use stem::copies::{Copies, CopyError, Programs};
@@ -95,19 +98,8 @@ impl Machine {
     }
 
     fn target_subvolumes(&self) -> Vec<String> {
-        self.target_fs
-            .subvolumes_snapshot()
-            .unwrap()
-            .into_iter()
-            .map(|(path, _, _)| path)
-            .collect()
+        self.target_fs.subvolume_paths().unwrap()
     }
-}
-
-fn megabytes(n: usize, seed: u8) -> Vec<u8> {
-    (0..n << 20)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
 }
 
 #[test]

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use keeper::wire::{
-    CopyInFlight, CopyOfRow, CopyReport, Opened, PartChanges, PruneEntry, PruneReport,
+    ChangedPath, CopyInFlight, CopyOfRow, CopyReport, Opened, PartChanges, PruneEntry, PruneReport,
     RestoreDetails, RestorePreview, RestoreStaged, SetRestorePreview, SetRestoreStaged,
     SnapshotRow, SnapshotSet, Status, TargetCopies,
 };
@@ -228,16 +228,11 @@ fn staged_or_how_to_stage(out: &mut String, already_staged: bool, paths: &str, a
     }
 }
 
-/// `tacid data restore NAME --details`: the changed paths, grouped by what a restore does
-/// to them.
-pub fn details(d: &RestoreDetails) -> String {
-    let mut out = String::new();
-    for (change, heading) in [
-        ("added", "Deleted by the restore (added since):"),
-        ("modified", "Put back as they were (changed since):"),
-        ("removed", "Brought back (removed since):"),
-    ] {
-        let mut paths = d.paths.iter().filter(|p| p.change == change).peekable();
+/// The changed paths under one heading per kind of change (in the order given), a
+/// directory marked with a trailing `/`; a kind with no paths gets no heading.
+fn write_paths_by_change(out: &mut String, paths: &[ChangedPath], headings: [(&str, &str); 3]) {
+    for (change, heading) in headings {
+        let mut paths = paths.iter().filter(|p| p.change == change).peekable();
         if paths.peek().is_none() {
             continue;
         }
@@ -251,6 +246,21 @@ pub fn details(d: &RestoreDetails) -> String {
             let _ = writeln!(out, "  {}{slash}", p.path);
         }
     }
+}
+
+/// `tacid data restore NAME --details`: the changed paths, grouped by what a restore does
+/// to them.
+pub fn details(d: &RestoreDetails) -> String {
+    let mut out = String::new();
+    write_paths_by_change(
+        &mut out,
+        &d.paths,
+        [
+            ("added", "Deleted by the restore (added since):"),
+            ("modified", "Put back as they were (changed since):"),
+            ("removed", "Brought back (removed since):"),
+        ],
+    );
     if d.paths.is_empty() {
         let _ = writeln!(out, "Nothing in {} changed since then.", d.of_path);
     }
@@ -1140,28 +1150,18 @@ pub fn part_changes(c: &PartChanges) -> String {
             c.subtree, c.of_path
         );
     }
-    for (change, heading) in [
-        ("added", "Added since (not in the snapshot):"),
-        (
-            "modified",
-            "Changed since (the snapshot has them as they were):",
-        ),
-        ("removed", "Removed since (the snapshot still has them):"),
-    ] {
-        let mut paths = c.paths.iter().filter(|p| p.change == change).peekable();
-        if paths.peek().is_none() {
-            continue;
-        }
-        let _ = writeln!(out, "{heading}");
-        for p in paths {
-            let slash = if p.directory && !p.path.ends_with('/') {
-                "/"
-            } else {
-                ""
-            };
-            let _ = writeln!(out, "  {}{slash}", p.path);
-        }
-    }
+    write_paths_by_change(
+        &mut out,
+        &c.paths,
+        [
+            ("added", "Added since (not in the snapshot):"),
+            (
+                "modified",
+                "Changed since (the snapshot has them as they were):",
+            ),
+            ("removed", "Removed since (the snapshot still has them):"),
+        ],
+    );
     if c.paths.is_empty() {
         let _ = writeln!(out, "Nothing in {} changed since then.", c.subtree);
     }

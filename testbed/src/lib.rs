@@ -208,6 +208,16 @@ impl LoopFs {
         Ok(list)
     }
 
+    /// The paths (from the top) of every subvolume, sorted: [`Self::subvolumes_snapshot`]
+    /// without the ids and uuids.
+    pub fn subvolume_paths(&self) -> io::Result<Vec<String>> {
+        Ok(self
+            .subvolumes_snapshot()?
+            .into_iter()
+            .map(|(path, _, _)| path)
+            .collect())
+    }
+
     /// `btrfs subvolume show` of `path` (relative to the top) as its "Key: value" lines,
     /// keys as printed ("UUID", "Parent UUID", "Subvolume ID", "Generation",
     /// "Gen at creation", "Parent ID", "Top level ID", "Flags", "Creation time", ...),
@@ -343,6 +353,31 @@ pub fn as_user<T: Send>(uid: u32, gid: u32, f: impl FnOnce() -> T + Send) -> T {
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
+}
+
+/// Ask `f` every 20 ms until it says yes or `timeout` has passed: how long it took, or
+/// `None` when it never did.
+pub fn wait_until(
+    timeout: std::time::Duration,
+    mut f: impl FnMut() -> bool,
+) -> Option<std::time::Duration> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    None
+}
+
+/// Whether `tool` is on the PATH (`command -v`): what a tier asks before it says SKIPPED.
+pub fn installed(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Make a fifo (mode 0600) at `path`: what tests put where a regular file is expected.

@@ -396,21 +396,7 @@ impl SshTarget {
 
     fn make_client_key(&self) -> io::Result<()> {
         let identity = path_str(&self.identity())?;
-        run(
-            "ssh-keygen",
-            &[
-                "-q",
-                "-t",
-                "ed25519",
-                "-N",
-                "",
-                "-C",
-                "tacid-test-client",
-                "-f",
-                &identity,
-            ],
-        )
-        .map(drop)
+        make_key(&identity, "tacid-test-client")
     }
 
     fn new_host_key(&mut self) -> io::Result<()> {
@@ -419,20 +405,7 @@ impl SshTarget {
         let public_path = public_key_path(&path);
         let _ = fs::remove_file(&path);
         let _ = fs::remove_file(&public_path);
-        run(
-            "ssh-keygen",
-            &[
-                "-q",
-                "-t",
-                "ed25519",
-                "-N",
-                "",
-                "-C",
-                "",
-                "-f",
-                &path_str(&path)?,
-            ],
-        )?;
+        make_key(&path_str(&path)?, "")?;
         let public = fs::read_to_string(&public_path)?;
         let mut words = public.split_whitespace();
         let (Some(kind), Some(base64)) = (words.next(), words.next()) else {
@@ -645,6 +618,15 @@ fn missing_prerequisite() -> Option<String> {
 }
 
 /// Where ssh-keygen puts the public half of the key at `private`.
+/// A new ed25519 key pair without a passphrase at `path` (and `path`.pub).
+fn make_key(path: &str, comment: &str) -> io::Result<()> {
+    run(
+        "ssh-keygen",
+        &["-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path],
+    )
+    .map(drop)
+}
+
 fn public_key_path(private: &Path) -> PathBuf {
     let mut path = private.as_os_str().to_owned();
     path.push(".pub");

@@ -146,12 +146,7 @@ impl Bench {
 
     /// Every subvolume on the target filesystem, by path (the oracle).
     fn target_subvolumes(&self) -> Vec<String> {
-        self.target_fs
-            .subvolumes_snapshot()
-            .unwrap()
-            .into_iter()
-            .map(|(path, _, _)| path)
-            .collect()
+        self.target_fs.subvolume_paths().unwrap()
     }
 
     fn expect_ok(&self, out: &Output, what: &str) {
@@ -162,6 +157,12 @@ impl Bench {
             String::from_utf8_lossy(&out.stderr),
             self.ssh.log()
         );
+    }
+
+    /// Nothing was left on the target: no subvolume, received or half-received.
+    fn expect_no_subvolumes(&self) {
+        let left = self.target_subvolumes();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     fn expect_code(&self, out: &Output, code: i32, what: &str) {
@@ -361,11 +362,7 @@ fn ssh_a_stream_of_another_snapshot_is_not_kept() {
     b.snapshot(N1);
     let out = b.send_to(N1, None, &format!("receive {N2}"));
     b.expect_code(&out, 1, "a stream whose subvolume is not NAME");
-    assert!(
-        b.target_subvolumes().is_empty(),
-        "{:?}",
-        b.target_subvolumes()
-    );
+    b.expect_no_subvolumes();
     assert!(b.list().is_empty());
     // Two snapshots in one stream (`btrfs send A B`): NAME and another; neither is kept.
     b.snapshot(N2);
@@ -373,11 +370,7 @@ fn ssh_a_stream_of_another_snapshot_is_not_kept() {
     both.extend(b.stream(N2, Some(N1)));
     let out = b.ssh_with_input(&format!("receive {N1}"), &both);
     b.expect_code(&out, 1, "a stream of two snapshots");
-    assert!(
-        b.target_subvolumes().is_empty(),
-        "{:?}",
-        b.target_subvolumes()
-    );
+    b.expect_no_subvolumes();
 }
 
 #[test]
@@ -396,11 +389,7 @@ fn ssh_a_hostile_stream_writes_nothing_outside_the_directory() {
         .collect();
     assert!(escaped.is_empty(), "written outside DIR: {escaped:?}");
     b.expect_code(&out, 1, "a stream that writes outside DIR");
-    assert!(
-        b.target_subvolumes().is_empty(),
-        "{:?}",
-        b.target_subvolumes()
-    );
+    b.expect_no_subvolumes();
 }
 
 #[test]
@@ -772,12 +761,7 @@ fn script_names_are_exactly_the_layouts_snapshot_names() {
 
 #[test]
 fn script_is_shellcheck_clean_posix_sh() {
-    let found = Command::new("sh")
-        .args(["-c", "command -v shellcheck"])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
+    if !testbed::installed("shellcheck") {
         assert_ne!(
             std::env::var("CI").as_deref(),
             Ok("true"),

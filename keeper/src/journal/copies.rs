@@ -312,6 +312,18 @@ mod tests {
         }
     }
 
+    /// Alice asks for `action` of `name` on `target`, by hand (no rule, no reason): its id.
+    fn alice_asks(j: &Journal, action: CopyAction, target: &str, name: &str) -> i64 {
+        j.begin_copy(&alice(), action, target, name, "", "")
+            .unwrap()
+    }
+
+    /// The state of the request `id`, as journalled now.
+    fn state_of(j: &Journal, id: i64) -> String {
+        let rows = j.copy_requests().unwrap();
+        rows.iter().find(|r| r.id == id).unwrap().state.clone()
+    }
+
     const A: &str = "@home.2026-12-01T140200.123456Z";
     const B: &str = "@home.2026-12-02T140200.123456Z";
 
@@ -320,9 +332,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut j = Journal::open(&dir.path().join("j.sqlite")).unwrap();
         assert_eq!(j.schema_version().unwrap(), super::super::SCHEMA_VERSION);
-        let id = j
-            .begin_copy(&alice(), CopyAction::Copy, "usb", B, "", "")
-            .unwrap();
+        let id = alice_asks(&j, CopyAction::Copy, "usb", B);
         assert_eq!(j.copy_requests().unwrap()[0].state, state::PENDING);
         j.finish_copy(
             id,
@@ -396,23 +406,14 @@ mod tests {
     fn a_listing_corrects_the_record_and_settles_what_a_stopped_keeper_left() {
         let dir = tempfile::tempdir().unwrap();
         let mut j = Journal::open(&dir.path().join("j.sqlite")).unwrap();
-        let copied = j
-            .begin_copy(&alice(), CopyAction::Copy, "usb", A, "", "")
-            .unwrap();
-        let lost = j
-            .begin_copy(&alice(), CopyAction::Copy, "usb", B, "", "")
-            .unwrap();
-        let elsewhere = j
-            .begin_copy(&alice(), CopyAction::Copy, "offsite", B, "", "")
-            .unwrap();
-        let fetched = j
-            .begin_copy(&alice(), CopyAction::Fetch, "usb", A, "", "")
-            .unwrap();
+        let copied = alice_asks(&j, CopyAction::Copy, "usb", A);
+        let lost = alice_asks(&j, CopyAction::Copy, "usb", B);
+        let elsewhere = alice_asks(&j, CopyAction::Copy, "offsite", B);
+        let fetched = alice_asks(&j, CopyAction::Fetch, "usb", A);
         let local: BTreeSet<String> = [A.to_owned()].into();
         j.record_target_listing("usb", &[(A.into(), "u-a".into())], &local, &BTreeSet::new())
             .unwrap();
-        let rows = j.copy_requests().unwrap();
-        let st = |id: i64| rows.iter().find(|r| r.id == id).unwrap().state.clone();
+        let st = |id: i64| state_of(&j, id);
         assert_eq!(st(copied), "complete");
         assert_eq!(st(lost), "failed");
         assert_eq!(
@@ -434,16 +435,11 @@ mod tests {
         // journal that copy as failed by a stopped keeper.
         let dir = tempfile::tempdir().unwrap();
         let mut j = Journal::open(&dir.path().join("j.sqlite")).unwrap();
-        let running = j
-            .begin_copy(&alice(), CopyAction::Copy, "usb", B, "", "")
-            .unwrap();
-        let left = j
-            .begin_copy(&alice(), CopyAction::Copy, "usb", A, "", "")
-            .unwrap();
+        let running = alice_asks(&j, CopyAction::Copy, "usb", B);
+        let left = alice_asks(&j, CopyAction::Copy, "usb", A);
         j.record_target_listing("usb", &[], &BTreeSet::new(), &[running].into())
             .unwrap();
-        let rows = j.copy_requests().unwrap();
-        let st = |id: i64| rows.iter().find(|r| r.id == id).unwrap().state.clone();
+        let st = |id: i64| state_of(&j, id);
         assert_eq!(st(running), "pending");
         assert_eq!(st(left), "failed");
     }

@@ -381,15 +381,7 @@ impl Keeper {
                 return Err(stem_error(e));
             }
         };
-        let mut report = CopyReport {
-            target: target.to_owned(),
-            copied: Vec::new(),
-            already_there: Vec::new(),
-            failed: Vec::new(),
-            deleted: Vec::new(),
-            retention: String::new(),
-            message: String::new(),
-        };
+        let mut report = empty_report(target);
         if held.iter().any(|h| h.name == name) {
             report.already_there.push(name.to_owned());
             report.message =
@@ -449,15 +441,7 @@ impl Keeper {
                 *e = (m.taken_micros, m.name.clone());
             }
         }
-        let mut report = CopyReport {
-            target: target.to_owned(),
-            copied: Vec::new(),
-            already_there: Vec::new(),
-            failed: Vec::new(),
-            deleted: Vec::new(),
-            retention: String::new(),
-            message: String::new(),
-        };
+        let mut report = empty_report(target);
         let held_names: BTreeSet<&str> = held.iter().map(|h| h.name.as_str()).collect();
         let mut stop: Option<String> = None;
         for (_, name) in newest.values() {
@@ -724,6 +708,19 @@ impl Keeper {
                 elapsed_ms: f.elapsed_ms,
             })
             .collect())
+    }
+}
+
+/// A report for `target` with nothing in it yet; each act fills in what it did.
+fn empty_report(target: &str) -> CopyReport {
+    CopyReport {
+        target: target.to_owned(),
+        copied: Vec::new(),
+        already_there: Vec::new(),
+        failed: Vec::new(),
+        deleted: Vec::new(),
+        retention: String::new(),
+        message: String::new(),
     }
 }
 

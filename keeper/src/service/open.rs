@@ -37,7 +37,7 @@ use stem::stem1::OpenInfo;
 use super::{parse_snapshot, stem_error, Keeper, DETAILS_COUNT_LIMIT, PREVIEW_COUNT_LIMIT};
 use crate::authority::Authority;
 use crate::caps;
-use crate::journal::{action, state, Asker};
+use crate::journal::{action, state, Asker, Journal, JournalError};
 use crate::stem_client::StemError;
 use crate::wire::{ChangedPath, ClosedOpen, KeeperError, Opened, PartChanges};
 use crate::words::to_micros;
@@ -430,18 +430,7 @@ impl Keeper {
             None => {
                 // Opened by an earlier keeper is impossible (the stem closed those when it
                 // left); the row, if any, is settled at the next check.
-                let _ = self.journal(|j| {
-                    j.begin(
-                        &asker,
-                        action::CLOSE,
-                        name,
-                        "",
-                        false,
-                        "",
-                        state::CLOSED,
-                        &how,
-                    )
-                });
+                let _ = self.journal(|j| begin_closed(j, &asker, name, &how));
             }
         }
         tracing::info!(uid, user = %asker.name, snapshot = name, "{message}");
@@ -461,16 +450,7 @@ impl Keeper {
             Authority::asker(uid)
         };
         let done = self.journal(|jn| {
-            jn.begin(
-                &asker,
-                action::CLOSE,
-                name,
-                "",
-                false,
-                "",
-                state::CLOSED,
-                &format!("{} at {}", how, j.path),
-            )?;
+            begin_closed(jn, &asker, name, &format!("{} at {}", how, j.path))?;
             jn.finish(
                 j.row,
                 state::CLOSED,
@@ -728,6 +708,25 @@ impl Keeper {
         }
         Ok(out)
     }
+}
+
+/// A close of `name` by `asker`, done already (`outcome` says how): its row.
+fn begin_closed(
+    j: &Journal,
+    asker: &Asker,
+    name: &str,
+    outcome: &str,
+) -> Result<i64, JournalError> {
+    j.begin(
+        asker,
+        action::CLOSE,
+        name,
+        "",
+        false,
+        "",
+        state::CLOSED,
+        outcome,
+    )
 }
 
 #[cfg(test)]

@@ -62,12 +62,7 @@ pub fn require_root_and_tools() -> bool {
         );
     }
     for tool in ["dbus-daemon", "dbus-send", "useradd", "setpriv"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
+        if !testbed::installed(tool) {
             return skip_or_fail(&format!(
                 "{tool} is not installed (apt-get install dbus passwd)"
             ));
@@ -197,6 +192,27 @@ impl Drop for PrivateBus {
     }
 }
 
+/// Wait (up to 20 s) until the just-started `tacid-stem` owns its bus name, and hand it
+/// back. Panics when it exits first (its log is on stderr) or never does (it is killed).
+pub fn wait_for_stem_name(bus: &PrivateBus, mut child: Child) -> Child {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(20) {
+        if let Some(status) = child.try_wait().expect("poll tacid-stem") {
+            panic!("tacid-stem exited before owning its name: {status} (its log is above)");
+        }
+        if bus.has_owner(layout::names::STEM_BUS_NAME) {
+            return child;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!(
+        "tacid-stem did not own {} within 20 s",
+        layout::names::STEM_BUS_NAME
+    );
+}
+
 /// The `tacid-stem` daemon as root on a bus; SIGTERM then SIGKILL on drop.
 #[derive(Debug)]
 pub struct StemDaemon {
@@ -207,7 +223,7 @@ impl StemDaemon {
     /// Start `tacid-stem --bus ADDRESS --keeper-user USER` plus `args`, and wait until it
     /// owns its name. Panics with its stderr when it exits instead.
     pub fn start(bus: &PrivateBus, keeper_user: &str, args: &[&str]) -> StemDaemon {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tacid-stem"))
+        let child = Command::new(env!("CARGO_BIN_EXE_tacid-stem"))
             .args(["--bus", bus.address(), "--keeper-user", keeper_user])
             // The loop filesystems are smaller than the default hard floor.
             .args(["--hard-floor-bytes", "0"])
@@ -215,22 +231,9 @@ impl StemDaemon {
             .env("RUST_LOG", "info")
             .spawn()
             .expect("start tacid-stem");
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(20) {
-            if let Some(status) = child.try_wait().expect("poll tacid-stem") {
-                panic!("tacid-stem exited before owning its name: {status} (its log is above)");
-            }
-            if bus.has_owner(layout::names::STEM_BUS_NAME) {
-                return StemDaemon { child };
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        StemDaemon {
+            child: wait_for_stem_name(bus, child),
         }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!(
-            "tacid-stem did not own {} within 20 s",
-            layout::names::STEM_BUS_NAME
-        );
     }
 
     pub fn pid(&self) -> u32 {
@@ -345,4 +348,12 @@ pub fn shipped_policy() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("dbus")
         .join(format!("{}.conf", layout::names::STEM_BUS_NAME))
+}
+
+/// `n` MiB of data that is not all one byte, so nothing could be skipped as a hole;
+/// `seed` makes runs differ.
+pub fn megabytes(n: usize, seed: u8) -> Vec<u8> {
+    (0..n << 20)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
