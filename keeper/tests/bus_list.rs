@@ -101,7 +101,14 @@ fn bus_the_kept_list_is_never_stale() {
     let keeper = w.keeper_as_root();
     let nested = keeper.run(keeper.proxy.list()).expect("List");
     let (_, out, _) = w.tacid(APPROVER, &["data", "list", "--json"]);
-    assert_eq!(serde_json::to_value(&nested).unwrap(), json(&out));
+    // The CLI adds where each is open for the caller (nothing is open here): the rest is
+    // `List`'s, field by field.
+    let mut cli = json(&out);
+    for entry in cli.as_array_mut().expect("an array") {
+        let open_at = entry.as_object_mut().expect("an object").remove("open_at");
+        assert_eq!(open_at, Some(serde_json::Value::String(String::new())));
+    }
+    assert_eq!(serde_json::to_value(&nested).unwrap(), cli);
 
     // Root, by hand, behind the stem's back: a snapshot into the store ...
     let by_hand = SnapshotName::new(SubvolumeName::parse("@home").unwrap(), SystemTime::now())
