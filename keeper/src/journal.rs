@@ -278,15 +278,21 @@ fn set_mode(
     Ok(())
 }
 
+/// A SQLite error as the journal's, naming its file. It borrows only the path, so it serves
+/// while a transaction holds the connection (`self.conn` and `self.path` are apart).
+fn sqlite_error(path: &Path) -> impl Fn(rusqlite::Error) -> JournalError + Copy + '_ {
+    move |source| JournalError::Sqlite {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
 impl Journal {
     /// Open (creating if needed) the journal at `path`, set WAL and `synchronous=FULL` and
     /// check both took, and bring the schema up to date.
     pub fn open(path: &Path) -> Result<Journal, JournalError> {
         let p = path.display().to_string();
-        let sq = |source| JournalError::Sqlite {
-            path: p.clone(),
-            source,
-        };
+        let sq = sqlite_error(path);
         let conn = Connection::open(path).map_err(sq)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(sq)?;
@@ -321,10 +327,7 @@ impl Journal {
     }
 
     fn err(&self, source: rusqlite::Error) -> JournalError {
-        JournalError::Sqlite {
-            path: self.path.display().to_string(),
-            source,
-        }
+        sqlite_error(&self.path)(source)
     }
 
     fn migrate(&mut self) -> Result<(), JournalError> {
@@ -465,11 +468,7 @@ impl Journal {
     /// Write the counts of refused rows that stand for many calls (adr/0016): row `id` now
     /// stands for `calls` refusals, the last at `last_micros`. One commit for all.
     pub fn count_refusals(&mut self, counts: &[(i64, u64, i64)]) -> Result<(), JournalError> {
-        let path = self.path.display().to_string();
-        let sq = |source| JournalError::Sqlite {
-            path: path.clone(),
-            source,
-        };
+        let sq = sqlite_error(&self.path);
         let tx = self.conn.transaction().map_err(sq)?;
         for (id, calls, last_micros) in counts {
             tx.execute(
@@ -524,11 +523,7 @@ impl Journal {
         st: &str,
         outcome: &str,
     ) -> Result<(), JournalError> {
-        let path = self.path.display().to_string();
-        let sq = |source| JournalError::Sqlite {
-            path: path.clone(),
-            source,
-        };
+        let sq = sqlite_error(&self.path);
         let now = to_micros(SystemTime::now());
         let tx = self.conn.transaction().map_err(sq)?;
         for m in members {

@@ -108,11 +108,7 @@ impl Journal {
 
     /// Record how an act on a target ended, and what the target now holds, in one commit.
     pub fn finish_copy(&mut self, id: i64, end: &CopyEnd) -> Result<(), JournalError> {
-        let path = self.path.display().to_string();
-        let sq = |source| JournalError::Sqlite {
-            path: path.clone(),
-            source,
-        };
+        let sq = super::sqlite_error(&self.path);
         let now = to_micros(SystemTime::now());
         let tx = self.conn.transaction().map_err(sq)?;
         let (action, target, name): (String, String, String) = tx
@@ -172,11 +168,7 @@ impl Journal {
         local: &BTreeSet<String>,
         in_flight: &BTreeSet<i64>,
     ) -> Result<(), JournalError> {
-        let path = self.path.display().to_string();
-        let sq = |source| JournalError::Sqlite {
-            path: path.clone(),
-            source,
-        };
+        let sq = super::sqlite_error(&self.path);
         let now = to_micros(SystemTime::now());
         let tx = self.conn.transaction().map_err(sq)?;
         tx.execute("DELETE FROM copies WHERE target = ?1", [target])

@@ -97,11 +97,7 @@ impl Journal {
         asker: &Asker,
         deletions: &[Deletion],
     ) -> Result<Vec<i64>, JournalError> {
-        let path = self.path.display().to_string();
-        let sq = |source| JournalError::Sqlite {
-            path: path.clone(),
-            source,
-        };
+        let sq = super::sqlite_error(&self.path);
         let now = to_micros(SystemTime::now());
         let tx = self.conn.transaction().map_err(sq)?;
         let mut ids = Vec::with_capacity(deletions.len());
@@ -135,11 +131,7 @@ impl Journal {
 
     /// Record how deletions ended, all in one commit; the deleted snapshots are marked gone.
     pub fn finish_deletions(&mut self, results: &[DeletionResult]) -> Result<(), JournalError> {
-        let path = self.path.display().to_string();
-        let sq = |source| JournalError::Sqlite {
-            path: path.clone(),
-            source,
-        };
+        let sq = super::sqlite_error(&self.path);
         let now = to_micros(SystemTime::now());
         let tx = self.conn.transaction().map_err(sq)?;
         for r in results {
@@ -221,11 +213,7 @@ impl Journal {
         name: &str,
         keep: bool,
     ) -> Result<bool, JournalError> {
-        let path = self.path.display().to_string();
-        let sq = |source| JournalError::Sqlite {
-            path: path.clone(),
-            source,
-        };
+        let sq = super::sqlite_error(&self.path);
         let now = to_micros(SystemTime::now());
         let tx = self.conn.transaction().map_err(sq)?;
         let marked: bool = tx
