@@ -445,20 +445,7 @@ fn bus_the_keeper_killed_at_random_moments_loses_nothing_acknowledged() {
         }
         acknowledged
     });
-    for round in 0..4u64 {
-        // A different moment each round, from the clock (no two runs alike).
-        let nanos = u64::from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .subsec_nanos(),
-        );
-        std::thread::sleep(std::time::Duration::from_millis(
-            20 + (nanos + round * 37) % 120,
-        ));
-        w.kill_keeper();
-        w.start_keeper(None);
-    }
+    w.kill_keeper_at_random_moments(4, 20, 120, 37);
     let acknowledged = stream.join().expect("the stream ends");
     assert!(!acknowledged.is_empty(), "no request got through at all");
     let (code, out, _) = w.tacid(APPROVER, &["data", "status", "--json"]);

@@ -153,19 +153,7 @@ fn bus_deletes_and_keeps_under_random_kills_lose_nothing_acknowledged() {
         }
         acknowledged
     });
-    for round in 0..3u64 {
-        let nanos = u64::from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .subsec_nanos(),
-        );
-        std::thread::sleep(std::time::Duration::from_millis(
-            15 + (nanos + round * 41) % 90,
-        ));
-        w.kill_keeper();
-        w.start_keeper(None);
-    }
+    w.kill_keeper_at_random_moments(3, 15, 90, 41);
     let acknowledged = stream.join().expect("the stream ends");
     assert_eq!(w.tacid(APPROVER, &["data", "status"]).0, 0);
     let (requests, _) = w.journal_rows();

@@ -443,6 +443,31 @@ impl World {
         self.wait_owner(names::KEEPER_BUS_NAME, false, &self.keeper_log());
     }
 
+    /// SIGKILL the keeper and start it again, `rounds` times, each after a pause of
+    /// `base_ms` plus a part of `spread_ms` taken from the clock (no two runs alike; `step`
+    /// moves each round's part on).
+    pub fn kill_keeper_at_random_moments(
+        &mut self,
+        rounds: u64,
+        base_ms: u64,
+        spread_ms: u64,
+        step: u64,
+    ) {
+        for round in 0..rounds {
+            let nanos = u64::from(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .subsec_nanos(),
+            );
+            std::thread::sleep(std::time::Duration::from_millis(
+                base_ms + (nanos + round * step) % spread_ms,
+            ));
+            self.kill_keeper();
+            self.start_keeper(None);
+        }
+    }
+
     /// Stop the keeper and give its next start these flags.
     pub fn stop_keeper_and_set_args(&mut self, args: &[&str]) {
         self.stop_keeper();
