@@ -27,7 +27,10 @@
 
       # Independent of any system: the module builds its package with the package set of
       # the machine it configures (services.tacid.package), whatever system evaluates it.
-      nixosModules.default = ./nixos-modules/tacid.nix;
+      # An attribute set that imports the file, not the bare path: `nix flake check` before
+      # Nix 2.13 or so rejects a path ("module must be a function or an attribute set"),
+      # and importing keeps the file's name in the module system's messages.
+      nixosModules.default = { imports = [ ./nixos-modules/tacid.nix ]; };
 
       checks = forAllSystems (pkgs: {
         install = pkgs.testers.runNixOSTest (import ./checks/nixos/install.nix {
