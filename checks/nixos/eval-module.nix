@@ -63,10 +63,13 @@ let
   initrdUnitsScript = config: (builtins.head config.boot.initrd.systemd.packages).script;
 
   # A machine without tacid: its services.tacid can still be read, all of it.
-  withoutTacid = (nixos.eval {
+  # Every option of it defined: the lib here falls back to a type's empty value for an
+  # option nobody defined, but older libs throw there.
+  withoutTacidEval = nixos.eval {
     system = "x86_64-linux";
     modules = [ tacidModule { boot.initrd.systemd.enable = true; } ];
-  }).config;
+  };
+  withoutTacid = withoutTacidEval.config;
 
   # The essentials kept on the persistent subvolume (adr/0022).
   persistDir = tacidLib.persistDir;
@@ -335,7 +338,8 @@ in
         && keptRoot.systemd.tmpfiles.rules == c.systemd.tmpfiles.rules
         && keptRoot.services.dbus.packages == c.services.dbus.packages))
     (check "services.tacid can be read, all of it, on a machine without tacid"
-      (nixos.force withoutTacid.services.tacid && withoutTacid.services.tacid.fileSystems == { }))
+      (nixos.force withoutTacid.services.tacid && withoutTacid.services.tacid.fileSystems == { }
+        && withoutTacidEval.options.services.tacid.fileSystems.isDefined))
     (check "the essentials' directories: bind mounts from ${persistDir}, mounted in the initrd after it"
       (all
         (dir:
