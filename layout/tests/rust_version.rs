@@ -93,7 +93,11 @@ fn unpacked_manifest(name: &str, version: &str) -> Option<PathBuf> {
         .unwrap_or_else(|e| panic!("cannot list {}: {e}; run `cargo fetch`", src.display()));
     registries
         .filter_map(Result::ok)
-        .map(|r| r.path().join(format!("{name}-{version}")).join("Cargo.toml"))
+        .map(|r| {
+            r.path()
+                .join(format!("{name}-{version}"))
+                .join("Cargo.toml")
+        })
         .find(|p| p.is_file())
 }
 
