@@ -473,6 +473,10 @@ in
           ${persistEssentialsUnit} = {
             description = "tacid: keep what NixOS needs across boots on ${tacidLib.persistDir}";
             wantedBy = [ "multi-user.target" ];
+            # After sshd made its host keys (in its own start, or sshd-keygen.service when
+            # it is socket-activated): a key made where none was is not seen by the path
+            # unit, which watches files that exist.
+            after = lib.optionals (ephemeral && essentials.sshHostKeys) [ "sshd.service" "sshd-keygen.service" ];
             unitConfig.RequiresMountsFor = tacidLib.persistDir;
             serviceConfig = {
               Type = "oneshot";

@@ -372,6 +372,7 @@ in
       ]
         && c.systemd.paths.${essentialsUnit}.wantedBy == [ "paths.target" ]
         && c.systemd.services.${essentialsUnit}.wantedBy == [ "multi-user.target" ]
+        && c.systemd.services.${essentialsUnit}.after == [ "sshd.service" "sshd-keygen.service" ]
         && nixos.force (systemdLib.pathToUnit c.systemd.paths.${essentialsUnit})
         && nixos.force (systemdLib.serviceToUnit c.systemd.services.${essentialsUnit})))
     (check "each essential can be turned off on its own"
