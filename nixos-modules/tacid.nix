@@ -392,7 +392,8 @@ in
   };
 
   config = lib.mkMerge [
-    # Empty where tacid is not enabled, so reading services.tacid there does not throw.
+    # Defined, empty, where tacid is not enabled: reading services.tacid there must not
+    # throw (older libs throw for an option nobody defined).
     {
       services.tacid.fileSystems = lib.optionalAttrs cfg.enable (tacidLib.fileSystemsFor cfg.device
         // lib.genAttrs keptDirs (dir: {
@@ -405,7 +406,6 @@ in
       }));
     }
     (lib.mkIf cfg.enable {
-
       assertions = tacidLib.assertionsFor
         {
           inherit (cfg) device approverGroup;
