@@ -27,7 +27,11 @@
 
       # Independent of any system: the module builds its package with the package set of
       # the machine it configures (services.tacid.package), whatever system evaluates it.
-      nixosModules.default = ./nixos-modules/tacid.nix;
+      # An attribute set that imports the file, not the bare path: `nix flake check` rejects
+      # a path ("module must be a function or an attribute set"; Debian's Nix 2.8 does, and
+      # checks/nix-checks.sh runs it), and `imports` (unlike `import`) keeps the file's name
+      # in the module system's messages, as nixpkgs' own nixosModules do.
+      nixosModules.default = { imports = [ ./nixos-modules/tacid.nix ]; };
 
       checks = forAllSystems (pkgs: {
         install = pkgs.testers.runNixOSTest (import ./checks/nixos/install.nix {

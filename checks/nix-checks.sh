@@ -8,7 +8,12 @@
 #      (checks/nixos/eval-module.nix), and failing as it should where the types say no;
 #      the flake's outputs for both systems against a stand-in nixpkgs
 #      (checks/nixos/eval-flake.nix), whose rendering of the VM test's Python must pass
-#      pyflakes and mypy as the NixOS test driver runs them;
+#      pyflakes and mypy as the NixOS test driver runs them; the module beside the real
+#      impermanence module (checks/nixos/eval-impermanence.nix); Nix's own
+#      `nix flake check --no-build` on a scratch copy of the flake, its nixpkgs input a
+#      stand-in (nixpkgs' real lib, fake derivations);
+#   4b. the essentials the module keeps on /persist: the initrd's and the running
+#      system's scripts pass shellcheck and do their work on a stand-in root;
 #   4. the pre-switch check behaves inside the script each generation of upstream's
 #      pre-switch-check.nix makes, under the contract of the switch-to-configuration of
 #      its day: skips, snapshots, stops the switch, lets it through once when told to,
@@ -19,13 +24,15 @@
 #      `systemd-analyze verify`;
 #   6. scripts/make-disk-layout.sh makes the layout on a loop device (root), and refuses
 #      a device with a filesystem unless --force.
-# What does NOT run here: `nix flake check`, the package build, the NixOS VM test
-# (checks.install). They need Nix with nixpkgs and a builder.
+# What does NOT run here: `nix flake check` against the real nixpkgs, the package build,
+# the NixOS VM test (checks.install). They need Nix with nixpkgs and a builder.
 #
 # Inputs from outside the repository, as parameters (one nixpkgs checkout serves for both):
 #   TACID_NIXPKGS_LIB   nixpkgs' lib/ directory; default ../shared/nixpkgs-lib/lib
 #   TACID_NIXOS_SUBSET  a directory with nixos/lib and nixos/modules at their upstream
 #                       paths; default ../shared/nixos-subset
+#   TACID_IMPERMANENCE  nix-community/impermanence (its nixos.nix and what it imports);
+#                       default $TACID_NIXOS_SUBSET/impermanence
 # relative to the repository root. The .nix files under checks/nixos take them as
 # --arg nixpkgsLib / --arg nixosSubset, with the same defaults.
 #
@@ -85,6 +92,7 @@ deadnix --fail "${nix_files[@]}" || fail "deadnix found unused code"
 nixpkgs_lib="${TACID_NIXPKGS_LIB:-../shared/nixpkgs-lib/lib}"
 nixos_subset="${TACID_NIXOS_SUBSET:-../shared/nixos-subset}"
 upstream_args=()
+impermanence="${TACID_IMPERMANENCE:-$nixos_subset/impermanence}"
 if [ -f "$nixpkgs_lib/modules.nix" ] && [ -f "$nixos_subset/nixos/lib/utils.nix" ]; then
   upstream_args=(--arg nixpkgsLib "$(realpath "$nixpkgs_lib")" --arg nixosSubset "$(realpath "$nixos_subset")")
   echo "upstream: lib from $(realpath "$nixpkgs_lib"), NixOS modules from $(realpath "$nixos_subset")"
@@ -171,6 +179,104 @@ if have_upstream "evaluating the flake" && eval_checks eval-flake.nix flake.json
   else
     fail "the VM test's Python (checks/nixos/install.nix) does not pass mypy: $(cat "$work/mypy-out")"
   fi
+fi
+
+step "the module beside impermanence's real module: the initrd order, the assertions"
+if [ ! -f "$impermanence/nixos.nix" ]; then
+  skip "evaluating beside impermanence needs its module ($impermanence/nixos.nix); set TACID_IMPERMANENCE"
+elif have_upstream "evaluating beside impermanence"; then
+  if nix-instantiate --eval --strict --json checks/nixos/eval-impermanence.nix "${upstream_args[@]}" \
+    --arg impermanence "$(realpath "$impermanence")" >"$work/impermanence.json" 2>"$work/impermanence.err" &&
+    [ ! -s "$work/impermanence.err" ] && [ "$(jq -r .checks "$work/impermanence.json")" = true ]; then
+    echo "checks/nixos/eval-impermanence.nix: true (impermanence from $(realpath "$impermanence"))"
+  else
+    fail "checks/nixos/eval-impermanence.nix: $(cat "$work/impermanence.err")"
+  fi
+fi
+
+step "Nix's own flake checker: nix flake check --no-build on a scratch copy, nixpkgs a stand-in"
+# The checker of the Nix at hand (Debian's 2.8) checks every output as `nix flake check`
+# does for a user: each module's form, each package, check and shell a derivation. The
+# tacid flake is copied as git sees it (no target/); its nixpkgs input is overridden with a
+# stand-in flake of nixpkgs' real lib and fake derivations, so nothing is fetched or built.
+if have_upstream "nix flake check"; then
+  scratch="$work/flake-check"
+  mkdir -p "$scratch/nixpkgs" "$scratch/tacid"
+  cp -r "$(realpath "$nixpkgs_lib")" "$scratch/nixpkgs/lib"
+  cp checks/nixos/stand-in-nixpkgs-flake.nix "$scratch/nixpkgs/flake.nix"
+  cp checks/nixos/stand-in-pkgs.nix "$scratch/nixpkgs/"
+  git ls-files -z --cached --others --exclude-standard |
+    while IFS= read -r -d '' f; do
+      if [ -e "$f" ]; then cp --parents -- "$f" "$scratch/tacid/"; fi
+    done
+  if nix --extra-experimental-features 'nix-command flakes' flake check --no-build --no-write-lock-file \
+    --override-input nixpkgs "path:$scratch/nixpkgs" "path:$scratch/tacid" >"$work/flake-check.out" 2>&1; then
+    echo "nix flake check ($(nix --version)): the flake's outputs pass"
+  else
+    fail "nix flake check ($(nix --version)) on the flake: $(grep -v '^warning: not writing\|^• \|^    .path:' "$work/flake-check.out")"
+  fi
+fi
+
+step "the essentials kept on /persist: the initrd's copy-in and the running system's save, on a stand-in root"
+# The scripts as the module renders them with every essential on; shellcheck as
+# systemd.enableStrictShellChecks would run it; then run with their root moved.
+if have_upstream "the essentials' scripts" &&
+  nix-instantiate --eval --strict --json "${upstream_args[@]}" -E '
+    { nixpkgsLib, nixosSubset }:
+    let
+      nixos = import ./checks/nixos/nixos-eval.nix { inherit nixpkgsLib nixosSubset; };
+      c = (nixos.eval { system = "x86_64-linux"; modules = [
+        ./nixos-modules/tacid.nix
+        { services.tacid.enable = true; boot.initrd.systemd.enable = true; }
+      ]; }).config;
+    in {
+      initrd = c.boot.initrd.systemd.services.tacid-persist-essentials.script;
+      save = (nixos.lib.findFirst (p: p.name == "tacid-persist-essentials") null c.environment.systemPackages).text;
+    }' >"$work/essentials.json" 2>"$work/essentials.err"; then
+  jq -r .initrd "$work/essentials.json" >"$work/essentials-initrd.sh"
+  jq -r .save "$work/essentials.json" | sed "s|/nix/store/[a-z0-9]*-coreutils/bin/||g" >"$work/essentials-save.sh"
+  if shellcheck -s bash "$work/essentials-initrd.sh" "$work/essentials-save.sh"; then
+    echo "the essentials' scripts: shellcheck-clean"
+  else
+    fail "the essentials' scripts (nixos-modules/lib.nix) fail shellcheck, which systemd.enableStrictShellChecks runs"
+  fi
+  persist="$(nix-instantiate --eval --json -E '(import ./nixos-modules/lib.nix).persistDir' | jq -r .)"
+  # The initrd: a fresh root, a persistent subvolume holding a kept shadow and machine id.
+  sysroot="$work/sysroot"
+  mkdir -p "$sysroot$persist/etc"
+  echo 'root:$y$j9T$kept:19000::::::' >"$sysroot$persist/etc/shadow"
+  chmod 0640 "$sysroot$persist/etc/shadow"
+  echo 0123456789abcdef0123456789abcdef >"$sysroot$persist/etc/machine-id"
+  sed "s|^root=/sysroot\$|root=$sysroot|" "$work/essentials-initrd.sh" >"$work/essentials-initrd-here.sh"
+  if ! bash "$work/essentials-initrd-here.sh" >"$work/essentials-out" 2>&1; then
+    fail "the essentials' initrd script failed: $(cat "$work/essentials-out")"
+  elif [ "$(cat "$sysroot/etc/shadow" 2>/dev/null)" != 'root:$y$j9T$kept:19000::::::' ] ||
+    [ "$(stat -c %a "$sysroot/etc/shadow")" != 640 ] ||
+    [ "$(cat "$sysroot/etc/machine-id")" != 0123456789abcdef0123456789abcdef ] ||
+    [ ! -d "$sysroot$persist/var/lib/nixos" ] || [ ! -d "$sysroot$persist/var/lib/systemd" ] ||
+    [ -e "$sysroot/etc/passwd" ] || ! grep -q "$persist/etc/passwd is not there" "$work/essentials-out"; then
+    fail "the essentials' initrd script: the kept shadow and machine id must be copied into the root (mode kept), the directories made, a missing file named: $(cat "$work/essentials-out"; ls -lR "$sysroot")"
+  else
+    echo "initrd: kept files copied into the new root, directories made on $persist, a file never kept is named"
+  fi
+  # The running system: a password changed, a uid map never kept (as after an install).
+  host="$work/host"
+  mkdir -p "$host/etc" "$host/var/lib/nixos" "$host$persist/etc"
+  echo 'root:$y$j9T$new:19001::::::' >"$host/etc/shadow"
+  echo '{"root":0}' >"$host/var/lib/nixos/uid-map"
+  echo 'root:$y$j9T$old:19000::::::' >"$host$persist/etc/shadow"
+  sed "s|^root=\$|root=$host|" "$work/essentials-save.sh" >"$work/essentials-save-here.sh"
+  if ! bash "$work/essentials-save-here.sh" >"$work/essentials-out" 2>&1; then
+    fail "the essentials' save script failed: $(cat "$work/essentials-out")"
+  elif [ "$(cat "$host$persist/etc/shadow")" != 'root:$y$j9T$new:19001::::::' ] ||
+    [ "$(cat "$host$persist/var/lib/nixos/uid-map" 2>/dev/null)" != '{"root":0}' ] ||
+    [ -n "$(find "$host$persist" -name '*.tacid-new')" ] || [ -e "$host$persist/etc/passwd" ]; then
+    fail "the essentials' save script: the changed shadow and the uid map must be on $persist, nothing half-written: $(ls -lR "$host$persist")"
+  else
+    echo 'running system: a changed /etc/shadow saved (by rename), a directory never kept seeded'
+  fi
+elif [ "${#upstream_args[@]}" -ne 0 ]; then
+  fail "the essentials' scripts: $(cat "$work/essentials.err")"
 fi
 
 step "the pre-switch check, under both switch-to-configuration contracts, against a stand-in CLI"
@@ -486,4 +592,4 @@ if [ "$failures" -ne 0 ]; then
   echo "nix-checks: $failures failure(s)" >&2
   exit 1
 fi
-echo "nix-checks: all passed (not run here: nix flake check, the package build, the NixOS VM test)"
+echo "nix-checks: all passed (not run here: nix flake check against the real nixpkgs, the package build, the NixOS VM test)"

@@ -110,6 +110,158 @@ let
         mounted
     );
 
+  # What NixOS itself needs from one boot to the next, kept on the persistent subvolume
+  # when the root is made again at every boot (adr/0022). Each is one option of
+  # services.tacid.persistEssentials. Directories are bind mounts from there, mounted in
+  # the initrd (neededForBoot) so activation finds them; files are copied in by the initrd
+  # before activation and copied back whenever they change, since activation and passwd
+  # replace /etc/shadow and its kin by rename, which a bind mount refuses and a symlink
+  # does not survive.
+  persistDir = dirOf layout.snapshots_mount_point;
+  persistedPath = path: "${persistDir}${path}";
+  essentialDirs = {
+    # The uid and gid map: without it, ids may move under files on /persist and /home.
+    nixosIds = [ "/var/lib/nixos" ];
+    # Timer stamps (Persistent=), the random seed, backlight and rfkill state.
+    systemdState = [ "/var/lib/systemd" ];
+  };
+  essentialFiles = sshHostKeys: {
+    machineId = [ "/etc/machine-id" ];
+    inherit sshHostKeys;
+    users = [ "/etc/passwd" "/etc/group" "/etc/shadow" "/etc/gshadow" ];
+  };
+  # The mount unit systemd names for `path` under the initrd's /sysroot.
+  sysrootMountUnit = escape: path: "${escape "/sysroot${path}"}.mount";
+
+  # The initrd's half: make the persisted directories, copy the persisted files into the
+  # new root (only those that exist: the first boot has none).
+  persistEssentialsInitrdScript =
+    { dirs, files }:
+    ''
+      set -u
+      # The new root (checks/nix-checks.sh runs this against another).
+      root=/sysroot
+      status=0
+      for dir in ${concatStringsSep " " (map (d: shellQuote (persistedPath d)) dirs)}; do
+        if ! mkdir -p "$root$dir"; then status=1; fi
+      done
+      for file in ${concatStringsSep " " (map shellQuote files)}; do
+        kept="$root${persistDir}$file"
+        if [ ! -e "$kept" ]; then
+          echo "tacid: ${persistDir}$file is not there, so this boot starts without a kept $file (after an install: see docs/nixos.md)"
+        elif ! { mkdir -p "$(dirname "$root$file")" && cp -a "$kept" "$root$file"; }; then
+          status=1
+        fi
+      done
+      exit "$status"
+    '';
+
+  # The running system's half: the files back onto the persistent subvolume (each
+  # replaced by rename, so a crash leaves the old copy or the new one), and a directory
+  # whose persisted copy does not exist yet seeded from the root (at install time, run
+  # inside the new system with nixos-enter).
+  persistEssentialsSaveScript =
+    { coreutils, dirs, files }:
+    ''
+      set -u
+      # The running system's root (checks/nix-checks.sh runs this against another).
+      root=
+      status=0
+      for dir in ${concatStringsSep " " (map shellQuote dirs)}; do
+        kept="$root${persistDir}$dir"
+        dir="$root$dir"
+        if [ -e "$kept" ] || [ ! -d "$dir" ]; then continue; fi
+        if ! { ${coreutils}/bin/mkdir -p "$(${coreutils}/bin/dirname "$kept")" && ${coreutils}/bin/cp -a "$dir" "$kept"; }; then
+          status=1
+        fi
+      done
+      for file in ${concatStringsSep " " (map shellQuote files)}; do
+        kept="$root${persistDir}$file"
+        file="$root$file"
+        if [ ! -e "$file" ]; then continue; fi
+        if ! { ${coreutils}/bin/mkdir -p "$(${coreutils}/bin/dirname "$kept")" &&
+          ${coreutils}/bin/cp -a "$file" "$kept.tacid-new" &&
+          ${coreutils}/bin/mv -f "$kept.tacid-new" "$kept"; }; then
+          status=1
+        fi
+      done
+      exit "$status"
+    '';
+
+  # Can this hash log in (nixos/modules/config/users-groups.nix's allowsLogin)?
+  allowsLogin = hash: hash == "" || !(elem hash [ null "!" "!!" "*" ]);
+  # Root or a wheel user with a way in that the configuration itself declares.
+  declaredWayIn =
+    users:
+    builtins.any
+      (
+        name:
+        let
+          u = users.${name};
+        in
+        (name == "root" || u.group == "wheel" || elem "wheel" u.extraGroups)
+        && (
+          allowsLogin u.hashedPassword
+          || u.password != null
+          || u.hashedPasswordFile != null
+          || u.initialPassword != null
+          || allowsLogin u.initialHashedPassword
+          || (u.openssh.authorizedKeys.keys or [ ]) != [ ]
+          || (u.openssh.authorizedKeys.keyFiles or [ ]) != [ ]
+        )
+      )
+      (builtins.attrNames users);
+
+  # The mount point of `fileSystems` that holds `path` (the longest that is a prefix).
+  mountHolding =
+    fileSystems: path:
+    builtins.foldl'
+      (best: m: if (m == "/" || path == m || hasPrefix "${m}/" path) && stringLength m > stringLength best then m else best)
+      ""
+      (map (fs: fs.mountPoint or "") (builtins.attrValues fileSystems));
+
+  # environment.persistence (the impermanence module) beside tacid: what it may not do.
+  persistenceAssertions =
+    { persistence, fileSystems, ephemeralRoot, keptByTacid }:
+    concatLists (
+      mapAttrsToList
+        (
+          store: p:
+          let
+            opt = "environment.persistence.\"${store}\"";
+            dirs = map (d: d.dirPath) (p.directories ++ concatLists (mapAttrsToList (_: u: u.directories) (p.users or { })));
+            files = map (f: f.filePath) (p.files ++ concatLists (mapAttrsToList (_: u: u.files) (p.users or { })));
+            onLayout = d: filter (s: s.mount_point != "/" && (d == s.mount_point || hasPrefix "${d}/" s.mount_point)) mounted;
+            holder = mountHolding fileSystems p.persistentStoragePath;
+            inSnapshots = p.persistentStoragePath == layout.snapshots_mount_point || hasPrefix "${layout.snapshots_mount_point}/" p.persistentStoragePath;
+            both = filter (x: elem x.path (dirs ++ files)) keptByTacid;
+          in
+          map
+            (d: {
+              assertion = onLayout d == [ ];
+              message = "services.tacid: ${opt}.directories has \"${d}\", but tacid keeps ${concatStringsSep " and " (map (s: "${s.mount_point} (${s.name})") (onLayout d))} in its own subvolume: kept across boots, snapshotted, restorable by itself. A bind mount from ${p.persistentStoragePath} would hide it. Remove \"${d}\" from ${opt}.directories.";
+            })
+            dirs
+          ++ [
+            {
+              assertion = !ephemeralRoot || (holder != "/" && holder != "");
+              message = "services.tacid: ${opt} keeps its files in ${p.persistentStoragePath}, which is no filesystem of its own but a directory on the root, and tacid makes the root again at every boot: everything \"persisted\" there would be gone at the next boot. Use environment.persistence.\"${persistDir}\" (tacid's persistent subvolume), or declare fileSystems.\"${p.persistentStoragePath}\" for a filesystem of its own.";
+            }
+            {
+              assertion = !inSnapshots;
+              message = "services.tacid: ${opt} keeps its files in ${p.persistentStoragePath}, inside tacid's snapshot store (${layout.snapshots_mount_point}), which only tacid writes. Use environment.persistence.\"${persistDir}\".";
+            }
+          ]
+          ++ map
+            (x: {
+              assertion = false;
+              message = "services.tacid: ${x.path} is kept on ${persistDir} both by services.tacid.persistEssentials.${x.option} and by ${opt}; the two would mount or copy over each other. Set services.tacid.persistEssentials.${x.option} = false; or remove \"${x.path}\" from ${opt}.";
+            })
+            both
+        )
+        persistence
+    );
+
   # The snapshot store stays root-only (it holds old copies of everybody's files); the
   # keeper's journal lives in its own directory there, bound into the keeper's state
   # directory by the keeper's unit, so no restore replaces it.
@@ -129,17 +281,25 @@ let
     device: fileSystems: s:
     let
       fs = fileSystems.${s.mount_point} or null;
-      subvolOptions = filter (hasPrefix "subvol=") (fs.options or [ ]);
+      # As a set: `subvol=/@x` is `subvol=@x`, and the same option given twice (the
+      # module's and a user's own, merged) is one; other options (compress=zstd, noatime)
+      # are the user's to add.
+      normalise = o: if hasPrefix "subvol=/" o then "subvol=${substring 8 (stringLength o) o}" else o;
+      subvolOptions = unique (map normalise (filter (hasPrefix "subvol=") (fs.options or [ ])));
+      bind = elem "bind" (fs.options or [ ]);
     in
     if fs == null then
       "it is not declared"
+    else if bind then
+      {
+        what = "it is a bind mount of ${toString (fs.device or "")}";
+        fix = "Older releases of impermanence make such a mount for a directory in environment.persistence.<path>.directories; tacid keeps ${s.mount_point} in its own subvolume ${s.name} (kept across boots, snapshotted, restorable), so remove \"${s.mount_point}\" from environment.persistence, or the bind mount from your configuration.";
+      }
     else if (fs.fsType or null) != "btrfs" then
       "its fsType is \"${toString (fs.fsType or "")}\", not \"btrfs\""
     else if (fs.device or null) != device then
       "its device is \"${toString (fs.device or "")}\", not services.tacid.device (\"${device}\")"
-    else if
-      subvolOptions != [ "subvol=${s.name}" ] && subvolOptions != [ "subvol=/${s.name}" ]
-    then
+    else if subvolOptions != [ "subvol=${s.name}" ] then
       "its subvolume options are [ ${concatStringsSep " " subvolOptions} ], not [ subvol=${s.name} ]"
     else
       null;
@@ -213,10 +373,16 @@ let
         s:
         let
           problem = fsProblem device fileSystems s;
+          what = if builtins.isAttrs problem then problem.what else toString problem;
+          fix =
+            if builtins.isAttrs problem then
+              problem.fix
+            else
+              "The tacid module declares this mount itself: remove fileSystems.\"${s.mount_point}\" from your configuration (often hardware-configuration.nix), or set services.tacid.device to the device it names; make the disk with scripts/make-disk-layout.sh.";
         in
         {
           assertion = problem == null;
-          message = "services.tacid: fileSystems.\"${s.mount_point}\" must be the Btrfs subvolume ${s.name} of services.tacid.device, but ${toString problem}. The tacid module declares this mount itself: remove fileSystems.\"${s.mount_point}\" from your configuration (often hardware-configuration.nix), or set services.tacid.device to the device it names; make the disk with scripts/make-disk-layout.sh.";
+          message = "services.tacid: fileSystems.\"${s.mount_point}\" must be the Btrfs subvolume ${s.name} of services.tacid.device, but ${what}. ${fix}";
         }
       )
       mounted
@@ -394,6 +560,16 @@ in
     tmpfilesRules
     kernelParamsFor
     assertionsFor
+    persistDir
+    persistedPath
+    essentialDirs
+    essentialFiles
+    sysrootMountUnit
+    persistEssentialsInitrdScript
+    persistEssentialsSaveScript
+    declaredWayIn
+    mountHolding
+    persistenceAssertions
     copyUnitName
     stemCopyDropInsDir
     stemCopyDropIn

@@ -10,6 +10,7 @@
 let
   tacidLib = import ./lib.nix;
   workspace = (builtins.fromTOML (builtins.readFile ../Cargo.toml)).workspace.package;
+  buildOutputs = [ "target" "fuzz/target" "fuzz/corpus" "fuzz/artifacts" "checks/boot/cache" ];
   restorable = lib.concatMapStringsSep ", " (s: s.mount_point) tacidLib.restorableMounted;
 
   # The packages of the tools the shipped units name (shipped.json unit_paths.tools maps
@@ -25,7 +26,18 @@ in
 rustPlatform.buildRustPackage {
   pname = "tacid";
   inherit (workspace) version;
-  src = lib.cleanSource ../.;
+  # The repository without what a developer's build and tests leave in it (what
+  # .gitignore names: cargo's target/, the boot tier's cache, fuzzing's corpus, disk
+  # images; cleanSource drops VCS files and `nix build` result links), which a `path:`
+  # input would otherwise copy into the store with the sources.
+  src = lib.cleanSourceWith {
+    src = lib.cleanSource ../.;
+    filter = path: _type:
+      let
+        rel = lib.removePrefix "${toString ../.}/" (toString path);
+      in
+        !(builtins.elem rel buildOutputs || lib.hasSuffix ".img" rel);
+  };
   # The workspace's tacid-stem, tacid-keeper, tacid and tacid-initrd. rusqlite is
   # bundled (SQLite compiled in), so no system sqlite is needed.
   cargoLock.lockFile = ../Cargo.lock;

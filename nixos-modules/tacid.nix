@@ -3,6 +3,7 @@
 # Names (subvolumes, mount points, units, bus names, the keeper's user) come from
 # layout.json through lib.nix; none is typed here.
 { config
+, options
 , lib
 , pkgs
 , utils
@@ -18,13 +19,54 @@ let
   bin = which: "${cfg.package}/bin/${shipped.binaries.${which}.name}";
 
   # The initrd units exactly as the package ships them, copied into a small store path
-  # of their own so the initrd does not pull in the whole package.
+  # of their own so the initrd does not pull in the whole package. Without the ephemeral
+  # root, only the restore.
+  wipeUnit = layout.initrd_wipe_root_unit;
+  ourInitrdUnits = lib.filter (u: cfg.ephemeralRoot || u != wipeUnit) tacidLib.initrdUnits;
   initrdUnits = pkgs.runCommand "tacid-initrd-units" { } ''
     mkdir -p $out/lib/systemd/system
     ${lib.concatMapStringsSep "\n" (
       unit: "cp ${cfg.package}/${tacidLib.initrdUnitsDir}/${unit} $out/lib/systemd/system/${unit}"
-    ) tacidLib.initrdUnits}
+    ) ourInitrdUnits}
   '';
+
+  # What else mounts into the new root in the initrd, or makes directories on the disk
+  # there: impermanence's bind mounts under /sysroot (before initrd-nixos-activation) and
+  # its older create-needed-for-boot-dirs.service, which mounts the persistent subvolume
+  # itself. tacid's units go first, so nothing writes into a subvolume a restore is
+  # replacing, or holds one it deletes. An ordering on a unit that does not exist is
+  # harmless.
+  initrdMountsIntoRoot = map (m: "${utils.escapeSystemdPath m.where}.mount")
+    (lib.filter (m: lib.hasPrefix "/sysroot/" m.where) config.boot.initrd.systemd.mounts);
+  beforeInitrdUnits = [ "create-needed-for-boot-dirs.service" ] ++ initrdMountsIntoRoot;
+
+  # The essentials kept on the persistent subvolume (adr/0022), by option.
+  essentials = cfg.persistEssentials;
+  ephemeral = cfg.ephemeralRoot;
+  sshHostKeyFiles = lib.concatMap (k: [ k.path "${k.path}.pub" ])
+    (lib.filter (k: k ? path && lib.hasPrefix "/etc/" k.path) (config.services.openssh.hostKeys or defaultHostKeys));
+  # nixos/modules/services/networking/ssh/sshd.nix's default, for a machine without it.
+  defaultHostKeys = [
+    { type = "rsa"; bits = 4096; path = "/etc/ssh/ssh_host_rsa_key"; }
+    { type = "ed25519"; path = "/etc/ssh/ssh_host_ed25519_key"; }
+  ];
+  chosen = attrs: lib.concatLists (lib.mapAttrsToList (option: paths: lib.optionals (ephemeral && essentials.${option}) paths) attrs);
+  keptDirs = chosen tacidLib.essentialDirs;
+  keptFiles = chosen (tacidLib.essentialFiles sshHostKeyFiles);
+  keptByTacid = lib.concatLists (lib.mapAttrsToList
+    (option: paths: map (path: { inherit option path; }) (lib.optionals (ephemeral && essentials.${option}) paths))
+    (tacidLib.essentialDirs // tacidLib.essentialFiles sshHostKeyFiles));
+  persistEssentialsUnit = "tacid-persist-essentials";
+  saveEssentials = pkgs.writeShellScriptBin persistEssentialsUnit (tacidLib.persistEssentialsSaveScript {
+    coreutils = "${pkgs.coreutils}";
+    dirs = keptDirs;
+    files = keptFiles;
+  });
+  keptDirMountUnits = map (tacidLib.sysrootMountUnit utils.escapeSystemdPath) keptDirs;
+
+  # environment.persistence, when the impermanence module is there, its enabled stores.
+  persistence = lib.filterAttrs (_: p: p.enable)
+    (if options ? environment.persistence then config.environment.persistence else { });
 
   skipFile = tacidLib.preSwitchSkipFile;
 
@@ -127,6 +169,48 @@ in
         this repository's package, built with the machine's own nixpkgs.
       '';
     };
+
+    ephemeralRoot = lib.mkOption {
+      type = lib.types.bool;
+      default = true;
+      description = ''
+        Make the root subvolume (${layout.root_subvolume}) again from its empty template
+        (${layout.root_blank_subvolume}) at every boot, so that only what is kept on
+        ${lib.concatMapStringsSep ", " (s: s.mount_point) (lib.filter (s: s.mount_point != "/") tacidLib.mounted)}
+        outlives a reboot. False: the root is kept as it is (the initrd has no wipe unit,
+        and ${layout.root_blank_subvolume} is not needed); snapshots, restores at boot,
+        pre-switch sets, copies and opens work the same.
+      '';
+    };
+
+    persistEssentials =
+      let
+        keep = default: what: lib.mkOption {
+          type = lib.types.bool;
+          inherit default;
+          description = ''
+            With the ephemeral root: keep ${what} on ${tacidLib.persistDir} across boots.
+          '';
+        };
+      in
+      {
+        nixosIds = keep true "/var/lib/nixos (the uid and gid map NixOS keeps, so that ids do not move under files on ${tacidLib.persistDir} and /home), as a bind mount made in the initrd";
+        systemdState = keep true "/var/lib/systemd (timer stamps, the random seed), as a bind mount made in the initrd";
+        machineId = keep true "/etc/machine-id (the journal's and DHCP's identity of the machine), copied in by the initrd and back when it changes";
+        sshHostKeys = keep true "the SSH host keys under /etc/ssh (services.openssh.hostKeys), copied in by the initrd and back when they change";
+        users = lib.mkOption {
+          type = lib.types.bool;
+          default = config.users.mutableUsers;
+          defaultText = lib.literalExpression "config.users.mutableUsers";
+          description = ''
+            With the ephemeral root: keep /etc/passwd, /etc/group, /etc/shadow and
+            /etc/gshadow on ${tacidLib.persistDir} across boots (copied in by the initrd
+            before activation, and back whenever they change), so that passwords set
+            with `passwd` and users added by hand survive a reboot. Off with
+            `users.mutableUsers = false`, where the configuration declares them all.
+          '';
+        };
+      };
 
     device = lib.mkOption {
       # A device path: it goes onto the stem's and the initrd's command lines.
@@ -307,88 +391,157 @@ in
     };
   };
 
-  config = lib.mkIf cfg.enable {
-    services.tacid.fileSystems = tacidLib.fileSystemsFor cfg.device;
-
-    assertions = tacidLib.assertionsFor {
-      inherit (cfg) device approverGroup;
-      initrdSystemd = config.boot.initrd.systemd.enable;
-      inherit (config) fileSystems;
-      groups = builtins.attrNames config.users.groups;
-      preSwitchSubvolumes = cfg.preSwitchSnapshot.subvolumes;
-      inherit copies;
-    };
-
-    # Device, type and neededForBoot as defaults, so a conflicting definition elsewhere
-    # (hardware-configuration.nix) reaches the assertions above, which say what to do,
-    # instead of a bare "conflicting definition values". Options merge: add your own
-    # (compress=zstd, noatime) next to the subvolume.
-    fileSystems = lib.mapAttrs
-      (_: fs: (lib.mapAttrs (_: lib.mkDefault) (removeAttrs fs [ "options" ])) // { inherit (fs) options; })
-      cfg.fileSystems;
-
-    boot.kernelParams = tacidLib.kernelParamsFor cfg.device;
-
-    # The initrd honours a staged restore, then makes the root again from its blank
-    # template; both before the root is mounted. The units are the package's files.
-    boot.initrd.systemd = {
-      extraBin.${shipped.binaries.initrd.name} = bin "initrd";
-      packages = [ initrdUnits ];
-      storePaths = [ "${initrdUnits}" ];
-      services = tacidLib.wantedByFor tacidLib.enabledInitrdUnits;
-    };
-
-    systemd.packages = [ cfg.package unitDropIns ];
-    systemd.services = lib.mkMerge [
-      (tacidLib.wantedByFor tacidLib.enabledSystemUnits)
-      # The stem receives streams with btrfs-progs and reaches SSH targets with ssh.
-      (lib.mkIf haveCopies {
-        ${tacidLib.serviceAttrName layout.stem_unit}.path = [ pkgs.btrfs-progs ] ++ lib.optional haveSshCopies pkgs.openssh;
-      })
-      (lib.mapAttrs'
-        (name: _: lib.nameValuePair (tacidLib.copyUnitName name) {
-          description = "tacid copies to ${name}, and the retention there";
-          after = [ layout.keeper_unit ];
-          serviceConfig = {
-            Type = "oneshot";
-            ExecStart = "${bin "cli"} data copy --to ${name}";
-          };
-        })
-        copies)
-    ];
-    # Always: with retention.timeline = false it only prunes (unitDropIns above).
-    systemd.timers = lib.mkMerge [
-      { ${tacidLib.timerAttrName layout.timeline_timer}.wantedBy = [ "timers.target" ]; }
-      (lib.mapAttrs'
-        (name: t: lib.nameValuePair (tacidLib.copyUnitName name) {
-          wantedBy = [ "timers.target" ];
-          timerConfig = {
-            OnCalendar = t.schedule;
-            Persistent = true;
-            RandomizedDelaySec = "10min";
-          };
-        })
-        copies)
-    ];
-    services.dbus.packages = [ cfg.package ];
-    environment.systemPackages = [ cfg.package ];
-
-    users.users.${layout.keeper_user} = {
-      isSystemUser = true;
-      group = layout.keeper_user;
-      description = "tacid keeper (consent, and the journal of snapshots and restores)";
-    };
-    users.groups.${layout.keeper_user} = { };
-
-    systemd.tmpfiles.rules = tacidLib.tmpfilesRules;
-
-    system.preSwitchChecks.tacid = lib.mkIf cfg.preSwitchSnapshot.enable (
-      tacidLib.preSwitchScript {
-        tacid = "/run/current-system/sw/bin/${shipped.binaries.cli.name}";
-        coreutils = "${pkgs.coreutils}";
-        inherit skipFile;
-        snapshotArgs = cfg.preSwitchSnapshot.subvolumes;
+  config = lib.mkMerge [
+    # Defined, empty, where tacid is not enabled: reading services.tacid there must not
+    # throw (older libs throw for an option nobody defined).
+    {
+      services.tacid.fileSystems = lib.optionalAttrs cfg.enable (tacidLib.fileSystemsFor cfg.device
+        // lib.genAttrs keptDirs (dir: {
+        device = tacidLib.persistedPath dir;
+        fsType = "none";
+        options = [ "bind" ];
+        depends = [ tacidLib.persistDir ];
+        # Mounted in the initrd, before activation reads the uid map.
+        neededForBoot = true;
+      }));
+    }
+    (lib.mkIf cfg.enable {
+      assertions = tacidLib.assertionsFor
+        {
+          inherit (cfg) device approverGroup;
+          initrdSystemd = config.boot.initrd.systemd.enable;
+          inherit (config) fileSystems;
+          groups = builtins.attrNames config.users.groups;
+          preSwitchSubvolumes = cfg.preSwitchSnapshot.subvolumes;
+          inherit copies;
+        }
+      ++ tacidLib.persistenceAssertions {
+        inherit persistence keptByTacid;
+        inherit (config) fileSystems;
+        ephemeralRoot = ephemeral;
       }
-    );
-  };
+      ++ [
+        {
+          assertion = !(ephemeral && config.users.mutableUsers && !essentials.users)
+            || config.users.allowNoPasswordLogin || tacidLib.declaredWayIn config.users.users;
+          message = "services.tacid: the root is made again at every boot (services.tacid.ephemeralRoot), and with users.mutableUsers = true and services.tacid.persistEssentials.users = false nothing keeps /etc/shadow: a password set with passwd is gone after the next reboot, and neither root nor any wheel user has a password or an SSH key in the configuration, so nobody could log in. Set services.tacid.persistEssentials.users = true; or give root or a wheel user one in the configuration: users.users.<name>.hashedPasswordFile (a file on ${tacidLib.persistDir}), hashedPassword, or openssh.authorizedKeys.keys.";
+        }
+      ];
+
+      # Device, type and neededForBoot as defaults, so a conflicting definition elsewhere
+      # (hardware-configuration.nix) reaches the assertions above, which say what to do,
+      # instead of a bare "conflicting definition values". Options merge: add your own
+      # (compress=zstd, noatime) next to the subvolume.
+      fileSystems = lib.mapAttrs
+        (_: fs: (lib.mapAttrs (_: lib.mkDefault) (removeAttrs fs [ "options" ])) // { inherit (fs) options; })
+        cfg.fileSystems;
+
+      boot.kernelParams = tacidLib.kernelParamsFor cfg.device;
+
+      # The initrd honours a staged restore, then makes the root again from its blank
+      # template; both before the root is mounted. The units are the package's files.
+      boot.initrd.systemd = {
+        extraBin.${shipped.binaries.initrd.name} = bin "initrd";
+        packages = [ initrdUnits ];
+        storePaths = [ "${initrdUnits}" ];
+        services = lib.mkMerge [
+          (lib.mapAttrs (_: unit: unit // { before = beforeInitrdUnits; })
+            (tacidLib.wantedByFor (lib.filter (e: lib.elem (tacidLib.fileName e) ourInitrdUnits) tacidLib.enabledInitrdUnits)))
+          # The essentials into the new root, after the persistent subvolume is mounted
+          # (and so after any restore of it), before the bind mounts from it and before
+          # activation reads the users.
+          (lib.mkIf (keptDirs != [ ] || keptFiles != [ ]) {
+            ${persistEssentialsUnit} = {
+              description = "tacid: what NixOS keeps on ${tacidLib.persistDir}, into the new root";
+              wantedBy = [ "initrd.target" ];
+              before = [ "initrd-nixos-activation.service" ] ++ keptDirMountUnits;
+              unitConfig = {
+                DefaultDependencies = false;
+                RequiresMountsFor = "/sysroot${tacidLib.persistDir}";
+              };
+              serviceConfig.Type = "oneshot";
+              script = tacidLib.persistEssentialsInitrdScript { dirs = keptDirs; files = keptFiles; };
+            };
+          })
+        ];
+      };
+
+      systemd.packages = [ cfg.package unitDropIns ];
+      systemd.services = lib.mkMerge [
+        (tacidLib.wantedByFor tacidLib.enabledSystemUnits)
+        (lib.mkIf (keptDirs != [ ] || keptFiles != [ ]) {
+          ${persistEssentialsUnit} = {
+            description = "tacid: keep what NixOS needs across boots on ${tacidLib.persistDir}";
+            wantedBy = [ "multi-user.target" ];
+            # After sshd made its host keys (in its own start, or sshd-keygen.service when
+            # it is socket-activated): a key made where none was is not seen by the path
+            # unit, which watches files that exist.
+            after = lib.optionals (ephemeral && essentials.sshHostKeys) [ "sshd.service" "sshd-keygen.service" ];
+            unitConfig.RequiresMountsFor = tacidLib.persistDir;
+            serviceConfig = {
+              Type = "oneshot";
+              ExecStart = "${saveEssentials}/bin/${persistEssentialsUnit}";
+            };
+          };
+        })
+        # The stem receives streams with btrfs-progs and reaches SSH targets with ssh.
+        (lib.mkIf haveCopies {
+          ${tacidLib.serviceAttrName layout.stem_unit}.path = [ pkgs.btrfs-progs ] ++ lib.optional haveSshCopies pkgs.openssh;
+        })
+        (lib.mapAttrs'
+          (name: _: lib.nameValuePair (tacidLib.copyUnitName name) {
+            description = "tacid copies to ${name}, and the retention there";
+            after = [ layout.keeper_unit ];
+            serviceConfig = {
+              Type = "oneshot";
+              ExecStart = "${bin "cli"} data copy --to ${name}";
+            };
+          })
+          copies)
+      ];
+      # Always: with retention.timeline = false it only prunes (unitDropIns above).
+      systemd.timers = lib.mkMerge [
+        { ${tacidLib.timerAttrName layout.timeline_timer}.wantedBy = [ "timers.target" ]; }
+        (lib.mapAttrs'
+          (name: t: lib.nameValuePair (tacidLib.copyUnitName name) {
+            wantedBy = [ "timers.target" ];
+            timerConfig = {
+              OnCalendar = t.schedule;
+              Persistent = true;
+              RandomizedDelaySec = "10min";
+            };
+          })
+          copies)
+      ];
+      # The essentials back onto the persistent subvolume: once a boot (after activation
+      # made them; systemd.services above), and whenever one changes (passwd, useradd, a
+      # switch, sshd's first key).
+      systemd.paths.${persistEssentialsUnit} = lib.mkIf (keptFiles != [ ]) {
+        wantedBy = [ "paths.target" ];
+        pathConfig.PathChanged = keptFiles;
+      };
+
+      services.dbus.packages = [ cfg.package ];
+      # The CLI, and the essentials' save, which an installer runs once in the new system.
+      environment.systemPackages = [ cfg.package ] ++ lib.optional (keptDirs != [ ] || keptFiles != [ ]) saveEssentials;
+
+      users.users.${layout.keeper_user} = {
+        isSystemUser = true;
+        group = layout.keeper_user;
+        description = "tacid keeper (consent, and the journal of snapshots and restores)";
+      };
+      users.groups.${layout.keeper_user} = { };
+
+      systemd.tmpfiles.rules = tacidLib.tmpfilesRules;
+
+      system.preSwitchChecks.tacid = lib.mkIf cfg.preSwitchSnapshot.enable (
+        tacidLib.preSwitchScript {
+          tacid = "/run/current-system/sw/bin/${shipped.binaries.cli.name}";
+          coreutils = "${pkgs.coreutils}";
+          inherit skipFile;
+          snapshotArgs = cfg.preSwitchSnapshot.subvolumes;
+        }
+      );
+    })
+  ];
 }

@@ -42,6 +42,43 @@ let
   other = (machine { device = "/dev/vdb"; }).config;
   noTimeline = (machine { retention.timeline = false; }).config;
 
+  # A machine with tacid and `extra` besides (a module), as people write it.
+  machineWith = settings: extra: nixos.eval {
+    system = "x86_64-linux";
+    modules = [
+      tacidModule
+      {
+        services.tacid = { enable = true; } // settings;
+        boot.initrd.systemd.enable = true;
+      }
+      extra
+    ];
+  };
+  failingWith = settings: extra: failing (machineWith settings extra).config;
+
+  # The root kept as it is: no wipe, the rest the same.
+  keptRoot = (machine { ephemeralRoot = false; }).config;
+  wipeAttr = unitAttr layout.initrd_wipe_root_unit;
+  restoreAttr = unitAttr layout.initrd_restore_unit;
+  initrdUnitsScript = config: (builtins.head config.boot.initrd.systemd.packages).script;
+
+  # A machine without tacid: its services.tacid can still be read, all of it.
+  # Every option of it defined: the lib here falls back to a type's empty value for an
+  # option nobody defined, but older libs throw there.
+  withoutTacidEval = nixos.eval {
+    system = "x86_64-linux";
+    modules = [ tacidModule { boot.initrd.systemd.enable = true; } ];
+  };
+  withoutTacid = withoutTacidEval.config;
+
+  # The essentials kept on the persistent subvolume (adr/0022).
+  persistDir = tacidLib.persistDir;
+  essentialsUnit = "tacid-persist-essentials";
+  initrdUnitText = config: name: config.boot.initrd.systemd.units.${name}.text;
+  pathChanged = config: config.systemd.paths.${essentialsUnit}.pathConfig.PathChanged;
+  keptFilesOf = config: if config.systemd.paths ? ${essentialsUnit} then pathChanged config else [ ];
+  noUsersKept = machine { persistEssentials.users = false; };
+
   # Copies off the disk (adr/0018): a local and an SSH target.
   withCopies = (machine {
     copies = {
@@ -82,7 +119,7 @@ let
   # not among the copies; the functions it calls are, in systemd-lib.nix).
   systemdLib = good._module.args.utils.systemdUtils.lib;
   systemUnits =
-    lib.mapAttrs' (n: _: lib.nameValuePair "${n}.service" (systemdLib.serviceToUnit c.systemd.services.${n})) (setByModule "systemd.services")
+    lib.mapAttrs' (n: _: lib.nameValuePair "${n}.service" (systemdLib.serviceToUnit c.systemd.services.${n})) (removeAttrs (setByModule "systemd.services") [ essentialsUnit ])
     // lib.mapAttrs' (n: _: lib.nameValuePair "${n}.timer" (systemdLib.timerToUnit c.systemd.timers.${n})) (setByModule "systemd.timers");
 in
 {
@@ -92,7 +129,7 @@ in
       (all (d: d.option.type.name != "sink") defined))
     (check "every value the module sets evaluates, all the way down" forceAll)
     (check "the module sets exactly these options: ${toString forced}"
-      (forced == [
+      (lib.sort lib.lessThan forced == [
         "assertions"
         "boot.initrd.systemd.extraBin"
         "boot.initrd.systemd.packages"
@@ -105,6 +142,7 @@ in
         "services.tacid.fileSystems"
         "system.preSwitchChecks"
         "systemd.packages"
+        "systemd.paths"
         "systemd.services"
         "systemd.timers"
         "systemd.tmpfiles.rules"
@@ -118,6 +156,13 @@ in
     (check "the package defaults to this repository's, built with the machine's package set"
       (lib.isDerivation package && package.pname == "tacid" && package.system == "x86_64-linux"
         && package.cargoBuildFlags == builtins.concatMap (b: [ "--bin" b.name ]) (builtins.attrValues shipped.binaries)))
+    (check "the package's source leaves out build outputs (target/, the boot tier's cache, disk images) and VCS files, and keeps the sources"
+      (
+        let keeps = rel: type: package.src.filter "${toString ../..}/${rel}" type; in
+        !(keeps "target" "directory") && !(keeps "fuzz/corpus" "directory") && !(keeps "checks/boot/cache" "directory")
+        && !(keeps "disk.img" "regular") && !(keeps ".git" "directory") && !(keeps "result" "symlink")
+        && keeps "layout" "directory" && keeps "Cargo.lock" "regular" && keeps "nixos-modules/layout.json" "regular"
+      ))
     (check "approverGroup defaults to the layout's group" (c.services.tacid.approverGroup == layout.defaults.approver_group))
     (check "device defaults to the layout's device" (c.services.tacid.device == layout.default_device))
     (check "the pre-switch set defaults to the default snapshot set"
@@ -151,8 +196,8 @@ in
     (check "systemd units and D-Bus files come from the package"
       (head c.systemd.packages == package && length c.systemd.packages == 2
         && c.services.dbus.packages == [ package ] && elem package c.environment.systemPackages))
-    (check "only shipped system units are enabled, each by its [Install] target"
-      (attrNames (setByModule "systemd.services") == map (e: unitAttr (tacidLib.fileName e)) tacidLib.enabledSystemUnits
+    (check "only shipped system units are enabled, each by its [Install] target, besides the module's own service keeping the essentials"
+      (attrNames (setByModule "systemd.services") == lib.sort lib.lessThan (map (e: unitAttr (tacidLib.fileName e)) tacidLib.enabledSystemUnits ++ [ essentialsUnit ])
         && all (e: c.systemd.services.${unitAttr (tacidLib.fileName e)}.wantedBy == [ e.wanted_by ]) tacidLib.enabledSystemUnits))
     (check "the system units render as systemd.nix renders them, as drop-ins on the package's units"
       (all nixos.force (builtins.attrValues systemUnits)
@@ -250,6 +295,109 @@ in
         && copiesProblems { there.target = "/homes-backup"; } == [ ]))
     (check "copies: a target name people cannot type after --to fails its assertion"
       (lib.any (hasInfix "must match") (copiesProblems { "Big Disk".target = "/mnt/x"; })))
+    (check "subvolume options as a set: the module's and a user's own subvol= are one, and compress=zstd, noatime, space_cache are the user's"
+      (failingWith { }
+        {
+          fileSystems."/".options = [ "subvol=@root" "compress=zstd" "noatime" "space_cache=v2" ];
+          fileSystems."/home".options = [ "noatime" "subvol=/@home" ];
+        } == [ ]
+      && (
+        let fs = (machineWith { } { fileSystems."/".options = [ "subvol=@root" "compress=zstd" ]; }).config.fileSystems."/"; in
+        elem "compress=zstd" fs.options && elem "subvol=@root" fs.options
+      )))
+    (check "subvolume options: another subvolume still fails, naming both"
+      (lib.any (hasInfix "its subvolume options are [ subvol=@home subvol=@persist ]")
+        (failingWith { } { fileSystems."/home".options = [ "subvol=@persist" ]; })))
+    (check "a bind mount where tacid mounts a subvolume (older impermanence's /var/log) says environment.persistence, not hardware-configuration.nix"
+      (
+        let msgs = failingWith { } { fileSystems."/var/log" = { device = lib.mkForce "/persist/var/log"; options = [ "bind" ]; }; }; in
+        lib.any
+          (m: hasInfix "it is a bind mount of /persist/var/log" m && hasInfix "remove \"/var/log\" from environment.persistence" m
+            && !(hasInfix "hardware-configuration.nix" m))
+          msgs
+      ))
+    (check "ephemeralRoot defaults to true: the wipe unit is in the initrd, enabled"
+      (c.services.tacid.ephemeralRoot
+        && c.boot.initrd.systemd.services ? ${wipeAttr}
+        && c.boot.initrd.systemd.services.${wipeAttr}.wantedBy == [ "initrd.target" ]
+        && hasInfix "/${layout.initrd_wipe_root_unit} " (initrdUnitsScript c)))
+    (check "ephemeralRoot = false: no wipe unit in the initrd (neither copied nor enabled), the restore still there, nothing kept by copying, every assertion holds"
+      (!(keptRoot.boot.initrd.systemd.services ? ${wipeAttr})
+        && !(hasInfix layout.initrd_wipe_root_unit (initrdUnitsScript keptRoot))
+        && !(keptRoot.boot.initrd.systemd.units ? ${layout.initrd_wipe_root_unit})
+        && keptRoot.boot.initrd.systemd.services.${restoreAttr}.wantedBy == [ "initrd.target" ]
+        && hasInfix "/${layout.initrd_restore_unit} " (initrdUnitsScript keptRoot)
+        && !(keptRoot.boot.initrd.systemd.services ? ${essentialsUnit})
+        && !(keptRoot.fileSystems ? "/var/lib/nixos")
+        && failing keptRoot == [ ]))
+    (check "ephemeralRoot = false: everything else the same (mounts, daemons, timers, pre-switch set, tmpfiles)"
+      (all (s: keptRoot.fileSystems.${s.mount_point}.options == c.fileSystems.${s.mount_point}.options) tacidLib.mounted
+        && keptRoot.systemd.packages == c.systemd.packages
+        && attrNames keptRoot.systemd.timers == attrNames c.systemd.timers
+        && keptRoot.system.preSwitchChecks.tacid == preSwitch
+        && keptRoot.systemd.tmpfiles.rules == c.systemd.tmpfiles.rules
+        && keptRoot.services.dbus.packages == c.services.dbus.packages))
+    (check "services.tacid can be read, all of it, on a machine without tacid"
+      (nixos.force withoutTacid.services.tacid && withoutTacid.services.tacid.fileSystems == { }
+        && withoutTacidEval.options.services.tacid.fileSystems.isDefined))
+    (check "the essentials' directories: bind mounts from ${persistDir}, mounted in the initrd after it"
+      (all
+        (dir:
+          let fs = c.fileSystems.${dir}; in
+          fs.device == "${persistDir}${dir}" && fs.fsType == "none" && elem "bind" fs.options && fs.neededForBoot
+          && elem "x-initrd.mount" fs.options && elem "x-systemd.requires-mounts-for=/sysroot${persistDir}" fs.options
+          && c.services.tacid.fileSystems ? ${dir})
+        [ "/var/lib/nixos" "/var/lib/systemd" ]))
+    (check "the essentials' initrd unit, rendered: after ${persistDir} is mounted, before the bind mounts and activation; it makes the directories and copies the files in"
+      (
+        let text = initrdUnitText c "${essentialsUnit}.service"; in
+        hasInfix "RequiresMountsFor=/sysroot${persistDir}" text
+        && hasInfix "Before=initrd-nixos-activation.service sysroot-var-lib-nixos.mount sysroot-var-lib-systemd.mount" text
+        && hasInfix "DefaultDependencies=false" text
+        && c.boot.initrd.systemd.services.${essentialsUnit}.wantedBy == [ "initrd.target" ]
+        && all (f: hasInfix "'${f}'" c.boot.initrd.systemd.services.${essentialsUnit}.script)
+          [ "/etc/machine-id" "/etc/ssh/ssh_host_ed25519_key" "/etc/ssh/ssh_host_ed25519_key.pub" "/etc/shadow" "/etc/passwd" "/etc/group" "/etc/gshadow" "${persistDir}/var/lib/nixos" ]
+      ))
+    (check "the essentials' files go back to ${persistDir} when they change (a path unit) and once a boot (the service)"
+      (lib.sort lib.lessThan (pathChanged c) == lib.sort lib.lessThan [
+        "/etc/machine-id"
+        "/etc/ssh/ssh_host_rsa_key"
+        "/etc/ssh/ssh_host_rsa_key.pub"
+        "/etc/ssh/ssh_host_ed25519_key"
+        "/etc/ssh/ssh_host_ed25519_key.pub"
+        "/etc/passwd"
+        "/etc/group"
+        "/etc/shadow"
+        "/etc/gshadow"
+      ]
+        && c.systemd.paths.${essentialsUnit}.wantedBy == [ "paths.target" ]
+        && c.systemd.services.${essentialsUnit}.wantedBy == [ "multi-user.target" ]
+        && c.systemd.services.${essentialsUnit}.after == [ "sshd.service" "sshd-keygen.service" ]
+        && nixos.force (systemdLib.pathToUnit c.systemd.paths.${essentialsUnit})
+        && nixos.force (systemdLib.serviceToUnit c.systemd.services.${essentialsUnit})))
+    (check "each essential can be turned off on its own"
+      (!((machine { persistEssentials.nixosIds = false; }).config.fileSystems ? "/var/lib/nixos")
+        && (machine { persistEssentials.nixosIds = false; }).config.fileSystems ? "/var/lib/systemd"
+        && !((machine { persistEssentials.systemdState = false; }).config.fileSystems ? "/var/lib/systemd")
+        && !(elem "/etc/machine-id" (keptFilesOf (machine { persistEssentials.machineId = false; }).config))
+        && !(elem "/etc/ssh/ssh_host_ed25519_key" (keptFilesOf (machine { persistEssentials.sshHostKeys = false; }).config))
+        && !(elem "/etc/shadow" (keptFilesOf noUsersKept.config))
+        && elem "/etc/machine-id" (keptFilesOf noUsersKept.config)))
+    (check "the users' files follow users.mutableUsers by default"
+      (c.services.tacid.persistEssentials.users
+        && !(machineWith { } { users.mutableUsers = false; }).config.services.tacid.persistEssentials.users))
+    (check "lockout: mutable users, shadow not kept, no password or key declared for root or wheel: the assertion names the fix"
+      (lib.any (m: hasInfix "nobody could log in" m && hasInfix "services.tacid.persistEssentials.users = true" m) (failing noUsersKept.config)))
+    (check "lockout: a declared password file for root, or for a wheel user, or the shadow kept, or a root kept as it is, and it holds"
+      (failingWith { persistEssentials.users = false; } { users.users.root.hashedPasswordFile = "${persistDir}/secrets/root"; } == [ ]
+        && failingWith { persistEssentials.users = false; }
+        {
+          users.users.alice = { isNormalUser = true; extraGroups = [ "wheel" ]; hashedPassword = "$y$j9T$abc$def"; };
+        } == [ ]
+        && failingWith { persistEssentials.users = false; } { users.users.alice = { isNormalUser = true; extraGroups = [ "wheel" ]; hashedPassword = "!"; }; } != [ ]
+        && failingWith { persistEssentials.users = false; ephemeralRoot = false; } { } == [ ]))
+    (check "both initrd units are ordered before the older impermanence's create-needed-for-boot-dirs.service (rendered)"
+      (all (u: hasInfix "Before=create-needed-for-boot-dirs.service" (initrdUnitText c u)) tacidLib.initrdUnits))
     (check "the keeper's user and the drop-in's flags name the layout's keeper"
       (elem layout.keeper_user (attrNames c.users.users)))
   ];

@@ -166,6 +166,26 @@ in
           assert machine.succeed(f"cat {data}/story").strip() == "thursday"
           assert tacid_json("data status")["staged_snapshot"] == ""
 
+      with subtest("what NixOS needs outlives the ephemeral root: a password set with passwd, a user added by hand, the machine id, the uid map"):
+          # users.mutableUsers is true: only /etc/shadow remembers these (adr/0022).
+          machine.succeed("echo 'root:tacid-test-password' | chpasswd")
+          machine.succeed("useradd --create-home tacid-by-hand && echo 'tacid-by-hand:its-password' | chpasswd")
+          kept = {
+              path: machine.succeed(f"cat {path}")
+              for path in ["/etc/machine-id", "/var/lib/nixos/uid-map"]
+          }
+          root_hash = machine.succeed("getent shadow root | cut -d: -f2").strip()
+          by_hand_hash = machine.succeed("getent shadow tacid-by-hand | cut -d: -f2").strip()
+          assert root_hash.startswith("$"), f"chpasswd set no hash for root: {root_hash}"
+          machine.wait_until_succeeds("cmp /etc/shadow ${tacidLib.persistDir}/etc/shadow")  # saved when it changed
+          reboot()
+          for path, contents in kept.items():
+              assert machine.succeed(f"cat {path}") == contents, f"{path} changed across the reboot"
+          assert machine.succeed("getent shadow root | cut -d: -f2").strip() == root_hash, "root's password was lost"
+          assert machine.succeed("getent shadow tacid-by-hand | cut -d: -f2").strip() == by_hand_hash, "a user's password was lost"
+          machine.succeed("test -d /home/tacid-by-hand")
+          machine.succeed("findmnt -n /var/lib/nixos && findmnt -n /var/lib/systemd")
+
       with subtest("a switch takes a pre-switch snapshot set"):
           before = {s["name"] for s in tacid_json("data list")}
           machine.succeed("${next.system.build.toplevel}/bin/switch-to-configuration test")

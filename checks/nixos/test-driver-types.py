@@ -28,6 +28,9 @@ class QemuMachine:
     def fail(self, *commands: str, timeout: Optional[int] = None) -> str:
         raise Exception("This is just type information for the Nix test driver")
 
+    def wait_until_succeeds(self, command: str, timeout: int = 900) -> str:
+        raise Exception("This is just type information for the Nix test driver")
+
     def wait_for_unit(self, unit: str, user: Optional[str] = None, timeout: int = 900) -> None:
         raise Exception("This is just type information for the Nix test driver")
 

@@ -58,6 +58,17 @@ in
       type = systemdUtils.types.services;
       description = "Definition of systemd service units; see {manpage}`systemd.service(5)`.";
     };
+    systemd.paths = mkOption {
+      default = { };
+      type = systemdUtils.types.paths;
+      description = "Definition of systemd path units; see {manpage}`systemd.path(5)`.";
+    };
+    # Set by the impermanence module (checks/nixos/eval-impermanence.nix).
+    systemd.mounts = mkOption {
+      default = [ ];
+      type = systemdUtils.types.mounts;
+      description = "Definition of systemd mount units; see {manpage}`systemd.mount(5)`.";
+    };
     systemd.timers = mkOption {
       default = { };
       type = systemdUtils.types.timers;
