@@ -435,20 +435,21 @@ pub fn set_restore_words(
 /// How to put the system back to the generation a pre-switch set was taken under: tacid
 /// puts back data only, and says so (adr/0001).
 pub fn system_back_words(switch: &Switch) -> String {
+    const DATA_ONLY: &str = "This puts back data only, not the system: the next boot starts \
+                             the generation the boot loader's default is.";
     match switch.from {
         Some(from) => format!(
-            "This puts back data only: the system stays the generation the boot loader \
-             starts. To run generation {from} again too, make it the boot default yourself, \
-             as root: `nixos-rebuild boot --rollback` (when {from} is the generation just \
-             below the system profile's current one) or `{}/bin/switch-to-configuration \
-             boot`.",
+            "{DATA_ONLY} To run generation {from} again too, make it the boot default \
+             yourself, as root: `nixos-rebuild boot --rollback` (when {from} is the \
+             generation just below the system profile's current one) or \
+             `{}/bin/switch-to-configuration boot`.",
             generation_link(from)
         ),
-        None => "This puts back data only: the system stays the generation the boot loader \
-                 starts. To run the earlier generation again too, choose it in the boot menu \
-                 or make it the boot default yourself (`nixos-rebuild list-generations` \
-                 lists them)."
-            .to_owned(),
+        None => format!(
+            "{DATA_ONLY} To run the earlier generation again too, choose it in the boot \
+             menu or make it the boot default yourself (`nixos-rebuild list-generations` \
+             lists them)."
+        ),
     }
 }
 
@@ -623,9 +624,10 @@ mod tests {
              then (1.0 KiB written). Everything written to /var/log since then is deleted.\n\
              In all: 415 files changed, 2 added, 0 removed since then (3.0 KiB written).\n\
              Not put back: /home (left out as asked); it stays as it is now.\n\
-             This puts back data only: the system stays the generation the boot loader \
-             starts. To run the earlier generation again too, choose it in the boot menu or \
-             make it the boot default yourself (`nixos-rebuild list-generations` lists them).\n\
+             This puts back data only, not the system: the next boot starts the generation \
+             the boot loader's default is. To run the earlier generation again too, choose \
+             it in the boot menu or make it the boot default yourself \
+             (`nixos-rebuild list-generations` lists them).\n\
              It happens at the next reboot, to all of them together."
         );
         assert!(!words.to_lowercase().contains("restored"));

@@ -715,10 +715,10 @@ fn bus_a_set_before_a_switch_names_the_generations_and_how_to_put_the_system_bac
         )),
         "{out}"
     );
-    let back = "\nThis puts back data only: the system stays the generation the boot loader \
-                starts. To run generation 42 again too, make it the boot default yourself, as \
-                root: `nixos-rebuild boot --rollback` (when 42 is the generation just below the \
-                system profile's current one) or \
+    let back = "\nThis puts back data only, not the system: the next boot starts the \
+                generation the boot loader's default is. To run generation 42 again too, make \
+                it the boot default yourself, as root: `nixos-rebuild boot --rollback` (when \
+                42 is the generation just below the system profile's current one) or \
                 `/nix/var/nix/profiles/system-42-link/bin/switch-to-configuration boot`.\n";
     assert!(out.contains(back), "{out}");
     let (code, out, _) = w.tacid(STRANGER, &["data", "restore", &id, "--json"]);

@@ -668,6 +668,67 @@ mod tests {
         UNIX_EPOCH + Duration::from_micros(NOW_MICROS as u64)
     }
 
+    /// A pre-switch row with `reason` (as the keeper escapes it), listed in words and JSON.
+    fn listed_before_switch(reason: &str) -> (String, serde_json::Value) {
+        let row = keeper::wire::SnapshotRow {
+            name: "@persist.2026-12-02T110000.000000Z",
+            of: "@persist",
+            of_path: "/persist",
+            taken_micros: NOW_MICROS - HOUR,
+            reason,
+            asked_by: "root",
+            asked_by_uid: 0,
+            origin: "journal",
+            pre_switch: true,
+            pinned: false,
+            set_id: 7,
+        };
+        let mut text = Vec::new();
+        super::write_list(&mut text, &[row], &[], &[], now()).unwrap();
+        let mut json = Vec::new();
+        super::write_list_json(&mut json, &[row], &[], &[]).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        (String::from_utf8(text).unwrap(), json[0]["switch"].clone())
+    }
+
+    #[test]
+    fn a_pre_switch_snapshot_is_listed_with_the_generations_its_reason_names() {
+        let (text, switch) = listed_before_switch("before switching from generation 42 to 43");
+        assert!(
+            text.contains(
+                "\n    why    before switching from generation 42 to 43, asked by root (uid 0)\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            switch,
+            serde_json::json!({"from_generation": 42, "to_generation": 43, "to_toplevel": null})
+        );
+        let (text, switch) =
+            listed_before_switch("before switching to /nix/store/abc-nixos-system");
+        assert!(
+            text.contains("why    before switching to /nix/store/abc-nixos-system, asked by root"),
+            "{text}"
+        );
+        assert_eq!(
+            switch,
+            serde_json::json!({"from_generation": null, "to_generation": null,
+                "to_toplevel": "/nix/store/abc-nixos-system"})
+        );
+        // A reason of the person's own (or one an older keeper took, escaped): no switch,
+        // and the reason shown as it is.
+        for own in ["my upgrade", "before switching to /nix/store/x\\x1b[2J"] {
+            let (text, switch) = listed_before_switch(own);
+            assert!(
+                text.contains(&format!(
+                    "why    before switching configuration, asked by root (uid 0): {own}\n"
+                )),
+                "{text}"
+            );
+            assert_eq!(switch, serde_json::Value::Null);
+        }
+    }
+
     /// An entry as the keeper makes it: the rule's code and its sentence.
     fn entry(name: &str, hours_ago: i64, rule: &Rule, note: &str) -> PruneEntry {
         PruneEntry {
