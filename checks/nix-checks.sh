@@ -280,7 +280,10 @@ elif [ "${#upstream_args[@]}" -ne 0 ]; then
 fi
 
 step "the pre-switch check, under both switch-to-configuration contracts, against a stand-in CLI"
-mkdir -p "$work/bin" "$work/incoming"
+mkdir -p "$work/bin" "$work/incoming" "$work/profiles" "$work/store/gen41" "$work/store/gen42" "$work/store/gen43"
+# Stand-ins for /nix/var/nix/profiles (empty until the generations are tested) and
+# /run/current-system (generation 42's toplevel).
+ln -s "$work/store/gen42" "$work/running"
 coreutils_prefix="$(dirname "$(dirname "$(command -v readlink)")")"
 snapshot_set_size="$(jq '[.subvolumes[] | select(.snapshotted == "yes")] | length' nixos-modules/layout.json)"
 printf '#!/usr/bin/env bash\nprintf "%%s\\n" "$@" >"%s"\nexit "$(cat "%s")"\n' \
@@ -290,6 +293,7 @@ called() { [ -e "$work/tacid-args" ]; }
 if have_upstream "the pre-switch check inside upstream's script" &&
   nix-instantiate --eval --strict --json checks/nixos/pre-switch-scripts.nix "${upstream_args[@]}" \
     --argstr tacid "$work/bin/tacid" --argstr coreutils "$coreutils_prefix" --argstr skipFile "$work/skip" \
+    --argstr profilesDir "$work/profiles" --argstr currentSystem "$work/running" \
     >"$work/pre-switch.json" 2>"$work/pre-switch-err"; then
   jq -r .older "$work/pre-switch.json" >"$work/pre-switch-older"
   jq -r .newer "$work/pre-switch.json" >"$work/pre-switch-newer"
@@ -358,6 +362,94 @@ if have_upstream "the pre-switch check inside upstream's script" &&
   else
     fail "pre-switch: with no action known it must take the snapshot; said: $(cat "$work/out")"
   fi
+
+  # The generations, from links in the profiles directory as nix-env makes them; the
+  # running system is generation 42. Under each contract and each order of the profile
+  # and the switch, the reason names them, and a refused switch says what is true now.
+  profiles="$work/profiles"
+  generations() { # the profile's generation, then the generation links that exist
+    rm -f "$profiles"/system*
+    ln -s "system-$1-link" "$profiles/system"
+    shift
+    for n in "$@"; do ln -s "$work/store/gen$n" "$profiles/system-$n-link"; done
+  }
+  # Links that are not generations: not numbers, too long, a leading 0; all to gen43.
+  hostile_links() {
+    for name in system-4x-link system-0043-link system-1234567890123456789-link system--link system-43-link.tmp; do
+      ln -s "$work/store/gen43" "$profiles/$name"
+    done
+  }
+  # $1 contract, $2 incoming, $3 reason expected, then what a refusal must say, then
+  # (after --not) what it must not.
+  switch_case() {
+    local contract=$1 incoming=$2 reason=$3 what
+    shift 3
+    rm -f "$work/tacid-args"
+    echo 0 >"$work/tacid-exit"
+    if ! NIXOS_ACTION=switch bash "$work/pre-switch-$contract" "$incoming" switch >"$work/out" 2>&1 ||
+      ! grep -qxF -- "$reason" "$work/tacid-args"; then
+      fail "pre-switch ($contract): the reason must be \"$reason\"; got: $(cat "$work/out" "$work/tacid-args" 2>/dev/null)"
+      return
+    fi
+    echo 3 >"$work/tacid-exit"
+    if NIXOS_ACTION=switch bash "$work/pre-switch-$contract" "$incoming" switch >"$work/out" 2>&1; then
+      fail "pre-switch ($contract): a failed snapshot must stop the switch"
+      return
+    fi
+    local must=true
+    for what in "$@"; do
+      if [ "$what" = --not ]; then
+        must=false
+      elif [ "$must" = true ] && ! grep -qF -- "$what" "$work/out"; then
+        fail "pre-switch ($contract, \"$reason\"): the refusal must say \"$what\"; said: $(cat "$work/out")"
+      elif [ "$must" = false ] && grep -qF -- "$what" "$work/out"; then
+        fail "pre-switch ($contract, \"$reason\"): the refusal must not say \"$what\"; said: $(cat "$work/out")"
+      fi
+    done
+  }
+  for contract in older newer; do
+    failures_before=$failures
+    # nixos-rebuild switch: it has pointed the profile at the new generation first.
+    generations 43 41 42 43
+    switch_case "$contract" "$work/store/gen43" "before switching from generation 42 to 43" \
+      "the running system (generation 42) and what the next boot starts are as they were" \
+      "already points at the configuration not switched to (generation 43)" \
+      "nix-env -p $profiles/system --switch-generation 42" \
+      --not "nothing was changed"
+    # The same with links that are no generation's beside them.
+    hostile_links
+    switch_case "$contract" "$work/store/gen43" "before switching from generation 42 to 43"
+    # switch-to-configuration run directly on a build nothing links to: the profile is
+    # the running generation's still.
+    generations 42 41 42
+    switch_case "$contract" "$work/store/gen43" "before switching from generation 42 to $work/store/gen43" \
+      "still points at the running system: nothing was changed" \
+      --not "--switch-generation" --not "already points"
+    hostile_links
+    switch_case "$contract" "$work/store/gen43" "before switching from generation 42 to $work/store/gen43"
+    # A toplevel the keeper would refuse to show is left out, not passed on.
+    for odd in "gen 43" "gen;43" 'gen$(x)43' "gen\\43"; do
+      mkdir -p "$work/store/$odd"
+      switch_case "$contract" "$work/store/$odd" "before switching from generation 42"
+    done
+    # nixos-rebuild switch --rollback: the profile is set back to 41 first.
+    generations 41 41 42 43
+    switch_case "$contract" "$work/store/gen41" "before switching from generation 42 to 41" \
+      "already points at the configuration not switched to (generation 41)" \
+      "nix-env -p $profiles/system --switch-generation 42"
+    # A running system no link names (a specialisation): the profile left as it is.
+    generations 43 43
+    switch_case "$contract" "$work/store/gen41" "before switching to $work/store/gen41" \
+      "points at generation 43, neither the running system nor the configuration not switched to" \
+      --not "--switch-generation"
+    # No system profile at all (a machine that never ran nixos-rebuild).
+    rm -f "$profiles"/system*
+    switch_case "$contract" "$work/store/gen43" "before switching to $work/store/gen43" \
+      "There is no system profile at $profiles/system: nothing was changed" \
+      --not "--switch-generation"
+    [ "$failures" != "$failures_before" ] ||
+      echo "pre-switch check ($contract contract): the reason names the generations left and switched to, under nixos-rebuild's order and a direct switch-to-configuration; links that are not generations and toplevels that are not store paths are left out; a refusal says what the profile points at and how to set it back"
+  done
 elif [ "${#upstream_args[@]}" -ne 0 ]; then
   fail "checks/nixos/pre-switch-scripts.nix: $(cat "$work/pre-switch-err")"
 fi

@@ -402,10 +402,17 @@ let
 
   # The fragment for system.preSwitchChecks. switch-to-configuration runs the *incoming*
   # configuration's checks as root, for every action (check and dry-activate too), with
-  # the incoming toplevel as $1; a non-zero exit stops the switch before anything changes.
-  # Newer ones pass the action as $2; older ones pass only the toplevel, but every one sets
-  # NIXOS_ACTION in the check's environment (adr/0009). With neither, the action is
-  # unknown and a snapshot is taken: a switch may be under way.
+  # the incoming toplevel as $1; a non-zero exit stops the switch before anything is
+  # activated or the boot loader installed. Newer ones pass the action as $2; older ones
+  # pass only the toplevel, but every one sets NIXOS_ACTION in the check's environment
+  # (adr/0009). With neither, the action is unknown and a snapshot is taken: a switch may
+  # be under way.
+  # The set's reason names the generation left (the link to the running system) and the
+  # one switched to (the link to the incoming toplevel; nixos-rebuild has already pointed
+  # the profile at it), in the grammar of layout::switch, which the keeper holds it to.
+  # It goes as the reason because the CLI is the running system's: an older one knows no
+  # new flag. Only what the check has verified goes in: a generation is digits, a toplevel
+  # a bounded path of store-path characters.
   # PATH is not to be trusted there (nixos-rebuild runs it under systemd-run), so every
   # tool comes by absolute path.
   preSwitchScript =
@@ -415,8 +422,15 @@ let
     , coreutils
     , skipFile
     , snapshotArgs
+      # Where the system profile and its generation links are, and the running system;
+      # a test points them elsewhere.
+    , profilesDir ? layout.system_profiles_dir
+    , currentSystem ? "/run/current-system"
     ,
     }:
+    let
+      profile = "${profilesDir}/${layout.system_profile}";
+    in
     ''
       incoming="''${1:-}"
       action="''${2:-''${NIXOS_ACTION:-}}"
@@ -424,7 +438,7 @@ let
       case "$action" in
         check | dry-activate) exit 0 ;;
       esac
-      if [ -n "$incoming" ] && [ "$($readlink -f /run/current-system)" = "$($readlink -f "$incoming")" ]; then
+      if [ -n "$incoming" ] && [ "$($readlink -f ${currentSystem})" = "$($readlink -f "$incoming")" ]; then
         echo "tacid: no snapshot before this switch: $incoming is already the running configuration."
         exit 0
       fi
@@ -437,21 +451,63 @@ let
         echo "tacid: no snapshot before this switch: the running system has no ${tacid} yet (first switch to a configuration with tacid); the next switch takes one."
         exit 0
       fi
-      target="$incoming"
-      profile=/nix/var/nix/profiles/system
-      link="$($readlink "$profile" 2>/dev/null || true)"
-      case "$link" in
-        system-*-link)
-          if [ "$($readlink -f "$profile")" = "$($readlink -f "$incoming")" ]; then
-            generation="''${link#system-}"
-            target="generation ''${generation%-link}"
-          fi
-          ;;
-      esac
-      if ${tacid} data snapshot --pre-switch ${concatStringsSep " " (map shellQuote snapshotArgs)} --reason "before switching to $target"; then
+      # gen: the N of a link named ${layout.system_profile}-N-link, when N is a number.
+      gen_of() {
+        gen="''${1##*/}"
+        gen="''${gen#${layout.system_profile}-}"
+        gen="''${gen%-link}"
+        case "$gen" in
+          "" | *[!0-9]* | 0*) return 1 ;;
+        esac
+        [ "''${#gen}" -le 18 ]
+      }
+      # -ef compares what two paths resolve to, with no tool to run per link.
+      from=""
+      to=""
+      for link in ${profilesDir}/${layout.system_profile}-*-link; do
+        gen_of "$link" || continue
+        if [ "$link" -ef ${currentSystem} ] && [ "$gen" -gt "''${from:-0}" ]; then from="$gen"; fi
+        if [ -n "$incoming" ] && [ "$link" -ef "$incoming" ] && [ "$gen" -gt "''${to:-0}" ]; then to="$gen"; fi
+      done
+      profile_gen=""
+      if gen_of "$($readlink ${profile} 2>/dev/null || true)"; then profile_gen="$gen"; fi
+      if [ -n "$profile_gen" ] && [ -n "$incoming" ] && [ ${profile} -ef "$incoming" ]; then to="$profile_gen"; fi
+      if [ -n "$profile_gen" ] && [ ${profile} -ef ${currentSystem} ]; then from="$profile_gen"; fi
+      reason="before switching"
+      if [ -n "$from" ]; then reason="$reason from generation $from"; fi
+      if [ -n "$to" ] && [ -n "$from" ]; then
+        reason="$reason to $to"
+      elif [ -n "$to" ]; then
+        reason="$reason to generation $to"
+      else
+        case "$incoming" in
+          /*[!A-Za-z0-9+._?=/-]* | *//* | */./* | */../* | */. | */.. | */) ;;
+          /?*) if [ "''${#incoming}" -le 256 ]; then reason="$reason to $incoming"; fi ;;
+        esac
+      fi
+      if ${tacid} data snapshot --pre-switch ${concatStringsSep " " (map shellQuote snapshotArgs)} --reason "$reason"; then
         exit 0
       fi
-      echo "tacid: the snapshot before this switch failed (see above), so the switch was stopped; nothing was changed." >&2
+      # What is true now, under either order: nixos-rebuild points the profile at the new
+      # generation before it runs switch-to-configuration; run directly, nothing has.
+      echo "tacid: the snapshot before this switch failed (see above), so the switch was stopped before anything was activated or the boot loader installed: the running system''${from:+ (generation $from)} and what the next boot starts are as they were." >&2
+      if [ -n "$incoming" ] && [ ${profile} -ef "$incoming" ]; then
+        echo "  But the system profile ${profile} already points at the configuration not switched to''${to:+ (generation $to)}: nixos-rebuild sets it before it switches, and until it is set back, nixos-rebuild --rollback starts from it." >&2
+        if [ -n "$from" ]; then
+          echo "  To set the profile back: nix-env -p ${profile} --switch-generation $from" >&2
+        else
+          echo "  To set the profile back: nix-env -p ${profile} --rollback (to the generation numbered just below it); nix-env -p ${profile} --list-generations lists them." >&2
+        fi
+      elif [ ! -e ${profile} ]; then
+        echo "  There is no system profile at ${profile}: nothing was changed." >&2
+      elif [ ${profile} -ef ${currentSystem} ]; then
+        echo "  The system profile ${profile} still points at the running system: nothing was changed." >&2
+      else
+        echo "  The system profile ${profile} points at ''${profile_gen:+generation }''${profile_gen:-something else}, neither the running system nor the configuration not switched to; nix-env -p ${profile} --list-generations lists them." >&2
+        if [ -n "$from" ]; then
+          echo "  To set the profile back to the running system: nix-env -p ${profile} --switch-generation $from" >&2
+        fi
+      fi
       echo "  To switch once without a snapshot: touch ${skipFile} as root, then run the same switch again." >&2
       echo "  To stop taking snapshots before switches: set services.tacid.preSwitchSnapshot.enable = false;" >&2
       exit 1

@@ -81,7 +81,8 @@ all (x: x) [
   (check "both initrd units are shipped"
     (all (u: any (e: tacidLib.fileName e == u) shipped.files) tacidLib.initrdUnits))
   (check "the pre-switch check takes a pre-switch snapshot set with a reason"
-    (contains "data snapshot --pre-switch" preSwitch && contains "--reason \"before switching to" preSwitch))
+    (contains "data snapshot --pre-switch" preSwitch && contains "--reason \"[$]reason\"" preSwitch
+      && contains "reason=\"before switching\"" preSwitch))
   (check "the pre-switch check says how to switch anyway"
     (contains "touch /run/skip" preSwitch))
 ]

@@ -1,9 +1,11 @@
 # The module's pre-switch fragment (nixos-modules/lib.nix preSwitchScript, with stand-in
-# paths for the CLI, coreutils and the skip file), inside the script switch-to-configuration
-# runs, as each of the two upstream generations of pre-switch-check.nix makes it:
+# paths for the CLI, coreutils, the skip file, the system profiles and the running
+# system), inside the script switch-to-configuration runs, as each of the two upstream
+# generations of pre-switch-check.nix makes it:
 #   nix-instantiate --eval --strict --json checks/nixos/pre-switch-scripts.nix \
 #     --arg nixpkgsLib ../shared/nixpkgs-lib/lib --arg nixosSubset ../shared/nixos-subset \
-#     --argstr tacid /x/tacid --argstr coreutils /usr --argstr skipFile /x/skip
+#     --argstr tacid /x/tacid --argstr coreutils /usr --argstr skipFile /x/skip \
+#     --argstr profilesDir /x/profiles --argstr currentSystem /x/running
 # gives { older = "..."; newer = "..."; } for checks/nix-checks.sh to run under each
 # contract of switch-to-configuration (adr/0009):
 # - older: the copied nixos/modules/system/activation/pre-switch-check.nix itself (its
@@ -18,12 +20,15 @@
 , tacid
 , coreutils
 , skipFile
+  # Stand-ins for /nix/var/nix/profiles and /run/current-system.
+, profilesDir
+, currentSystem
 }:
 let
   nixos = import ./nixos-eval.nix { inherit nixpkgsLib nixosSubset; };
   tacidLib = import ../../nixos-modules/lib.nix;
   fragment = tacidLib.preSwitchScript {
-    inherit tacid coreutils skipFile;
+    inherit tacid coreutils skipFile profilesDir currentSystem;
     snapshotArgs = tacidLib.snapshotByDefault;
   };
   name = "tacid";

@@ -130,8 +130,26 @@ mod tests {
                 )
             })
             .collect();
-        let w = words::set_restore_words(i64::MAX, true, &put_back, &left_out, true, now);
+        let w = words::set_restore_words(
+            i64::MAX,
+            Some(&layout::switch::Switch::default()),
+            &put_back,
+            &left_out,
+            true,
+            now,
+        );
         assert!(w.len() < MAX_WORDS_BYTES / 2, "{} bytes: {w}", w.len());
+        // Before a switch between the longest generations to the longest toplevel: the
+        // path and the way back add at most some 600 bytes (adr/0009).
+        let switch = layout::switch::Switch {
+            from: Some(999_999_999_999_999_999),
+            to: Some(layout::switch::SwitchTo::Toplevel(format!(
+                "/{}",
+                "a".repeat(layout::switch::MAX_TOPLEVEL_BYTES - 1)
+            ))),
+        };
+        let w = words::set_restore_words(i64::MAX, Some(&switch), &put_back, &left_out, true, now);
+        assert!(w.len() < MAX_WORDS_BYTES * 5 / 8, "{} bytes: {w}", w.len());
     }
 
     #[test]

@@ -549,6 +549,14 @@ impl Keeper {
                 if reason.len() <= caps::MAX_REASON_BYTES { ", with a control character" } else { "" }
             )));
         }
+        // A pre-switch set's generations are shown as numbers and offered in a command
+        // line (adr/0009): its reason is one of the grammar's forms, or says nothing of a
+        // switch at all.
+        if pre_switch {
+            if let Err(e) = layout::switch::Switch::parse(reason) {
+                return Err(KeeperError::InvalidArgument(e.to_string()));
+            }
+        }
         if subvolumes.len() > caps::max_set_names() {
             return Err(KeeperError::InvalidArgument(format!(
                 "a snapshot set names at most {} subvolumes (this one: {}); name each once",

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use layout::switch::{generation_link, Switch};
 use time::OffsetDateTime;
 
 /// A time for people: `Tue 1 Dec 14:02 UTC` (the year only when it is not `now`'s).
@@ -334,12 +335,15 @@ pub struct SetMember<'a> {
 
 /// What a restore of a set costs, member by member and in all, in the words of what is lost
 /// (one line for the set, one per member put back, the total, those left out), all of it
-/// at one reboot. `put_back` is in the order the boot takes them; `left_out` is each member
-/// not put back, with why (`left out as asked`). `at_last_commit`: the counts are of the
-/// filesystem's last commit (a looker's preview, adr/0016).
+/// at one reboot. `before_switch`: the set was taken before a switch (what its reason says
+/// of the generations; `Switch::default()` when nothing), and the words say how to put the
+/// system back too, which tacid does not (adr/0001). `put_back` is in the order the boot
+/// takes them; `left_out` is each member not put back, with why (`left out as asked`).
+/// `at_last_commit`: the counts are of the filesystem's last commit (a looker's preview,
+/// adr/0016).
 pub fn set_restore_words(
     set_id: i64,
-    pre_switch: bool,
+    before_switch: Option<&Switch>,
     put_back: &[SetMember<'_>],
     left_out: &[(&str, &str)],
     at_last_commit: bool,
@@ -350,10 +354,13 @@ pub fn set_restore_words(
     let mut out = format!(
         "This puts back {n} subvolume{} of set {set_id}, taken together{} on {} ({}):",
         if n == 1 { "" } else { "s" },
-        if pre_switch {
-            " before switching configuration"
-        } else {
-            ""
+        match before_switch {
+            Some(Switch {
+                from: None,
+                to: None,
+            }) => " before switching configuration".to_owned(),
+            Some(switch) => format!(" {switch}"),
+            None => String::new(),
         },
         human_time(taken, now),
         ago(taken, now)
@@ -413,12 +420,37 @@ pub fn set_restore_words(
             }
         ));
     }
+    if let Some(switch) = before_switch {
+        out.push('\n');
+        out.push_str(&system_back_words(switch));
+    }
     out.push_str(if n == 1 {
         "\nIt happens at the next reboot."
     } else {
         "\nIt happens at the next reboot, to all of them together."
     });
     out
+}
+
+/// How to put the system back to the generation a pre-switch set was taken under: tacid
+/// puts back data only, and says so (adr/0001).
+pub fn system_back_words(switch: &Switch) -> String {
+    const DATA_ONLY: &str = "This puts back data only, not the system: the next boot starts \
+                             the generation the boot loader's default is.";
+    match switch.from {
+        Some(from) => format!(
+            "{DATA_ONLY} To run generation {from} again too, make it the boot default \
+             yourself, as root: `nixos-rebuild boot --rollback` (when {from} is the \
+             generation just below the system profile's current one) or \
+             `{}/bin/switch-to-configuration boot`.",
+            generation_link(from)
+        ),
+        None => format!(
+            "{DATA_ONLY} To run the earlier generation again too, choose it in the boot \
+             menu or make it the boot default yourself (`nixos-rebuild list-generations` \
+             lists them)."
+        ),
+    }
 }
 
 /// µs since the epoch, as a time.
@@ -576,7 +608,7 @@ mod tests {
         ];
         let words = set_restore_words(
             12,
-            true,
+            Some(&Switch::default()),
             &members,
             &[("/home", "left out as asked")],
             false,
@@ -592,13 +624,17 @@ mod tests {
              then (1.0 KiB written). Everything written to /var/log since then is deleted.\n\
              In all: 415 files changed, 2 added, 0 removed since then (3.0 KiB written).\n\
              Not put back: /home (left out as asked); it stays as it is now.\n\
+             This puts back data only, not the system: the next boot starts the generation \
+             the boot loader's default is. To run the earlier generation again too, choose \
+             it in the boot menu or make it the boot default yourself \
+             (`nixos-rebuild list-generations` lists them).\n\
              It happens at the next reboot, to all of them together."
         );
         assert!(!words.to_lowercase().contains("restored"));
         // A member not counted: its sentence without numbers, and the total says so.
         let mut partly = members;
         partly[1].counts = None;
-        let words = set_restore_words(3, false, &partly, &[], true, now);
+        let words = set_restore_words(3, None, &partly, &[], true, now);
         assert!(
             words.contains("\n  /var/log back to Tue 1 Dec 14:02 UTC. Everything written"),
             "{words}"
@@ -615,7 +651,7 @@ mod tests {
         );
         assert!(words.starts_with("This puts back 2 subvolumes of set 3, taken together on"));
         // One member: no total, and no "all of them".
-        let words = set_restore_words(3, false, &members[..1], &[], false, now);
+        let words = set_restore_words(3, None, &members[..1], &[], false, now);
         assert!(!words.contains("In all"), "{words}");
         assert!(
             words.ends_with("\nIt happens at the next reboot."),

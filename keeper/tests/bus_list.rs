@@ -101,12 +101,15 @@ fn bus_the_kept_list_is_never_stale() {
     let keeper = w.keeper_as_root();
     let nested = keeper.run(keeper.proxy.list()).expect("List");
     let (_, out, _) = w.tacid(APPROVER, &["data", "list", "--json"]);
-    // The CLI adds where each is open for the caller (nothing is open here): the rest is
-    // `List`'s, field by field.
+    // The CLI adds where each is open for the caller (nothing is open here) and the switch
+    // a pre-switch snapshot was taken before (none here): the rest is `List`'s, field by
+    // field.
     let mut cli = json(&out);
     for entry in cli.as_array_mut().expect("an array") {
-        let open_at = entry.as_object_mut().expect("an object").remove("open_at");
+        let entry = entry.as_object_mut().expect("an object");
+        let open_at = entry.remove("open_at");
         assert_eq!(open_at, Some(serde_json::Value::String(String::new())));
+        assert_eq!(entry.remove("switch"), Some(serde_json::Value::Null));
     }
     assert_eq!(serde_json::to_value(&nested).unwrap(), cli);
 

@@ -120,8 +120,8 @@ fn bus_a_set_is_previewed_staged_as_one_request_with_one_consent_and_cancelled_w
     eprintln!("$ tacid data restore {id}\n{out}");
     assert!(
         out.starts_with(&format!(
-            "This puts back 3 subvolumes of set {id}, taken together before switching \
-             configuration on "
+            "This puts back 3 subvolumes of set {id}, taken together before switching to \
+             generation 42 on "
         )),
         "{out}"
     );
@@ -657,4 +657,106 @@ fn bus_a_set_cut_short_is_refused_as_a_set() {
     assert!(w.request_file().is_none(), "a cut-short set was staged");
     // Its members, alone, as ever.
     assert_eq!(w.tacid(APPROVER, &["data", "restore", &set.persist]).0, 3);
+}
+
+/// A set taken before a switch names the generations it was taken between, in the list
+/// (words and JSON) and in its restore's preview, which says how to put the system back
+/// too and does not do it; a reason that looks like a switch and is not one is refused.
+#[test]
+fn bus_a_set_before_a_switch_names_the_generations_and_how_to_put_the_system_back() {
+    let Some(w) = World::start() else { return };
+    let (code, out, err) = w.tacid(
+        APPROVER,
+        &[
+            "data",
+            "snapshot",
+            "--pre-switch",
+            "--reason",
+            "before switching from generation 42 to 43",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let id = json(&out)["set_id"].as_i64().expect("a set id").to_string();
+    std::fs::write(w.top().join("@persist/after"), b"x").expect("write");
+
+    // The list, to anybody: the switch is the reason, said once.
+    let (code, out, _) = w.tacid(STRANGER, &["data", "list"]);
+    assert_eq!(code, 0);
+    let approver = APPROVER;
+    let why = format!(
+        "\n    why    before switching from generation 42 to 43, asked by {approver} (uid {})\n",
+        uid_of(APPROVER)
+    );
+    assert_eq!(out.matches(&why).count(), 3, "{out}");
+    assert!(!out.contains("before switching configuration"), "{out}");
+    let (code, out, _) = w.tacid(STRANGER, &["data", "list", "--json"]);
+    assert_eq!(code, 0);
+    let listed = json(&out);
+    let listed = listed.as_array().expect("a list");
+    assert_eq!(listed.len(), 3, "{out}");
+    for s in listed {
+        assert_eq!(
+            s["switch"],
+            serde_json::json!({"from_generation": 42, "to_generation": 43, "to_toplevel": null}),
+            "{s}"
+        );
+        assert_eq!(s["pre_switch"], true);
+    }
+
+    // The preview: the generations, and the system's own way back, which it does not take.
+    let (code, out, err) = w.tacid(APPROVER, &["data", "restore", &id]);
+    assert_eq!(code, 3, "{err}");
+    eprintln!("$ tacid data restore {id}\n{out}");
+    assert!(
+        out.starts_with(&format!(
+            "This puts back 3 subvolumes of set {id}, taken together before switching from \
+             generation 42 to 43 on "
+        )),
+        "{out}"
+    );
+    let back = "\nThis puts back data only, not the system: the next boot starts the \
+                generation the boot loader's default is. To run generation 42 again too, make \
+                it the boot default yourself, as root: `nixos-rebuild boot --rollback` (when \
+                42 is the generation just below the system profile's current one) or \
+                `/nix/var/nix/profiles/system-42-link/bin/switch-to-configuration boot`.\n";
+    assert!(out.contains(back), "{out}");
+    let (code, out, _) = w.tacid(STRANGER, &["data", "restore", &id, "--json"]);
+    assert_eq!(code, 3);
+    let p = json(&out);
+    assert_eq!(p["pre_switch"], true);
+    let words = p["words"].as_str().expect("words");
+    assert!(
+        words.contains("before switching from generation 42 to 43 on "),
+        "{words}"
+    );
+    assert!(words.contains(back.trim_matches('\n')), "{words}");
+    assert!(w.request_file().is_none(), "a preview staged something");
+
+    // A reason that begins like a switch's must be one: nothing is taken.
+    let before = w.disk_snapshots().0.len();
+    for hostile in [
+        "before switching from generation 4x2 to 43",
+        "before switching to /nix/store/x;reboot",
+        "before switching from generation 042 to 43",
+    ] {
+        let (code, _, err) = w.tacid(
+            APPROVER,
+            &["data", "snapshot", "--pre-switch", "--reason", hostile],
+        );
+        assert_eq!(code, 5, "{hostile}: {err}");
+        assert!(err.contains("from generation N"), "{err}");
+    }
+    assert_eq!(w.disk_snapshots().0.len(), before);
+    // Without --pre-switch it is the person's own reason, taken as it is.
+    let (code, _, err) = w.tacid(
+        APPROVER,
+        &[
+            "data",
+            "snapshot",
+            "--reason",
+            "before switching from generation 4x2",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
 }

@@ -51,6 +51,10 @@ pub struct Contract {
     /// Where opened snapshots appear (issue 16), and where people's homes are.
     pub open_dir: &'static str,
     pub homes_mount_point: &'static str,
+    /// NixOS's system profile (`system` in this directory), whose generation links the
+    /// pre-switch check reads (adr/0009).
+    pub system_profiles_dir: &'static str,
+    pub system_profile: &'static str,
     /// Every tunable default (`defaults`): the module's option defaults.
     pub defaults: &'static Defaults,
 }
@@ -89,6 +93,8 @@ impl Contract {
             stem_copies_ssh_drop_in: names::STEM_COPIES_SSH_DROP_IN,
             open_dir: crate::OPEN_DIR,
             homes_mount_point: crate::HOMES_MOUNT_POINT,
+            system_profiles_dir: crate::switch::SYSTEM_PROFILES_DIR,
+            system_profile: crate::switch::SYSTEM_PROFILE,
             defaults: &DEFAULTS,
         }
     }

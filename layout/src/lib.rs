@@ -13,6 +13,7 @@ mod outcome;
 mod request;
 mod snapshot_name;
 mod subvolume;
+pub mod switch;
 
 pub use contract::{Contract, CONTRACT_JSON_PATH};
 pub use outcome::{Outcome, OutcomeError, OutcomeResult, Reason, MAX_OUTCOME_BYTES};

@@ -9,6 +9,7 @@ use keeper::wire::{
     SnapshotRow, SnapshotSet, Status, TargetCopies,
 };
 use keeper::words::{ago, exact_time, from_micros, human_time, utc_year, write_taken};
+use layout::switch::{Switch, SwitchTo};
 
 const NO_BACKUP: &str =
     "A snapshot lives on the same disk as what it is of: it is no backup against a dead disk; \
@@ -21,19 +22,56 @@ fn write_why(out: &mut impl std::io::Write, e: &SnapshotRow<'_>) -> std::io::Res
     if e.origin == "unknown-origin" {
         return out.write_all(b"unknown origin: on disk, but not taken through the keeper");
     }
-    if e.pre_switch {
-        out.write_all(b"before switching configuration, ")?;
+    let switch = switch_of(e);
+    match &switch {
+        // The reason is the switch: said once, in its own words.
+        Some(s) if s.from.is_some() || s.to.is_some() => write!(out, "{s}, ")?,
+        _ if e.pre_switch => out.write_all(b"before switching configuration, ")?,
+        _ => {}
     }
     out.write_all(b"asked by ")?;
     out.write_all(e.asked_by.as_bytes())?;
     if e.asked_by_uid != u32::MAX {
         write!(out, " (uid {})", e.asked_by_uid)?;
     }
-    if !e.reason.is_empty() {
+    if !e.reason.is_empty() && switch.is_none() {
         out.write_all(b": ")?;
         out.write_all(e.reason.as_bytes())?;
     }
     Ok(())
+}
+
+/// The switch a pre-switch snapshot was taken before, from its reason (adr/0009). The
+/// reason arrives escaped; the grammar has no byte escaping changes, so a reason that was
+/// escaped is not a switch.
+fn switch_of(e: &SnapshotRow<'_>) -> Option<Switch> {
+    if !e.pre_switch {
+        return None;
+    }
+    Switch::parse(e.reason).ok().flatten()
+}
+
+/// A pre-switch snapshot's generations in `--json`: `null` when it is not one, or its
+/// reason names none of them.
+struct SwitchJson(Option<Switch>);
+
+impl serde::Serialize for SwitchJson {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let Some(sw) = &self.0 else {
+            return s.serialize_none();
+        };
+        let (to_generation, to_toplevel) = match &sw.to {
+            Some(SwitchTo::Generation(n)) => (Some(*n), None),
+            Some(SwitchTo::Toplevel(t)) => (None, Some(t.as_str())),
+            None => (None, None),
+        };
+        let mut st = s.serialize_struct("Switch", 3)?;
+        st.serialize_field("from_generation", &sw.from)?;
+        st.serialize_field("to_generation", &to_generation)?;
+        st.serialize_field("to_toplevel", &to_toplevel)?;
+        st.end()
+    }
 }
 
 /// The targets of row `i`, from `copies` (sorted by row) starting at `*at`.
@@ -123,8 +161,9 @@ pub fn write_list(
 }
 
 /// `tacid data list --json`: the JSON of the keeper's `List` entries (an array of objects,
-/// each with its `copies`) and `open_at`, where it is open for the caller (empty when it is
-/// not), written into `out` from the flat rows.
+/// each with its `copies`), `open_at`, where it is open for the caller (empty when it is
+/// not), and `switch`, the generations a pre-switch snapshot's reason names (`null` when
+/// none), written into `out` from the flat rows.
 pub fn write_list_json(
     out: &mut impl std::io::Write,
     rows: &[SnapshotRow<'_>],
@@ -147,8 +186,8 @@ pub fn write_list_json(
     impl serde::Serialize for Entry<'_, '_, '_> {
         fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
             let e = self.0;
-            // The fields of `SnapshotEntry`, in its order.
-            let mut st = s.serialize_struct("SnapshotEntry", 13)?;
+            // The fields of `SnapshotEntry`, in its order, then what the CLI adds.
+            let mut st = s.serialize_struct("SnapshotEntry", 14)?;
             st.serialize_field("name", e.name)?;
             st.serialize_field("of", e.of)?;
             st.serialize_field("of_path", e.of_path)?;
@@ -162,6 +201,7 @@ pub fn write_list_json(
             st.serialize_field("set_id", &e.set_id)?;
             st.serialize_field("copies", &self.1)?;
             st.serialize_field("open_at", self.2)?;
+            st.serialize_field("switch", &SwitchJson(switch_of(e)))?;
             st.end()
         }
     }
@@ -626,6 +666,67 @@ mod tests {
 
     fn now() -> std::time::SystemTime {
         UNIX_EPOCH + Duration::from_micros(NOW_MICROS as u64)
+    }
+
+    /// A pre-switch row with `reason` (as the keeper escapes it), listed in words and JSON.
+    fn listed_before_switch(reason: &str) -> (String, serde_json::Value) {
+        let row = keeper::wire::SnapshotRow {
+            name: "@persist.2026-12-02T110000.000000Z",
+            of: "@persist",
+            of_path: "/persist",
+            taken_micros: NOW_MICROS - HOUR,
+            reason,
+            asked_by: "root",
+            asked_by_uid: 0,
+            origin: "journal",
+            pre_switch: true,
+            pinned: false,
+            set_id: 7,
+        };
+        let mut text = Vec::new();
+        super::write_list(&mut text, &[row], &[], &[], now()).unwrap();
+        let mut json = Vec::new();
+        super::write_list_json(&mut json, &[row], &[], &[]).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        (String::from_utf8(text).unwrap(), json[0]["switch"].clone())
+    }
+
+    #[test]
+    fn a_pre_switch_snapshot_is_listed_with_the_generations_its_reason_names() {
+        let (text, switch) = listed_before_switch("before switching from generation 42 to 43");
+        assert!(
+            text.contains(
+                "\n    why    before switching from generation 42 to 43, asked by root (uid 0)\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            switch,
+            serde_json::json!({"from_generation": 42, "to_generation": 43, "to_toplevel": null})
+        );
+        let (text, switch) =
+            listed_before_switch("before switching to /nix/store/abc-nixos-system");
+        assert!(
+            text.contains("why    before switching to /nix/store/abc-nixos-system, asked by root"),
+            "{text}"
+        );
+        assert_eq!(
+            switch,
+            serde_json::json!({"from_generation": null, "to_generation": null,
+                "to_toplevel": "/nix/store/abc-nixos-system"})
+        );
+        // A reason of the person's own (or one an older keeper took, escaped): no switch,
+        // and the reason shown as it is.
+        for own in ["my upgrade", "before switching to /nix/store/x\\x1b[2J"] {
+            let (text, switch) = listed_before_switch(own);
+            assert!(
+                text.contains(&format!(
+                    "why    before switching configuration, asked by root (uid 0): {own}\n"
+                )),
+                "{text}"
+            );
+            assert_eq!(switch, serde_json::Value::Null);
+        }
     }
 
     /// An entry as the keeper makes it: the rule's code and its sentence.

@@ -9,6 +9,7 @@
 
 use std::time::SystemTime;
 
+use layout::switch::Switch;
 use layout::{SnapshotName, SubvolumeName};
 
 use super::{and_list, parse_snapshot, stem_error, test_pause, Keeper, CONSENT_WINDOW};
@@ -71,7 +72,8 @@ impl Planned {
 #[derive(Debug)]
 struct SetPlan {
     id: i64,
-    pre_switch: bool,
+    /// Taken before a switch: the generations its reason names (none when it names none).
+    before_switch: Option<Switch>,
     /// Those put back first, in the order the boot takes them; then the others.
     members: Vec<Planned>,
     /// How many snapshots the staged request names now.
@@ -224,7 +226,13 @@ impl Keeper {
                 q.state
             )));
         }
-        let pre_switch = first.request.as_ref().is_some_and(|q| q.pre_switch);
+        // The keeper took the reason only in a form of the grammar (or as one of the
+        // person's own, which names no generation).
+        let before_switch = first
+            .request
+            .as_ref()
+            .filter(|q| q.pre_switch)
+            .map(|q| Switch::parse(&q.reason).ok().flatten().unwrap_or_default());
         let paths_of_set = || {
             let paths: Vec<&str> = in_set
                 .iter()
@@ -302,7 +310,7 @@ impl Keeper {
         members.sort_by_key(|m| (m.left_out.is_some(), layout_rank(m.name.subvolume())));
         let plan = SetPlan {
             id,
-            pre_switch,
+            before_switch,
             members,
             staged_now: disk.iter().filter(|d| d.staged).count(),
         };
@@ -370,7 +378,7 @@ impl Keeper {
             .collect();
         let text = words::set_restore_words(
             plan.id,
-            plan.pre_switch,
+            plan.before_switch.as_ref(),
             &put_back,
             &left_out,
             !may_confirm,
@@ -435,7 +443,7 @@ impl Keeper {
         };
         Ok(SetRestorePreview {
             set_id: plan.id,
-            pre_switch: plan.pre_switch,
+            pre_switch: plan.before_switch.is_some(),
             members,
             total,
             as_of_last_commit: !may_confirm,
