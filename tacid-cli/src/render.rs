@@ -92,6 +92,14 @@ pub fn write_list(
                 write!(out, ", {}", c.target)?;
             }
             out.write_all(b"\n")?;
+            let mut parents = held.iter().filter(|c| c.last_common_parent);
+            if let Some(first) = parents.next() {
+                write!(out, "    kept   last common parent with {}", first.target)?;
+                for c in parents {
+                    write!(out, ", {}", c.target)?;
+                }
+                out.write_all(b" (the next copy is sent against it; retention keeps it)\n")?;
+            }
         }
         // A person has a few opens at most: a scan of them per row costs nothing.
         if let Some(o) = opens.iter().find(|o| o.snapshot == e.name) {
@@ -143,12 +151,23 @@ pub fn write_list_json(
             seq.end()
         }
     }
+    struct Parents<'c, 'a>(&'c [CopyOfRow<'a>]);
+    impl serde::Serialize for Parents<'_, '_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_seq(
+                self.0
+                    .iter()
+                    .filter(|c| c.last_common_parent)
+                    .map(|c| c.target),
+            )
+        }
+    }
     struct Entry<'r, 'c, 'a>(&'r SnapshotRow<'a>, Targets<'c, 'a>, &'r str);
     impl serde::Serialize for Entry<'_, '_, '_> {
         fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
             let e = self.0;
             // The fields of `SnapshotEntry`, in its order.
-            let mut st = s.serialize_struct("SnapshotEntry", 13)?;
+            let mut st = s.serialize_struct("SnapshotEntry", 14)?;
             st.serialize_field("name", e.name)?;
             st.serialize_field("of", e.of)?;
             st.serialize_field("of_path", e.of_path)?;
@@ -161,6 +180,7 @@ pub fn write_list_json(
             st.serialize_field("pinned", &e.pinned)?;
             st.serialize_field("set_id", &e.set_id)?;
             st.serialize_field("copies", &self.1)?;
+            st.serialize_field("last_common_parent_of", &Parents((self.1).0))?;
             st.serialize_field("open_at", self.2)?;
             st.end()
         }
@@ -587,7 +607,26 @@ pub fn prune(r: &PruneReport, now: SystemTime) -> String {
             let _ = writeln!(out, "  {}  {} (chosen: {})", e.name, e.note, e.why);
         }
     }
-    if r.floor_unmet {
+    // The floor's rule among the spared: what it would delete next is a last common parent
+    // with a copy target, kept (adr/0013).
+    let held: Vec<&PruneEntry> = r
+        .spared
+        .iter()
+        .filter(|e| e.rule == "free-space-floor")
+        .collect();
+    if r.floor_unmet && !held.is_empty() {
+        let names: Vec<&str> = held.iter().map(|e| e.name.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "\nThe free space is below the floor of {} and what is left to delete is the last \
+             common parent with a copy target ({}): it stays, because without it the next copy \
+             to that target is full (all of the subvolume, not what changed). If the space \
+             matters more, delete it by hand with `tacid data delete NAME --next-copy-full`, \
+             delete manual snapshots, or free space otherwise.",
+            bytes(r.floor_bytes),
+            and_list(&names)
+        );
+    } else if r.floor_unmet {
         let _ = writeln!(
             out,
             "\nThe free space is below the floor of {} and no automatic snapshot is left to \

@@ -671,6 +671,7 @@ impl Keeper {
                         pinned: d.staged,
                         set_id: id,
                         copies: vec![target.to_owned()],
+                        last_common_parent_of: Vec::new(),
                     },
                     parent: String::new(),
                     bytes: 0,
