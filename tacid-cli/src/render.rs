@@ -619,12 +619,17 @@ pub fn prune(r: &PruneReport, now: SystemTime) -> String {
         let _ = writeln!(
             out,
             "\nThe free space is below the floor of {} and what is left to delete is the last \
-             common parent with a copy target ({}): it stays, because without it the next copy \
-             to that target is full (all of the subvolume, not what changed). If the space \
+             common parent with a copy target ({}): {}, because without it the next copy to \
+             that target is full (all of the subvolume, not what changed). If the space \
              matters more, delete it by hand with `tacid data delete NAME --next-copy-full`, \
              delete manual snapshots, or free space otherwise.",
             bytes(r.floor_bytes),
-            and_list(&names)
+            and_list(&names),
+            if names.len() == 1 {
+                "it stays"
+            } else {
+                "they stay"
+            }
         );
     } else if r.floor_unmet {
         let _ = writeln!(
