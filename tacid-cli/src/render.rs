@@ -851,6 +851,30 @@ mod tests {
     }
 
     #[test]
+    fn prune_says_when_the_floor_is_held_by_a_last_common_parent() {
+        let floor = Rule::FreeSpaceFloor {
+            free_bytes: 1 << 20,
+            floor_bytes: 2 << 30,
+        };
+        let parent = keeper::retention::Protection::LastCommonParent(vec!["usb".into()]);
+        let mut r = report(false, Vec::new());
+        r.floor_unmet = true;
+        r.floor_bytes = 2 << 30;
+        r.spared = vec![entry("@home.p", 3, &floor, &format!("kept: {parent}"))];
+        let out = super::prune(&r, now());
+        assert!(
+            out.contains("  @home.p  kept: last common parent with usb: the next copy to usb"),
+            "{out}"
+        );
+        assert!(
+            out.contains("what is left to delete is the last common parent with a copy target (@home.p): it stays")
+                && out.contains("--next-copy-full"),
+            "{out}"
+        );
+        assert!(!out.contains("no automatic snapshot is left"), "{out}");
+    }
+
+    #[test]
     fn prune_lists_a_rule_it_does_not_know_and_explains_failures() {
         let mut newer = entry(
             "@persist.n",
