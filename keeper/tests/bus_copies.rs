@@ -664,3 +664,111 @@ fn bus_a_transfer_whose_stem_died_is_journalled_as_such_and_fetches_count_bytes(
         "{refused:#?}"
     );
 }
+
+/// A read-only snapshot of @home in the store, made by hand with a name of the time `at`
+/// (the fact injected: the keeper reads a snapshot's time from its name), as the engine
+/// lists it.
+fn snapshot_home_at(w: &World, at: std::time::SystemTime) -> stem::Snapshot {
+    let name = layout::SnapshotName::new(layout::SubvolumeName::parse("@home").unwrap(), at)
+        .unwrap()
+        .to_string();
+    common::ok(
+        "btrfs",
+        &[
+            "subvolume",
+            "snapshot",
+            "-r",
+            w.top().join("@home").to_str().unwrap(),
+            w.top()
+                .join(layout::SNAPSHOTS_SUBVOLUME)
+                .join(&name)
+                .to_str()
+                .unwrap(),
+        ],
+    );
+    stem::Engine::open(w.top())
+        .expect("engine")
+        .list()
+        .expect("list")
+        .into_iter()
+        .find(|s| s.name.to_string() == name)
+        .expect("the snapshot made by hand is listed")
+}
+
+/// The default counts (24 hourly, 7 daily, 4 weekly, 6 monthly) and a target away for two
+/// days of hourly timeline sets: the copied set is older than the last 24 hours and not the
+/// newest of its day, week or month, so the timeline rule chooses it; it stays, as the last
+/// common parent with usb, and the copy once usb is back is incremental against it. The
+/// days are injected as the snapshots' times (their names), journalled as the keeper
+/// journals timeline sets: no clock is moved and nothing sleeps.
+#[test]
+fn bus_two_days_away_under_the_default_counts_keeps_the_parent() {
+    let Some((mut w, _target, usb)) = world_with_usb(&["--free-floor-bytes", "0"]) else {
+        return;
+    };
+    let data: Vec<u8> = (0..4usize << 20)
+        .map(|i| (i as u8).wrapping_mul(37) | 1)
+        .collect();
+    fs::write(w.top().join("@home/data"), data).unwrap();
+    let now = std::time::SystemTime::now();
+    let since_midnight = now.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() % 86_400;
+    let hour = std::time::Duration::from_secs(3600);
+    // 01:00 UTC the day before yesterday.
+    let first = now - std::time::Duration::from_secs(since_midnight + 2 * 86_400) + hour;
+
+    w.stop_keeper();
+    let parent = snapshot_home_at(&w, first);
+    w.journal_timeline_sets(std::slice::from_ref(&parent));
+    w.start_keeper(None);
+    let parent_name = parent.name.to_string();
+    let (code, out, err) = w.tacid(APPROVER, &["data", "copy", &parent_name, "--to", "usb"]);
+    assert_eq!(code, 0, "{out} {err}");
+
+    // Away: every hour since, a timeline set; two days of them.
+    let away = usb.with_extension("away");
+    fs::rename(&usb, &away).unwrap();
+    w.stop_keeper();
+    fs::write(
+        w.top().join("@home/notes.txt"),
+        b"written while usb was away",
+    )
+    .unwrap();
+    let mut later = Vec::new();
+    let mut at = first + hour;
+    while at + std::time::Duration::from_secs(60) < now {
+        later.push(snapshot_home_at(&w, at));
+        at += hour;
+    }
+    assert!(later.len() > 47, "{} sets", later.len());
+    w.journal_timeline_sets(&later);
+    w.start_keeper(None);
+
+    let (code, out, err) = w.tacid(APPROVER, &["data", "prune"]);
+    assert_eq!(code, 0, "{out} {err}");
+    let left = on_disk(&w);
+    let second = later[0].name.to_string();
+    assert!(!left.contains(&second), "the rules chose nothing: {out}");
+    assert!(
+        left.contains(&parent_name),
+        "the last common parent with usb was deleted:\n{out}"
+    );
+    assert!(
+        out.contains(&format!("{parent_name}  kept: last common parent with usb")),
+        "{out}"
+    );
+
+    fs::rename(&away, &usb).unwrap();
+    let (code, out, err) = w.tacid("root", &["data", "copy", "--to", "usb", "--json"]);
+    assert_eq!(code, 0, "{out} {err}");
+    let r = json(&out);
+    let newest = later.last().unwrap().name.to_string();
+    assert_eq!(r["copied"][0]["name"], newest.as_str(), "{r}");
+    assert_eq!(r["copied"][0]["incremental"], true, "{r}");
+    assert_eq!(r["copied"][0]["parent"], parent_name.as_str(), "{r}");
+    let bytes = r["copied"][0]["bytes"].as_u64().unwrap();
+    assert!(bytes < 1 << 20, "{bytes} bytes: {r}");
+    eprintln!(
+        "two days away, {} sets later: {bytes} bytes sent",
+        later.len()
+    );
+}
