@@ -669,8 +669,9 @@ fn bus_a_transfer_whose_stem_died_is_journalled_as_such_and_fetches_count_bytes(
 /// (the fact injected: the keeper reads a snapshot's time from its name), as the engine
 /// lists it.
 fn snapshot_home_at(w: &World, at: std::time::SystemTime) -> stem::Snapshot {
-    let name = layout::SnapshotName::new(layout::SubvolumeName::parse("@home").unwrap(), at)
-        .unwrap()
+    let home = layout::SubvolumeName::parse("@home").expect("a layout name");
+    let name = layout::SnapshotName::new(home, at)
+        .expect("a snapshot name")
         .to_string();
     common::ok(
         "btrfs",
@@ -678,12 +679,12 @@ fn snapshot_home_at(w: &World, at: std::time::SystemTime) -> stem::Snapshot {
             "subvolume",
             "snapshot",
             "-r",
-            w.top().join("@home").to_str().unwrap(),
+            w.top().join("@home").to_str().expect("utf-8"),
             w.top()
                 .join(layout::SNAPSHOTS_SUBVOLUME)
                 .join(&name)
                 .to_str()
-                .unwrap(),
+                .expect("utf-8"),
         ],
     );
     stem::Engine::open(w.top())
