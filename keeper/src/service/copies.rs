@@ -675,8 +675,9 @@ impl Keeper {
         let started = Instant::now();
         let result = match self.stem.fetch_from(target, name).await {
             // The stem stopped mid-fetch: it did nothing unless the store holds a snapshot of
-            // that name that this attempt made (the stem may stop after the last step, before
-            // its answer); a stem not back yet has removed nothing to look at.
+            // that name that this attempt made (the stem may stop after its last step, before
+            // its answer). A stem not back yet cannot be asked: a stem that stops mid-receive
+            // keeps nothing, so the fetch is journalled failed.
             Err(StemError::WentAway) => match self.stem.list().await {
                 Ok(disk) => {
                     let found = disk.into_iter().find(|d| d.member.name == name);
