@@ -297,8 +297,9 @@ impl Keeper1 {
 
     /// Delete the snapshot `name`, journalled with the person who asked; its space comes
     /// back in the background (Status shows it). Root and approvers only. Errors:
-    /// NotAuthorized, InvalidArgument, NoSuchSnapshot, Protected (staged restore or marked
-    /// to keep), StemNotRunning, StemFailed, Journal.
+    /// NotAuthorized, InvalidArgument, NoSuchSnapshot, Protected (staged restore, marked
+    /// to keep, or the last common parent with a copy target), StemNotRunning, StemFailed,
+    /// Journal.
     async fn delete(
         &self,
         #[zbus(connection)] connection: &Connection,
@@ -306,7 +307,20 @@ impl Keeper1 {
         name: &str,
     ) -> Result<Deleted, KeeperError> {
         let uid = caller(&self.callers, connection, &header).await?;
-        self.keeper.delete(uid, name).await
+        self.keeper.delete(uid, name, false).await
+    }
+
+    /// Delete as `Delete` does, also when `name` is the last common parent with a copy
+    /// target: the caller accepts that the next copy to that target is sent full, and the
+    /// journal says so. Root and approvers only. Errors: as `Delete`.
+    async fn delete_next_copy_full(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+    ) -> Result<Deleted, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.delete(uid, name, true).await
     }
 
     /// Mark the snapshot `name` to keep (no retention rule deletes it), or with `keep`

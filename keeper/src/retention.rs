@@ -15,9 +15,12 @@
 //!    much deleting one frees, so the keeper measures again before the next round.
 //!
 //! Never chosen, whatever the rules say: a snapshot the staged restore names (pinned), one a
-//! person marked to keep, and one of unknown origin (nobody can say what it is for). A set
+//! person marked to keep, one of unknown origin (nobody can say what it is for), and the
+//! last common parent with a configured copy target (the newest snapshot of its subvolume
+//! the target holds a copy of: deleted, the next copy there would be sent full). A set
 //! (pre-switch or timeline) goes whole or not at all: if any member is protected, every
-//! member stays.
+//! member stays. When the free-space floor could only be met by deleting a last common
+//! parent, it is not deleted: the plan says so ([`Plan::floor_held_by_parents`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -47,6 +50,9 @@ pub struct Candidate {
     pub kept: bool,
     /// The staged restore names it.
     pub pinned: bool,
+    /// The configured copy targets it is the last common parent with ([`last_common_parents`]),
+    /// in name order.
+    pub parent_of: Vec<String>,
 }
 
 /// The retention policy (the module's `services.tacid.retention.*`).
@@ -189,24 +195,81 @@ pub struct Deletion {
 }
 
 /// Why a snapshot a rule chose stays anyway.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Protection {
     Pinned,
     Kept,
-    /// Another member of its set is pinned or kept.
+    /// The newest snapshot of its subvolume these configured targets hold a copy of: the
+    /// parent their next incremental copy is sent against.
+    LastCommonParent(Vec<String>),
+    /// Another member of its set is pinned, kept or a last common parent.
     SetMemberProtected,
 }
 
 impl fmt::Display for Protection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Protection::Pinned => "the staged restore names it",
-            Protection::Kept => "a person marked it to keep",
-            Protection::SetMemberProtected => {
-                "another member of its set is pinned or kept, and a set goes whole or not at all"
+        match self {
+            Protection::Pinned => f.write_str("the staged restore names it"),
+            Protection::Kept => f.write_str("a person marked it to keep"),
+            Protection::LastCommonParent(targets) => {
+                let t = targets.join(", ");
+                write!(
+                    f,
+                    "last common parent with {t}: the next copy to {t} is sent against it, and \
+                     without it that copy would be full"
+                )
             }
-        })
+            Protection::SetMemberProtected => f.write_str(
+                "another member of its set is pinned or kept or a last common parent with a \
+                 copy target, and a set goes whole or not at all",
+            ),
+        }
     }
+}
+
+/// A snapshot in the store, as [`last_common_parents`] needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Local<'a> {
+    pub name: &'a str,
+    /// The subvolume it is of (`@home`).
+    pub of: &'a str,
+    pub taken_micros: i64,
+}
+
+/// For each configured target and subvolume, the newest snapshot in the store that the
+/// target holds a copy of (as the journal last knew it: copies verified and listings, so a
+/// target away is remembered): the parent of the next incremental copy to it. `held`:
+/// `(target, snapshot name)`; targets not in `configured` are ignored. The answer: snapshot
+/// name to its targets, in name order.
+pub fn last_common_parents<'a>(
+    local: &[Local<'a>],
+    held: &[(&str, &str)],
+    configured: &BTreeSet<&str>,
+) -> BTreeMap<&'a str, Vec<String>> {
+    let here: BTreeMap<&str, &Local<'a>> = local.iter().map(|l| (l.name, l)).collect();
+    // (target, subvolume) -> the newest held snapshot: (time, name).
+    let mut newest: BTreeMap<(&str, &str), (i64, &'a str)> = BTreeMap::new();
+    for &(target, name) in held {
+        if !configured.contains(target) {
+            continue;
+        }
+        let Some(l) = here.get(name) else { continue };
+        let e = newest
+            .entry((target, l.of))
+            .or_insert((l.taken_micros, l.name));
+        if (l.taken_micros, l.name) > *e {
+            *e = (l.taken_micros, l.name);
+        }
+    }
+    let mut out: BTreeMap<&'a str, Vec<String>> = BTreeMap::new();
+    for ((target, _), (_, name)) in newest {
+        out.entry(name).or_default().push(target.to_owned());
+    }
+    for targets in out.values_mut() {
+        targets.sort();
+        targets.dedup();
+    }
+    out
 }
 
 /// A snapshot a rule chose that stays anyway.
@@ -224,6 +287,10 @@ pub struct Plan {
     pub spared: Vec<Spared>,
     /// The free space is below the floor and no automatic snapshot is left to delete.
     pub floor_unmet: bool,
+    /// The floor is unmet because what it would delete next is a last common parent with a
+    /// copy target (in `spared`, under the floor's rule): it stays, and the plan says so
+    /// rather than making the next copy silently full.
+    pub floor_held_by_parents: bool,
 }
 
 const HOUR: i64 = 3_600_000_000;
@@ -259,7 +326,13 @@ impl Unit<'_> {
             Some(Protection::Pinned)
         } else if c.kept {
             Some(Protection::Kept)
-        } else if self.members.iter().any(|m| m.pinned || m.kept) {
+        } else if !c.parent_of.is_empty() {
+            Some(Protection::LastCommonParent(c.parent_of.clone()))
+        } else if self
+            .members
+            .iter()
+            .any(|m| m.pinned || m.kept || !m.parent_of.is_empty())
+        {
             Some(Protection::SetMemberProtected)
         } else {
             None
@@ -363,37 +436,52 @@ pub fn plan(snapshots: &[Candidate], policy: &Policy, now_micros: i64, free_byte
         chosen.push((unit, rule));
     }
 
-    // The floor: one more automatic unit the rules kept, the oldest first.
+    // The floor: one more automatic unit the rules kept, the oldest first. A unit that is
+    // only held by a last common parent is named (spared, under the floor's rule) when no
+    // other is left, so the plan says why the floor is unmet.
     let mut floor_unmet = false;
+    let mut floor_held_by_parents = false;
     if policy.floor_bytes > 0 && free_bytes < policy.floor_bytes {
-        let next = chosen
-            .iter_mut()
-            .filter(|(u, rule)| {
-                rule.is_none()
-                    && u.members.iter().all(|m| !m.pinned && !m.kept)
-                    && matches!(
-                        u.members[0].kind,
-                        Kind::PreSwitch { .. } | Kind::Timeline { .. }
-                    )
-            })
-            .min_by(|a, b| {
-                a.0.oldest
-                    .cmp(&b.0.oldest)
-                    .then_with(|| a.0.members[0].name.cmp(&b.0.members[0].name))
-            });
-        match next {
-            Some((_, rule)) => {
-                *rule = Some(Rule::FreeSpaceFloor {
-                    free_bytes,
-                    floor_bytes: policy.floor_bytes,
+        let floor_rule = Rule::FreeSpaceFloor {
+            free_bytes,
+            floor_bytes: policy.floor_bytes,
+        };
+        let pick = |chosen: &[(Unit, Option<Rule>)], parents_too: bool| {
+            chosen
+                .iter()
+                .enumerate()
+                .filter(|(_, (u, rule))| {
+                    rule.is_none()
+                        && u.members.iter().all(|m| {
+                            !m.pinned && !m.kept && (parents_too || m.parent_of.is_empty())
+                        })
+                        && matches!(
+                            u.members[0].kind,
+                            Kind::PreSwitch { .. } | Kind::Timeline { .. }
+                        )
                 })
+                .min_by(|(_, a), (_, b)| {
+                    a.0.oldest
+                        .cmp(&b.0.oldest)
+                        .then_with(|| a.0.members[0].name.cmp(&b.0.members[0].name))
+                })
+                .map(|(i, _)| i)
+        };
+        match pick(&chosen, false) {
+            Some(i) => chosen[i].1 = Some(floor_rule),
+            None => {
+                floor_unmet = true;
+                if let Some(i) = pick(&chosen, true) {
+                    chosen[i].1 = Some(floor_rule);
+                    floor_held_by_parents = true;
+                }
             }
-            None => floor_unmet = true,
         }
     }
 
     let mut out = Plan {
         floor_unmet,
+        floor_held_by_parents,
         ..Plan::default()
     };
     for (unit, rule) in &chosen {
@@ -434,6 +522,7 @@ mod tests {
             kind,
             kept: false,
             pinned: false,
+            parent_of: Vec::new(),
         }
     }
 
@@ -572,18 +661,24 @@ mod tests {
                 kind(),
                 prop::bool::weighted(0.1),
                 prop::bool::weighted(0.05),
+                prop::bool::weighted(0.1),
             ),
             0..80,
         )
         .prop_map(|v| {
             v.into_iter()
                 .enumerate()
-                .map(|(i, (ago, kind, kept, pinned))| Candidate {
+                .map(|(i, (ago, kind, kept, pinned, parent))| Candidate {
                     name: format!("s{i:03}"),
                     taken_micros: NOW - ago,
                     kind,
                     kept,
                     pinned,
+                    parent_of: if parent {
+                        vec!["usb".into()]
+                    } else {
+                        Vec::new()
+                    },
                 })
                 .collect()
         })
@@ -610,14 +705,135 @@ mod tests {
             })
     }
 
+    #[test]
+    fn the_last_common_parent_with_a_target_stays_whatever_the_rule() {
+        // Three hourly timeline sets of /home, the oldest copied to usb; a target away keeps
+        // nothing newer. Hourly 1 chooses the two older sets; the copied one stays.
+        let policy = Policy {
+            hourly: 1,
+            daily: 0,
+            weekly: 0,
+            monthly: 0,
+            floor_bytes: 0,
+            ..Policy::default()
+        };
+        let mut snaps = vec![
+            c("@home.a", 30, Kind::Timeline { set: 1 }),
+            c("@home.b", 20, Kind::Timeline { set: 2 }),
+            c("@home.c", 10, Kind::Timeline { set: 3 }),
+            c("@var-log.a", 30, Kind::Timeline { set: 1 }),
+        ];
+        let local: Vec<Local> = snaps
+            .iter()
+            .map(|s| Local {
+                name: &s.name,
+                of: s.name.split('.').next().unwrap(),
+                taken_micros: s.taken_micros,
+            })
+            .collect();
+        // usb holds a and b of /home (b the newest); gone is not configured.
+        let held = [
+            ("usb", "@home.a"),
+            ("usb", "@home.b"),
+            ("gone", "@home.c"),
+            ("usb", "@home.deleted-here"),
+        ];
+        let parents = last_common_parents(&local, &held, &["usb"].into());
+        assert_eq!(
+            parents,
+            [("@home.b", vec!["usb".to_owned()])].into_iter().collect()
+        );
+        snaps[1].parent_of = vec!["usb".into()];
+        let p = plan(&snaps, &policy, NOW, u64::MAX);
+        assert_eq!(names(&p), ["@home.a", "@var-log.a"]);
+        assert_eq!(
+            p.spared[0].protection,
+            Protection::LastCommonParent(vec!["usb".into()])
+        );
+        assert!(p.spared[0]
+            .protection
+            .to_string()
+            .starts_with("last common parent with usb"));
+
+        // Below the floor with only the parent's set left: it stays, and the plan says so.
+        let floor = Policy {
+            floor_bytes: 100,
+            ..policy
+        };
+        let only = vec![snaps[1].clone()];
+        let p = plan(&only, &floor, NOW, 1);
+        assert!(p.delete.is_empty());
+        assert!(p.floor_unmet && p.floor_held_by_parents);
+        assert_eq!(p.spared[0].rule.code(), "free-space-floor");
+        // Another automatic set is there: the floor takes that one instead.
+        let two = vec![snaps[1].clone(), c("@home.z", 1, Kind::Timeline { set: 9 })];
+        let p = plan(&two, &floor, NOW, 1);
+        assert_eq!(names(&p), ["@home.z"]);
+        assert!(!p.floor_unmet);
+    }
+
     proptest! {
         #[test]
-        fn never_deletes_pinned_kept_or_unknown(snaps in candidates(), p in policy(), free in 0u64..300) {
+        fn never_deletes_pinned_kept_unknown_or_a_last_common_parent(snaps in candidates(), p in policy(), free in 0u64..300) {
             let out = plan(&snaps, &p, NOW, free);
             for d in &out.delete {
                 let s = snaps.iter().find(|s| s.name == d.name).unwrap();
                 prop_assert!(!s.pinned && !s.kept, "{} deleted though protected", d.name);
+                prop_assert!(s.parent_of.is_empty(), "{} deleted though a last common parent", d.name);
                 prop_assert!(s.kind != Kind::UnknownOrigin);
+            }
+            prop_assert!(!out.floor_held_by_parents || out.floor_unmet);
+        }
+
+        /// From what targets hold to the plan: for every configured target and subvolume,
+        /// the newest snapshot here the target holds survives, whatever the rules and floor.
+        #[test]
+        fn the_newest_snapshot_each_target_holds_survives(
+            mut snaps in candidates(),
+            p in policy(),
+            free in 0u64..300,
+            held_bits in prop::collection::vec((0usize..80, 0usize..3), 0..40),
+        ) {
+            let targets = ["usb", "offsite", "unconfigured"];
+            let configured: BTreeSet<&str> = ["usb", "offsite"].into();
+            for s in &mut snaps {
+                s.parent_of.clear();
+            }
+            let subvolume = |i: usize| ["@home", "@persist", "@var-log"][i % 3];
+            let names: Vec<String> = snaps.iter().map(|s| s.name.clone()).collect();
+            let held: Vec<(&str, &str)> = held_bits
+                .iter()
+                .filter(|(i, _)| *i < names.len())
+                .map(|(i, t)| (targets[*t], names[*i].as_str()))
+                .collect();
+            let local: Vec<Local> = snaps
+                .iter()
+                .enumerate()
+                .map(|(i, s)| Local { name: &names[i], of: subvolume(i), taken_micros: s.taken_micros })
+                .collect();
+            let parents = last_common_parents(&local, &held, &configured);
+            let mut with = snaps.clone();
+            for s in &mut with {
+                if let Some(t) = parents.get(s.name.as_str()) {
+                    s.parent_of = t.clone();
+                }
+            }
+            let out = plan(&with, &p, NOW, free);
+            let gone: BTreeSet<&str> = out.delete.iter().map(|d| d.name.as_str()).collect();
+            for t in ["usb", "offsite"] {
+                for sub in ["@home", "@persist", "@var-log"] {
+                    let newest = local
+                        .iter()
+                        .filter(|l| l.of == sub && held.contains(&(t, l.name)))
+                        .max_by_key(|l| (l.taken_micros, l.name));
+                    if let Some(n) = newest {
+                        prop_assert!(!gone.contains(n.name), "{} (newest on {t}) deleted", n.name);
+                    }
+                }
+            }
+            // An unconfigured target protects nothing.
+            for (name, ts) in &parents {
+                prop_assert!(!ts.iter().any(|t| t == "unconfigured"), "{name}");
             }
         }
 
@@ -658,7 +874,7 @@ mod tests {
                 if let Kind::PreSwitch { set } = s.kind {
                     let e = sets.entry(set).or_insert((i64::MIN, false));
                     e.0 = e.0.max(s.taken_micros);
-                    e.1 |= s.pinned || s.kept;
+                    e.1 |= s.pinned || s.kept || !s.parent_of.is_empty();
                 }
             }
             let mut order: Vec<(i64, i64, bool)> = sets.iter().map(|(id, (t, prot))| (*t, *id, *prot)).collect();
@@ -675,7 +891,7 @@ mod tests {
                 if let Kind::Timeline { set } = s.kind {
                     let e = tsets.entry(set).or_insert((i64::MIN, false, false));
                     e.0 = e.0.max(s.taken_micros);
-                    e.1 |= s.pinned || s.kept;
+                    e.1 |= s.pinned || s.kept || !s.parent_of.is_empty();
                     e.2 |= gone.contains(s.name.as_str());
                 }
             }

@@ -651,6 +651,7 @@ impl Keeper {
                         pinned: false,
                         set_id: id,
                         copies: Vec::new(),
+                        last_common_parent_of: Vec::new(),
                     })
                     .collect();
                 Ok(SnapshotSet {

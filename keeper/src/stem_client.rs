@@ -510,16 +510,21 @@ impl StemClient {
         .await
     }
 
-    /// Receive the copy `name` from `target` into the local store, verified.
-    pub async fn fetch_from(&self, target: &str, name: &str) -> Result<DiskSnapshot, StemError> {
+    /// Receive the copy `name` from `target` into the local store, verified; the snapshot
+    /// and the bytes of the stream received.
+    pub async fn fetch_from(
+        &self,
+        target: &str,
+        name: &str,
+    ) -> Result<(DiskSnapshot, u64), StemError> {
         let (target, name) = (target.to_owned(), name.to_owned());
-        let s = self
+        let (s, bytes) = self
             .call(|p| {
                 let (target, name) = (target.clone(), name.clone());
                 async move { p.fetch_from(&target, &name).await }
             })
             .await?;
-        Ok(member(&s))
+        Ok((member(&s), bytes))
     }
 
     /// Copies and fetches in flight.

@@ -37,6 +37,9 @@ pub struct SnapshotEntry {
     /// The targets holding a verified copy of it, as the keeper last knew (its journal of
     /// copies, corrected each time it lists a target), in name order.
     pub copies: Vec<String>,
+    /// The configured targets it is the last common parent with (the newest snapshot of its
+    /// subvolume each holds a copy of): retention keeps it, and `Delete` refuses it.
+    pub last_common_parent_of: Vec<String>,
 }
 
 /// One snapshot in the answer to `ListRows`: the fields of [`SnapshotEntry`] but `copies`,
@@ -63,11 +66,18 @@ pub struct SnapshotRow<'a> {
 pub struct CopyOfRow<'a> {
     pub row: u32,
     pub target: &'a str,
+    /// The row is the last common parent with this target (a configured one): retention
+    /// keeps it.
+    pub last_common_parent: bool,
 }
 
 impl SnapshotRow<'_> {
     /// The entry `List` answers for this row, with its targets.
-    pub fn to_entry(&self, copies: Vec<String>) -> SnapshotEntry {
+    pub fn to_entry(
+        &self,
+        copies: Vec<String>,
+        last_common_parent_of: Vec<String>,
+    ) -> SnapshotEntry {
         SnapshotEntry {
             name: self.name.to_owned(),
             of: self.of.to_owned(),
@@ -81,6 +91,7 @@ impl SnapshotRow<'_> {
             pinned: self.pinned,
             set_id: self.set_id,
             copies,
+            last_common_parent_of,
         }
     }
 }
@@ -638,6 +649,10 @@ pub trait Keeper1 {
     fn cancel(&self) -> Result<Cancelled, KeeperError>;
     /// Delete a snapshot, journalled with the person who asked.
     fn delete(&self, name: &str) -> Result<Deleted, KeeperError>;
+
+    /// Delete a snapshot also when it is the last common parent with a copy target (the
+    /// next copy there is then full).
+    fn delete_next_copy_full(&self, name: &str) -> Result<Deleted, KeeperError>;
     /// Mark a snapshot to keep (`keep` false: take the mark off).
     fn keep(&self, name: &str, keep: bool) -> Result<KeepMarked, KeeperError>;
     /// Apply the retention policy (`dry_run`: only say what would go, and why).

@@ -962,26 +962,27 @@ impl Stem1 {
     /// Fetch the copy `name` from `target` back into the store (a new disk): received into
     /// `@snapshots/.incoming`, verified (read-only, received UUID = the copy's), then put in
     /// the store under its name in one step; List and StageRestore see it from then on
-    /// (origin name-only). Errors: AccessDenied, InvalidArgument, NoSuchTarget, NoSuchCopy,
+    /// (origin name-only). Answers the snapshot and the bytes of the stream received.
+    /// Errors: AccessDenied, InvalidArgument, NoSuchTarget, NoSuchCopy,
     /// AlreadyHere (a snapshot of that name is in the store), TargetBusy,
     /// TargetUnreachable, HostKeyChanged, TargetNotBtrfs, TransferFailed, NoSpace,
     /// StoreUnsafe, Failed.
-    #[zbus(out_args("snapshot"))]
+    #[zbus(out_args("snapshot", "bytes"))]
     async fn fetch_from(
         &self,
         #[zbus(connection)] connection: &Connection,
         #[zbus(header)] header: Header<'_>,
         target: &str,
         name: &str,
-    ) -> Result<SnapshotInfo, Error> {
+    ) -> Result<(SnapshotInfo, u64), Error> {
         self.admit(connection, &header).await?;
         let target = parse_target(target)?;
         let name = parse_snapshot(name)?;
         let what = format!("fetch {name} from {target}");
-        let fetched = self
-            .copy_act(what, move |c| c.fetch_from(&target, name))
+        let (fetched, bytes) = self
+            .copy_act(what, move |c| c.fetch_counted(&target, name))
             .await?;
-        Ok(SnapshotInfo::from(&fetched))
+        Ok((SnapshotInfo::from(&fetched), bytes))
     }
 
     /// The copies and fetches in flight: target, snapshot, "copy" or "fetch", bytes moved

@@ -279,7 +279,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data__subcmd__delete)
-            opts="-h --json --bus --help"
+            opts="-h --next-copy-full --json --bus --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -240,8 +240,9 @@ pub enum Data {
     /// only.
     Cancel(Output),
     /// Delete a snapshot now; the journal records who asked. Refused while the staged
-    /// restore names it or it is marked to keep. Root and the approver group only.
-    Delete(NameArgs),
+    /// restore names it, it is marked to keep, or it is the last common parent with a copy
+    /// target (without --next-copy-full). Root and the approver group only.
+    Delete(DeleteArgs),
     /// Mark a snapshot to keep: no retention rule deletes it. --unkeep takes the mark off.
     /// Root and the approver group only.
     Keep(KeepArgs),
@@ -286,6 +287,19 @@ pub struct NameArgs {
     /// The snapshot's name, as `tacid data list` shows it.
     #[arg(value_name = "NAME")]
     pub name: String,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DeleteArgs {
+    /// The snapshot's name, as `tacid data list` shows it.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Delete it even when it is the last common parent with a copy target: the next copy
+    /// to that target is then sent full (all of the subvolume, not what changed).
+    #[arg(long)]
+    pub next_copy_full: bool,
     #[command(flatten)]
     pub output: Output,
 }

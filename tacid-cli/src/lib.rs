@@ -254,7 +254,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Data(Data::List(o) | Data::Status(o) | Data::Cancel(o)) => o.json,
         Command::Data(Data::Snapshot(a)) => a.output.json,
         Command::Data(Data::Restore(a)) => a.output.json,
-        Command::Data(Data::Delete(a) | Data::Open(a) | Data::Close(a)) => a.output.json,
+        Command::Data(Data::Delete(a)) => a.output.json,
+        Command::Data(Data::Open(a) | Data::Close(a)) => a.output.json,
         Command::Data(Data::Diff(a)) => a.output.json,
         Command::Data(Data::Keep(a)) => a.output.json,
         Command::Data(Data::Prune(a)) => a.output.json,
@@ -517,7 +518,12 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             Ok(exit::OK)
         }
         Data::Delete(a) => {
-            let d = keeper.delete(&a.name).await.map_err(classify)?;
+            let d = if a.next_copy_full {
+                keeper.delete_next_copy_full(&a.name).await
+            } else {
+                keeper.delete(&a.name).await
+            }
+            .map_err(classify)?;
             timings::mark("call");
             if a.output.json {
                 print_json(&d);

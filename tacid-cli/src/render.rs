@@ -130,6 +130,14 @@ pub fn write_list(
                 write!(out, ", {}", c.target)?;
             }
             out.write_all(b"\n")?;
+            let mut parents = held.iter().filter(|c| c.last_common_parent);
+            if let Some(first) = parents.next() {
+                write!(out, "    kept   last common parent with {}", first.target)?;
+                for c in parents {
+                    write!(out, ", {}", c.target)?;
+                }
+                out.write_all(b" (the next copy is sent against it; retention keeps it)\n")?;
+            }
         }
         // A person has a few opens at most: a scan of them per row costs nothing.
         if let Some(o) = opens.iter().find(|o| o.snapshot == e.name) {
@@ -182,6 +190,17 @@ pub fn write_list_json(
             seq.end()
         }
     }
+    struct Parents<'c, 'a>(&'c [CopyOfRow<'a>]);
+    impl serde::Serialize for Parents<'_, '_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_seq(
+                self.0
+                    .iter()
+                    .filter(|c| c.last_common_parent)
+                    .map(|c| c.target),
+            )
+        }
+    }
     struct Entry<'r, 'c, 'a>(&'r SnapshotRow<'a>, Targets<'c, 'a>, &'r str);
     impl serde::Serialize for Entry<'_, '_, '_> {
         fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -200,6 +219,7 @@ pub fn write_list_json(
             st.serialize_field("pinned", &e.pinned)?;
             st.serialize_field("set_id", &e.set_id)?;
             st.serialize_field("copies", &self.1)?;
+            st.serialize_field("last_common_parent_of", &Parents((self.1).0))?;
             st.serialize_field("open_at", self.2)?;
             st.serialize_field("switch", &SwitchJson(switch_of(e)))?;
             st.end()
@@ -627,7 +647,31 @@ pub fn prune(r: &PruneReport, now: SystemTime) -> String {
             let _ = writeln!(out, "  {}  {} (chosen: {})", e.name, e.note, e.why);
         }
     }
-    if r.floor_unmet {
+    // The floor's rule among the spared: what it would delete next is a last common parent
+    // with a copy target, kept (adr/0013).
+    let held: Vec<&PruneEntry> = r
+        .spared
+        .iter()
+        .filter(|e| e.rule == "free-space-floor")
+        .collect();
+    if r.floor_unmet && !held.is_empty() {
+        let names: Vec<&str> = held.iter().map(|e| e.name.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "\nThe free space is below the floor of {} and what is left to delete is the last \
+             common parent with a copy target ({}): {}, because without it the next copy to \
+             that target is full (all of the subvolume, not what changed). If the space \
+             matters more, delete it by hand with `tacid data delete NAME --next-copy-full`, \
+             delete manual snapshots, or free space otherwise.",
+            bytes(r.floor_bytes),
+            and_list(&names),
+            if names.len() == 1 {
+                "it stays"
+            } else {
+                "they stay"
+            }
+        );
+    } else if r.floor_unmet {
         let _ = writeln!(
             out,
             "\nThe free space is below the floor of {} and no automatic snapshot is left to \
@@ -905,6 +949,30 @@ mod tests {
                 "{out}"
             );
         }
+    }
+
+    #[test]
+    fn prune_says_when_the_floor_is_held_by_a_last_common_parent() {
+        let floor = Rule::FreeSpaceFloor {
+            free_bytes: 1 << 20,
+            floor_bytes: 2 << 30,
+        };
+        let parent = keeper::retention::Protection::LastCommonParent(vec!["usb".into()]);
+        let mut r = report(false, Vec::new());
+        r.floor_unmet = true;
+        r.floor_bytes = 2 << 30;
+        r.spared = vec![entry("@home.p", 3, &floor, &format!("kept: {parent}"))];
+        let out = super::prune(&r, now());
+        assert!(
+            out.contains("  @home.p  kept: last common parent with usb: the next copy to usb"),
+            "{out}"
+        );
+        assert!(
+            out.contains("what is left to delete is the last common parent with a copy target (@home.p): it stays")
+                && out.contains("--next-copy-full"),
+            "{out}"
+        );
+        assert!(!out.contains("no automatic snapshot is left"), "{out}");
     }
 
     #[test]

@@ -158,15 +158,21 @@ impl Journal {
     }
 
     /// What `target` holds, verified, as the stem just listed it: the keeper's record of the
-    /// target is replaced by it, and acts on the target a stopped keeper left pending are
-    /// settled by it (a copy is complete when the target holds it, a deletion when it does
-    /// not; a fetch when the local store, `local`, holds it). `held`: `(name, received UUID)`.
+    /// target is replaced by it, and acts on the target left pending (their answer never
+    /// reached the keeper: it stopped, or the call was lost) are settled by it: a copy is
+    /// complete when the target holds it, a deletion when it does not, a fetch when the
+    /// local store holds a snapshot of that name that no other request made (see
+    /// [`Journal::fetched_by`]; a later fetch of the same name owns what it fetched).
+    /// `held`: `(name, received UUID)`; `local`: the store's snapshots; `in_flight`: rows of
+    /// acts this keeper is running (never settled here); `started_micros`: when this keeper
+    /// started (a row older than that was left by a keeper that stopped).
     pub fn record_target_listing(
         &mut self,
         target: &str,
         held: &[(String, String)],
-        local: &BTreeSet<String>,
+        local: &[Member],
         in_flight: &BTreeSet<i64>,
+        started_micros: i64,
     ) -> Result<(), JournalError> {
         let sq = super::sqlite_error(&self.path);
         let now = to_micros(SystemTime::now());
@@ -182,65 +188,83 @@ impl Journal {
             .map_err(sq)?;
         }
         let on_target: BTreeSet<&str> = held.iter().map(|(n, _)| n.as_str()).collect();
-        let pending: Vec<(i64, String, String)> = {
+        let pending: Vec<(i64, String, String, i64)> = {
             let mut stmt = tx
                 .prepare(
-                    "SELECT id, action, subject FROM requests
+                    "SELECT id, action, subject, asked_micros FROM requests
                      WHERE target = ?1 AND state = ?2 ORDER BY id",
                 )
                 .map_err(sq)?;
             let rows = stmt
                 .query_map(params![target, state::PENDING], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
                 })
                 .map_err(sq)?;
             rows.collect::<Result<_, _>>().map_err(sq)?
         };
-        for (id, action, name) in pending {
-            // An act still running is this keeper's to settle, not a stopped keeper's.
+        for (id, action, name, asked) in pending {
+            // An act still running is this keeper's to settle when it ends.
             if in_flight.contains(&id) {
                 continue;
             }
+            let mut fetched = None;
             let done = match CopyAction::parse(&action) {
                 Some(CopyAction::Copy) => on_target.contains(name.as_str()),
                 Some(CopyAction::DeleteCopy) => !on_target.contains(name.as_str()),
-                Some(CopyAction::Fetch) => local.contains(&name),
+                Some(CopyAction::Fetch) => match local.iter().find(|m| m.name == name) {
+                    Some(m) if fetched_by_tx(&tx, id, m).map_err(sq)? => {
+                        fetched = Some(m);
+                        true
+                    }
+                    _ => false,
+                },
                 None => continue,
             };
-            let (st, outcome) = if done {
-                (
+            let restarted = asked < started_micros;
+            let (st, outcome) = match (done, restarted) {
+                (true, true) => (
                     state::COMPLETE,
                     "complete (found done after the keeper restarted)",
-                )
-            } else {
-                (
+                ),
+                (true, false) => (
+                    state::COMPLETE,
+                    "complete (found done when the target was next listed; the stem's answer \
+                     never reached the keeper)",
+                ),
+                (false, true) => (
                     state::FAILED,
                     "failed: the keeper stopped before the stem answered, and it is not done; \
                      the next run tries again",
-                )
+                ),
+                (false, false) => (
+                    state::FAILED,
+                    "failed: the stem's answer never reached the keeper, and it is not done; \
+                     the next run tries again",
+                ),
             };
             tx.execute(
                 "UPDATE requests SET state = ?2, outcome = ?3, finished_micros = ?4 WHERE id = ?1",
                 params![id, st, outcome, now],
             )
             .map_err(sq)?;
+            if let Some(m) = fetched {
+                record_fetched_tx(&tx, id, m).map_err(sq)?;
+            }
         }
         tx.commit().map_err(sq)
+    }
+
+    /// Whether the store's snapshot `m` can be what the fetch `id` received: no journal row
+    /// says another request made this very snapshot (its name and UUID). A name fetched
+    /// twice, the first attempt cut short, is the second's; one taken here is its set's.
+    pub fn fetched_by(&self, id: i64, m: &Member) -> Result<bool, JournalError> {
+        fetched_by_tx(&self.conn, id, m).map_err(|e| self.err(e))
     }
 
     /// A snapshot received back from a target: recorded as made by the fetch `id` (its row
     /// says who fetched it and from where), present.
     pub fn record_fetched(&self, id: i64, m: &Member) -> Result<(), JournalError> {
-        self.conn
-            .execute(
-                "INSERT INTO snapshots (name, uuid, of_subvolume, taken_micros, request_id, state, seen_micros)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT(name) DO UPDATE SET request_id = excluded.request_id,
-                     uuid = excluded.uuid, state = excluded.state, gone_micros = NULL",
-                params![m.name, m.uuid, m.of_subvolume, m.taken_micros, id, PRESENT, to_micros(SystemTime::now())],
-            )
-            .map_err(|e| self.err(e))?;
-        Ok(())
+        record_fetched_tx(&self.conn, id, m).map_err(|e| self.err(e))
     }
 
     /// For each snapshot name, the targets the keeper last knew to hold a verified copy of
@@ -291,6 +315,35 @@ impl Journal {
             .map_err(|e| self.err(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
+}
+
+fn fetched_by_tx(conn: &rusqlite::Connection, id: i64, m: &Member) -> rusqlite::Result<bool> {
+    let other: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM snapshots
+         WHERE name = ?1 AND uuid = ?2 AND request_id IS NOT NULL AND request_id != ?3",
+        params![m.name, m.uuid, id],
+        |r| r.get(0),
+    )?;
+    Ok(other == 0)
+}
+
+fn record_fetched_tx(conn: &rusqlite::Connection, id: i64, m: &Member) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO snapshots (name, uuid, of_subvolume, taken_micros, request_id, state, seen_micros)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+         ON CONFLICT(name) DO UPDATE SET request_id = excluded.request_id,
+             uuid = excluded.uuid, state = excluded.state, gone_micros = NULL",
+        params![
+            m.name,
+            m.uuid,
+            m.of_subvolume,
+            m.taken_micros,
+            id,
+            PRESENT,
+            to_micros(SystemTime::now())
+        ],
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -402,9 +455,15 @@ mod tests {
         let lost = alice_asks(&j, CopyAction::Copy, "usb", B);
         let elsewhere = alice_asks(&j, CopyAction::Copy, "offsite", B);
         let fetched = alice_asks(&j, CopyAction::Fetch, "usb", A);
-        let local: BTreeSet<String> = [A.to_owned()].into();
-        j.record_target_listing("usb", &[(A.into(), "u-a".into())], &local, &BTreeSet::new())
-            .unwrap();
+        let local = [member(A, "u-a-fetched")];
+        j.record_target_listing(
+            "usb",
+            &[(A.into(), "u-a".into())],
+            &local,
+            &BTreeSet::new(),
+            i64::MAX,
+        )
+        .unwrap();
         let st = |id: i64| state_of(&j, id);
         assert_eq!(st(copied), "complete");
         assert_eq!(st(lost), "failed");
@@ -416,9 +475,80 @@ mod tests {
         assert_eq!(st(fetched), "complete");
         assert_eq!(j.copies_by_snapshot().unwrap()[A], vec!["usb".to_owned()]);
         // The target lost the copy (deleted by hand): the record follows.
-        j.record_target_listing("usb", &[], &local, &BTreeSet::new())
+        j.record_target_listing("usb", &[], &local, &BTreeSet::new(), i64::MAX)
             .unwrap();
         assert!(j.copies_by_snapshot().unwrap().is_empty());
+        let row = |id: i64| {
+            j.copy_requests()
+                .unwrap()
+                .into_iter()
+                .find(|r| r.id == id)
+                .unwrap()
+        };
+        assert!(row(copied).outcome.contains("after the keeper restarted"));
+        // The fetch found done is recorded as what that fetch made.
+        let snaps = j.snapshots().unwrap();
+        let a = snaps.iter().find(|s| s.name == A).unwrap();
+        assert_eq!(a.uuid, "u-a-fetched");
+    }
+
+    fn member(name: &str, uuid: &str) -> Member {
+        Member {
+            name: name.into(),
+            uuid: uuid.into(),
+            of_subvolume: "@home".into(),
+            taken_micros: 1,
+        }
+    }
+
+    #[test]
+    fn a_fetch_cut_short_is_not_settled_by_a_later_fetch_of_the_same_name() {
+        // Fetch A, the stem dies (the row is left pending); fetch A again, complete; then a
+        // listing: the store's A is the second fetch's, so the first did not happen.
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&dir.path().join("j.sqlite")).unwrap();
+        let first = alice_asks(&j, CopyAction::Fetch, "usb", A);
+        let second = alice_asks(&j, CopyAction::Fetch, "usb", A);
+        let fetched = member(A, "u-second");
+        j.finish_copy(
+            second,
+            &CopyEnd {
+                state: state::COMPLETE,
+                outcome: "fetched".into(),
+                parent: String::new(),
+                bytes: 11 << 20,
+                received_uuid: None,
+            },
+        )
+        .unwrap();
+        j.record_fetched(second, &fetched).unwrap();
+        assert!(!j.fetched_by(first, &fetched).unwrap());
+        assert!(j.fetched_by(second, &fetched).unwrap());
+        // This keeper has run all along (started before both rows).
+        j.record_target_listing(
+            "usb",
+            &[(A.into(), "u-a".into())],
+            std::slice::from_ref(&fetched),
+            &BTreeSet::new(),
+            0,
+        )
+        .unwrap();
+        let rows = j.copy_requests().unwrap();
+        let first_row = rows.iter().find(|r| r.id == first).unwrap();
+        assert_eq!(first_row.state, "failed", "{first_row:?}");
+        assert!(
+            !first_row.outcome.contains("restarted"),
+            "the keeper never restarted: {first_row:?}"
+        );
+        let complete = rows
+            .iter()
+            .filter(|r| r.action == "fetch" && r.state == "complete")
+            .count();
+        assert_eq!(complete, 1, "{rows:#?}");
+        assert_eq!(
+            rows.iter().find(|r| r.id == second).unwrap().bytes,
+            11 << 20
+        );
     }
 
     #[test]
@@ -429,7 +559,7 @@ mod tests {
         let mut j = Journal::open(&dir.path().join("j.sqlite")).unwrap();
         let running = alice_asks(&j, CopyAction::Copy, "usb", B);
         let left = alice_asks(&j, CopyAction::Copy, "usb", A);
-        j.record_target_listing("usb", &[], &BTreeSet::new(), &[running].into())
+        j.record_target_listing("usb", &[], &[], &[running].into(), i64::MAX)
             .unwrap();
         let st = |id: i64| state_of(&j, id);
         assert_eq!(st(running), "pending");

@@ -49,12 +49,25 @@ fn path_of_snapshot(name: &str) -> String {
 
 /// The keeper's record of which acts on which targets are running: one at a time per
 /// target, so the timer's act and a person's copy do not meet at the stem.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct TargetActs {
     running: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The journal rows of acts this keeper is running: a listing settles only rows a
     /// stopped keeper left pending, never these.
     rows: std::sync::Mutex<BTreeSet<i64>>,
+    /// When this keeper started: a pending row older than that was left by a keeper that
+    /// stopped; a younger one lost its answer (the journal says which).
+    started_micros: i64,
+}
+
+impl Default for TargetActs {
+    fn default() -> Self {
+        TargetActs {
+            running: Default::default(),
+            rows: Default::default(),
+            started_micros: crate::words::to_micros(std::time::SystemTime::now()),
+        }
+    }
 }
 
 /// A journal row of an act in flight, until dropped.
@@ -130,6 +143,23 @@ fn failure_reason(e: &StemError) -> String {
     caps::capped(&format!("failed: {e}"), caps::MAX_FAILURE_BYTES).into_owned()
 }
 
+/// What the journal records of an act whose stem stopped while it ran (the bus said the
+/// stem left without answering): the keeper did not stop, and nothing of it counts.
+fn stem_stopped(action: CopyAction) -> String {
+    let what = match action {
+        CopyAction::Copy => {
+            "the copy is not counted (a half-received copy on the target is deleted by the \
+             next act on it); `tacid data copy` again"
+        }
+        CopyAction::Fetch => {
+            "nothing was fetched (the half-received copy is removed when the stem starts); \
+             `tacid data fetch` again"
+        }
+        CopyAction::DeleteCopy => "the next listing of the target shows whether it went",
+    };
+    format!("failed: the stem stopped before it answered; {what}")
+}
+
 impl Keeper {
     /// Use `config` for the copy targets (from `--copies-config`).
     pub fn with_copies(mut self, config: CopiesConfig) -> Keeper {
@@ -171,10 +201,12 @@ impl Keeper {
                 format!("configured: {}", configured.join(", "))
             }
         );
+        // A fetch is from its target; a copy (and a listing) to or of it.
+        let to = if act == "fetch" { "from" } else { "to" };
         let subject = if name.is_empty() {
-            format!("to {shown}")
+            format!("{to} {shown}")
         } else {
-            format!("{} to {shown}", caps::name(name))
+            format!("{} {to} {shown}", caps::name(name))
         };
         self.journal_refusal_of(asker, act, subject.into(), "", &why);
         Err(KeeperError::NoSuchTarget(why))
@@ -203,20 +235,22 @@ impl Keeper {
         target: &str,
     ) -> Result<(Vec<crate::stem_client::HeldCopy>, BTreeSet<String>), StemError> {
         let held = self.stem.copies_on(target).await?;
-        let local: BTreeSet<String> = self
+        let members: Vec<Member> = self
             .stem
             .list()
             .await?
             .into_iter()
-            .map(|d| d.member.name)
+            .map(|d| d.member)
             .collect();
+        let local: BTreeSet<String> = members.iter().map(|m| m.name.clone()).collect();
         let pairs: Vec<(String, String)> = held
             .iter()
             .map(|h| (h.name.clone(), h.received_uuid.clone()))
             .collect();
         let in_flight = self.copy_acts.rows_in_flight();
+        let started = self.copy_acts.started_micros;
         if let Err(e) =
-            self.journal(|j| j.record_target_listing(target, &pairs, &local, &in_flight))
+            self.journal(|j| j.record_target_listing(target, &pairs, &members, &in_flight, started))
         {
             tracing::warn!(target, "recording what the target holds: {}", e.message());
         }
@@ -324,9 +358,13 @@ impl Keeper {
                 Ok((c, took_ms))
             }
             Err(e) => {
-                let reason = failure_reason(&e);
-                // Gone mid-call: it may have copied; the next listing of the target settles it.
-                if !matches!(e, StemError::WentAway | StemError::Bus(_)) {
+                let reason = match e {
+                    StemError::WentAway => stem_stopped(CopyAction::Copy),
+                    _ => failure_reason(&e),
+                };
+                // Lost on the bus: it may have copied; the next listing of the target settles
+                // it. A stem that stopped answers nothing: its copy is not counted.
+                if !matches!(e, StemError::Bus(_)) {
                     let end = CopyEnd {
                         state: state::FAILED,
                         outcome: reason.clone(),
@@ -540,9 +578,13 @@ impl Keeper {
             let result = self.stem.delete_copy(target, &d.name).await;
             let (st, outcome, note) = match &result {
                 Ok(()) => (state::COMPLETE, "deleted".to_owned(), String::new()),
+                Err(StemError::WentAway) => {
+                    let why = stem_stopped(CopyAction::DeleteCopy);
+                    (state::FAILED, why.clone(), why)
+                }
                 Err(e) => (state::FAILED, failure_reason(e), failure_reason(e)),
             };
-            if !matches!(result, Err(StemError::WentAway | StemError::Bus(_))) {
+            if !matches!(result, Err(StemError::Bus(_))) {
                 let end = CopyEnd {
                     state: st,
                     outcome,
@@ -630,11 +672,36 @@ impl Keeper {
         let id =
             self.journal(|j| j.begin_copy(&asker, CopyAction::Fetch, target, name, "", &reason))?;
         let _row = self.copy_acts.row(id);
-        match self.stem.fetch_from(target, name).await {
-            Ok(d) => {
+        let started = Instant::now();
+        let result = match self.stem.fetch_from(target, name).await {
+            // The stem stopped mid-fetch: it did nothing unless the store holds a snapshot of
+            // that name that this attempt made (the stem may stop after its last step, before
+            // its answer). A stem not back yet cannot be asked: a stem that stops mid-receive
+            // keeps nothing, so the fetch is journalled failed.
+            Err(StemError::WentAway) => match self.stem.list().await {
+                Ok(disk) => {
+                    let found = disk.into_iter().find(|d| d.member.name == name);
+                    match found {
+                        Some(d) if self.journal(|j| j.fetched_by(id, &d.member))? => Ok((d, 0)),
+                        _ => Err(StemError::WentAway),
+                    }
+                }
+                Err(_) => Err(StemError::WentAway),
+            },
+            other => other,
+        };
+        let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match result {
+            Ok((d, bytes)) => {
                 let message = format!(
-                    "fetched {name} from {target} into the local store; verified. `tacid data \
-                     restore {name}` says what putting {} back to it costs",
+                    "fetched {name} from {target} into the local store ({} in {:.1} s); \
+                     verified. `tacid data restore {name}` says what putting {} back to it costs",
+                    if bytes == 0 {
+                        "the stem stopped before it said how many bytes".to_owned()
+                    } else {
+                        crate::retention::bytes(bytes)
+                    },
+                    took_ms as f64 / 1000.0,
                     snap.subvolume().display_path()
                 );
                 let member = Member {
@@ -648,7 +715,7 @@ impl Keeper {
                             state: state::COMPLETE,
                             outcome: message.clone(),
                             parent: String::new(),
-                            bytes: 0,
+                            bytes,
                             received_uuid: None,
                         },
                     )?;
@@ -671,24 +738,29 @@ impl Keeper {
                         pinned: d.staged,
                         set_id: id,
                         copies: vec![target.to_owned()],
+                        last_common_parent_of: Vec::new(),
                     },
                     parent: String::new(),
-                    bytes: 0,
+                    bytes,
                     message,
                 })
             }
             Err(e) => {
-                if !matches!(e, StemError::WentAway | StemError::Bus(_)) {
+                let reason = match e {
+                    StemError::WentAway => stem_stopped(CopyAction::Fetch),
+                    _ => failure_reason(&e),
+                };
+                if !matches!(e, StemError::Bus(_)) {
                     let end = CopyEnd {
                         state: state::FAILED,
-                        outcome: failure_reason(&e),
+                        outcome: reason.clone(),
                         parent: String::new(),
                         bytes: 0,
                         received_uuid: None,
                     };
                     self.journal(|j| j.finish_copy(id, &end))?;
                 }
-                tracing::warn!(uid, user = %asker.name, target, snapshot = name, "fetch {}", failure_reason(&e));
+                tracing::warn!(uid, user = %asker.name, target, snapshot = name, "fetch {reason}");
                 Err(stem_error(e))
             }
         }

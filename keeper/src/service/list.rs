@@ -54,8 +54,9 @@ struct Row {
 pub struct Listed {
     text: String,
     rows: Vec<Row>,
-    /// (row, target), rows in order, each row's targets in name order.
-    copies: Vec<(u32, Span)>,
+    /// (row, target, the row is the last common parent with it), rows in order, each row's
+    /// targets in name order.
+    copies: Vec<(u32, Span, bool)>,
 }
 
 impl Listed {
@@ -105,9 +106,10 @@ impl Listed {
 
     /// The targets holding copies, by row.
     pub fn copies(&self) -> impl Iterator<Item = CopyOfRow<'_>> {
-        self.copies.iter().map(|&(row, t)| CopyOfRow {
+        self.copies.iter().map(|&(row, t, parent)| CopyOfRow {
             row,
             target: self.str(t),
+            last_common_parent: parent,
         })
     }
 
@@ -119,14 +121,18 @@ impl Listed {
             .enumerate()
             .map(|(i, r)| {
                 let mut targets = Vec::new();
-                while let Some(&&(row, t)) = copies.peek() {
+                let mut parent_of = Vec::new();
+                while let Some(&&(row, t, parent)) = copies.peek() {
                     if row as usize != i {
                         break;
                     }
                     targets.push(self.str(t).to_owned());
+                    if parent {
+                        parent_of.push(self.str(t).to_owned());
+                    }
                     copies.next();
                 }
-                self.row(r).to_entry(targets)
+                self.row(r).to_entry(targets, parent_of)
             })
             .collect()
     }
@@ -235,8 +241,13 @@ impl OnDiskRows {
         });
     }
 
-    /// Add what the journal knows, in order: newest first, and the copies.
-    fn finish(self, journal: &Journal) -> Result<Listed, JournalError> {
+    /// Add what the journal knows, in order: newest first, and the copies (each marked when
+    /// the row is the last common parent with that target, among `configured` targets).
+    fn finish(
+        self,
+        journal: &Journal,
+        configured: &std::collections::BTreeSet<&str>,
+    ) -> Result<Listed, JournalError> {
         let mut l = self.listed;
         {
             let text = &l.text;
@@ -292,6 +303,33 @@ impl OnDiskRows {
             }
         })?;
         drop(by_name);
+        let parents: std::collections::BTreeSet<(u32, String)> = {
+            let text = &l.text;
+            let str = |s: Span| &text[s.at as usize..(s.at + s.len) as usize];
+            let local: Vec<crate::retention::Local> = l
+                .rows
+                .iter()
+                .map(|r| crate::retention::Local {
+                    name: str(r.name),
+                    of: str(r.of),
+                    taken_micros: r.taken_micros,
+                })
+                .collect();
+            let held: Vec<(&str, &str)> = copies
+                .iter()
+                .map(|(i, t)| (t.as_str(), local[*i as usize].name))
+                .collect();
+            let by_parent = crate::retention::last_common_parents(&local, &held, configured);
+            copies
+                .iter()
+                .filter(|(i, t)| {
+                    by_parent
+                        .get(local[*i as usize].name)
+                        .is_some_and(|ts| ts.contains(t))
+                })
+                .cloned()
+                .collect()
+        };
         l.text.push_str(&words);
         // Later journal rows of one name win, as they always have.
         for (i, request) in facts {
@@ -317,8 +355,9 @@ impl OnDiskRows {
         }
         copies.sort();
         for (row, target) in copies {
+            let parent = parents.contains(&(row, target.clone()));
             let t = l.push_text(&target);
-            l.copies.push((row, t));
+            l.copies.push((row, t, parent));
         }
         l.text.shrink_to_fit();
         l.rows.shrink_to_fit();
@@ -362,9 +401,10 @@ impl Keeper {
                 return Ok(listed);
             }
         }
+        let configured = self.configured_target_names();
         let (journal_changes, listed) = self.journal(|j| {
             let changes = j.changes();
-            Ok((changes, Arc::new(on_disk.finish(j)?)))
+            Ok((changes, Arc::new(on_disk.finish(j, &configured)?)))
         })?;
         *self.list_cache.lock() = Some(Kept {
             generation,

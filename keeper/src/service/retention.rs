@@ -9,8 +9,8 @@ use std::time::SystemTime;
 use super::{parse_snapshot, stem_error, Keeper};
 use crate::authority::{Act, Authority};
 use crate::journal::{CopyAction, Deletion, DeletionResult, RetentionAction};
-use crate::retention::{self, Candidate, Kind, Policy};
-use crate::stem_client::StemError;
+use crate::retention::{self, Candidate, Kind, Local, Policy};
+use crate::stem_client::{DiskSnapshot, StemError};
 use crate::wire::{Deleted, KeepMarked, KeeperError, PruneEntry, PruneReport, SnapshotSet};
 use crate::words::to_micros;
 
@@ -42,6 +42,38 @@ pub fn describe(p: &Policy) -> String {
 }
 
 impl Keeper {
+    /// For each snapshot on `disk` that is the last common parent with a configured copy
+    /// target, those targets (adr/0013): from the journal's record of what each target
+    /// held (verified copies and listings), so a target away is remembered, not listed.
+    pub(super) fn parents_on_disk(
+        &self,
+        disk: &[DiskSnapshot],
+        copies: &BTreeMap<String, Vec<String>>,
+    ) -> BTreeMap<String, Vec<String>> {
+        let local: Vec<Local> = disk
+            .iter()
+            .map(|d| Local {
+                name: &d.member.name,
+                of: &d.member.of_subvolume,
+                taken_micros: d.member.taken_micros,
+            })
+            .collect();
+        let held: Vec<(&str, &str)> = copies
+            .iter()
+            .flat_map(|(name, targets)| targets.iter().map(|t| (t.as_str(), name.as_str())))
+            .collect();
+        let configured = self.configured_target_names();
+        retention::last_common_parents(&local, &held, &configured)
+            .into_iter()
+            .map(|(n, t)| (n.to_owned(), t))
+            .collect()
+    }
+
+    /// The names of the configured copy targets.
+    pub(super) fn configured_target_names(&self) -> std::collections::BTreeSet<&str> {
+        self.copies.targets.keys().map(|t| t.as_str()).collect()
+    }
+
     /// Use `policy` for retention (from the keeper's flags).
     pub fn with_policy(mut self, policy: Policy) -> Keeper {
         self.policy = policy;
@@ -82,20 +114,52 @@ impl Keeper {
         self.journal(|j| j.finish_deletions(&results))
     }
 
-    /// Delete one snapshot a person named; journalled with the person.
-    pub async fn delete(&self, uid: u32, name: &str) -> Result<Deleted, KeeperError> {
+    /// Delete one snapshot a person named; journalled with the person. The last common
+    /// parent with a copy target is refused unless `next_copy_full` says the person knows
+    /// the next copy there is then sent full.
+    pub async fn delete(
+        &self,
+        uid: u32,
+        name: &str,
+        next_copy_full: bool,
+    ) -> Result<Deleted, KeeperError> {
         let asker = Authority::asker(uid);
         if let Err(why) = self.authority.decide(uid, Act::Change) {
             return Err(self.refuse(&asker, RetentionAction::Delete.as_str(), name, "", why));
         }
         parse_snapshot(name)?;
-        if let Some(by) = self.journal(|j| j.keeps())?.get(name) {
+        let (keeps, copies) = self.journal(|j| Ok((j.keeps()?, j.copies_by_snapshot()?)))?;
+        if let Some(by) = keeps.get(name) {
             return Err(KeeperError::Protected(format!(
                 "{name} is marked to keep (by {by}); take the mark off first with \
                  `tacid data keep --unkeep {name}`"
             )));
         }
-        let why = format!("asked by {} (uid {uid})", asker.name);
+        let mut parent_of = Vec::new();
+        if copies.contains_key(name) {
+            let disk = self.stem.list().await.map_err(stem_error)?;
+            parent_of = self
+                .parents_on_disk(&disk, &copies)
+                .remove(name)
+                .unwrap_or_default();
+        }
+        if !parent_of.is_empty() && !next_copy_full {
+            let t = parent_of.join(", ");
+            return Err(KeeperError::Protected(format!(
+                "{name} is the last common parent with {t}: the next copy to {t} is sent \
+                 against it, and without it that copy is full (all of {}, not what changed); \
+                 nothing was deleted. To delete it anyway: `tacid data delete {name} \
+                 --next-copy-full`",
+                of_path(name)
+            )));
+        }
+        let mut why = format!("asked by {} (uid {uid})", asker.name);
+        if !parent_of.is_empty() {
+            let t = parent_of.join(", ");
+            why.push_str(&format!(
+                ", knowing it was the last common parent with {t}: the next copy to {t} is full"
+            ));
+        }
         let deletion = Deletion {
             name: name.to_owned(),
             rule: BY_PERSON.into(),
@@ -194,8 +258,15 @@ impl Keeper {
     ) -> Result<(retention::Plan, u64, BTreeMap<String, i64>), KeeperError> {
         let disk = self.stem.list().await.map_err(stem_error)?;
         let space = self.stem.free_space().await.map_err(stem_error)?;
-        let (rows, timeline, keeps) =
-            self.journal(|j| Ok((j.snapshots()?, j.timeline_sets()?, j.keeps()?)))?;
+        let (rows, timeline, keeps, copies) = self.journal(|j| {
+            Ok((
+                j.snapshots()?,
+                j.timeline_sets()?,
+                j.keeps()?,
+                j.copies_by_snapshot()?,
+            ))
+        })?;
+        let mut parents = self.parents_on_disk(&disk, &copies);
         let requests: BTreeMap<&str, _> = rows
             .iter()
             .filter_map(|r| r.request.as_ref().map(|q| (r.name.as_str(), q)))
@@ -221,6 +292,7 @@ impl Keeper {
                     kind,
                     kept: keeps.contains_key(name),
                     pinned: d.staged,
+                    parent_of: parents.remove(name).unwrap_or_default(),
                 }
             })
             .collect();
@@ -274,6 +346,9 @@ impl Keeper {
             floor_bytes: self.policy.floor_bytes,
             floor_unmet: plan.floor_unmet,
         };
+        if plan.floor_held_by_parents {
+            self.journal_floor_held(&asker, &plan, dry_run);
+        }
         if dry_run || plan.delete.is_empty() {
             report.deleted = plan
                 .delete
@@ -345,6 +420,66 @@ impl Keeper {
             "pruned"
         );
         Ok(report)
+    }
+
+    /// The floor could be met only by deleting a last common parent with a copy target: it
+    /// stays, and the journal says so (a failed deletion by the floor's rule, with why), as
+    /// does the log; a dry run only logs.
+    fn journal_floor_held(
+        &self,
+        asker: &crate::journal::Asker,
+        plan: &retention::Plan,
+        dry_run: bool,
+    ) {
+        let held: Vec<&retention::Spared> = plan
+            .spared
+            .iter()
+            .filter(|s| matches!(s.rule, retention::Rule::FreeSpaceFloor { .. }))
+            .collect();
+        for s in &held {
+            tracing::warn!(
+                snapshot = %s.name,
+                dry_run,
+                "{}; not deleted (kept: {}); the floor is not met",
+                s.rule,
+                s.protection
+            );
+        }
+        if dry_run || held.is_empty() {
+            return;
+        }
+        let deletions: Vec<Deletion> = held
+            .iter()
+            .map(|s| Deletion {
+                name: s.name.clone(),
+                rule: s.rule.code().to_owned(),
+                why: s.rule.to_string(),
+            })
+            .collect();
+        let recorded = self.journal(|j| {
+            let ids = j.begin_deletions(asker, &deletions)?;
+            let results: Vec<DeletionResult> = held
+                .iter()
+                .zip(ids)
+                .map(|(s, id)| DeletionResult {
+                    id,
+                    name: s.name.clone(),
+                    result: Err(format!(
+                        "not deleted: kept: {}; the free-space floor is not met (delete it by \
+                         hand with `tacid data delete {} --next-copy-full` if the space matters \
+                         more than an incremental copy)",
+                        s.protection, s.name
+                    )),
+                })
+                .collect();
+            j.finish_deletions(&results)
+        });
+        if let Err(e) = recorded {
+            tracing::error!(
+                "could not journal the floor held by a last common parent: {}",
+                e.message()
+            );
+        }
     }
 
     /// Below the free-space floor, prune before a snapshot. A failure is only logged: the

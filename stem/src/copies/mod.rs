@@ -479,6 +479,16 @@ impl Copies {
 
     /// Receive the copy `name` from `target` into the store, verified, under its name.
     pub fn fetch_from(&self, target: &str, name: SnapshotName) -> Result<Snapshot, CopyError> {
+        self.fetch_counted(target, name).map(|(s, _)| s)
+    }
+
+    /// [`Copies::fetch_from`], with the bytes of the stream received (the keeper journals
+    /// them, as it does a copy's).
+    pub fn fetch_counted(
+        &self,
+        target: &str,
+        name: SnapshotName,
+    ) -> Result<(Snapshot, u64), CopyError> {
         let target = self.target(target)?;
         let turn = self.take_turn(target, Some(name), "fetch")?;
         let side = self.open_side(target)?;
@@ -508,7 +518,7 @@ impl Copies {
         if finished.is_err() {
             let _ = self.worker.run_blocking(|e| e.clean_incoming());
         }
-        finished
+        finished.map(|s| (s, turn.bytes.load(Ordering::Relaxed)))
     }
 
     /// Remove what fetches left in the store's `.incoming` when the stem stopped mid-way
