@@ -26,9 +26,13 @@ const NOT_SOURCE: [&str; 6] = [
 ];
 
 /// The outside inputs of the NixOS evaluation: parameters (`TACID_NIXPKGS_LIB`,
-/// `TACID_NIXOS_SUBSET`), with these defaults. A file may name a default as it is, not a
+/// `TACID_NIXOS_SUBSET`, `TACID_IMPERMANENCE`), with these defaults. A file may name a default as it is, not a
 /// path beneath it (the facts a reader needs from there are in docs/nixos.md).
-const OUTSIDE_TEST_INPUTS: [&str; 2] = ["../shared/nixpkgs-lib/lib", "../shared/nixos-subset"];
+const OUTSIDE_TEST_INPUTS: [&str; 3] = [
+    "../shared/nixpkgs-lib/lib",
+    "../shared/nixos-subset/impermanence",
+    "../shared/nixos-subset",
+];
 
 /// Documents that live outside the repository, which no file here may lean on.
 const OUTSIDE_DOCUMENTS: [&str; 3] = ["DESIGN.md", "MACHINE-NOTES.md", "STYLE.md"];
