@@ -351,8 +351,8 @@ in
     (check "the essentials' initrd unit, rendered: after ${persistDir} is mounted, before the bind mounts and activation; it makes the directories and copies the files in"
       (
         let text = initrdUnitText c "${essentialsUnit}.service"; in
-        hasInfix "RequiresMountsFor=/sysroot${persistDir}" text
-        && hasInfix "Before=initrd-nixos-activation.service sysroot-var-lib-nixos.mount sysroot-var-lib-systemd.mount" text
+        hasInfix "RequiresMountsFor=/sysroot${persistDir} /sysroot/etc /sysroot/etc/ssh\n" text
+        && hasInfix "Before=initrd-nixos-activation.service initrd.target sysroot-var-lib-nixos.mount sysroot-var-lib-systemd.mount" text
         && hasInfix "DefaultDependencies=false" text
         && c.boot.initrd.systemd.services.${essentialsUnit}.wantedBy == [ "initrd.target" ]
         && all (f: hasInfix "'${f}'" c.boot.initrd.systemd.services.${essentialsUnit}.script)
@@ -396,6 +396,47 @@ in
         } == [ ]
         && failingWith { persistEssentials.users = false; } { users.users.alice = { isNormalUser = true; extraGroups = [ "wheel" ]; hashedPassword = "!"; }; } != [ ]
         && failingWith { persistEssentials.users = false; ephemeralRoot = false; } { } == [ ]))
+    (check "the essentials' initrd unit with only files kept: still before initrd.target (initrd-cleanup's isolate stops a service not yet done), and after the mounts of the directories it copies into"
+      (
+        let text = initrdUnitText (machine { persistEssentials = { nixosIds = false; systemdState = false; }; }).config "${essentialsUnit}.service"; in
+        hasInfix "Before=initrd-nixos-activation.service initrd.target\n" text
+        && hasInfix "RequiresMountsFor=/sysroot${persistDir} /sysroot/etc /sysroot/etc/ssh\n" text
+      ))
+    (check "a mutable /etc overlay (system.etc.overlay): accepted; the copies wait for /sysroot/etc, the overlay's mount, instead of going under it"
+      (
+        let overlay = (machineWith { } { system.etc.overlay.enable = true; }).config; in
+        failing overlay == [ ]
+        && hasInfix "/sysroot/etc " (initrdUnitText overlay "${essentialsUnit}.service")
+      ))
+    (check "an immutable /etc overlay: the files kept in /etc cannot be copied in; the assertion names each option and the ways out"
+      (
+        let msgs = failingWith { } { system.etc.overlay = { enable = true; mutable = false; }; services.userborn.enable = true; }; in
+        lib.any
+          (m: hasInfix "system.etc.overlay.mutable = false makes /etc read-only" m
+          && hasInfix "services.tacid.persistEssentials.machineId = false;" m
+          && hasInfix "services.tacid.persistEssentials.sshHostKeys = false;" m
+          && !(hasInfix "persistEssentials.users" m)
+          && hasInfix "services.userborn.passwordFilesLocation" m)
+          msgs
+        # userborn puts its files in /var/lib/nixos there (its default): nothing of the users' is copied.
+        && failingWith { persistEssentials = { machineId = false; sshHostKeys = false; }; }
+          { system.etc.overlay = { enable = true; mutable = false; }; services.userborn.enable = true; } == [ ]
+      ))
+    (check "userborn with its files outside /etc: /etc/passwd and its kin are links there, so they are not copied (the rest is)"
+      (
+        let ub = (machineWith { } { services.userborn = { enable = true; passwordFilesLocation = "/var/lib/nixos"; }; }).config; in
+        !(elem "/etc/shadow" (keptFilesOf ub)) && elem "/etc/machine-id" (keptFilesOf ub)
+        && !(hasInfix "'/etc/shadow'" ub.boot.initrd.systemd.services.${essentialsUnit}.script)
+        && elem "/etc/shadow" (keptFilesOf (machineWith { } { services.userborn.enable = true; }).config)
+      ))
+    (check "lockout: a disabled wheel user's password is no way in"
+      (failingWith { persistEssentials.users = false; }
+        { users.users.alice = { enable = false; isNormalUser = true; extraGroups = [ "wheel" ]; hashedPassword = "$y$j9T$abc$def"; }; } != [ ]))
+    (check "the essentials' save: each copy synced before its rename, the rename synced after, under a name nobody could have put a link at"
+      (
+        let save = (lib.findFirst (p: p.name == essentialsUnit) null c.environment.systemPackages).text; in
+        builtins.match ".*/bin/mktemp \"[$]kept[.]tacid-XXXXXX\".*/bin/cp -a \"[$]file\" \"[$]new\" && [^ ]*/bin/sync \"[$]new\" &&[^&]*/bin/mv -f \"[$]new\" \"[$]kept\" && [^ ]*/bin/sync \"[$]keptIn\".*" save != null
+      ))
     (check "both initrd units are ordered before the older impermanence's create-needed-for-boot-dirs.service (rendered)"
       (all (u: hasInfix "Before=create-needed-for-boot-dirs.service" (initrdUnitText c u)) tacidLib.initrdUnits))
     (check "the keeper's user and the drop-in's flags name the layout's keeper"
