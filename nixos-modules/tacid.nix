@@ -51,10 +51,12 @@ let
     { type = "ed25519"; path = "/etc/ssh/ssh_host_ed25519_key"; }
   ];
   # userborn with its files elsewhere (services.userborn.passwordFilesLocation; the
-  # default with an immutable /etc) makes /etc/passwd and its kin links to them: there
-  # they are kept, or not, with that directory (/var/lib/nixos: nixosIds).
-  usersInEtc = !((config.services.userborn.enable or false)
-    && (config.services.userborn.passwordFilesLocation or "/etc") != "/etc");
+  # default with an immutable /etc), and systemd-sysusers with an immutable /etc (in
+  # /var/lib/nixos/etc), make /etc/passwd and its kin links to them: there they are kept,
+  # or not, with that directory (/var/lib/nixos: nixosIds).
+  usersInEtc = !(((config.services.userborn.enable or false)
+    && (config.services.userborn.passwordFilesLocation or "/etc") != "/etc")
+  || ((config.systemd.sysusers.enable or false) && immutableEtc));
   essentialFiles = tacidLib.essentialFiles sshHostKeyFiles // lib.optionalAttrs (!usersInEtc) { users = [ ]; };
   chosen = attrs: lib.concatLists (lib.mapAttrsToList (option: paths: lib.optionals (ephemeral && essentials.${option}) paths) attrs);
   keptDirs = chosen tacidLib.essentialDirs;

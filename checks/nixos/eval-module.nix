@@ -421,6 +421,10 @@ in
         # userborn puts its files in /var/lib/nixos there (its default): nothing of the users' is copied.
         && failingWith { persistEssentials = { machineId = false; sshHostKeys = false; }; }
           { system.etc.overlay = { enable = true; mutable = false; }; services.userborn.enable = true; } == [ ]
+        # systemd-sysusers keeps them in /var/lib/nixos/etc there: likewise.
+        && failingWith { persistEssentials = { machineId = false; sshHostKeys = false; }; }
+          { system.etc.overlay = { enable = true; mutable = false; }; systemd.sysusers.enable = true; } == [ ]
+        && elem "/etc/shadow" (keptFilesOf (machineWith { } { systemd.sysusers.enable = true; }).config)
       ))
     (check "userborn with its files outside /etc: /etc/passwd and its kin are links there, so they are not copied (the rest is)"
       (

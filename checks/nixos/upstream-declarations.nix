@@ -162,6 +162,9 @@ in
       description = "Whether to mount `/etc` mutably (i.e. read-write) or immutably (i.e. read-only).";
     };
 
+    # nixos/modules/system/boot/systemd/sysusers.nix (read by users-groups.nix too)
+    systemd.sysusers.enable = lib.mkEnableOption "systemd-sysusers";
+
     # nixos/modules/services/system/userborn.nix
     services.userborn.enable = lib.mkEnableOption "userborn";
     services.userborn.passwordFilesLocation = mkOption {
