@@ -254,10 +254,20 @@ if have_upstream "the essentials' scripts" &&
     [ "$(stat -c %a "$sysroot/etc/shadow")" != 640 ] ||
     [ "$(cat "$sysroot/etc/machine-id")" != 0123456789abcdef0123456789abcdef ] ||
     [ ! -d "$sysroot$persist/var/lib/nixos" ] || [ ! -d "$sysroot$persist/var/lib/systemd" ] ||
-    [ -e "$sysroot/etc/passwd" ] || ! grep -q "$persist/etc/passwd is not there" "$work/essentials-out"; then
-    fail "the essentials' initrd script: the kept shadow and machine id must be copied into the root (mode kept), the directories made, a missing file named: $(cat "$work/essentials-out"; ls -lR "$sysroot")"
+    [ -e "$sysroot/etc/passwd" ] || [ -s "$work/essentials-out" ]; then
+    fail "the essentials' initrd script: the kept shadow and machine id must be copied into the root (mode kept), the directories made, and nothing said of a file not kept beside them (it did not exist when the running system saved): $(cat "$work/essentials-out"; ls -lR "$sysroot")"
   else
-    echo "initrd: kept files copied into the new root, directories made on $persist, a file never kept is named"
+    echo "initrd: kept files copied into the new root, directories made on $persist; a file not kept beside them passed over in silence"
+  fi
+  # Nothing kept at all (the first boot after an install): the console says what and why.
+  sysroot="$work/sysroot-empty"
+  mkdir -p "$sysroot$persist"
+  sed "s|^root=/sysroot\$|root=$sysroot|" "$work/essentials-initrd.sh" >"$work/essentials-initrd-here.sh"
+  if ! bash "$work/essentials-initrd-here.sh" >"$work/essentials-out" 2>&1 ||
+    ! grep -q "nothing is kept on $persist of .*/etc/shadow.*(the first boot after an install: see docs/nixos.md)" "$work/essentials-out"; then
+    fail "the essentials' initrd script: with nothing kept it must say so, naming the files and docs/nixos.md: $(cat "$work/essentials-out")"
+  else
+    echo "initrd: nothing kept at all (first boot after an install): said, once, with the files"
   fi
   # The running system: a password changed, a uid map never kept (as after an install).
   host="$work/host"

@@ -134,7 +134,10 @@ let
   sysrootMountUnit = escape: path: "${escape "/sysroot${path}"}.mount";
 
   # The initrd's half: make the persisted directories, copy the persisted files into the
-  # new root (only those that exist: the first boot has none). A kept file must be a
+  # new root (only those that exist). The running system saves every one that exists at
+  # every boot, so one missing beside others kept did not exist there (/etc/gshadow, which
+  # NixOS does not make; host keys without sshd): only when none is kept, as at the first
+  # boot after an install, is it worth a word. A kept file must be a
   # regular file: a link there would be copied in as a link, and /etc/shadow become
   # whatever it points to.
   persistEssentialsInitrdScript =
@@ -144,6 +147,8 @@ let
       # The new root (checks/nix-checks.sh runs this against another).
       root=/sysroot
       status=0
+      found=0
+      missing=
       for dir in ${concatStringsSep " " (map (d: shellQuote (persistedPath d)) dirs)}; do
         if ! mkdir -p "$root$dir"; then status=1; fi
       done
@@ -151,13 +156,18 @@ let
         kept="$root${persistDir}$file"
         if [ -L "$kept" ] || { [ -e "$kept" ] && [ ! -f "$kept" ]; }; then
           echo "tacid: ${persistDir}$file is not a regular file, so it is not copied in and this boot starts without a kept $file; remove it (the running system saves $file there again)"
+          found=1
           status=1
         elif [ ! -e "$kept" ]; then
-          echo "tacid: ${persistDir}$file is not there, so this boot starts without a kept $file (after an install: see docs/nixos.md)"
-        elif ! { mkdir -p "$(dirname "$root$file")" && cp -a "$kept" "$root$file"; }; then
-          status=1
+          missing="$missing $file"
+        else
+          found=1
+          if ! { mkdir -p "$(dirname "$root$file")" && cp -a "$kept" "$root$file"; }; then status=1; fi
         fi
       done
+      if [ "$found" = 0 ] && [ -n "$missing" ]; then
+        echo "tacid: nothing is kept on ${persistDir} of$missing, so this boot starts without them (the first boot after an install: see docs/nixos.md)"
+      fi
       exit "$status"
     '';
 

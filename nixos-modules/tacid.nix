@@ -72,6 +72,7 @@ let
   immutableEtc = (config.system.etc.overlay.enable or false) && !(config.system.etc.overlay.mutable or true);
   keptInEtc = lib.filter (x: lib.hasPrefix "/etc/" x.path) (lib.filter (x: lib.elem x.path keptFiles) keptByTacid);
   persistEssentialsUnit = "tacid-persist-essentials";
+  sshUnits = lib.optionals (ephemeral && essentials.sshHostKeys) [ "sshd.service" "sshd-keygen.service" ];
   saveEssentials = pkgs.writeShellScriptBin persistEssentialsUnit (tacidLib.persistEssentialsSaveScript {
     coreutils = "${pkgs.coreutils}";
     dirs = keptDirs;
@@ -498,11 +499,12 @@ in
         (lib.mkIf (keptDirs != [ ] || keptFiles != [ ]) {
           ${persistEssentialsUnit} = {
             description = "tacid: keep what NixOS needs across boots on ${tacidLib.persistDir}";
-            wantedBy = [ "multi-user.target" ];
             # After sshd made its host keys (in its own start, or sshd-keygen.service when
-            # it is socket-activated): a key made where none was is not seen by the path
-            # unit, which watches files that exist.
-            after = lib.optionals (ephemeral && essentials.sshHostKeys) [ "sshd.service" "sshd-keygen.service" ];
+            # it is socket-activated), and whenever either starts (sshd turned on by a
+            # switch): a key made where none was is not seen by the path unit, which
+            # watches files that exist, and the next boot would not have it.
+            wantedBy = [ "multi-user.target" ] ++ sshUnits;
+            after = sshUnits;
             unitConfig.RequiresMountsFor = tacidLib.persistDir;
             serviceConfig = {
               Type = "oneshot";

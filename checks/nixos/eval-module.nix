@@ -371,7 +371,8 @@ in
         "/etc/gshadow"
       ]
         && c.systemd.paths.${essentialsUnit}.wantedBy == [ "paths.target" ]
-        && c.systemd.services.${essentialsUnit}.wantedBy == [ "multi-user.target" ]
+        && c.systemd.services.${essentialsUnit}.wantedBy == [ "multi-user.target" "sshd.service" "sshd-keygen.service" ]
+        && (machine { persistEssentials.sshHostKeys = false; }).config.systemd.services.${essentialsUnit}.wantedBy == [ "multi-user.target" ]
         && c.systemd.services.${essentialsUnit}.after == [ "sshd.service" "sshd-keygen.service" ]
         && nixos.force (systemdLib.pathToUnit c.systemd.paths.${essentialsUnit})
         && nixos.force (systemdLib.serviceToUnit c.systemd.services.${essentialsUnit})))
