@@ -448,7 +448,7 @@ in
           assertion = !(ephemeral && config.users.mutableUsers && !essentials.users)
             || config.users.allowNoPasswordLogin || (config.security.googleOsLogin.enable or false)
             || tacidLib.declaredWayIn config.users.users;
-          message = "services.tacid: the root is made again at every boot (services.tacid.ephemeralRoot), and with users.mutableUsers = true and services.tacid.persistEssentials.users = false nothing keeps /etc/shadow: a password set with passwd is gone after the next reboot, and neither root nor any wheel user has a password or an SSH key in the configuration, so nobody could log in. Set services.tacid.persistEssentials.users = true; or give root or a wheel user one in the configuration: users.users.<name>.hashedPasswordFile (a file on ${tacidLib.persistDir}), hashedPassword, or openssh.authorizedKeys.keys.";
+          message = "services.tacid: the root is made again at every boot (services.tacid.ephemeralRoot), and with users.mutableUsers = true and services.tacid.persistEssentials.users = false nothing keeps /etc/shadow: a password set with passwd is gone after the next reboot, and neither root nor any wheel user has a password or an SSH key in the configuration, so nobody could log in. Set services.tacid.persistEssentials.users = true; or give root or a wheel user one in the configuration: users.users.<name>.hashedPasswordFile (a file on ${tacidLib.persistDir}), hashedPassword, or openssh.authorizedKeys.keys. If nobody is to log in, set users.allowNoPasswordLogin = true;";
         }
       ];
 

@@ -388,7 +388,8 @@ in
       (c.services.tacid.persistEssentials.users
         && !(machineWith { } { users.mutableUsers = false; }).config.services.tacid.persistEssentials.users))
     (check "lockout: mutable users, shadow not kept, no password or key declared for root or wheel: the assertion names the fix"
-      (lib.any (m: hasInfix "nobody could log in" m && hasInfix "services.tacid.persistEssentials.users = true" m) (failing noUsersKept.config)))
+      (lib.any (m: hasInfix "nobody could log in" m && hasInfix "services.tacid.persistEssentials.users = true" m && hasInfix "users.allowNoPasswordLogin = true;" m) (failing noUsersKept.config)
+        && failingWith { persistEssentials.users = false; } { users.allowNoPasswordLogin = true; } == [ ]))
     (check "lockout: a declared password file for root, or for a wheel user, or the shadow kept, or a root kept as it is, and it holds"
       (failingWith { persistEssentials.users = false; } { users.users.root.hashedPasswordFile = "${persistDir}/secrets/root"; } == [ ]
         && failingWith { persistEssentials.users = false; }
