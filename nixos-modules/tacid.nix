@@ -43,8 +43,11 @@ let
   # The essentials kept on the persistent subvolume (adr/0022), by option.
   essentials = cfg.persistEssentials;
   ephemeral = cfg.ephemeralRoot;
+  # Each host key on the root that is made again (/etc/ssh by default, or wherever
+  # services.openssh.hostKeys puts it); one on a filesystem of its own is kept there.
   sshHostKeyFiles = lib.concatMap (k: [ k.path "${k.path}.pub" ])
-    (lib.filter (k: k ? path && lib.hasPrefix "/etc/" k.path) (config.services.openssh.hostKeys or defaultHostKeys));
+    (lib.filter (k: k ? path && tacidLib.mountHolding config.fileSystems k.path == "/")
+      (config.services.openssh.hostKeys or defaultHostKeys));
   # nixos/modules/services/networking/ssh/sshd.nix's default, for a machine without it.
   defaultHostKeys = [
     { type = "rsa"; bits = 4096; path = "/etc/ssh/ssh_host_rsa_key"; }
@@ -213,7 +216,7 @@ in
         nixosIds = keep true "/var/lib/nixos (the uid and gid map NixOS keeps, so that ids do not move under files on ${tacidLib.persistDir} and /home), as a bind mount made in the initrd";
         systemdState = keep true "/var/lib/systemd (timer stamps, the random seed), as a bind mount made in the initrd";
         machineId = keep true "/etc/machine-id (the journal's and DHCP's identity of the machine), copied in by the initrd and back when it changes";
-        sshHostKeys = keep true "the SSH host keys under /etc/ssh (services.openssh.hostKeys), copied in by the initrd and back when they change";
+        sshHostKeys = keep true "the SSH host keys (services.openssh.hostKeys: those on the root, /etc/ssh by default), copied in by the initrd and back when they change";
         users = lib.mkOption {
           type = lib.types.bool;
           default = config.users.mutableUsers;

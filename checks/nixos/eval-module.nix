@@ -435,6 +435,21 @@ in
         && !(hasInfix "'/etc/shadow'" ub.boot.initrd.systemd.services.${essentialsUnit}.script)
         && elem "/etc/shadow" (keptFilesOf (machineWith { } { services.userborn.enable = true; }).config)
       ))
+    (check "SSH host keys wherever services.openssh.hostKeys puts them on the root are kept; those on ${persistDir} are there already"
+      (
+        let
+          keys = (machineWith { } {
+            services.openssh.hostKeys = [
+              { type = "ed25519"; path = "/var/lib/ssh/ssh_host_ed25519_key"; }
+              { type = "rsa"; path = "${persistDir}/ssh/ssh_host_rsa_key"; }
+            ];
+          }).config;
+        in
+        elem "/var/lib/ssh/ssh_host_ed25519_key" (keptFilesOf keys)
+        && elem "/var/lib/ssh/ssh_host_ed25519_key.pub" (keptFilesOf keys)
+        && !(lib.any (lib.hasInfix "ssh_host_rsa_key") (keptFilesOf keys))
+        && hasInfix "/sysroot/var/lib/ssh" (initrdUnitText keys "${essentialsUnit}.service")
+      ))
     (check "lockout: a disabled wheel user's password is no way in"
       (failingWith { persistEssentials.users = false; }
         { users.users.alice = { enable = false; isNormalUser = true; extraGroups = [ "wheel" ]; hashedPassword = "$y$j9T$abc$def"; }; } != [ ]))

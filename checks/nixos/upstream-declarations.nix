@@ -165,6 +165,16 @@ in
     # nixos/modules/system/boot/systemd/sysusers.nix (read by users-groups.nix too)
     systemd.sysusers.enable = lib.mkEnableOption "systemd-sysusers";
 
+    # nixos/modules/services/networking/ssh/sshd.nix
+    services.openssh.hostKeys = mkOption {
+      type = types.listOf types.attrs;
+      default = [
+        { type = "rsa"; bits = 4096; path = "/etc/ssh/ssh_host_rsa_key"; }
+        { type = "ed25519"; path = "/etc/ssh/ssh_host_ed25519_key"; }
+      ];
+      description = "NixOS can automatically generate SSH host keys. This option specifies the path, type and size of each key.";
+    };
+
     # nixos/modules/services/system/userborn.nix
     services.userborn.enable = lib.mkEnableOption "userborn";
     services.userborn.passwordFilesLocation = mkOption {
