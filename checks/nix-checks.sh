@@ -254,10 +254,20 @@ if have_upstream "the essentials' scripts" &&
     [ "$(stat -c %a "$sysroot/etc/shadow")" != 640 ] ||
     [ "$(cat "$sysroot/etc/machine-id")" != 0123456789abcdef0123456789abcdef ] ||
     [ ! -d "$sysroot$persist/var/lib/nixos" ] || [ ! -d "$sysroot$persist/var/lib/systemd" ] ||
-    [ -e "$sysroot/etc/passwd" ] || ! grep -q "$persist/etc/passwd is not there" "$work/essentials-out"; then
-    fail "the essentials' initrd script: the kept shadow and machine id must be copied into the root (mode kept), the directories made, a missing file named: $(cat "$work/essentials-out"; ls -lR "$sysroot")"
+    [ -e "$sysroot/etc/passwd" ] || [ -s "$work/essentials-out" ]; then
+    fail "the essentials' initrd script: the kept shadow and machine id must be copied into the root (mode kept), the directories made, and nothing said of a file not kept beside them (it did not exist when the running system saved): $(cat "$work/essentials-out"; ls -lR "$sysroot")"
   else
-    echo "initrd: kept files copied into the new root, directories made on $persist, a file never kept is named"
+    echo "initrd: kept files copied into the new root, directories made on $persist; a file not kept beside them passed over in silence"
+  fi
+  # Nothing kept at all (the first boot after an install): the console says what and why.
+  sysroot="$work/sysroot-empty"
+  mkdir -p "$sysroot$persist"
+  sed "s|^root=/sysroot\$|root=$sysroot|" "$work/essentials-initrd.sh" >"$work/essentials-initrd-here.sh"
+  if ! bash "$work/essentials-initrd-here.sh" >"$work/essentials-out" 2>&1 ||
+    ! grep -q "nothing is kept on $persist of .*/etc/shadow.*(the first boot after an install: see docs/nixos.md)" "$work/essentials-out"; then
+    fail "the essentials' initrd script: with nothing kept it must say so, naming the files and docs/nixos.md: $(cat "$work/essentials-out")"
+  else
+    echo "initrd: nothing kept at all (first boot after an install): said, once, with the files"
   fi
   # The running system: a password changed, a uid map never kept (as after an install).
   host="$work/host"
@@ -274,6 +284,49 @@ if have_upstream "the essentials' scripts" &&
     fail "the essentials' save script: the changed shadow and the uid map must be on $persist, nothing half-written: $(ls -lR "$host$persist")"
   else
     echo 'running system: a changed /etc/shadow saved (by rename), a directory never kept seeded'
+  fi
+  # The initrd: a kept file that is a link (or anything not a regular file) is not copied
+  # in, where /etc/shadow would become whatever it points to; the boot is told.
+  sysroot="$work/sysroot-link"
+  mkdir -p "$sysroot$persist/etc" "$work/elsewhere"
+  echo 'root:$y$j9T$theirs:19000::::::' >"$work/elsewhere/shadow"
+  ln -s "$work/elsewhere/shadow" "$sysroot$persist/etc/shadow"
+  sed "s|^root=/sysroot\$|root=$sysroot|" "$work/essentials-initrd.sh" >"$work/essentials-initrd-here.sh"
+  if bash "$work/essentials-initrd-here.sh" >"$work/essentials-out" 2>&1 ||
+    [ -e "$sysroot/etc/shadow" ] || [ -L "$sysroot/etc/shadow" ] ||
+    ! grep -q "$persist/etc/shadow is not a regular file" "$work/essentials-out"; then
+    fail "the essentials' initrd script: a kept /etc/shadow that is a link must not be copied in, and the unit must say so and fail: $(cat "$work/essentials-out"; ls -l "$sysroot/etc" 2>&1)"
+  else
+    echo "initrd: a kept file that is a link is refused, not copied in"
+  fi
+  # The running system: nothing is written through a link someone put where the copy
+  # goes (a temporary name of its own each time); nothing is saved into a directory
+  # others can write; a live file that is a link (userborn's files kept elsewhere) is
+  # not saved as one.
+  host="$work/host-links"
+  mkdir -p "$host/etc" "$host$persist/etc"
+  echo 'root:$y$j9T$secret:19001::::::' >"$host/etc/shadow"
+  chmod 0640 "$host/etc/shadow"
+  echo 'nobody reads this' >"$work/victim"
+  for name in tacid-new tacid-XXXXXX; do ln -s "$work/victim" "$host$persist/etc/shadow.$name"; done
+  ln -s /var/lib/nixos/passwd "$host/etc/passwd"
+  sed "s|^root=\$|root=$host|" "$work/essentials-save.sh" >"$work/essentials-save-here.sh"
+  if ! bash "$work/essentials-save-here.sh" >"$work/essentials-out" 2>&1 ||
+    [ "$(cat "$work/victim")" != 'nobody reads this' ] ||
+    [ "$(cat "$host$persist/etc/shadow" 2>/dev/null)" != 'root:$y$j9T$secret:19001::::::' ] ||
+    [ "$(stat -c %a "$host$persist/etc/shadow")" != 640 ] ||
+    [ -e "$host$persist/etc/passwd" ] || [ -L "$host$persist/etc/passwd" ]; then
+    fail "the essentials' save script: no write through a link at a temporary name, the shadow saved with its mode, a linked /etc/passwd not saved: victim '$(cat "$work/victim")', $(cat "$work/essentials-out"; ls -l "$host$persist/etc")"
+  else
+    echo "running system: no write through a planted link; the shadow saved (0640); a linked /etc/passwd left alone"
+  fi
+  rm -f "$host$persist/etc/shadow"
+  chmod 0777 "$host$persist/etc"
+  if bash "$work/essentials-save-here.sh" >"$work/essentials-out" 2>&1 || [ -e "$host$persist/etc/shadow" ] ||
+    ! grep -q "is not root's alone" "$work/essentials-out"; then
+    fail "the essentials' save script must refuse a directory others can write, and say so: $(cat "$work/essentials-out"; ls -l "$host$persist/etc")"
+  else
+    echo "running system: nothing saved into a directory others can write"
   fi
 elif [ "${#upstream_args[@]}" -ne 0 ]; then
   fail "the essentials' scripts: $(cat "$work/essentials.err")"

@@ -134,7 +134,12 @@ let
   sysrootMountUnit = escape: path: "${escape "/sysroot${path}"}.mount";
 
   # The initrd's half: make the persisted directories, copy the persisted files into the
-  # new root (only those that exist: the first boot has none).
+  # new root (only those that exist). The running system saves every one that exists at
+  # every boot, so one missing beside others kept did not exist there (/etc/gshadow, which
+  # NixOS does not make; host keys without sshd): only when none is kept, as at the first
+  # boot after an install, is it worth a word. A kept file must be a
+  # regular file: a link there would be copied in as a link, and /etc/shadow become
+  # whatever it points to.
   persistEssentialsInitrdScript =
     { dirs, files }:
     ''
@@ -142,24 +147,37 @@ let
       # The new root (checks/nix-checks.sh runs this against another).
       root=/sysroot
       status=0
+      found=0
+      missing=
       for dir in ${concatStringsSep " " (map (d: shellQuote (persistedPath d)) dirs)}; do
         if ! mkdir -p "$root$dir"; then status=1; fi
       done
       for file in ${concatStringsSep " " (map shellQuote files)}; do
         kept="$root${persistDir}$file"
-        if [ ! -e "$kept" ]; then
-          echo "tacid: ${persistDir}$file is not there, so this boot starts without a kept $file (after an install: see docs/nixos.md)"
-        elif ! { mkdir -p "$(dirname "$root$file")" && cp -a "$kept" "$root$file"; }; then
+        if [ -L "$kept" ] || { [ -e "$kept" ] && [ ! -f "$kept" ]; }; then
+          echo "tacid: ${persistDir}$file is not a regular file, so it is not copied in and this boot starts without a kept $file; remove it (the running system saves $file there again)"
+          found=1
           status=1
+        elif [ ! -e "$kept" ]; then
+          missing="$missing $file"
+        else
+          found=1
+          if ! { mkdir -p "$(dirname "$root$file")" && cp -a "$kept" "$root$file"; }; then status=1; fi
         fi
       done
+      if [ "$found" = 0 ] && [ -n "$missing" ]; then
+        echo "tacid: nothing is kept on ${persistDir} of$missing, so this boot starts without them (the first boot after an install: see docs/nixos.md)"
+      fi
       exit "$status"
     '';
 
-  # The running system's half: the files back onto the persistent subvolume (each
-  # replaced by rename, so a crash leaves the old copy or the new one), and a directory
-  # whose persisted copy does not exist yet seeded from the root (at install time, run
-  # inside the new system with nixos-enter).
+  # The running system's half: the files back onto the persistent subvolume, and a
+  # directory whose persisted copy does not exist yet seeded from the root (at install
+  # time, run inside the new system with nixos-enter). Each file is copied to a new
+  # temporary name, synced, renamed over the kept copy and the rename synced, so a power
+  # cut leaves the old copy or the new one, whole. Only into directories root alone can
+  # write, so nobody else can put a link where the copy goes; a file that is itself a
+  # link (userborn's files kept elsewhere) is not what this keeps, and is left alone.
   persistEssentialsSaveScript =
     { coreutils, dirs, files }:
     ''
@@ -167,21 +185,44 @@ let
       # The running system's root (checks/nix-checks.sh runs this against another).
       root=
       status=0
+      # Root's own, and writable by nobody else: the directory and each one above it.
+      rootsOnly() {
+        local at=$1
+        while :; do
+          if [ -L "$at" ] || [ "$(${coreutils}/bin/stat -c %u "$at")" != 0 ] ||
+            [ $(($(${coreutils}/bin/stat -c 0%a "$at") & 022)) != 0 ]; then
+            echo "tacid: $at is not root's alone (a link, another owner, or writable by others), so nothing is saved there; make it root's, mode 0755" >&2
+            return 1
+          fi
+          if [ "$at" = "$root${persistDir}" ] || [ "$at" = / ]; then return 0; fi
+          at=$(${coreutils}/bin/dirname "$at")
+        done
+      }
       for dir in ${concatStringsSep " " (map shellQuote dirs)}; do
         kept="$root${persistDir}$dir"
         dir="$root$dir"
         if [ -e "$kept" ] || [ ! -d "$dir" ]; then continue; fi
-        if ! { ${coreutils}/bin/mkdir -p "$(${coreutils}/bin/dirname "$kept")" && ${coreutils}/bin/cp -a "$dir" "$kept"; }; then
+        if ! { ${coreutils}/bin/mkdir -p "$(${coreutils}/bin/dirname "$kept")" &&
+          rootsOnly "$(${coreutils}/bin/dirname "$kept")" && ${coreutils}/bin/cp -a "$dir" "$kept"; }; then
           status=1
         fi
       done
       for file in ${concatStringsSep " " (map shellQuote files)}; do
         kept="$root${persistDir}$file"
+        keptIn=$(${coreutils}/bin/dirname "$kept")
         file="$root$file"
-        if [ ! -e "$file" ]; then continue; fi
-        if ! { ${coreutils}/bin/mkdir -p "$(${coreutils}/bin/dirname "$kept")" &&
-          ${coreutils}/bin/cp -a "$file" "$kept.tacid-new" &&
-          ${coreutils}/bin/mv -f "$kept.tacid-new" "$kept"; }; then
+        if [ ! -e "$file" ] || [ -L "$file" ]; then continue; fi
+        if ! { ${coreutils}/bin/mkdir -p "$keptIn" && rootsOnly "$keptIn"; }; then
+          status=1
+          continue
+        fi
+        if ! new=$(${coreutils}/bin/mktemp "$kept.tacid-XXXXXX"); then
+          status=1
+          continue
+        fi
+        if ! { ${coreutils}/bin/cp -a "$file" "$new" && ${coreutils}/bin/sync "$new" &&
+          ${coreutils}/bin/mv -f "$new" "$kept" && ${coreutils}/bin/sync "$keptIn"; }; then
+          ${coreutils}/bin/rm -f "$new"
           status=1
         fi
       done
@@ -190,7 +231,7 @@ let
 
   # Can this hash log in (nixos/modules/config/users-groups.nix's allowsLogin)?
   allowsLogin = hash: hash == "" || !(elem hash [ null "!" "!!" "*" ]);
-  # Root or a wheel user with a way in that the configuration itself declares.
+  # Root or a wheel user, not disabled, with a way in that the configuration itself declares.
   declaredWayIn =
     users:
     builtins.any
@@ -199,7 +240,8 @@ let
         let
           u = users.${name};
         in
-        (name == "root" || u.group == "wheel" || elem "wheel" u.extraGroups)
+        (u.enable or true)
+        && (name == "root" || u.group == "wheel" || elem "wheel" u.extraGroups)
         && (
           allowsLogin u.hashedPassword
           || u.password != null
@@ -234,7 +276,11 @@ let
             onLayout = d: filter (s: s.mount_point != "/" && (d == s.mount_point || hasPrefix "${d}/" s.mount_point)) mounted;
             holder = mountHolding fileSystems p.persistentStoragePath;
             inSnapshots = p.persistentStoragePath == layout.snapshots_mount_point || hasPrefix "${layout.snapshots_mount_point}/" p.persistentStoragePath;
-            both = filter (x: elem x.path (dirs ++ files)) keptByTacid;
+            # The same path, or one of tacid's inside a directory impermanence binds (its
+            # "/etc/ssh" holds the host keys tacid copies: each save, renamed through that
+            # bind over the very file watched, would start the next).
+            keptAlso = x: filter (kept: x.path == kept || hasPrefix "${kept}/" x.path) (dirs ++ files);
+            both = filter (x: keptAlso x != [ ]) keptByTacid;
           in
           map
             (d: {
@@ -255,7 +301,7 @@ let
           ++ map
             (x: {
               assertion = false;
-              message = "services.tacid: ${x.path} is kept on ${persistDir} both by services.tacid.persistEssentials.${x.option} and by ${opt}; the two would mount or copy over each other. Set services.tacid.persistEssentials.${x.option} = false; or remove \"${x.path}\" from ${opt}.";
+              message = "services.tacid: ${x.path} is kept on ${persistDir} both by services.tacid.persistEssentials.${x.option} and by ${opt} (as \"${head (keptAlso x)}\"); the two would mount or copy over each other. Set services.tacid.persistEssentials.${x.option} = false; or remove \"${head (keptAlso x)}\" from ${opt}.";
             })
             both
         )

@@ -43,20 +43,39 @@ let
   # The essentials kept on the persistent subvolume (adr/0022), by option.
   essentials = cfg.persistEssentials;
   ephemeral = cfg.ephemeralRoot;
+  # Each host key on the root that is made again (/etc/ssh by default, or wherever
+  # services.openssh.hostKeys puts it); one on a filesystem of its own is kept there.
   sshHostKeyFiles = lib.concatMap (k: [ k.path "${k.path}.pub" ])
-    (lib.filter (k: k ? path && lib.hasPrefix "/etc/" k.path) (config.services.openssh.hostKeys or defaultHostKeys));
+    (lib.filter (k: k ? path && tacidLib.mountHolding config.fileSystems k.path == "/")
+      (config.services.openssh.hostKeys or defaultHostKeys));
   # nixos/modules/services/networking/ssh/sshd.nix's default, for a machine without it.
   defaultHostKeys = [
     { type = "rsa"; bits = 4096; path = "/etc/ssh/ssh_host_rsa_key"; }
     { type = "ed25519"; path = "/etc/ssh/ssh_host_ed25519_key"; }
   ];
+  # userborn with its files elsewhere (services.userborn.passwordFilesLocation; the
+  # default with an immutable /etc), and systemd-sysusers with an immutable /etc (in
+  # /var/lib/nixos/etc), make /etc/passwd and its kin links to them: there they are kept,
+  # or not, with that directory (/var/lib/nixos: nixosIds).
+  usersInEtc = !(((config.services.userborn.enable or false)
+    && (config.services.userborn.passwordFilesLocation or "/etc") != "/etc")
+  || ((config.systemd.sysusers.enable or false) && immutableEtc));
+  essentialFiles = tacidLib.essentialFiles sshHostKeyFiles // lib.optionalAttrs (!usersInEtc) { users = [ ]; };
   chosen = attrs: lib.concatLists (lib.mapAttrsToList (option: paths: lib.optionals (ephemeral && essentials.${option}) paths) attrs);
   keptDirs = chosen tacidLib.essentialDirs;
-  keptFiles = chosen (tacidLib.essentialFiles sshHostKeyFiles);
+  keptFiles = chosen essentialFiles;
   keptByTacid = lib.concatLists (lib.mapAttrsToList
     (option: paths: map (path: { inherit option path; }) (lib.optionals (ephemeral && essentials.${option}) paths))
-    (tacidLib.essentialDirs // tacidLib.essentialFiles sshHostKeyFiles));
+    (tacidLib.essentialDirs // essentialFiles));
+  # Where the copies go in the new root: each one's directory, under /sysroot, so that the
+  # initrd copies after whatever is mounted there (the /etc overlay of
+  # system.etc.overlay), not into the directory it then hides.
+  keptFileDirs = lib.unique (map (f: "/sysroot${dirOf f}") keptFiles);
+  # system.etc.overlay with mutable = false: /etc is read-only, nothing can be copied in.
+  immutableEtc = (config.system.etc.overlay.enable or false) && !(config.system.etc.overlay.mutable or true);
+  keptInEtc = lib.filter (x: lib.hasPrefix "/etc/" x.path) (lib.filter (x: lib.elem x.path keptFiles) keptByTacid);
   persistEssentialsUnit = "tacid-persist-essentials";
+  sshUnits = lib.optionals (ephemeral && essentials.sshHostKeys) [ "sshd.service" "sshd-keygen.service" ];
   saveEssentials = pkgs.writeShellScriptBin persistEssentialsUnit (tacidLib.persistEssentialsSaveScript {
     coreutils = "${pkgs.coreutils}";
     dirs = keptDirs;
@@ -197,7 +216,7 @@ in
         nixosIds = keep true "/var/lib/nixos (the uid and gid map NixOS keeps, so that ids do not move under files on ${tacidLib.persistDir} and /home), as a bind mount made in the initrd";
         systemdState = keep true "/var/lib/systemd (timer stamps, the random seed), as a bind mount made in the initrd";
         machineId = keep true "/etc/machine-id (the journal's and DHCP's identity of the machine), copied in by the initrd and back when it changes";
-        sshHostKeys = keep true "the SSH host keys under /etc/ssh (services.openssh.hostKeys), copied in by the initrd and back when they change";
+        sshHostKeys = keep true "the SSH host keys (services.openssh.hostKeys: those on the root, /etc/ssh by default), copied in by the initrd and back when they change";
         users = lib.mkOption {
           type = lib.types.bool;
           default = config.users.mutableUsers;
@@ -208,6 +227,9 @@ in
             before activation, and back whenever they change), so that passwords set
             with `passwd` and users added by hand survive a reboot. Off with
             `users.mutableUsers = false`, where the configuration declares them all.
+            With userborn keeping them elsewhere (`services.userborn.passwordFilesLocation`,
+            not /etc), there is nothing to copy: they are kept with that directory
+            (/var/lib/nixos: `nixosIds`).
           '';
         };
       };
@@ -422,9 +444,14 @@ in
       }
       ++ [
         {
+          assertion = !immutableEtc || keptInEtc == [ ];
+          message = "services.tacid: system.etc.overlay.mutable = false makes /etc read-only, so the initrd cannot copy ${lib.concatMapStringsSep ", " (x: x.path) keptInEtc} into it from ${tacidLib.persistDir}. Set ${lib.concatMapStringsSep " and " (o: "services.tacid.persistEssentials.${o} = false;") (lib.unique (map (x: x.option) keptInEtc))} and keep them outside /etc (services.openssh.hostKeys with paths on ${tacidLib.persistDir}; services.userborn.passwordFilesLocation; the machine id as environment.etc.\"machine-id\".text), or set system.etc.overlay.mutable = true;";
+        }
+        {
           assertion = !(ephemeral && config.users.mutableUsers && !essentials.users)
-            || config.users.allowNoPasswordLogin || tacidLib.declaredWayIn config.users.users;
-          message = "services.tacid: the root is made again at every boot (services.tacid.ephemeralRoot), and with users.mutableUsers = true and services.tacid.persistEssentials.users = false nothing keeps /etc/shadow: a password set with passwd is gone after the next reboot, and neither root nor any wheel user has a password or an SSH key in the configuration, so nobody could log in. Set services.tacid.persistEssentials.users = true; or give root or a wheel user one in the configuration: users.users.<name>.hashedPasswordFile (a file on ${tacidLib.persistDir}), hashedPassword, or openssh.authorizedKeys.keys.";
+            || config.users.allowNoPasswordLogin || (config.security.googleOsLogin.enable or false)
+            || tacidLib.declaredWayIn config.users.users;
+          message = "services.tacid: the root is made again at every boot (services.tacid.ephemeralRoot), and with users.mutableUsers = true and services.tacid.persistEssentials.users = false nothing keeps /etc/shadow: a password set with passwd is gone after the next reboot, and neither root nor any wheel user has a password or an SSH key in the configuration, so nobody could log in. Set services.tacid.persistEssentials.users = true; or give root or a wheel user one in the configuration: users.users.<name>.hashedPasswordFile (a file on ${tacidLib.persistDir}), hashedPassword, or openssh.authorizedKeys.keys. If nobody is to log in, set users.allowNoPasswordLogin = true;";
         }
       ];
 
@@ -454,10 +481,13 @@ in
             ${persistEssentialsUnit} = {
               description = "tacid: what NixOS keeps on ${tacidLib.persistDir}, into the new root";
               wantedBy = [ "initrd.target" ];
-              before = [ "initrd-nixos-activation.service" ] ++ keptDirMountUnits;
+              # Before initrd.target too: initrd-cleanup.service isolates
+              # initrd-switch-root.target once initrd.target is reached, which stops a
+              # service still copying.
+              before = [ "initrd-nixos-activation.service" "initrd.target" ] ++ keptDirMountUnits;
               unitConfig = {
                 DefaultDependencies = false;
-                RequiresMountsFor = "/sysroot${tacidLib.persistDir}";
+                RequiresMountsFor = lib.concatStringsSep " " ([ "/sysroot${tacidLib.persistDir}" ] ++ keptFileDirs);
               };
               serviceConfig.Type = "oneshot";
               script = tacidLib.persistEssentialsInitrdScript { dirs = keptDirs; files = keptFiles; };
@@ -472,11 +502,12 @@ in
         (lib.mkIf (keptDirs != [ ] || keptFiles != [ ]) {
           ${persistEssentialsUnit} = {
             description = "tacid: keep what NixOS needs across boots on ${tacidLib.persistDir}";
-            wantedBy = [ "multi-user.target" ];
             # After sshd made its host keys (in its own start, or sshd-keygen.service when
-            # it is socket-activated): a key made where none was is not seen by the path
-            # unit, which watches files that exist.
-            after = lib.optionals (ephemeral && essentials.sshHostKeys) [ "sshd.service" "sshd-keygen.service" ];
+            # it is socket-activated), and whenever either starts (sshd turned on by a
+            # switch): a key made where none was is not seen by the path unit, which
+            # watches files that exist, and the next boot would not have it.
+            wantedBy = [ "multi-user.target" ] ++ sshUnits;
+            after = sshUnits;
             unitConfig.RequiresMountsFor = tacidLib.persistDir;
             serviceConfig = {
               Type = "oneshot";

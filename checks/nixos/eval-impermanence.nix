@@ -107,6 +107,11 @@ in
       (mentions [ "/var/lib/nixos is kept" "services.tacid.persistEssentials.nixosIds = false" ] (problems { } persisted)
         && mentions [ "/etc/machine-id is kept" "services.tacid.persistEssentials.machineId = false" ]
         (problems { persistEssentials.nixosIds = false; } { ${persistDir}.files = [ "/etc/machine-id" ]; })))
+    (check "a host key tacid copies inside a directory impermanence binds (\"/etc/ssh\"): the assertion names the directory and the option"
+      (mentions [ "/etc/ssh/ssh_host_ed25519_key is kept" "(as \"/etc/ssh\")" "services.tacid.persistEssentials.sshHostKeys = false" "remove \"/etc/ssh\"" ]
+        (problems { persistEssentials.nixosIds = false; } { ${persistDir}.directories = [ "/etc/ssh" ]; })))
+    (check "a directory of impermanence's inside one tacid binds (/var/lib/systemd/coredump, from its README) is no conflict"
+      (problems { } { ${persistDir}.directories = [ "/var/lib/systemd/coredump" ]; } == [ ]))
     (check "a store that is turned off is not checked"
       (problems { } { "/persistent" = { enable = false; directories = [ "/var/log" ]; }; } == [ ]))
   ];

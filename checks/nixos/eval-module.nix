@@ -351,8 +351,8 @@ in
     (check "the essentials' initrd unit, rendered: after ${persistDir} is mounted, before the bind mounts and activation; it makes the directories and copies the files in"
       (
         let text = initrdUnitText c "${essentialsUnit}.service"; in
-        hasInfix "RequiresMountsFor=/sysroot${persistDir}" text
-        && hasInfix "Before=initrd-nixos-activation.service sysroot-var-lib-nixos.mount sysroot-var-lib-systemd.mount" text
+        hasInfix "RequiresMountsFor=/sysroot${persistDir} /sysroot/etc /sysroot/etc/ssh\n" text
+        && hasInfix "Before=initrd-nixos-activation.service initrd.target sysroot-var-lib-nixos.mount sysroot-var-lib-systemd.mount" text
         && hasInfix "DefaultDependencies=false" text
         && c.boot.initrd.systemd.services.${essentialsUnit}.wantedBy == [ "initrd.target" ]
         && all (f: hasInfix "'${f}'" c.boot.initrd.systemd.services.${essentialsUnit}.script)
@@ -371,7 +371,8 @@ in
         "/etc/gshadow"
       ]
         && c.systemd.paths.${essentialsUnit}.wantedBy == [ "paths.target" ]
-        && c.systemd.services.${essentialsUnit}.wantedBy == [ "multi-user.target" ]
+        && c.systemd.services.${essentialsUnit}.wantedBy == [ "multi-user.target" "sshd.service" "sshd-keygen.service" ]
+        && (machine { persistEssentials.sshHostKeys = false; }).config.systemd.services.${essentialsUnit}.wantedBy == [ "multi-user.target" ]
         && c.systemd.services.${essentialsUnit}.after == [ "sshd.service" "sshd-keygen.service" ]
         && nixos.force (systemdLib.pathToUnit c.systemd.paths.${essentialsUnit})
         && nixos.force (systemdLib.serviceToUnit c.systemd.services.${essentialsUnit})))
@@ -387,7 +388,8 @@ in
       (c.services.tacid.persistEssentials.users
         && !(machineWith { } { users.mutableUsers = false; }).config.services.tacid.persistEssentials.users))
     (check "lockout: mutable users, shadow not kept, no password or key declared for root or wheel: the assertion names the fix"
-      (lib.any (m: hasInfix "nobody could log in" m && hasInfix "services.tacid.persistEssentials.users = true" m) (failing noUsersKept.config)))
+      (lib.any (m: hasInfix "nobody could log in" m && hasInfix "services.tacid.persistEssentials.users = true" m && hasInfix "users.allowNoPasswordLogin = true;" m) (failing noUsersKept.config)
+        && failingWith { persistEssentials.users = false; } { users.allowNoPasswordLogin = true; } == [ ]))
     (check "lockout: a declared password file for root, or for a wheel user, or the shadow kept, or a root kept as it is, and it holds"
       (failingWith { persistEssentials.users = false; } { users.users.root.hashedPasswordFile = "${persistDir}/secrets/root"; } == [ ]
         && failingWith { persistEssentials.users = false; }
@@ -396,6 +398,66 @@ in
         } == [ ]
         && failingWith { persistEssentials.users = false; } { users.users.alice = { isNormalUser = true; extraGroups = [ "wheel" ]; hashedPassword = "!"; }; } != [ ]
         && failingWith { persistEssentials.users = false; ephemeralRoot = false; } { } == [ ]))
+    (check "the essentials' initrd unit with only files kept: still before initrd.target (initrd-cleanup's isolate stops a service not yet done), and after the mounts of the directories it copies into"
+      (
+        let text = initrdUnitText (machine { persistEssentials = { nixosIds = false; systemdState = false; }; }).config "${essentialsUnit}.service"; in
+        hasInfix "Before=initrd-nixos-activation.service initrd.target\n" text
+        && hasInfix "RequiresMountsFor=/sysroot${persistDir} /sysroot/etc /sysroot/etc/ssh\n" text
+      ))
+    (check "a mutable /etc overlay (system.etc.overlay): accepted; the copies wait for /sysroot/etc, the overlay's mount, instead of going under it"
+      (
+        let overlay = (machineWith { } { system.etc.overlay.enable = true; }).config; in
+        failing overlay == [ ]
+        && hasInfix "/sysroot/etc " (initrdUnitText overlay "${essentialsUnit}.service")
+      ))
+    (check "an immutable /etc overlay: the files kept in /etc cannot be copied in; the assertion names each option and the ways out"
+      (
+        let msgs = failingWith { } { system.etc.overlay = { enable = true; mutable = false; }; services.userborn.enable = true; }; in
+        lib.any
+          (m: hasInfix "system.etc.overlay.mutable = false makes /etc read-only" m
+          && hasInfix "services.tacid.persistEssentials.machineId = false;" m
+          && hasInfix "services.tacid.persistEssentials.sshHostKeys = false;" m
+          && !(hasInfix "persistEssentials.users" m)
+          && hasInfix "services.userborn.passwordFilesLocation" m)
+          msgs
+        # userborn puts its files in /var/lib/nixos there (its default): nothing of the users' is copied.
+        && failingWith { persistEssentials = { machineId = false; sshHostKeys = false; }; }
+          { system.etc.overlay = { enable = true; mutable = false; }; services.userborn.enable = true; } == [ ]
+        # systemd-sysusers keeps them in /var/lib/nixos/etc there: likewise.
+        && failingWith { persistEssentials = { machineId = false; sshHostKeys = false; }; }
+          { system.etc.overlay = { enable = true; mutable = false; }; systemd.sysusers.enable = true; } == [ ]
+        && elem "/etc/shadow" (keptFilesOf (machineWith { } { systemd.sysusers.enable = true; }).config)
+      ))
+    (check "userborn with its files outside /etc: /etc/passwd and its kin are links there, so they are not copied (the rest is)"
+      (
+        let ub = (machineWith { } { services.userborn = { enable = true; passwordFilesLocation = "/var/lib/nixos"; }; }).config; in
+        !(elem "/etc/shadow" (keptFilesOf ub)) && elem "/etc/machine-id" (keptFilesOf ub)
+        && !(hasInfix "'/etc/shadow'" ub.boot.initrd.systemd.services.${essentialsUnit}.script)
+        && elem "/etc/shadow" (keptFilesOf (machineWith { } { services.userborn.enable = true; }).config)
+      ))
+    (check "SSH host keys wherever services.openssh.hostKeys puts them on the root are kept; those on ${persistDir} are there already"
+      (
+        let
+          keys = (machineWith { } {
+            services.openssh.hostKeys = [
+              { type = "ed25519"; path = "/var/lib/ssh/ssh_host_ed25519_key"; }
+              { type = "rsa"; path = "${persistDir}/ssh/ssh_host_rsa_key"; }
+            ];
+          }).config;
+        in
+        elem "/var/lib/ssh/ssh_host_ed25519_key" (keptFilesOf keys)
+        && elem "/var/lib/ssh/ssh_host_ed25519_key.pub" (keptFilesOf keys)
+        && !(lib.any (lib.hasInfix "ssh_host_rsa_key") (keptFilesOf keys))
+        && hasInfix "/sysroot/var/lib/ssh" (initrdUnitText keys "${essentialsUnit}.service")
+      ))
+    (check "lockout: a disabled wheel user's password is no way in"
+      (failingWith { persistEssentials.users = false; }
+        { users.users.alice = { enable = false; isNormalUser = true; extraGroups = [ "wheel" ]; hashedPassword = "$y$j9T$abc$def"; }; } != [ ]))
+    (check "the essentials' save: each copy synced before its rename, the rename synced after, under a name nobody could have put a link at"
+      (
+        let save = (lib.findFirst (p: p.name == essentialsUnit) null c.environment.systemPackages).text; in
+        builtins.match ".*/bin/mktemp \"[$]kept[.]tacid-XXXXXX\".*/bin/cp -a \"[$]file\" \"[$]new\" && [^ ]*/bin/sync \"[$]new\" &&[^&]*/bin/mv -f \"[$]new\" \"[$]kept\" && [^ ]*/bin/sync \"[$]keptIn\".*" save != null
+      ))
     (check "both initrd units are ordered before the older impermanence's create-needed-for-boot-dirs.service (rendered)"
       (all (u: hasInfix "Before=create-needed-for-boot-dirs.service" (initrdUnitText c u)) tacidLib.initrdUnits))
     (check "the keeper's user and the drop-in's flags name the layout's keeper"

@@ -178,7 +178,12 @@ in
           by_hand_hash = machine.succeed("getent shadow tacid-by-hand | cut -d: -f2").strip()
           assert root_hash.startswith("$"), f"chpasswd set no hash for root: {root_hash}"
           machine.wait_until_succeeds("cmp /etc/shadow ${tacidLib.persistDir}/etc/shadow")  # saved when it changed
+          shadow_mode = machine.succeed("stat -c '%a %U %G' /etc/shadow").strip()
+          kept_mode = machine.succeed("stat -c '%a %U %G' ${tacidLib.persistDir}/etc/shadow").strip()
+          assert kept_mode == shadow_mode, f"the kept shadow is {kept_mode}, the live one {shadow_mode}"
+          machine.fail("ls ${tacidLib.persistDir}/etc | grep -F .tacid-")  # no temporary copy left
           reboot()
+          assert machine.succeed("stat -c '%a %U %G' /etc/shadow").strip() == shadow_mode, "the shadow's mode or owner changed across the reboot"
           for path, contents in kept.items():
               assert machine.succeed(f"cat {path}") == contents, f"{path} changed across the reboot"
           assert machine.succeed("getent shadow root | cut -d: -f2").strip() == root_hash, "root's password was lost"

@@ -149,6 +149,40 @@ in
       description = "Whether this NixOS machine is a lightweight container running in another NixOS system.";
     };
 
+    # nixos/modules/system/etc/etc.nix (newer nixpkgs: `enable` renamed to
+    # system.etc.confext.enable, still readable here by its old name)
+    system.etc.overlay.enable = mkOption {
+      type = types.bool;
+      default = false;
+      description = "Mount `/etc` as an overlayfs instead of generating it via a perl script.";
+    };
+    system.etc.overlay.mutable = mkOption {
+      type = types.bool;
+      default = true;
+      description = "Whether to mount `/etc` mutably (i.e. read-write) or immutably (i.e. read-only).";
+    };
+
+    # nixos/modules/system/boot/systemd/sysusers.nix (read by users-groups.nix too)
+    systemd.sysusers.enable = lib.mkEnableOption "systemd-sysusers";
+
+    # nixos/modules/services/networking/ssh/sshd.nix
+    services.openssh.hostKeys = mkOption {
+      type = types.listOf types.attrs;
+      default = [
+        { type = "rsa"; bits = 4096; path = "/etc/ssh/ssh_host_rsa_key"; }
+        { type = "ed25519"; path = "/etc/ssh/ssh_host_ed25519_key"; }
+      ];
+      description = "NixOS can automatically generate SSH host keys. This option specifies the path, type and size of each key.";
+    };
+
+    # nixos/modules/services/system/userborn.nix
+    services.userborn.enable = lib.mkEnableOption "userborn";
+    services.userborn.passwordFilesLocation = mkOption {
+      type = types.str;
+      default = if config.system.etc.overlay.enable && !config.system.etc.overlay.mutable then "/var/lib/nixos" else "/etc";
+      description = "The location of the original password files. If this is not `/etc`, the files are symlinked from this location to `/etc`.";
+    };
+
     # nixos/modules/programs/shadow.nix
     users.defaultUserShell = mkOption {
       default = "/bin/sh";
