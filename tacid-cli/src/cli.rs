@@ -33,6 +33,9 @@ pub mod exit {
     /// The copy target failed: unreachable, its host key changed, not Btrfs, full, or the
     /// transfer died (nothing half-received is left on it); of the timer's act, any copy.
     pub const TARGET_FAILED: u8 = 12;
+    /// An open snapshot is in use (a process has its working directory, a file or a
+    /// mapping in it): not closed, or not deleted; the message names what holds it.
+    pub const IN_USE: u8 = 13;
 }
 
 const EXIT_TABLE: &str = "\
@@ -55,7 +58,10 @@ Exit codes:
  11  the free space is below the hard floor: no snapshot was taken (prune or delete)
  12  the copy target failed: unreachable or stopped answering, its host key changed,
      not Btrfs or on the tacid disk itself, full, or the transfer died (nothing
-     half-received is left on it; the next run tries again)";
+     half-received is left on it; the next run tries again)
+ 13  in use: the snapshot is open and a process has its working directory, a file
+     or a mapping in it, so it was not closed or not deleted; the message names
+     the processes of yours that hold it (leave it, then try again)";
 
 const BOUNDARIES: &str = "\
 What tacid does not do:
