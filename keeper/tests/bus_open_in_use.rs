@@ -322,7 +322,8 @@ fn bus_a_stranger_repeating_calls_that_change_nothing_leaves_a_bounded_log() {
             (logged_lines(&w.stem_log()), logged_lines(&w.keeper_log()));
         let started = Instant::now();
         // One shell of the stranger's making the calls one after another.
-        let script = format!("for i in $(seq {CALLS}); do \"$0\" \"$@\" >/dev/null 2>&1; done",);
+        let script =
+            format!("for i in $(seq {CALLS}); do \"$0\" \"$@\" >/dev/null 2>&1; done; exit 0",);
         let status = Command::new("/usr/bin/setpriv")
             .args([
                 &format!("--reuid={STRANGER}"),
