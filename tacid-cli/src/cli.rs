@@ -168,8 +168,10 @@ What open shows, and what it does not:
   in the snapshot). Root and the approver group may open any snapshot whole.
 
   It closes with `tacid data close NAME`, by itself after {idle} minutes unused
-  (the administrator may set another time; later while a program still uses it),
-  and at a reboot. `tacid data list` says which of yours are open, and where.
+  (the administrator may set another time), and at a reboot; never while a program
+  still uses it (a shell sitting in it, a file open there): a close then says which
+  programs of yours hold it (exit code 13), and an idle one closes once they let go.
+  An open snapshot is not deleted, by an approver or by retention, until it closes. `tacid data list` says which of yours are open, and where.
   Every open and close is journalled, with who and where.
 
 Finding the file first:
@@ -274,7 +276,8 @@ pub enum Data {
     /// modes; nothing is restored: copy what you need out of it.
     #[command(after_long_help = format!("{}\n\n{EXIT_TABLE}", opening()))]
     Open(NameArgs),
-    /// Close a snapshot you opened (at once, even while a shell sits in it).
+    /// Close a snapshot you opened. Not while a program of yours still uses it (a shell
+    /// sitting in it, a file open there): it then says which (exit code 13).
     #[command(after_long_help = format!("{}\n\n{EXIT_TABLE}", opening()))]
     Close(NameArgs),
     /// What changed since a snapshot in your home (or below PATH), path by path and
