@@ -270,6 +270,76 @@ fn bus_a_person_taken_out_of_the_approvers_loses_their_whole_open() {
     nothing_pinned(&w, Duration::from_secs(60)).expect("nothing pinned");
 }
 
+#[test]
+fn bus_retention_does_not_delete_an_open_in_use() {
+    let Some((mut w, open_dir, _, mut cleanup)) = world() else {
+        return;
+    };
+    w.stop_keeper_and_set_args(common::KEEP_ONLY_THE_NEWEST_HOURLY);
+    w.start_keeper(None);
+    let timeline = |w: &World| -> String {
+        let (code, out, err) = w.tacid(APPROVER, &["data", "snapshot", "--timeline", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let v = json(&out);
+        v["snapshots"]
+            .as_array()
+            .expect("snapshots")
+            .iter()
+            .filter_map(|s| s["name"].as_str())
+            .find(|n| n.starts_with("@home."))
+            .expect("a snapshot of /home")
+            .to_owned()
+    };
+    let older = timeline(&w);
+    timeline(&w);
+    let (code, out, err) = w.tacid(OWNER, &["data", "open", &older, "--json"]);
+    assert_eq!(code, 0, "open: {err}");
+    let path = json(&out)["path"].as_str().expect("a path").to_owned();
+    cleanup.1.push(hold(OWNER, &path));
+
+    // The rule chooses it; the stem refuses; the report says why, and deletes nothing.
+    let (_, out, err) = w.tacid(APPROVER, &["data", "prune", "--json"]);
+    let report = json(&out);
+    let named = |list: &str| -> Vec<(String, String)> {
+        report[list]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap_or_default().to_owned(),
+                    e["note"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    };
+    eprintln!("prune while open and in use: {out}{err}");
+    assert!(
+        !named("deleted").iter().any(|(n, _)| *n == older),
+        "an open in use is not reported deleted: {out}"
+    );
+    assert!(
+        named("failed")
+            .iter()
+            .any(|(n, note)| *n == older && note.contains("in use")),
+        "{out}"
+    );
+    assert!(w.disk_snapshots().0.contains(&older));
+
+    // Let go and closed: the next prune deletes it, and nothing is pinned.
+    for mut c in cleanup.1.drain(..) {
+        c.kill().expect("end the holder");
+        c.wait().expect("reap the holder");
+    }
+    let (code, _, err) = w.tacid(OWNER, &["data", "close", &older]);
+    assert_eq!(code, 0, "{err}");
+    assert!(mounts_under(&open_dir).is_empty());
+    let (code, out, err) = w.tacid(APPROVER, &["data", "prune", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!w.disk_snapshots().0.contains(&older), "{out}");
+    nothing_pinned(&w, Duration::from_secs(60)).expect("nothing pinned");
+}
+
 /// Lines at INFO, WARN or ERROR in a log (the tests run the daemons at debug).
 fn logged_lines(path: &Path) -> usize {
     let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -310,11 +380,21 @@ fn bus_a_stranger_repeating_calls_that_change_nothing_leaves_a_bounded_log() {
     // Each path a stranger reaches that logs per call: a close of what they have not open
     // (the stem), a diff and an open of a snapshot that is not there (the stem; the
     // keeper's refusals past its allowances), and the opens the keeper checks at each list.
-    let floods: [(&str, Vec<&str>); 4] = [
+    let floods: [(&str, Vec<&str>); 8] = [
         ("close of what is not open", vec!["data", "close", &name]),
         ("diff of a missing snapshot", vec!["data", "diff", missing]),
         ("open of a missing snapshot", vec!["data", "open", missing]),
         ("list (checks the opens)", vec!["data", "list"]),
+        (
+            "preview of a missing snapshot",
+            vec!["data", "restore", missing],
+        ),
+        ("delete (refused)", vec!["data", "delete", &name]),
+        (
+            "copies of a missing target",
+            vec!["data", "copies", "nowhere"],
+        ),
+        ("status", vec!["data", "status"]),
     ];
     let tacid = common::bin("tacid");
     for (what, args) in &floods {
