@@ -340,6 +340,62 @@ fn bus_retention_does_not_delete_an_open_in_use() {
     nothing_pinned(&w, Duration::from_secs(60)).expect("nothing pinned");
 }
 
+#[test]
+fn bus_a_keeper_that_leaves_does_not_close_an_open_in_use_and_the_next_one_follows_it() {
+    use keeper::journal::{action, state};
+    let Some((mut w, open_dir, name, mut cleanup)) = world() else {
+        return;
+    };
+    let (code, out, err) = w.tacid(OWNER, &["data", "open", &name, "--json"]);
+    assert_eq!(code, 0, "open: {err}");
+    let path = json(&out)["path"].as_str().expect("a path").to_owned();
+    cleanup.1.push(hold(OWNER, &path));
+
+    // The keeper killed: the stem closes its opens, but not one in use; the next keeper
+    // keeps its journal row open and follows it.
+    w.kill_keeper();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        mounts_under(&open_dir).len(),
+        1,
+        "in use: not detached unseen"
+    );
+    w.start_keeper(None);
+    let (code, out, err) = w.tacid(OWNER, &["data", "list", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&path),
+        "still listed open for its owner: {out}"
+    );
+    let open_rows = |w: &World| -> Vec<String> {
+        w.journal_rows()
+            .0
+            .into_iter()
+            .filter(|r| r.action == action::OPEN && r.subject == name)
+            .map(|r| r.state)
+            .collect()
+    };
+    assert_eq!(
+        open_rows(&w),
+        vec![state::OPEN.to_owned()],
+        "not journalled closed"
+    );
+    let (code, _, err) = w.tacid(APPROVER, &["data", "delete", &name]);
+    assert_eq!(code, 13, "{err}");
+
+    for mut c in cleanup.1.drain(..) {
+        c.kill().expect("end the holder");
+        c.wait().expect("reap the holder");
+    }
+    let (code, out, err) = w.tacid(OWNER, &["data", "close", &name]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(mounts_under(&open_dir).is_empty());
+    assert_eq!(open_rows(&w), vec![state::CLOSED.to_owned()]);
+    let (code, out, err) = w.tacid(APPROVER, &["data", "delete", &name]);
+    assert_eq!(code, 0, "{out}{err}");
+    nothing_pinned(&w, Duration::from_secs(60)).expect("nothing pinned");
+}
+
 /// Lines at INFO, WARN or ERROR in a log (the tests run the daemons at debug).
 fn logged_lines(path: &Path) -> usize {
     let text = std::fs::read_to_string(path).unwrap_or_default();
