@@ -240,6 +240,18 @@ fn bus_a_person_taken_out_of_the_approvers_loses_their_whole_open() {
     );
     let (code, _, err) = w.tacid(APPROVER, &["data", "delete", &name]);
     assert_eq!(code, 13, "{err}");
+    // Every list tries again; what the daemons log of it stays within an allowance.
+    let (stem_before, keeper_before) = (logged_lines(&w.stem_log()), logged_lines(&w.keeper_log()));
+    for _ in 0..40 {
+        assert_eq!(w.tacid(STRANGER, &["data", "list"]).0, 0);
+    }
+    let (stem, keeper) = (
+        logged_lines(&w.stem_log()) - stem_before,
+        logged_lines(&w.keeper_log()) - keeper_before,
+    );
+    eprintln!("40 lists while it stays in use: {stem} stem lines, {keeper} keeper lines");
+    let most = layout::defaults::ALLOWANCE_PER_CALLER as usize;
+    assert!(stem <= most && keeper <= most, "{stem} and {keeper} lines");
 
     // ...and is closed at the first check once let go.
     for mut c in cleanup.1.drain(..) {
