@@ -195,6 +195,16 @@ fn bus_an_open_in_use_is_neither_closed_nor_deleted_and_nothing_stays_pinned() {
         "{err}"
     );
     assert!(w.disk_snapshots().0.contains(&name), "not deleted");
+    // Root, who may look into every process, is told which holds it.
+    let out = w.tacid_as_root(&["data", "delete", &name]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("root's delete in use: {:?}: {err}", out.status.code());
+    assert_eq!(out.status.code(), Some(13), "{err}");
+    assert!(
+        err.contains(&format!("held by PID {holder} (sleep)")),
+        "{err}"
+    );
+    assert!(w.disk_snapshots().0.contains(&name), "not deleted");
 
     // The holder lets go: the close and the deletion go through, and nothing is pinned.
     for mut c in cleanup.1.drain(..) {

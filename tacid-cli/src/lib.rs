@@ -116,6 +116,16 @@ async fn with_progress<T>(
     done
 }
 
+/// The processes holding the tree at `path` that this user may see, in words.
+fn holders_list(path: &std::path::Path) -> String {
+    let holders = holders_of(path);
+    if holders.is_empty() {
+        "no process you may look into holds it".into()
+    } else {
+        format!("held by {}", holders.join(", "))
+    }
+}
+
 /// What holds the tree mounted at `path`, among the processes this user may look into:
 /// each whose working directory, root, open files or mappings are on its device.
 fn holders_note(path: &std::path::Path) -> String {
@@ -589,7 +599,26 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             Ok(exit::OK)
         }
         Data::Delete(a) => {
-            let d = keeper.delete(&a.name).await.map_err(classify)?;
+            let d = match keeper.delete(&a.name).await {
+                Ok(d) => d,
+                Err(e @ KeeperError::InUse(_)) => {
+                    // The refusal says where the snapshot is open; whoever may enter there
+                    // (its owner, root) can be told which processes hold it.
+                    let mut f = classify(e);
+                    let held: String = f
+                        .message
+                        .split_whitespace()
+                        .map(|w| w.trim_end_matches(['.', ',']))
+                        .filter(|w| w.starts_with('/'))
+                        .map(std::path::Path::new)
+                        .filter(|p| p.is_dir())
+                        .map(|p| format!(". At {}: {}", p.display(), holders_list(p)))
+                        .collect();
+                    f.message.push_str(&held);
+                    return Err(f);
+                }
+                Err(e) => return Err(classify(e)),
+            };
             timings::mark("call");
             if a.output.json {
                 print_json(&d);
