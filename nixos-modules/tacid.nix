@@ -328,7 +328,7 @@ in
     open = {
       idleSeconds = count d.open_idle_secs ''
         An open snapshot (`tacid data open`) is closed this many seconds after it was last
-        opened, once nothing uses it (and at twice this, even if something does).
+        opened, once nothing uses it; while something does, it stays open (adr/0021).
       '';
       perUser = count d.opens_per_user "How many snapshots one person may have open at once.";
       total = count d.opens_total "How many snapshots may be open at once, everybody together.";

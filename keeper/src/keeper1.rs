@@ -298,8 +298,8 @@ impl Keeper1 {
     /// Delete the snapshot `name`, journalled with the person who asked; its space comes
     /// back in the background (Status shows it). Root and approvers only. Errors:
     /// NotAuthorized, InvalidArgument, NoSuchSnapshot, Protected (staged restore, marked
-    /// to keep, or the last common parent with a copy target), StemNotRunning, StemFailed,
-    /// Journal.
+    /// to keep, or the last common parent with a copy target), InUse (it is open: nothing
+    /// would come back while it is used), StemNotRunning, StemFailed, Journal.
     async fn delete(
         &self,
         #[zbus(connection)] connection: &Connection,
@@ -449,9 +449,11 @@ impl Keeper1 {
         self.keeper.open(uid, name).await
     }
 
-    /// Close the caller's open snapshot `name` at once (a shell sitting in it does not stop
-    /// it). `closed` false: it was not open; nothing changed. Journalled when it closed.
-    /// Errors: NotAuthorized (caller unknown), InvalidArgument, StemNotRunning, StemFailed.
+    /// Close the caller's open snapshot `name`. `closed` false: it was not open; nothing
+    /// changed. Journalled when it closed. While a process uses it (a working directory, an
+    /// open file or a mapping in it) it is not closed: InUse, nothing changed (adr/0021).
+    /// Errors: NotAuthorized (caller unknown), InvalidArgument, InUse, StemNotRunning,
+    /// StemFailed.
     async fn close(
         &self,
         #[zbus(connection)] connection: &Connection,

@@ -15,11 +15,12 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// How long a window of allowances, and a row that counts refusals, lasts.
-pub const WINDOW: Duration = Duration::from_secs(600);
+/// The same window and numbers as every allowance of log lines (`layout::allowance`).
+pub const WINDOW: Duration = layout::allowance::WINDOW;
 /// Rows of their own per caller per window.
-pub const OWN_ROWS_PER_CALLER: u32 = 10;
+pub const OWN_ROWS_PER_CALLER: u32 = layout::defaults::ALLOWANCE_PER_CALLER;
 /// Rows of their own over all callers per window.
-pub const OWN_ROWS_OVERALL: u32 = 100;
+pub const OWN_ROWS_OVERALL: u32 = layout::defaults::ALLOWANCE_OVERALL;
 /// The uid journalled for a row that counts the refusals of several callers.
 pub const SEVERAL_CALLERS: u32 = u32::MAX;
 

@@ -131,6 +131,7 @@ fn stem_error(e: StemError) -> KeeperError {
             "TargetFull" => KeeperError::TargetFull(message.clone()),
             "TransferFailed" => KeeperError::TransferFailed(message.clone()),
             "AlreadyHere" => KeeperError::AlreadyHere(message.clone()),
+            "InUse" => KeeperError::InUse(message.clone()),
             "NoSuchCopy" => {
                 KeeperError::NoSuchSnapshot(format!("{message}; see `tacid data copies TARGET`"))
             }

@@ -566,6 +566,9 @@ pub enum KeeperError {
     /// Opening refused: too many open (for the caller or overall), the caller's home is not
     /// a directory of theirs in the snapshot, or that snapshot is open another way.
     OpenRefused(String),
+    /// The snapshot is open and a process uses it (its working directory, a file or a
+    /// mapping is in it): not closed, or not deleted; nothing changed (adr/0021).
+    InUse(String),
     #[zbus(error)]
     ZBus(zbus::Error),
 }
@@ -593,7 +596,8 @@ impl KeeperError {
             | KeeperError::TargetFull(m)
             | KeeperError::TransferFailed(m)
             | KeeperError::AlreadyHere(m)
-            | KeeperError::OpenRefused(m) => m.clone(),
+            | KeeperError::OpenRefused(m)
+            | KeeperError::InUse(m) => m.clone(),
             KeeperError::ZBus(e) => e.to_string(),
         }
     }

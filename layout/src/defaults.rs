@@ -48,13 +48,21 @@ pub const CONSENT_WINDOW_SECS: u64 = 15 * 60;
 
 /// Opening a snapshot read-only (issue 16, adr/0019): an open is closed this many seconds
 /// after it was opened (or last opened again) once nobody uses it; while a process still
-/// sits in it, the close is retried, and at twice this time it is detached regardless.
+/// sits in it, it stays open and the close is tried again until it is let go (adr/0021).
 pub const OPEN_IDLE_SECS: u64 = 15 * 60;
 /// Opening: at most this many snapshots open at once for one person (uid).
 pub const OPENS_PER_USER: usize = 4;
 /// Opening: at most this many open at once over everybody.
 pub const OPENS_TOTAL: usize = 64;
 const _: () = assert!(OPENS_PER_USER <= OPENS_TOTAL);
+
+/// What a caller may have logged or journalled one by one, in windows of this many seconds
+/// (adr/0016): past the allowances below, their calls are counted, not written each.
+pub const ALLOWANCE_WINDOW_SECS: u64 = 10 * 60;
+/// The allowance of one caller (a uid, or one kind of call where the caller is unknown).
+pub const ALLOWANCE_PER_CALLER: u32 = 10;
+/// The allowance of all callers together.
+pub const ALLOWANCE_OVERALL: u32 = 100;
 
 /// The defaults as data, for `layout.json` and through it the NixOS module.
 #[derive(Debug, Serialize)]

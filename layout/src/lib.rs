@@ -4,6 +4,7 @@
 //! subvolume names, mount points, the restorable set, snapshot naming and the restore
 //! request's format from here. This crate does no I/O.
 
+pub mod allowance;
 mod contract;
 pub mod copies;
 pub mod defaults;

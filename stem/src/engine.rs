@@ -100,6 +100,8 @@ pub enum EngineError {
     InvalidSet(String),
     #[error("{0} is named by the staged restore; cancel the restore before deleting it")]
     Pinned(SnapshotName),
+    #[error("{name} is in use and was not deleted: {held}. While a process uses an open of it, deleting it would give no space back (the kernel keeps it whole until the last user lets go); close it once nothing uses it (`tacid data close {name}`, by whoever opened it), then delete it")]
+    InUse { name: SnapshotName, held: String },
     #[error("{0} cannot be deleted now: the kernel refuses while a copy off the disk reads it (the snapshot sent, or the parent it is sent against); try again when the copy is done")]
     BeingSent(SnapshotName),
     #[error("no space left on the filesystem while {doing}; nothing was left half-made")]

@@ -36,7 +36,7 @@ pub const MAX_PART_BYTES: usize = 255;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpenLimits {
     /// An open is closed this long after it was (last) opened, once nobody uses it; while
-    /// somebody does, at twice this long regardless (detached: what is open inside stays).
+    /// somebody does, it stays open (and its snapshot in use) until they let go.
     pub idle: Duration,
     /// At most this many open at once for one uid.
     pub per_user: usize,
@@ -482,7 +482,7 @@ pub enum Closed {
     Closed,
     /// Nothing of that name was open.
     NotOpen,
-    /// Somebody uses it (an idle close only); it stays.
+    /// A process uses it (a working directory, an open file or a mapping in it); it stays.
     Busy,
 }
 
@@ -688,28 +688,34 @@ impl HostSide {
         Ok(dir)
     }
 
-    /// Close the open `name` of `uid`: detached (`lazy`: even when in use; what is open in
-    /// it stays readable until closed), its mount point removed.
-    pub fn close(&mut self, uid: u32, name: SnapshotName, lazy: bool) -> Result<Closed, OpenError> {
+    /// Close the open `name` of `uid`: unmounted and its mount point removed, unless a
+    /// process uses it (a working directory, an open file, a mapping in it): then it stays
+    /// open and `Busy` says so. Never detached lazily: a detached mount nobody can see would
+    /// keep its snapshot alive after a deletion (adr/0021).
+    pub fn close(&mut self, uid: u32, name: SnapshotName) -> Result<Closed, OpenError> {
         let Some(entry) = self.table.get(&(uid, name)) else {
             return Ok(Closed::NotOpen);
         };
-        let closed = self.detach(uid, name, Some(entry.mount_id), lazy)?;
+        let closed = self.unmount(uid, name, entry.mount_id)?;
         if closed == Closed::Closed {
             self.table.remove(&(uid, name));
         }
         Ok(closed)
     }
 
-    /// Detach what is mounted at `<uid>/<name>` — when `mount_id` is given, only if it is
-    /// that mount — and remove the mount point.
-    fn detach(
-        &self,
-        uid: u32,
-        name: SnapshotName,
-        mount_id: Option<u64>,
-        lazy: bool,
-    ) -> Result<Closed, OpenError> {
+    /// The opens of the snapshot `name`, whoever they are for: while there is one, the
+    /// snapshot is in use and is not deleted.
+    pub fn opens_of(&self, name: SnapshotName) -> Vec<OpenSnapshot> {
+        self.table
+            .iter()
+            .filter(|((_, n), _)| *n == name)
+            .map(|(k, e)| self.info(*k, e))
+            .collect()
+    }
+
+    /// Unmount what is mounted at `<uid>/<name>` when it is the mount `mount_id`, and
+    /// remove the mount point; `Busy` when a process uses it.
+    fn unmount(&self, uid: u32, name: SnapshotName, mount_id: u64) -> Result<Closed, OpenError> {
         let path = self.path_of(uid, name);
         let user_dir = match rustix::fs::openat(
             &self.base,
@@ -723,20 +729,16 @@ impl HostSide {
         };
         let point = name.to_string();
         let still_ours = match mount_id_of(user_dir.as_fd(), &point) {
-            Ok(id) => mount_id.is_none_or(|m| m == id),
+            Ok(id) => id == mount_id,
             Err(Errno::NOENT) => return Ok(Closed::Closed),
             Err(e) => return Err(sys(format!("stat {}", path.display()))(e)),
         };
         if still_ours {
-            let mut flags = UnmountFlags::NOFOLLOW;
-            if lazy {
-                flags |= UnmountFlags::DETACH;
-            }
-            match rustix::mount::unmount(&path, flags) {
+            match rustix::mount::unmount(&path, UnmountFlags::NOFOLLOW) {
                 // EINVAL: not a mount point (any more).
                 Ok(()) | Err(Errno::INVAL) => {}
                 Err(Errno::BUSY) => return Ok(Closed::Busy),
-                Err(e) => return Err(sys(format!("detach {}", path.display()))(e)),
+                Err(e) => return Err(sys(format!("unmount {}", path.display()))(e)),
             }
         }
         match rustix::fs::unlinkat(&user_dir, point.as_str(), AtFlags::REMOVEDIR) {
@@ -746,7 +748,8 @@ impl HostSide {
         Ok(Closed::Closed)
     }
 
-    /// Close every open asked for by the bus connection `opener` (it has gone).
+    /// Close every open asked for by the bus connection `opener` (it has gone). One in use
+    /// stays open, with no opener, and is closed at the next idle check after it is let go.
     pub fn close_of_opener(&mut self, opener: &str) -> Vec<OpenSnapshot> {
         let keys: Vec<_> = self
             .table
@@ -757,7 +760,8 @@ impl HostSide {
         self.close_keys(keys, &format!("{opener} left the bus"))
     }
 
-    /// Close every open.
+    /// Close every open; those in use stay mounted (the next start closes them, or keeps
+    /// them while they are still in use).
     pub fn close_all(&mut self, why: &str) -> Vec<OpenSnapshot> {
         let keys: Vec<_> = self.table.keys().copied().collect();
         self.close_keys(keys, why)
@@ -767,42 +771,47 @@ impl HostSide {
         let mut closed = Vec::new();
         for key in keys {
             let info = self.info(key, &self.table[&key]);
-            match self.close(key.0, key.1, true) {
-                Ok(_) => {
+            match self.close(key.0, key.1) {
+                Ok(Closed::Closed) => {
                     tracing::info!(uid = key.0, "closed {} ({why})", info.path.display());
                     closed.push(info);
                 }
+                Ok(Closed::Busy) => {
+                    tracing::warn!(
+                        uid = key.0,
+                        "{} is in use; it stays open until it is let go ({why})",
+                        info.path.display()
+                    );
+                    if let Some(e) = self.table.get_mut(&key) {
+                        e.opener.clear();
+                        e.last_opened = Instant::now()
+                            .checked_sub(self.limits.idle)
+                            .unwrap_or(e.last_opened);
+                    }
+                }
+                Ok(Closed::NotOpen) => {}
                 Err(e) => tracing::error!("cannot close {}: {e}", info.path.display()),
             }
         }
         closed
     }
 
-    /// Close the opens whose idle time has passed and that nobody uses; those at twice their
-    /// idle time, in use or not.
+    /// Close the opens whose idle time has passed and that nobody uses; one in use is tried
+    /// again at the next check, however long that takes.
     pub fn close_idle(&mut self, now: Instant) -> Vec<OpenSnapshot> {
         let idle = self.limits.idle;
         let due: Vec<_> = self
             .table
             .iter()
-            .filter(|(_, e)| now.duration_since(e.last_opened) >= idle)
-            .map(|(k, e)| (*k, now.duration_since(e.last_opened) >= idle * 2))
+            .filter(|(_, e)| now.saturating_duration_since(e.last_opened) >= idle)
+            .map(|(k, _)| *k)
             .collect();
         let mut closed = Vec::new();
-        for (key, overdue) in due {
+        for key in due {
             let info = self.info(key, &self.table[&key]);
-            match self.close(key.0, key.1, overdue) {
+            match self.close(key.0, key.1) {
                 Ok(Closed::Closed) => {
-                    tracing::info!(
-                        uid = key.0,
-                        "closed {} (idle{})",
-                        info.path.display(),
-                        if overdue {
-                            "; detached while in use"
-                        } else {
-                            ""
-                        }
-                    );
+                    tracing::info!(uid = key.0, "closed {} (idle)", info.path.display());
                     closed.push(info);
                 }
                 Ok(Closed::Busy) => {
@@ -815,7 +824,9 @@ impl HostSide {
         closed
     }
 
-    /// Detach everything mounted beneath the open directory (a stem that died left it).
+    /// Unmount everything mounted beneath the open directory (a stem that died or stopped
+    /// left it). What is still in use stays mounted and is taken into the table, so that it
+    /// counts as open (its snapshot in use) and closes once it is let go.
     fn close_leftovers(&mut self) -> Vec<PathBuf> {
         let text = match std::fs::read("/proc/thread-self/mountinfo") {
             Ok(t) => t,
@@ -824,32 +835,91 @@ impl HostSide {
                 return Vec::new();
             }
         };
-        let mut leftovers: Vec<PathBuf> = mount_points(&text)
+        let mut leftovers: Vec<(PathBuf, PathBuf)> = mounts(&text)
             .into_iter()
-            .filter(|p| p.starts_with(&self.base_path) && *p != self.base_path)
+            .filter(|(_, p)| p.starts_with(&self.base_path) && *p != self.base_path)
             .collect();
-        // Deepest first; a path mounted twice is detached twice.
-        leftovers.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        // Deepest first; a path mounted twice is unmounted twice.
+        leftovers.sort_by_key(|(_, p)| std::cmp::Reverse(p.components().count()));
         let mut closed = Vec::new();
-        for path in leftovers {
-            match rustix::mount::unmount(&path, UnmountFlags::NOFOLLOW | UnmountFlags::DETACH) {
+        for (root, path) in leftovers {
+            match rustix::mount::unmount(&path, UnmountFlags::NOFOLLOW) {
                 Ok(()) => {
                     let _ = std::fs::remove_dir(&path);
                     closed.push(path);
                 }
-                Err(e) => tracing::error!("cannot detach the leftover {}: {e}", path.display()),
+                Err(Errno::BUSY) => self.adopt(&root, &path),
+                Err(e) => tracing::error!("cannot unmount the leftover {}: {e}", path.display()),
             }
         }
         closed
     }
+
+    /// Take a leftover open still in use at `path` (`<open dir>/<uid>/<name>`, showing
+    /// `root` of the filesystem) into the table.
+    fn adopt(&mut self, root: &Path, path: &Path) {
+        let parsed = path.strip_prefix(&self.base_path).ok().and_then(|rel| {
+            let mut c = rel.components();
+            let uid = c.next()?.as_os_str().to_str()?.parse::<u32>().ok()?;
+            let name = SnapshotName::parse(c.next()?.as_os_str().to_str()?).ok()?;
+            c.next().is_none().then_some((uid, name))
+        });
+        let mount_id = rustix::fs::statx(
+            rustix::fs::CWD,
+            path,
+            AtFlags::SYMLINK_NOFOLLOW,
+            StatxFlags::MNT_ID,
+        )
+        .map(|st| st.stx_mnt_id);
+        let (Some((uid, name)), Ok(mount_id)) = (parsed, mount_id) else {
+            tracing::error!(
+                "{} is in use and not an open this stem can take over; unmount it by hand",
+                path.display()
+            );
+            return;
+        };
+        // The mount's root is the snapshot's (whole) or one directory in it (a home).
+        let last = root.file_name().map(|n| n.as_bytes().to_vec());
+        let part = match last {
+            Some(l) if l != name.to_string().as_bytes() => l,
+            _ => Vec::new(),
+        };
+        tracing::warn!(
+            uid,
+            "{} is in use: kept open until it is let go (a stem before this one opened it)",
+            path.display()
+        );
+        let now = SystemTime::now();
+        self.table.insert(
+            (uid, name),
+            Entry {
+                part,
+                mount_id,
+                opened: now,
+                last_opened: Instant::now()
+                    .checked_sub(self.limits.idle)
+                    .unwrap_or_else(Instant::now),
+                last_opened_wall: now,
+                opener: String::new(),
+            },
+        );
+    }
 }
 
-/// Every mount point in a mountinfo text, octal escapes (`\040`) decoded.
-fn mount_points(mountinfo: &[u8]) -> Vec<PathBuf> {
+/// Every mount in a mountinfo text: its root in its filesystem and its mount point, octal
+/// escapes (`\040`) decoded.
+fn mounts(mountinfo: &[u8]) -> Vec<(PathBuf, PathBuf)> {
     mountinfo
         .split(|b| *b == b'\n')
-        .filter_map(|line| line.split(|b| *b == b' ').nth(4))
-        .map(|field| PathBuf::from(OsStr::from_bytes(&unescape_octal(field))))
+        .filter_map(|line| {
+            let mut fields = line.split(|b| *b == b' ');
+            let root = fields.nth(3)?;
+            let point = fields.next()?;
+            Some((
+                PathBuf::from(OsStr::from_bytes(&unescape_octal(root))),
+                PathBuf::from(OsStr::from_bytes(&unescape_octal(point))),
+            ))
+        })
         .collect()
 }
 
@@ -969,14 +1039,17 @@ mod tests {
     }
 
     #[test]
-    fn mountinfo_mount_points_are_decoded() {
-        let text = b"36 35 98:0 / /run/tacid/1000/@home.x rw,nosuid - btrfs /dev/loop0 ro\n\
+    fn mountinfo_mounts_are_decoded() {
+        let text = b"36 35 98:0 /@snapshots/@home.x/alice /run/tacid/1000/@home.x rw,nosuid - btrfs /dev/loop0 ro\n\
                      37 35 98:0 / /run/a\\040b rw - tmpfs tmpfs rw\n";
         assert_eq!(
-            mount_points(text),
+            mounts(text),
             [
-                PathBuf::from("/run/tacid/1000/@home.x"),
-                PathBuf::from("/run/a b")
+                (
+                    PathBuf::from("/@snapshots/@home.x/alice"),
+                    PathBuf::from("/run/tacid/1000/@home.x")
+                ),
+                (PathBuf::from("/"), PathBuf::from("/run/a b"))
             ]
         );
     }

@@ -378,6 +378,9 @@ pub enum Error {
     TooManyOpen(String),
     /// That snapshot is open for that uid already, showing another part; close it first.
     AlreadyOpen(String),
+    /// The snapshot is open and a process uses it (its working directory, a file or a
+    /// mapping is in it): not closed (CloseSnapshot) or not deleted (Delete); nothing changed.
+    InUse(String),
     /// Anything else went wrong (an I/O error from Btrfs); the message says what.
     Failed(String),
 }
@@ -396,6 +399,7 @@ impl From<&EngineError> for Error {
             EngineError::AnotherRestoreStaged { .. } => Error::AnotherRestoreStaged(message),
             EngineError::Pinned(_) => Error::Pinned(message),
             EngineError::BeingSent(_) => Error::TargetBusy(message),
+            EngineError::InUse { .. } => Error::InUse(message),
             EngineError::InvalidSet(_) => Error::InvalidArgument(message),
             EngineError::NoSpace { .. } => Error::NoSpace(message),
             EngineError::BelowHardFloor { .. } => Error::BelowHardFloor(message),
@@ -509,6 +513,7 @@ impl Error {
             PartRefused(_) => PartRefused(message),
             TooManyOpen(_) => TooManyOpen(message),
             AlreadyOpen(_) => AlreadyOpen(message),
+            InUse(_) => InUse(message),
             Failed(_) => Failed(message),
         }
     }
@@ -723,8 +728,10 @@ impl Stem1 {
     /// Delete a snapshot. `name`: the snapshot's canonical name. The snapshot is unlinked
     /// before the answer; the commit and Btrfs's cleaner follow in the background (see
     /// FreeSpace for the space coming back).
+    /// A snapshot that is open (OpenSnapshots lists it, for anybody) is in use and is not
+    /// deleted: a process may hold it, and the kernel would keep it whole (adr/0021).
     /// Errors: AccessDenied, InvalidArgument, NoSuchSnapshot, Pinned (the staged restore
-    /// names it), StoreUnsafe, Failed.
+    /// names it), InUse (it is open), StoreUnsafe, Failed.
     async fn delete(
         &self,
         #[zbus(connection)] connection: &Connection,
@@ -733,8 +740,25 @@ impl Stem1 {
     ) -> Result<(), Error> {
         self.admit(connection, &header).await?;
         let name = parse_snapshot(name)?;
-        self.act(format!("delete {name}"), move |e| e.delete(name))
-            .await
+        let opens = self.opens.clone();
+        // On the engine's thread, as an open's own check after it attaches: an open is
+        // either in the table when this looks, or finds the snapshot gone and closes.
+        self.act(format!("delete {name}"), move |e| {
+            // No thread in the host's namespace: nothing is open.
+            let open = opens
+                .run_blocking(move |h| h.opens_of(name))
+                .unwrap_or_default();
+            if !open.is_empty() {
+                let held = open
+                    .iter()
+                    .map(|o| format!("open for uid {} at {}", o.for_uid, o.path.display()))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(EngineError::InUse { name, held });
+            }
+            e.delete(name)
+        })
+        .await
     }
 
     /// Stage a restore of a snapshot, written durably; the next boot honours it. Nothing is
@@ -1051,7 +1075,10 @@ impl Stem1 {
             }
             Ok(None) => {}
             Err(e) => {
-                tracing::warn!("{what}: refused: {e}");
+                let v = allowed("open refused", for_uid);
+                if v.log() {
+                    tracing::warn!("{what}: refused: {e}{}", v.note());
+                }
                 return Err(e.into());
             }
         }
@@ -1063,7 +1090,10 @@ impl Stem1 {
         {
             Ok(Ok(tree)) => tree,
             Ok(Err(e)) => {
-                tracing::warn!("{what}: refused or failed: {e}");
+                let v = allowed("open refused", for_uid);
+                if v.log() {
+                    tracing::warn!("{what}: refused or failed: {e}{}", v.note());
+                }
                 return Err(e.into());
             }
             Err(gone) => return Err(gone.into()),
@@ -1082,6 +1112,19 @@ impl Stem1 {
                 return Err(e.into());
             }
         };
+        // A deletion that ran between the clone and the attach did not see this open: the
+        // snapshot must still be there, or the open would hold a deleted snapshot.
+        let there = self
+            .worker
+            .run(move |e| e.open_snapshot_root(name).map(drop))
+            .await;
+        if !matches!(there, Ok(Ok(()))) {
+            let _ = self.opens.run(move |h| h.close(for_uid, name)).await;
+            tracing::warn!("{what}: deleted while it was being opened; closed again");
+            return Err(Error::NoSuchSnapshot(format!(
+                "{name} was deleted while it was being opened; nothing is open"
+            )));
+        }
         tracing::info!("{what}: open at {}", open.path.display());
         // The asker may have left the bus before the open was recorded: then no signal of
         // its going will close it, so it is closed now.
@@ -1094,10 +1137,11 @@ impl Stem1 {
         Ok((OpenInfo::from(&open), false))
     }
 
-    /// Close the open snapshot `name` of `for_uid`: detached at once, even while a process
-    /// sits in it (what it has open stays readable until it lets go), and its mount point
-    /// removed. Returns false when it was not open (nothing changed).
-    /// Errors: AccessDenied, InvalidArgument, Failed.
+    /// Close the open snapshot `name` of `for_uid`: unmounted, and its mount point removed.
+    /// Never detached while a process uses it (a working directory, an open file or a
+    /// mapping in it): a detached mount would keep the snapshot alive unseen (adr/0021);
+    /// then InUse, and it stays open. Returns false when it was not open (nothing changed).
+    /// Errors: AccessDenied, InvalidArgument, InUse, Failed.
     #[zbus(out_args("closed"))]
     async fn close_snapshot(
         &self,
@@ -1110,15 +1154,36 @@ impl Stem1 {
         let name = parse_snapshot(name)?;
         let closed = self
             .opens
-            .run(move |h| h.close(for_uid, name, true))
+            .run(move |h| h.close(for_uid, name))
             .await
             .and_then(|r| r);
         match closed {
             Ok(Closed::NotOpen) => {
-                tracing::info!("close {name} for uid {for_uid}: it was not open; nothing changed");
+                // Anybody may ask the keeper to close anything, as often as they like.
+                let v = allowed("close of what is not open", for_uid);
+                if v.log() {
+                    tracing::info!(
+                        "close {name} for uid {for_uid}: it was not open; nothing changed{}",
+                        v.note()
+                    );
+                }
                 Ok(false)
             }
-            Ok(_) => {
+            Ok(Closed::Busy) => {
+                let v = allowed("close of an open in use", for_uid);
+                if v.log() {
+                    tracing::info!(
+                        "close {name} for uid {for_uid}: in use; it stays open{}",
+                        v.note()
+                    );
+                }
+                Err(Error::InUse(format!(
+                    "{name} is in use: a process has its working directory, an open file or a \
+                     mapping in it; nothing was closed. Leave it (`cd` out of it, end what has \
+                     files open in it), then close it again"
+                )))
+            }
+            Ok(Closed::Closed) => {
                 tracing::info!("close {name} for uid {for_uid}: closed");
                 Ok(true)
             }
@@ -1155,9 +1220,26 @@ impl Stem1 {
         let limit = Duration::from_millis(u64::from(time_limit_ms.min(MAX_CHANGES_LIMIT_MS)));
         let deadline = std::time::Instant::now() + limit;
         let what = format!("read changes since {name}");
-        let count = self
-            .act(what.clone(), move |e| e.prepare_change_count(name, commit))
-            .await?;
+        // Lookers' previews and diffs reach here with any name, as often as they like: a
+        // failure is logged within an allowance (the keeper passes no caller; per kind).
+        let count = match self
+            .worker
+            .run(move |e| e.prepare_change_count(name, commit))
+            .await
+        {
+            Ok(Ok(count)) => count,
+            Ok(Err(e)) => {
+                let v = allowed("changes refused", u32::MAX);
+                if v.log() {
+                    tracing::warn!("{what}: refused or failed: {e}{}", v.note());
+                }
+                return Err(e.into());
+            }
+            Err(gone) => {
+                tracing::error!("{what}: {gone}");
+                return Err(gone.into());
+            }
+        };
         if !with_paths {
             if let Some(kept) = count.reused() {
                 tracing::debug!(
@@ -1190,11 +1272,30 @@ impl Stem1 {
                 Ok(ChangesInfo::from(&changes))
             }
             Err(e) => {
-                tracing::warn!("{what}: failed: {e}");
+                let v = allowed("changes failed", u32::MAX);
+                if v.log() {
+                    tracing::warn!("{what}: failed: {e}{}", v.note());
+                }
                 Err(e.into())
             }
         }
     }
+}
+
+/// Whether a line of `kind` about `uid` (u32::MAX: the keeper passed none) may be logged
+/// now: calls anybody can make again and again through the keeper are logged within an
+/// allowance per caller and time (adr/0016), the rest only counted.
+fn allowed(kind: &'static str, uid: u32) -> layout::allowance::Verdict {
+    static LOGS: std::sync::LazyLock<
+        std::sync::Mutex<layout::allowance::LogAllowance<(&'static str, u32)>>,
+    > = std::sync::LazyLock::new(|| {
+        std::sync::Mutex::new(layout::allowance::LogAllowance::new(
+            std::time::Instant::now(),
+        ))
+    });
+    LOGS.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .admit(&(kind, uid), std::time::Instant::now())
 }
 
 fn shown_part(part: &Part) -> String {

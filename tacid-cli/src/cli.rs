@@ -33,6 +33,9 @@ pub mod exit {
     /// The copy target failed: unreachable, its host key changed, not Btrfs, full, or the
     /// transfer died (nothing half-received is left on it); of the timer's act, any copy.
     pub const TARGET_FAILED: u8 = 12;
+    /// An open snapshot is in use (a process has its working directory, a file or a
+    /// mapping in it): not closed, or not deleted; the message names what holds it.
+    pub const IN_USE: u8 = 13;
 }
 
 const EXIT_TABLE: &str = "\
@@ -55,7 +58,10 @@ Exit codes:
  11  the free space is below the hard floor: no snapshot was taken (prune or delete)
  12  the copy target failed: unreachable or stopped answering, its host key changed,
      not Btrfs or on the tacid disk itself, full, or the transfer died (nothing
-     half-received is left on it; the next run tries again)";
+     half-received is left on it; the next run tries again)
+ 13  in use: the snapshot is open and a process has its working directory, a file
+     or a mapping in it, so it was not closed or not deleted; the message names
+     the processes of yours that hold it (leave it, then try again)";
 
 const BOUNDARIES: &str = "\
 What tacid does not do:
@@ -162,8 +168,10 @@ What open shows, and what it does not:
   in the snapshot). Root and the approver group may open any snapshot whole.
 
   It closes with `tacid data close NAME`, by itself after {idle} minutes unused
-  (the administrator may set another time; later while a program still uses it),
-  and at a reboot. `tacid data list` says which of yours are open, and where.
+  (the administrator may set another time), and at a reboot; never while a program
+  still uses it (a shell sitting in it, a file open there): a close then says which
+  programs of yours hold it (exit code 13), and an idle one closes once they let go.
+  An open snapshot is not deleted, by an approver or by retention, until it closes. `tacid data list` says which of yours are open, and where.
   Every open and close is journalled, with who and where.
 
 Finding the file first:
@@ -269,7 +277,8 @@ pub enum Data {
     /// modes; nothing is restored: copy what you need out of it.
     #[command(after_long_help = format!("{}\n\n{EXIT_TABLE}", opening()))]
     Open(NameArgs),
-    /// Close a snapshot you opened (at once, even while a shell sits in it).
+    /// Close a snapshot you opened. Not while a program of yours still uses it (a shell
+    /// sitting in it, a file open there): it then says which (exit code 13).
     #[command(after_long_help = format!("{}\n\n{EXIT_TABLE}", opening()))]
     Close(NameArgs),
     /// What changed since a snapshot in your home (or below PATH), path by path and

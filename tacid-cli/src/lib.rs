@@ -116,6 +116,73 @@ async fn with_progress<T>(
     done
 }
 
+/// The processes holding the tree at `path` that this user may see, in words.
+fn holders_list(path: &std::path::Path) -> String {
+    let holders = holders_of(path);
+    if holders.is_empty() {
+        "no process you may look into holds it".into()
+    } else {
+        format!("held by {}", holders.join(", "))
+    }
+}
+
+/// What holds the tree mounted at `path`, among the processes this user may look into:
+/// each whose working directory, root, open files or mappings are on its device.
+fn holders_note(path: &std::path::Path) -> String {
+    let holders = holders_of(path);
+    if holders.is_empty() {
+        format!(
+            ". No process of yours holds {}; one of root's may",
+            path.display()
+        )
+    } else {
+        format!(". Held by: {}", holders.join(", "))
+    }
+}
+
+/// "PID (command)" of every process (this one excepted) with its working directory, root,
+/// an open file or a mapping on the device of `path`, among those /proc lets us look into.
+pub fn holders_of(path: &std::path::Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(dev) = std::fs::metadata(path).map(|m| m.dev()) else {
+        return Vec::new();
+    };
+    let on_dev = |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|m| m.dev() == dev);
+    // /proc/PID/maps writes the device as hex "major:minor".
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let mapped = format!(" {major:02x}:{minor:02x} ");
+    let me = std::process::id();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut held: Vec<(u32, String)> = procs
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            if pid == me {
+                return None;
+            }
+            let dir = e.path();
+            let holds = on_dev(&dir.join("cwd"))
+                || on_dev(&dir.join("root"))
+                || std::fs::read_dir(dir.join("fd"))
+                    .is_ok_and(|fds| fds.filter_map(Result::ok).any(|fd| on_dev(&fd.path())))
+                || std::fs::read_to_string(dir.join("maps"))
+                    .is_ok_and(|m| m.lines().any(|l| l.contains(&mapped)));
+            if !holds {
+                return None;
+            }
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            Some((pid, comm.trim().to_owned()))
+        })
+        .collect();
+    held.sort();
+    held.iter()
+        .map(|(pid, comm)| format!("PID {pid} ({})", layout::escape::escape(comm.as_bytes())))
+        .collect()
+}
+
 /// A failure, with the code to exit with and what to tell the person.
 #[derive(Debug)]
 pub struct Failure {
@@ -143,6 +210,7 @@ fn classify(e: KeeperError) -> Failure {
         KeeperError::TargetBusy(_) => (exit::REFUSED, "TargetBusy"),
         KeeperError::AlreadyHere(_) => (exit::REFUSED, "AlreadyHere"),
         KeeperError::OpenRefused(_) => (exit::REFUSED, "OpenRefused"),
+        KeeperError::InUse(_) => (exit::IN_USE, "InUse"),
         KeeperError::TargetUnreachable(_) => (exit::TARGET_FAILED, "TargetUnreachable"),
         KeeperError::HostKeyChanged(_) => (exit::TARGET_FAILED, "HostKeyChanged"),
         KeeperError::TargetNotBtrfs(_) => (exit::TARGET_FAILED, "TargetNotBtrfs"),
@@ -414,7 +482,21 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             Ok(exit::OK)
         }
         Data::Close(a) => {
-            let closed = keeper.close(&a.name).await.map_err(classify)?;
+            let closed = match keeper.close(&a.name).await {
+                Ok(c) => c,
+                Err(e @ KeeperError::InUse(_)) => {
+                    // The stem cannot see whose processes they are; the person can see their
+                    // own, which are the ones that can enter their open.
+                    let opens = keeper.opens().await.unwrap_or_default();
+                    let mut f = classify(e);
+                    if let Some(o) = opens.iter().find(|o| o.snapshot == a.name) {
+                        f.message
+                            .push_str(&holders_note(std::path::Path::new(&o.path)));
+                    }
+                    return Err(f);
+                }
+                Err(e) => return Err(classify(e)),
+            };
             if a.output.json {
                 print_json(&closed);
             } else {
@@ -518,12 +600,31 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             Ok(exit::OK)
         }
         Data::Delete(a) => {
-            let d = if a.next_copy_full {
+            let asked = if a.next_copy_full {
                 keeper.delete_next_copy_full(&a.name).await
             } else {
                 keeper.delete(&a.name).await
-            }
-            .map_err(classify)?;
+            };
+            let d = match asked {
+                Ok(d) => d,
+                Err(e @ KeeperError::InUse(_)) => {
+                    // The refusal says where the snapshot is open; whoever may enter there
+                    // (its owner, root) can be told which processes hold it.
+                    let mut f = classify(e);
+                    let held: String = f
+                        .message
+                        .split_whitespace()
+                        .map(|w| w.trim_end_matches(['.', ',']))
+                        .filter(|w| w.starts_with('/'))
+                        .map(std::path::Path::new)
+                        .filter(|p| p.is_dir())
+                        .map(|p| format!(". At {}: {}", p.display(), holders_list(p)))
+                        .collect();
+                    f.message.push_str(&held);
+                    return Err(f);
+                }
+                Err(e) => return Err(classify(e)),
+            };
             timings::mark("call");
             if a.output.json {
                 print_json(&d);

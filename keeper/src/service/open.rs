@@ -77,6 +77,9 @@ pub(super) struct OpenState {
     looker_diffs: tokio::sync::Semaphore,
     /// One check at a time; true once the rows an earlier keeper left open are settled.
     checking: tokio::sync::Mutex<bool>,
+    /// Lines about opens that stay in use, which every check (and so anybody's `Opens`)
+    /// would write again: within an allowance per uid and time (adr/0016).
+    in_use_logs: Mutex<layout::allowance::LogAllowance<u32>>,
 }
 
 impl OpenState {
@@ -87,6 +90,7 @@ impl OpenState {
             diff_turns: Mutex::new(HashMap::new()),
             looker_diffs: tokio::sync::Semaphore::new(MAX_LOOKER_DIFFS),
             checking: tokio::sync::Mutex::new(false),
+            in_use_logs: Mutex::new(layout::allowance::LogAllowance::new(Instant::now())),
         }
     }
 
@@ -533,14 +537,36 @@ impl Keeper {
                 }
             };
             for r in rows.into_iter().filter(|r| !mine.contains(&r.id)) {
-                let how = "closed when the keeper stopped: the stem closes every open of a \
-                           keeper that leaves the bus";
                 let path = r
                     .outcome
                     .strip_prefix("open at ")
                     .and_then(|o| o.split(' ').next())
                     .unwrap_or("")
                     .to_owned();
+                if live.contains(&(r.uid, r.subject.as_str())) {
+                    // Still open: it was in use when that keeper left (adr/0021); this
+                    // keeper follows it to its close.
+                    let idle_close_micros = listed
+                        .iter()
+                        .find(|o| o.for_uid == r.uid && o.name == r.subject)
+                        .map_or(0, |o| o.idle_close_unix_micros);
+                    self.opens.ledger().insert(
+                        (r.uid, r.subject.clone()),
+                        Journalled {
+                            row: r.id,
+                            asker: Asker {
+                                uid: r.uid,
+                                name: r.user_name.clone(),
+                            },
+                            path,
+                            idle_close_micros,
+                            recorded: asked,
+                        },
+                    );
+                    continue;
+                }
+                let how = "closed when the keeper stopped: the stem closes every open of a \
+                           keeper that leaves the bus";
                 let j = Journalled {
                     row: r.id,
                     asker: Asker {
@@ -554,6 +580,54 @@ impl Keeper {
                 self.journal_closed(r.uid, &r.subject, &j, how);
             }
             *earlier_settled = true;
+        }
+        self.close_whole_opens_of_non_approvers(&listed).await;
+    }
+
+    /// A whole snapshot is open only for root and approvers: the opens of somebody who is
+    /// no longer one (taken out of the group since) are closed. One in use stays open (a
+    /// detached mount would hold the snapshot unseen, adr/0021) and is closed at a later
+    /// check, once let go.
+    async fn close_whole_opens_of_non_approvers(&self, listed: &[OpenInfo]) {
+        for o in listed
+            .iter()
+            .filter(|o| o.part.is_empty() && !self.may_change(o.for_uid))
+        {
+            let (uid, name) = (o.for_uid, o.name.as_str());
+            match self.stem.close_snapshot(uid, name).await {
+                Ok(closed) => {
+                    let how = format!(
+                        "closed by the keeper: uid {uid} is no longer root or an approver, who \
+                         alone may open a snapshot whole"
+                    );
+                    match self.opens.ledger().remove(&(uid, name.to_owned())) {
+                        Some(j) => self.journal_closed(uid, name, &j, &how),
+                        None if closed => {
+                            let asker = Authority::asker(uid);
+                            let _ = self.journal(|j| begin_closed(j, &asker, name, &how));
+                        }
+                        None => {}
+                    }
+                }
+                Err(e) => {
+                    let v = self
+                        .opens
+                        .in_use_logs
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .admit(&uid, Instant::now());
+                    if v.log() {
+                        tracing::warn!(
+                            uid,
+                            snapshot = name,
+                            "uid {uid} is no longer root or an approver, but its whole open of \
+                             {name} at {} is not closed: {e}; tried again at the next check{}",
+                            o.path,
+                            v.note()
+                        );
+                    }
+                }
+            }
         }
     }
 

@@ -56,12 +56,13 @@ struct Args {
 
     /// Where opened snapshots are mounted for people, in the host's mount namespace:
     /// `DIR/<uid>/<snapshot name>`. Made (root's, 0755) when missing; whatever is mounted
-    /// beneath it when the stem starts is detached (a stem that died left it).
+    /// beneath it when the stem starts is unmounted (a stem that died left it), or kept open
+    /// while a process uses it.
     #[arg(long, value_name = "DIR", default_value = layout::OPEN_DIR)]
     open_dir: PathBuf,
 
     /// An open snapshot is closed this many seconds after it was (last) opened, once no
-    /// process uses it; at twice this it is detached even while in use.
+    /// process uses it; while one does, it stays open until it is let go.
     #[arg(long, value_name = "SECONDS", default_value_t = layout::defaults::OPEN_IDLE_SECS)]
     open_idle_secs: u64,
 
