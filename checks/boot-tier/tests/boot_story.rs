@@ -1065,7 +1065,10 @@ fn power_cut_at(parts: &'static Parts, step: Step, at: StepAt, work: Work, root:
             let o = Outcome::parse(&text)
                 .unwrap_or_else(|e| panic!("{context}: {temp} holds no outcome: {e}"));
             assert_eq!(outcome(top), None, "{context}: the rename was done");
-            println!("    the cut left {temp}, holding the outcome {o}");
+            println!(
+                "    the cut left {temp}, holding an outcome \"{:?}\"",
+                o.result
+            );
             temp.clone()
         })
     });
@@ -1078,6 +1081,13 @@ fn power_cut_at(parts: &'static Parts, step: Step, at: StepAt, work: Work, root:
         assert_booted_clean(&again, &context);
     }
     if let Some(temp) = &leftover {
+        let pid = again
+            .console
+            .split("tacid-initrd: restore-data: starting (pid ")
+            .nth(1)
+            .and_then(|rest| rest.split(')').next())
+            .unwrap_or("unknown");
+        println!("    the boot after ran tacid-initrd restore-data as pid {pid}, the cut one left {temp}");
         let said = format!(
             "tacid-initrd: removed {}/{temp},",
             layout::SNAPSHOTS_SUBVOLUME
