@@ -165,6 +165,37 @@ const SUBVOL_RDONLY: u64 = linux_raw_sys::btrfs::BTRFS_SUBVOL_RDONLY as u64;
 /// `TEMP_PREFIX`; a test holds them equal, this crate names no tacid paths itself).
 pub const TEMP_FILE_PREFIX: &str = ".tmp.";
 
+/// How many temporary names [`Dir::write_temp_file`] tries before it gives up.
+const MAX_TEMP_NAMES: usize = 64;
+
+/// A file written and synced under a temporary name by [`Dir::write_temp_file`], waiting
+/// for [`Dir::put_temp_file`] to give it its name.
+#[derive(Debug)]
+#[must_use = "a temporary file stays on disk under its temporary name until it is put in place"]
+pub struct TempFile {
+    name: String,
+}
+
+impl TempFile {
+    /// Its temporary name in the directory.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// True for the names [`Dir::write_file_durably`] gives its temporary files:
+/// `.tmp.<pid>.<n>`, both numbers decimal digits only.
+pub fn is_durable_temp_name(name: &OsStr) -> bool {
+    let Some(rest) = name.as_bytes().strip_prefix(TEMP_FILE_PREFIX.as_bytes()) else {
+        return false;
+    };
+    let number = |b: &[u8]| !b.is_empty() && b.len() <= 20 && b.iter().all(u8::is_ascii_digit);
+    match rest.iter().position(|&b| b == b'.') {
+        Some(dot) => number(&rest[..dot]) && number(&rest[dot + 1..]),
+        None => false,
+    }
+}
+
 /// The longest name one directory entry can have.
 pub const NAME_MAX: usize = 255;
 
@@ -928,48 +959,102 @@ impl Dir {
 
     /// Write `name` durably: a temp file (`.tmp.` prefix) with `mode`, fsync, rename over
     /// `name`, fsync this directory. On failure the temp file is removed and `name` is
-    /// untouched.
+    /// untouched. The two halves are [`Dir::write_temp_file`] and [`Dir::put_temp_file`].
     pub fn write_file_durably(
         &self,
         name: impl AsRef<OsStr>,
         contents: &[u8],
         mode: u32,
     ) -> Result<()> {
+        let name = name.as_ref();
+        let temp = self.write_temp_file(name, contents, mode)?;
+        self.put_temp_file(temp, name)
+    }
+
+    /// The first half of [`Dir::write_file_durably`]: `contents` in a new file of exactly
+    /// `mode` under a temporary name (`.tmp.<pid>.<n>`), synced, so that only the rename is
+    /// left. `for_name` is the name it is meant for (for messages).
+    ///
+    /// A temporary name can be taken already: a process cut short between its temp and its
+    /// rename leaves that file, and where pids repeat (an initrd, boot after boot) the next
+    /// process with the same pid reaches the same name. No live process other than this one
+    /// has this pid, and this process never uses a counter twice, so a regular file under
+    /// the name is such a leftover: it is removed and the name taken. Anything else there
+    /// (a directory, a symlink) is not followed and not touched; the next name is tried.
+    pub fn write_temp_file(
+        &self,
+        for_name: impl AsRef<OsStr>,
+        contents: &[u8],
+        mode: u32,
+    ) -> Result<TempFile> {
+        const OP: &str = "write durably";
+        let for_name = for_name.as_ref();
+        check_name(OP, for_name)?;
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let open = |temp: &str| {
+            rustix::fs::openat(&self.fd, temp, flags, Mode::from_raw_mode(mode & 0o7777))
+        };
+        for _ in 0..MAX_TEMP_NAMES {
+            let temp = format!(
+                "{TEMP_FILE_PREFIX}{}.{}",
+                std::process::id(),
+                TEMP_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            );
+            let file = match open(&temp) {
+                Ok(file) => file,
+                Err(Errno::EXIST) => {
+                    if !self.remove_if_regular_file(&temp)? {
+                        continue;
+                    }
+                    match open(&temp) {
+                        Ok(file) => file,
+                        Err(Errno::EXIST) => continue,
+                        Err(e) => return Err(Error::sys(OP, for_name, e)),
+                    }
+                }
+                Err(e) => return Err(Error::sys(OP, for_name, e)),
+            };
+            let written = (|| {
+                // The umask may have narrowed the mode given to openat; set it exactly.
+                rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777))?;
+                let mut rest = contents;
+                while !rest.is_empty() {
+                    match rustix::io::write(&file, rest) {
+                        Ok(0) => return Err(Errno::NOSPC),
+                        Ok(n) => rest = &rest[n..],
+                        Err(Errno::INTR) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                rustix::fs::fsync(&file)
+            })();
+            drop(file);
+            if let Err(e) = written {
+                let _ = rustix::fs::unlinkat(&self.fd, temp.as_str(), AtFlags::empty());
+                return Err(Error::sys(OP, for_name, e));
+            }
+            return Ok(TempFile { name: temp });
+        }
+        Err(Error::check(
+            OP,
+            for_name,
+            ErrorKind::Other,
+            &format!(
+                "{MAX_TEMP_NAMES} temporary names in a row are taken by something that is not \
+                 a file (directories or symlinks named {TEMP_FILE_PREFIX}<pid>.<n>); remove them"
+            ),
+        ))
+    }
+
+    /// The second half of [`Dir::write_file_durably`]: rename `temp` over `name`, then fsync
+    /// this directory. On failure the temp file is removed and `name` is untouched.
+    pub fn put_temp_file(&self, temp: TempFile, name: impl AsRef<OsStr>) -> Result<()> {
         const OP: &str = "write durably";
         let name = name.as_ref();
         check_name(OP, name)?;
-        let temp = format!(
-            "{TEMP_FILE_PREFIX}{}.{}",
-            std::process::id(),
-            TEMP_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
-        let flags =
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let file = rustix::fs::openat(
-            &self.fd,
-            temp.as_str(),
-            flags,
-            Mode::from_raw_mode(mode & 0o7777),
-        )
-        .map_err(|e| Error::sys(OP, name, e))?;
-        let written = (|| {
-            // The umask may have narrowed the mode given to openat; set it exactly.
-            rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777))?;
-            let mut rest = contents;
-            while !rest.is_empty() {
-                match rustix::io::write(&file, rest) {
-                    Ok(0) => return Err(Errno::NOSPC),
-                    Ok(n) => rest = &rest[n..],
-                    Err(Errno::INTR) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            rustix::fs::fsync(&file)?;
-            drop(file);
-            rustix::fs::renameat(&self.fd, temp.as_str(), &self.fd, name)
-        })();
-        if let Err(e) = written {
-            let _ = rustix::fs::unlinkat(&self.fd, temp.as_str(), AtFlags::empty());
+        if let Err(e) = rustix::fs::renameat(&self.fd, temp.name.as_str(), &self.fd, name) {
+            let _ = rustix::fs::unlinkat(&self.fd, temp.name.as_str(), AtFlags::empty());
             return Err(Error::sys(OP, name, e));
         }
         self.sync().map_err(|mut e| {
@@ -977,6 +1062,43 @@ impl Dir {
             e.name = name.to_owned();
             e
         })
+    }
+
+    /// Remove every temporary file of [`Dir::write_file_durably`] in this directory (a
+    /// regular file named `.tmp.<pid>.<n>`, [`is_durable_temp_name`]): what writes cut short
+    /// between their temp and their rename left. Symlinks, directories and other names are
+    /// left alone and never followed. Not durable until a commit. Returns the names removed.
+    ///
+    /// Only for a directory where nothing else is writing durably at the time (a process's
+    /// start, before its own first write).
+    pub fn remove_leftover_temp_files(&self) -> Result<Vec<OsString>> {
+        let mut removed = Vec::new();
+        for name in self.entry_names()? {
+            if is_durable_temp_name(&name) && self.remove_if_regular_file(&name)? {
+                removed.push(name);
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Unlink `name` if it is a regular file (looked at without following a symlink);
+    /// `Ok(true)` when it is gone, `Ok(false)` when something else is there.
+    fn remove_if_regular_file(&self, name: impl AsRef<OsStr>) -> Result<bool> {
+        const OP: &str = "remove a leftover temporary file";
+        let name = name.as_ref();
+        match self.stat_at(name) {
+            Ok(st) if st.kind == FileKind::Regular => {}
+            Ok(_) => return Ok(false),
+            Err(e) if e.kind == ErrorKind::NotFound => return Ok(true),
+            Err(e) => return Err(e),
+        }
+        // Between the look and the unlink only this directory's owner can swap the entry;
+        // unlinkat never follows a symlink and refuses a directory, so nothing else goes.
+        match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => Ok(true),
+            Err(Errno::ISDIR) | Err(Errno::PERM) => Ok(false),
+            Err(e) => Err(Error::sys(OP, name, e)),
+        }
     }
 
     /// Read `name` as untrusted input: opened `O_NOFOLLOW | O_NONBLOCK` (a fifo cannot
@@ -1253,6 +1375,28 @@ mod tests {
     #[test]
     fn temp_prefix_is_the_layouts() {
         assert_eq!(TEMP_FILE_PREFIX, layout::TEMP_PREFIX);
+    }
+
+    #[test]
+    fn durable_temp_names_are_exactly_prefix_pid_dot_counter() {
+        let is = |n: &str| is_durable_temp_name(OsStr::new(n));
+        assert!(is(".tmp.1.0"));
+        assert!(is(".tmp.4242.17"));
+        for not in [
+            ".tmp.",
+            ".tmp.1",
+            ".tmp.1.",
+            ".tmp..0",
+            ".tmp.1.0.0",
+            ".tmp.subvolume.256.0",
+            ".tmp.1.x",
+            ".tmp.-1.0",
+            "tmp.1.0",
+            ".restore",
+            ".tmp.123456789012345678901.0",
+        ] {
+            assert!(!is(not), "{not}");
+        }
     }
 
     #[test]

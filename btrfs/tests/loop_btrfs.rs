@@ -469,6 +469,75 @@ fn loop_open_dir_refuses_symlinks_dotdot_and_files() {
     );
 }
 
+/// What a process with this pid left when it was cut short between each temp and its
+/// rename, under every name this process's next writes can take: regular files (the
+/// leftovers), and symlinks and directories in between (not ours: never followed, never
+/// removed). Every durable write still succeeds, and the leftovers are cleared on request.
+#[test]
+fn loop_leftover_temp_files_never_block_a_durable_write() {
+    let Some(fs) = laid_out() else { return };
+    let top = Top::open(fs.top()).expect("open");
+    let store = top.dir().open_dir(SNAPSHOTS).expect("open");
+    let dir = fs.top().join(SNAPSHOTS);
+    let elsewhere = fs.top().join("@home/not-the-store");
+    std::fs::write(&elsewhere, "must stay\n").expect("write");
+    let pid = std::process::id();
+    // This test binary's own writes: far fewer than this, so the next counter is below it.
+    const PLANTED: u64 = 200;
+    for n in 0..PLANTED {
+        let p = dir.join(format!(".tmp.{pid}.{n}"));
+        match n % 4 {
+            1 => symlink(&elsewhere, &p).expect("symlink"),
+            3 => std::fs::create_dir(&p).expect("mkdir"),
+            _ => std::fs::write(&p, "an outcome a cut-short write left\n").expect("plant"),
+        }
+    }
+    for other in [".tmp.keep", ".tmp.1.0x", "..tmp.1.0"] {
+        std::fs::write(dir.join(other), "not a durable write's").expect("plant");
+    }
+    for (i, text) in ["first\n", "second\n", "third\n"].iter().enumerate() {
+        store
+            .write_file_durably(".restore", text.as_bytes(), 0o600)
+            .unwrap_or_else(|e| panic!("write {i} over the leftovers: {e}"));
+        assert_eq!(
+            std::fs::read_to_string(dir.join(".restore")).expect("read"),
+            *text
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&elsewhere).expect("read"),
+        "must stay\n"
+    );
+    let removed = store.remove_leftover_temp_files().expect("clear");
+    assert!(!removed.is_empty());
+    let mut left: Vec<String> = std::fs::read_dir(&dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".tmp.") || n.starts_with("..tmp"))
+        .collect();
+    left.sort();
+    let mut expected: Vec<String> = (0..PLANTED)
+        .filter(|n| n % 2 == 1)
+        .map(|n| format!(".tmp.{pid}.{n}"))
+        .chain([".tmp.keep", ".tmp.1.0x", "..tmp.1.0"].map(String::from))
+        .collect();
+    expected.sort();
+    assert_eq!(
+        left, expected,
+        "only the regular files of durable writes go"
+    );
+    assert!(dir
+        .join(format!(".tmp.{pid}.1"))
+        .symlink_metadata()
+        .expect("lstat")
+        .is_symlink());
+    assert_eq!(
+        std::fs::read_to_string(&elsewhere).expect("read"),
+        "must stay\n",
+        "a symlink was followed"
+    );
+}
+
 #[test]
 fn loop_write_file_durably_survives_remount_with_exact_mode() {
     let Some(mut fs) = laid_out() else { return };

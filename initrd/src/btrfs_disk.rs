@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use btrfs::{Dir, ErrorKind, FileKind, Top, TreeDeleted};
+use btrfs::{Dir, ErrorKind, FileKind, TempFile, Top, TreeDeleted};
 use layout::{
     Outcome, MAX_REQUEST_BYTES, OUTCOME_FILE_NAME, REFUSED_REQUEST_FILE_NAME, REQUEST_FILE_NAME,
     SNAPSHOTS_SUBVOLUME,
@@ -19,6 +19,8 @@ pub enum DiskError {
     Btrfs(#[from] btrfs::Error),
     #[error("{0} at the top level is not a subvolume; tacid-initrd uses that name and will not touch it — move it away")]
     NotASubvolume(String),
+    #[error("the outcome was to be put in place before it was written (a bug; please report it)")]
+    NoOutcomeWritten,
 }
 
 /// The top level of a mounted Btrfs filesystem and its snapshot store.
@@ -26,6 +28,8 @@ pub enum DiskError {
 pub struct BtrfsDisk {
     top: Top,
     store: Dir,
+    /// The outcome written under its temporary name, not yet renamed.
+    outcome_temp: Option<TempFile>,
 }
 
 fn subvol(info: &btrfs::SubvolumeInfo) -> Subvol {
@@ -42,7 +46,11 @@ impl BtrfsDisk {
     pub fn open(path: &Path) -> Result<BtrfsDisk, DiskError> {
         let top = Top::open(path)?;
         let store = top.dir().open_dir(SNAPSHOTS_SUBVOLUME)?;
-        Ok(BtrfsDisk { top, store })
+        Ok(BtrfsDisk {
+            top,
+            store,
+            outcome_temp: None,
+        })
     }
 }
 
@@ -184,10 +192,31 @@ impl Disk for BtrfsDisk {
         Ok(self.top.dir().commit()?)
     }
 
-    fn write_outcome(&mut self, outcome: &Outcome) -> Result<(), DiskError> {
+    fn write_outcome_temp(&mut self, outcome: &Outcome) -> Result<(), DiskError> {
+        let temp =
+            self.store
+                .write_temp_file(OUTCOME_FILE_NAME, outcome.render().as_bytes(), 0o600)?;
+        if let Some(older) = self.outcome_temp.replace(temp) {
+            let _ = self.store.remove_file(older.name());
+        }
+        Ok(())
+    }
+
+    fn put_outcome(&mut self) -> Result<(), DiskError> {
+        let temp = self
+            .outcome_temp
+            .take()
+            .ok_or(DiskError::NoOutcomeWritten)?;
+        Ok(self.store.put_temp_file(temp, OUTCOME_FILE_NAME)?)
+    }
+
+    fn remove_leftover_temps(&mut self) -> Result<Vec<String>, DiskError> {
         Ok(self
             .store
-            .write_file_durably(OUTCOME_FILE_NAME, outcome.render().as_bytes(), 0o600)?)
+            .remove_leftover_temp_files()?
+            .into_iter()
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect())
     }
 
     fn remove_request(&mut self) -> Result<(), DiskError> {

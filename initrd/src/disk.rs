@@ -86,8 +86,15 @@ pub trait Disk {
     fn exchange(&mut self, a: &str, b: &str) -> Result<(), Self::Error>;
     /// Make everything done so far durable.
     fn commit(&mut self) -> Result<(), Self::Error>;
-    /// Write the outcome record durably (temp file, fsync, rename, fsync the directory).
-    fn write_outcome(&mut self, outcome: &Outcome) -> Result<(), Self::Error>;
+    /// The first half of writing the outcome record durably: a temporary file in the store,
+    /// fsynced. It is not the outcome until [`Disk::put_outcome`].
+    fn write_outcome_temp(&mut self, outcome: &Outcome) -> Result<(), Self::Error>;
+    /// The second half: rename the temporary file over the outcome's name, fsync the store.
+    fn put_outcome(&mut self) -> Result<(), Self::Error>;
+    /// Remove the temporary files of durable writes (the outcome's, the request's) that a run
+    /// cut short before their rename left in the store; only regular files of that name,
+    /// never following a symlink. Not durable until a commit. Returns the names removed.
+    fn remove_leftover_temps(&mut self) -> Result<Vec<String>, Self::Error>;
     /// Remove the request file (not durable until a commit).
     fn remove_request(&mut self) -> Result<(), Self::Error>;
     /// Rename whatever is under the request's name to the refused request's name.

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use layout::origin::LiveSubvolume;
 use layout::{
     Outcome, OutcomeResult, Reason, RestoreMember, RestoreRequest, SubvolumeName,
-    ROOT_BLANK_SUBVOLUME, ROOT_SUBVOLUME, SUBVOLUMES,
+    ROOT_BLANK_SUBVOLUME, ROOT_SUBVOLUME, SNAPSHOTS_SUBVOLUME, SUBVOLUMES,
 };
 use uuid::Uuid;
 
@@ -104,6 +104,7 @@ pub fn restore_data<D: Disk, O: Observer>(
     obs: &mut O,
     now: SystemTime,
 ) -> Result<RestoreReport, RunError<D::Error>> {
+    remove_leftover_temps(disk, obs);
     for subvolume in SubvolumeName::restorable() {
         retry_stuck(disk, obs, subvolume.as_str())?;
     }
@@ -139,6 +140,27 @@ pub fn restore_data<D: Disk, O: Observer>(
         clean_leftovers(disk, obs, subvolume)?;
     }
     Ok(report)
+}
+
+/// A durable write cut short between its temporary file and its rename leaves that file; in
+/// an initrd the pid, and so the name, repeats at the next boot. They go before this run
+/// writes anything (its own writes would step over them anyway). A failure only costs the
+/// space of a small file, so it is said and the run goes on.
+fn remove_leftover_temps<D: Disk, O: Observer>(disk: &mut D, obs: &mut O) {
+    match disk.remove_leftover_temps() {
+        Ok(names) => {
+            for name in names {
+                obs.log(&format!(
+                    "removed {SNAPSHOTS_SUBVOLUME}/{name}, the temporary file of a write an \
+                     earlier run was cut short in (before its rename)"
+                ));
+            }
+        }
+        Err(e) => obs.log(&format!(
+            "warning: cannot remove the temporary files earlier runs left in \
+             {SNAPSHOTS_SUBVOLUME} ({e}); they stay, and block nothing"
+        )),
+    }
 }
 
 /// The log line that says what is staged, every member named.
@@ -319,7 +341,9 @@ fn restore_set<D: Disk, O: Observer>(
                             .join(", ")
                     )),
                 }
-                disk.write_outcome(&outcome).disk()?;
+                disk.write_outcome_temp(&outcome).disk()?;
+                obs.after(Step::RestoreOutcomeTemp);
+                disk.put_outcome().disk()?;
                 obs.after(Step::RestoreOutcome);
                 disk.remove_request().disk()?;
                 obs.after(Step::RestoreRemoveRequest);
@@ -693,7 +717,9 @@ fn refuse<D: Disk, O: Observer>(
         request,
         Reason::new(&refusal.to_string()),
     );
-    disk.write_outcome(&outcome).disk()?;
+    disk.write_outcome_temp(&outcome).disk()?;
+    obs.after(Step::RefuseOutcomeTemp);
+    disk.put_outcome().disk()?;
     obs.after(Step::RefuseOutcome);
     disk.move_request_aside().disk()?;
     obs.after(Step::RefuseMoveAside);

@@ -185,7 +185,8 @@ fn main() -> ExitCode {
         Job::WipeRoot(t) => ("wipe-root", t),
     };
     let started = Instant::now();
-    say(&format!("{name}: starting"));
+    // The pid names the temporary files of this run's durable writes (`.tmp.<pid>.<n>`).
+    say(&format!("{name}: starting (pid {})", std::process::id()));
     let status = match &target.top {
         Some(top) => run(&cli.job, top, &mut console),
         None => {

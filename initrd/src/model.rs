@@ -243,6 +243,8 @@ pub struct Model {
     pub states_checked: usize,
     /// Reading the request file fails (EIO) while this is set.
     pub request_unreadable: bool,
+    /// The outcome written under a temporary name, not yet put in place.
+    outcome_temp: Option<String>,
 }
 
 impl Model {
@@ -263,6 +265,7 @@ impl Model {
             guarded,
             states_checked: 0,
             request_unreadable: false,
+            outcome_temp: None,
         }
     }
 
@@ -325,6 +328,7 @@ impl Model {
         self.durable = state.clone();
         self.current = state;
         self.budget = None;
+        self.outcome_temp = None;
     }
 
     /// Everything done so far is durable (a commit). An armed fault stays armed.
@@ -448,8 +452,23 @@ impl Disk for Model {
         Ok(())
     }
 
-    fn write_outcome(&mut self, outcome: &Outcome) -> Result<(), ModelError> {
-        self.change(Op::WriteOutcome(outcome.render()))
+    fn write_outcome_temp(&mut self, outcome: &Outcome) -> Result<(), ModelError> {
+        // The temporary file is not modelled: a leftover one blocks nothing (the real disk
+        // removes it, `loop_durable_leftovers` proves that); the power can go off here.
+        self.spend()?;
+        self.outcome_temp = Some(outcome.render());
+        Ok(())
+    }
+
+    fn put_outcome(&mut self) -> Result<(), ModelError> {
+        let Some(text) = self.outcome_temp.take() else {
+            return refused("the outcome put in place before it was written".into());
+        };
+        self.change(Op::WriteOutcome(text))
+    }
+
+    fn remove_leftover_temps(&mut self) -> Result<Vec<String>, ModelError> {
+        Ok(Vec::new())
     }
 
     fn remove_request(&mut self) -> Result<(), ModelError> {

@@ -23,14 +23,19 @@ pub enum Step {
     /// `RENAME_EXCHANGE` of the live name and the swap name.
     RestoreExchange,
     RestoreCommitExchange,
-    /// The outcome record "done", written durably.
+    /// The outcome record "done" written to a temporary file and synced, not yet renamed
+    /// into place (a power cut here leaves that file; the next run removes it).
+    RestoreOutcomeTemp,
+    /// The outcome record "done", renamed into place durably.
     RestoreOutcome,
     RestoreRemoveRequest,
     RestoreCommitRequest,
     /// The replaced subvolume (now under the swap name) deleted, nested subvolumes first.
     RestoreDeleteOld,
     RestoreCommitDelete,
-    /// The outcome record "refused", written durably.
+    /// The outcome record "refused" written to a temporary file and synced, not renamed yet.
+    RefuseOutcomeTemp,
+    /// The outcome record "refused", renamed into place durably.
     RefuseOutcome,
     /// The refused request renamed to `.restore.refused`.
     RefuseMoveAside,
@@ -59,7 +64,7 @@ pub enum Step {
 
 impl Step {
     /// Every step, in number order.
-    pub const ALL: [Step; 25] = [
+    pub const ALL: [Step; 27] = [
         Step::RestoreCopy,
         Step::RestoreCommitCopy,
         Step::RestorePrepare,
@@ -85,16 +90,19 @@ impl Step {
         Step::WipeCommitExchange,
         Step::WipeDeleteOld,
         Step::WipeCommitDelete,
+        Step::RestoreOutcomeTemp,
+        Step::RefuseOutcomeTemp,
     ];
 
     /// The steps a restore of one member that is honoured goes through, in order (a set's:
     /// [`Step::restore_sequence`]).
-    pub const RESTORE: [Step; 10] = [
+    pub const RESTORE: [Step; 11] = [
         Step::RestoreCopy,
         Step::RestoreCommitCopy,
         Step::RestorePrepare,
         Step::RestoreExchange,
         Step::RestoreCommitExchange,
+        Step::RestoreOutcomeTemp,
         Step::RestoreOutcome,
         Step::RestoreRemoveRequest,
         Step::RestoreCommitRequest,
@@ -103,7 +111,8 @@ impl Step {
     ];
 
     /// The steps a refused request goes through.
-    pub const REFUSE: [Step; 3] = [
+    pub const REFUSE: [Step; 4] = [
+        Step::RefuseOutcomeTemp,
         Step::RefuseOutcome,
         Step::RefuseMoveAside,
         Step::RefuseCommit,
@@ -131,7 +140,8 @@ impl Step {
     ];
 
     /// The step's number (stable; restore 1-10, refusal 11-13, leftovers 14-15, setting
-    /// aside 16-17, exchanging back 18-19, wipe 21-26).
+    /// aside 16-17, exchanging back 18-19, wipe 21-26; the outcome's temporary file before
+    /// its rename, of a restore 27 and of a refusal 28).
     pub fn number(self) -> u32 {
         match self {
             Step::RestoreCopy => 1,
@@ -159,6 +169,8 @@ impl Step {
             Step::WipeCommitExchange => 24,
             Step::WipeDeleteOld => 25,
             Step::WipeCommitDelete => 26,
+            Step::RestoreOutcomeTemp => 27,
+            Step::RefuseOutcomeTemp => 28,
         }
     }
 
@@ -170,11 +182,13 @@ impl Step {
             Step::RestorePrepare => "restore: make mount points in the copy",
             Step::RestoreExchange => "restore: exchange the names",
             Step::RestoreCommitExchange => "restore: commit the exchange",
+            Step::RestoreOutcomeTemp => "restore: write the outcome's temporary file",
             Step::RestoreOutcome => "restore: write the outcome",
             Step::RestoreRemoveRequest => "restore: remove the request",
             Step::RestoreCommitRequest => "restore: commit the request's removal",
             Step::RestoreDeleteOld => "restore: delete the replaced subvolume",
             Step::RestoreCommitDelete => "restore: commit the deletion",
+            Step::RefuseOutcomeTemp => "refuse: write the outcome's temporary file",
             Step::RefuseOutcome => "refuse: write the outcome",
             Step::RefuseMoveAside => "refuse: move the request aside",
             Step::RefuseCommit => "refuse: commit",
@@ -217,6 +231,7 @@ impl Step {
                 Step::RestoreCommitExchange,
             ]),
             vec![
+                Step::RestoreOutcomeTemp,
                 Step::RestoreOutcome,
                 Step::RestoreRemoveRequest,
                 Step::RestoreCommitRequest,
@@ -321,9 +336,9 @@ mod tests {
         assert_eq!(Step::from_number(0), None);
         assert_eq!(
             Step::RESTORE.map(|s| s.number()),
-            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+            [1, 2, 3, 4, 5, 27, 6, 7, 8, 9, 10]
         );
-        assert_eq!(Step::REFUSE.map(|s| s.number()), [11, 12, 13]);
+        assert_eq!(Step::REFUSE.map(|s| s.number()), [28, 11, 12, 13]);
         assert_eq!(Step::LEFTOVER.map(|s| s.number()), [14, 15]);
         assert_eq!(Step::SET_ASIDE.map(|s| s.number()), [16, 17]);
         assert_eq!(Step::UNDO.map(|s| s.number()), [18, 19]);
@@ -354,7 +369,7 @@ mod tests {
             .collect();
         assert_eq!(
             three.join(" "),
-            "1 2 1.2 2.2 1.3 2.3 3 4 5 3.2 4.2 5.2 3.3 4.3 5.3 6 7 8 9 10 9.2 10.2 9.3 10.3"
+            "1 2 1.2 2.2 1.3 2.3 3 4 5 3.2 4.2 5.2 3.3 4.3 5.3 27 6 7 8 9 10 9.2 10.2 9.3 10.3"
         );
     }
 

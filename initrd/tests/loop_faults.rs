@@ -1,8 +1,8 @@
 //! The test-only fault switch against a real loop-device Btrfs: the real binary stops right
 //! after step N (exit 99), or after its k-th occurrence (`N.k`), and the next run converges —
 //! for every step, and with a second stop during the recovery run. Every step the binary
-//! defines is the first stop of some run: restores of @home and of @persist (1-10), a
-//! refusal (11-13), leftovers under swap names with and without a request (14-15), wipes of
+//! defines is the first stop of some run: restores of @home and of @persist (1-10, 27), a
+//! refusal (11-13, 28), leftovers under swap names with and without a request (14-15), wipes of
 //! an existing and of a missing @root (21-26), a half-exchanged set exchanged back (18-19);
 //! and every occurrence of every step of a restore of a set of three.
 //! Needs `--features test-hooks` (this target requires it).
@@ -53,8 +53,8 @@ fn live_exists(fs: &testbed::LoopFs, name: &str) {
 
 /// The steps each test below stops after first, one run per step. Together they are every
 /// step the binary defines (checked by `every_step_is_a_first_stop_point`).
-const RESTORE_FIRST_STOPS: [Step; 10] = Step::RESTORE;
-const REFUSE_FIRST_STOPS: [Step; 3] = Step::REFUSE;
+const RESTORE_FIRST_STOPS: [Step; 11] = Step::RESTORE;
+const REFUSE_FIRST_STOPS: [Step; 4] = Step::REFUSE;
 /// A leftover alone (no request), and a leftover under the swap name a request needs.
 const LEFTOVER_FIRST_STOPS: [Step; 2] = Step::LEFTOVER;
 const WIPE_FIRST_STOPS: [Step; 6] = Step::WIPE;
@@ -162,7 +162,7 @@ fn restore_stopped_after_any_step(story: &Story) {
         // where the recovery picks up: a copy is exchanged, an exchange finished, ...).
         let again = match step.number() {
             1..=3 => Some(3),
-            4..=6 => Some(6),
+            4..=6 | 27 => Some(6),
             7 | 8 => Some(14),
             _ => None,
         };
@@ -300,6 +300,7 @@ fn loop_a_refusal_stopped_after_any_step_completes() {
         assert_eq!(fs.subvolumes_snapshot().expect("list"), before);
         assert_eq!(outcome(&fs).result, OutcomeResult::Refused);
         assert!(request_path(&fs).symlink_metadata().is_err());
+        assert_eq!(store_temps(&fs), Vec::<String>::new(), "after {step}");
     }
 }
 
@@ -500,7 +501,7 @@ fn set_second_stop(step: Step, k: u32) -> Option<&'static str> {
         Step::RestoreCopy | Step::RestoreCommitCopy => Some("4.2"),
         Step::RestorePrepare => Some(exchanges_left(3 - k + 1)),
         Step::RestoreExchange | Step::RestoreCommitExchange => Some(exchanges_left(3 - k)),
-        Step::RestoreOutcome => Some("6"),
+        Step::RestoreOutcomeTemp | Step::RestoreOutcome => Some("6"),
         // The request is gone (a stopped process keeps what it wrote): no request, leftovers.
         Step::RestoreRemoveRequest | Step::RestoreCommitRequest => Some("14"),
         Step::RestoreDeleteOld | Step::RestoreCommitDelete if k < 3 => Some("14"),
@@ -509,13 +510,13 @@ fn set_second_stop(step: Step, k: u32) -> Option<&'static str> {
 }
 
 /// A restore of @persist, @log and @home together, stopped after every occurrence of every
-/// step it takes (24 stops), then stopped once more during the recovery, then run to the
+/// step it takes (25 stops), then stopped once more during the recovery, then run to the
 /// end: every member is its snapshot's copy with the snapshot's data, put back once, and
 /// the outcome names all three.
 #[test]
 fn loop_a_set_of_three_stopped_after_any_step_occurrence_completes_once() {
     let sequence = Step::restore_sequence(3);
-    assert_eq!(sequence.len(), 24);
+    assert_eq!(sequence.len(), 25);
     let started = Instant::now();
     let mut slowest = (Duration::ZERO, String::new());
     for (step, k) in sequence {

@@ -465,6 +465,30 @@ fn loop_wipe_root_makes_a_missing_root() {
     );
 }
 
+/// A machine that keeps its root has no `@root-blank` and no wipe: restore-data neither
+/// needs nor touches either; what is on `@root` stays.
+#[test]
+fn loop_restore_data_needs_no_root_blank() {
+    let Some(fs) = machine() else { return };
+    sh(
+        "btrfs",
+        &[
+            "-q",
+            "subvolume",
+            "delete",
+            &path(&fs, layout::ROOT_BLANK_SUBVOLUME),
+        ],
+    );
+    write(&fs, "@root/etc/hostname", "kept");
+    let request = home_story(&fs);
+    stage(&fs, &request);
+    let log = run_ok(&fs, "restore-data");
+    assert!(!log.contains(layout::ROOT_BLANK_SUBVOLUME), "{log}");
+    assert_home_restored(&fs, &request);
+    assert_eq!(read(&fs, "@root/etc/hostname"), "kept");
+    assert!(!exists(&fs, layout::ROOT_BLANK_SUBVOLUME));
+}
+
 #[test]
 fn loop_wipe_root_without_blank_fails_and_changes_nothing() {
     let Some(fs) = machine() else { return };

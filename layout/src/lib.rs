@@ -48,7 +48,11 @@ pub const KEEPER_DIR_NAME: &str = ".keeper";
 /// The keeper's SQLite journal, inside [`KEEPER_DIR_NAME`].
 pub const JOURNAL_FILE_NAME: &str = "journal.sqlite";
 /// Prefix of the stem's temporary names (request temp files, half-made snapshots).
-/// Nothing with this prefix is ever listed as a snapshot.
+/// Nothing with this prefix is ever listed as a snapshot. A regular file named
+/// `.tmp.<pid>.<n>` at the top of [`SNAPSHOTS_SUBVOLUME`] is the temporary of a durable write
+/// of the request or the outcome (written, synced, then renamed into place): one found there
+/// was left by a write cut short before its rename, and `tacid-initrd restore-data` and the
+/// stem remove those at their start (adr/0007).
 pub const TEMP_PREFIX: &str = ".tmp.";
 
 /// Where a person's opened snapshots appear (issue 16, adr/0019): `OPEN_DIR/<uid>/<snapshot

@@ -674,6 +674,22 @@ impl Engine {
         Ok(Staged::New(request))
     }
 
+    /// Remove the temporary files that durable writes of the request, cut short between
+    /// their temp and their rename, left in the store (only regular files named
+    /// `.tmp.<pid>.<n>`, never through a symlink; `layout::TEMP_PREFIX`). The stem does this
+    /// at its start, before its first write. Returns the names removed.
+    pub fn remove_leftover_temps(&self) -> Result<Vec<std::ffi::OsString>, EngineError> {
+        // Under the request's lock: no write of the request is between its temp and its
+        // rename meanwhile.
+        let _guard = self.request_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let store = self.store()?;
+        let removed = store.remove_leftover_temp_files()?;
+        if !removed.is_empty() {
+            store.sync()?;
+        }
+        Ok(removed)
+    }
+
     /// Withdraw the staged request; `None` when nothing was staged.
     pub fn withdraw(&self) -> Result<Option<RestoreRequest>, EngineError> {
         let _guard = self.request_lock.lock().unwrap_or_else(|p| p.into_inner());

@@ -494,6 +494,31 @@ fn bus_keeper_stages_a_set_as_one_request_and_withdraws_it_whole() {
     assert!(stem.stop().success(), "tacid-stem exits cleanly on SIGTERM");
 }
 
+/// A stem cut short between the request's temporary file and its rename left that file;
+/// the next stem removes it at its start, before it serves, and nothing else.
+#[test]
+fn bus_a_starting_stem_removes_what_cut_short_writes_left_and_only_that() {
+    let Some((fs, bus)) = setup("") else { return };
+    let store = fs.top().join(layout::SNAPSHOTS_SUBVOLUME);
+    let target = fs.top().join("@home/target");
+    std::fs::write(&target, "must stay").expect("write");
+    std::fs::write(store.join(".tmp.812.0"), "@home a request cut short\n").expect("plant");
+    std::fs::write(store.join(".tmp.1.7"), "").expect("plant");
+    std::os::unix::fs::symlink(&target, store.join(".tmp.812.1")).expect("symlink");
+    std::fs::create_dir(store.join(".tmp.812.2")).expect("mkdir");
+    std::fs::write(store.join(".tmp.notours"), "kept").expect("plant");
+    let stem = StemDaemon::start(&bus, names::KEEPER_USER, &["--top", &top_arg(&fs)]);
+    let mut left: Vec<String> = std::fs::read_dir(&store)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(layout::TEMP_PREFIX))
+        .collect();
+    left.sort();
+    assert_eq!(left, [".tmp.812.1", ".tmp.812.2", ".tmp.notours"]);
+    assert_eq!(std::fs::read_to_string(&target).expect("read"), "must stay");
+    drop(stem);
+}
+
 #[test]
 fn bus_keeper_is_answered_by_a_foreign_client_too() {
     // dbus-send is not zbus: the wire format is D-Bus's, not something only our proxy reads.

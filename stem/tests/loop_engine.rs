@@ -299,6 +299,53 @@ fn loop_stage_withdraw_and_the_pin() {
     assert!(!store(&fs).join(older.name.to_string()).exists());
 }
 
+/// A stem cut short between the request's temporary file and its rename leaves that file;
+/// the next stem with the same pid reaches the same name (pids repeat from boot to boot).
+/// Here every name this process's next writes can take holds such a leftover, or a
+/// symlink or a directory (not ours: skipped, never followed): staging still works, and at
+/// the stem's start the leftovers go, only they.
+#[test]
+fn loop_leftover_request_temps_never_block_staging_and_go_at_start() {
+    let Some((fs, engine)) = machine() else {
+        return;
+    };
+    fs::write(fs.top().join("@home/file"), "monday").unwrap();
+    let snapshot = engine.take(sv("@home")).unwrap();
+    let elsewhere = fs.top().join("@home/elsewhere");
+    fs::write(&elsewhere, "must stay").unwrap();
+    let pid = std::process::id();
+    // Far more than this test binary's durable writes, so the next counter is below it.
+    const PLANTED: u64 = 300;
+    for n in 0..PLANTED {
+        let p = store(&fs).join(format!(".tmp.{pid}.{n}"));
+        match n % 3 {
+            1 => symlink(&elsewhere, &p).unwrap(),
+            2 => fs::create_dir(&p).unwrap(),
+            _ => fs::write(&p, "@home a request a cut-short stem was writing\n").unwrap(),
+        }
+    }
+    match engine.stage_restore(snapshot.name).unwrap() {
+        Staged::New(r) => assert_eq!(engine.staged().unwrap(), Some(r)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fs::read_to_string(&elsewhere).unwrap(), "must stay");
+
+    let removed = engine.remove_leftover_temps().unwrap();
+    assert!(!removed.is_empty());
+    let left: BTreeSet<String> = fs::read_dir(store(&fs))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(layout::TEMP_PREFIX))
+        .collect();
+    let expected: BTreeSet<String> = (0..PLANTED)
+        .filter(|n| n % 3 != 0)
+        .map(|n| format!(".tmp.{pid}.{n}"))
+        .collect();
+    assert_eq!(left, expected, "only the leftover files go");
+    assert_eq!(fs::read_to_string(&elsewhere).unwrap(), "must stay");
+    assert!(engine.staged().unwrap().is_some(), "the request stays");
+}
+
 #[test]
 fn loop_a_set_is_staged_as_one_request_and_withdrawn_whole() {
     let Some((mut fs, engine)) = machine() else {

@@ -83,6 +83,7 @@ impl Inputs {
             (Some(binary), Some(unit_dir)) => Parts::build(&InitrdInputs {
                 binary: binary.clone(),
                 unit_dir: unit_dir.clone(),
+                left_out: Vec::new(),
             }),
             _ => Parts::for_workspace(),
         }

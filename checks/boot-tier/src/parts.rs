@@ -58,6 +58,9 @@ pub struct InitrdInputs {
     pub binary: PathBuf,
     /// The directory of unit files (`initrd/systemd/`), installed unchanged.
     pub unit_dir: PathBuf,
+    /// Unit files of `unit_dir` left out of the initrd, by file name (each must be there):
+    /// a machine that keeps its root has no wipe unit.
+    pub left_out: Vec<String>,
 }
 
 /// Everything needed to boot test machines.
@@ -65,6 +68,8 @@ pub struct InitrdInputs {
 pub struct Parts {
     pub kernel: Kernel,
     pub initrd: PathBuf,
+    /// What the initrd was made of.
+    pub inputs: InitrdInputs,
     /// The laid-out disk; never booted itself, only copied.
     pub disk: PathBuf,
     /// How long each part took this time (cached parts take almost nothing).
@@ -80,6 +85,7 @@ impl Parts {
         let inputs = InitrdInputs {
             binary,
             unit_dir: crate::workspace_root().join("initrd/systemd"),
+            left_out: Vec::new(),
         };
         let mut parts = Parts::build(&inputs)?;
         parts
@@ -108,6 +114,31 @@ impl Parts {
         Ok(Parts {
             kernel,
             initrd,
+            inputs: inputs.clone(),
+            disk,
+            timings,
+        })
+    }
+
+    /// These parts for a machine that keeps its root (`services.tacid.ephemeralRoot =
+    /// false`): the initrd without the wipe unit, the disk without `@root-blank`.
+    pub fn keeping_root(&self) -> Result<Parts> {
+        let cache = cache_dir();
+        let mut timings = Vec::new();
+        let mut inputs = self.inputs.clone();
+        inputs
+            .left_out
+            .push(layout::names::INITRD_WIPE_ROOT_UNIT.to_owned());
+        let t = Instant::now();
+        let initrd = initrd(&cache, &self.kernel, &inputs)?;
+        timings.push(("initrd without the wipe", t.elapsed()));
+        let t = Instant::now();
+        let disk = disk_without_blank(&cache, &self.disk)?;
+        timings.push(("disk without @root-blank", t.elapsed()));
+        Ok(Parts {
+            kernel: self.kernel.clone(),
+            initrd,
+            inputs,
             disk,
             timings,
         })
@@ -470,6 +501,23 @@ fn include_tree(dest: &Path, inputs: &InitrdInputs) -> Result<Vec<(String, Vec<u
             shown(&inputs.unit_dir)
         )));
     }
+    for unit in &inputs.left_out {
+        if !names
+            .iter()
+            .any(|p| p.file_name() == Some(std::ffi::OsStr::new(unit)))
+        {
+            return Err(Error::Other(format!(
+                "{unit}, to be left out of the initrd, is not among the unit files in {}",
+                shown(&inputs.unit_dir)
+            )));
+        }
+    }
+    names.retain(|p| {
+        !inputs
+            .left_out
+            .iter()
+            .any(|u| p.file_name() == Some(std::ffi::OsStr::new(u)))
+    });
     for path in names {
         let name = path
             .file_name()
@@ -519,11 +567,17 @@ fn initrd(cache: &Path, kernel: &Kernel, inputs: &InitrdInputs) -> Result<PathBu
         files.hash(h);
         (DRACUT_MODULES, DRACUT_DRIVERS).hash(h);
     });
-    let out = cache.join(format!("initrd-{key}.img"));
+    // Each set of units is its own kind of part, pruned apart from the others.
+    let kind = if inputs.left_out.is_empty() {
+        "initrd-".to_owned()
+    } else {
+        format!("initrd-without-{}-", inputs.left_out.join("+"))
+    };
+    let out = cache.join(format!("{kind}{key}.img"));
     if out.exists() {
         return Ok(out);
     }
-    let tmp = cache.join(format!(".tmp.initrd-{key}.img"));
+    let tmp = cache.join(format!(".tmp.{kind}{key}.img"));
     let kmoddir = kernel.root.join("lib/modules").join(&kernel.release);
     run(
         "dracut",
@@ -544,7 +598,7 @@ fn initrd(cache: &Path, kernel: &Kernel, inputs: &InitrdInputs) -> Result<PathBu
             .arg("/")
             .arg(&tmp),
     )?;
-    prune(cache, "initrd-");
+    prune(cache, &kind);
     std::fs::rename(&tmp, &out).context(|| format!("moving the initrd to {}", shown(&out)))?;
     Ok(out)
 }
@@ -568,11 +622,40 @@ fn disk(cache: &Path, busybox: &Path) -> Result<PathBuf> {
     Ok(out)
 }
 
-/// Remove older parts of one kind, so the cache does not grow without end.
-fn prune(cache: &Path, prefix: &str) {
+/// The laid-out disk without `@root-blank`, for a machine that keeps its root.
+fn disk_without_blank(cache: &Path, base: &Path) -> Result<PathBuf> {
+    let key = hash_hex(|h| base.file_name().hash(h));
+    let kind = "disk-without-blank-";
+    let out = cache.join(format!("{kind}{key}.img"));
+    if out.exists() {
+        return Ok(out);
+    }
+    let tmp = cache.join(format!(".tmp.{kind}{key}.img"));
+    crate::image::copy_disk(base, &tmp)?;
+    let top = crate::image::Mounted::top(&tmp)?;
+    run(
+        "deleting @root-blank",
+        Command::new(tools::BTRFS)
+            .args(["-q", "subvolume", "delete"])
+            .arg(top.path().join(layout::ROOT_BLANK_SUBVOLUME)),
+    )?;
+    top.unmount()?;
+    prune(cache, kind);
+    std::fs::rename(&tmp, &out).context(|| format!("moving the disk to {}", shown(&out)))?;
+    Ok(out)
+}
+
+/// Remove older parts of one kind (`<kind><hex key>.img`), so the cache does not grow
+/// without end; a part of another kind whose name starts alike is not one of them.
+fn prune(cache: &Path, kind: &str) {
     if let Ok(entries) = std::fs::read_dir(cache) {
         for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(prefix) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let of_kind = name
+                .strip_prefix(kind)
+                .and_then(|rest| rest.strip_suffix(".img"))
+                .is_some_and(|key| !key.is_empty() && key.bytes().all(|b| b.is_ascii_hexdigit()));
+            if of_kind {
                 let _ = std::fs::remove_file(e.path());
             }
         }
@@ -623,6 +706,36 @@ mod tests {
                 ("initrd.target".to_owned(), "wants"),
                 ("other.target".to_owned(), "wants"),
                 ("x.target".to_owned(), "requires")
+            ]
+        );
+    }
+
+    #[test]
+    fn pruning_one_kind_of_part_leaves_the_kinds_whose_names_start_alike() {
+        let cache = tempfile::tempdir().expect("tempdir");
+        let names = [
+            "initrd-0123456789abcdef.img",
+            "initrd-without-tacid-wipe-root.service-0123456789abcdef.img",
+            "disk-00ff.img",
+            "disk-without-blank-00ff.img",
+            "initrd-notes.txt",
+        ];
+        for n in names {
+            std::fs::write(cache.path().join(n), "").expect("write");
+        }
+        prune(cache.path(), "initrd-");
+        prune(cache.path(), "disk-without-blank-");
+        let mut left: Vec<String> = std::fs::read_dir(cache.path())
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "disk-00ff.img",
+                "initrd-notes.txt",
+                "initrd-without-tacid-wipe-root.service-0123456789abcdef.img",
             ]
         );
     }

@@ -128,6 +128,39 @@ fn lasting_subvolumes(top: &Mounted) -> BTreeMap<String, SubvolumeRecord> {
 
 /// No swap names, temp names or anything else beyond the layout and the snapshots.
 fn assert_only_layout_and_snapshots(top: &Mounted, context: &str) {
+    assert_only_layout_and_snapshots_of(top, context, Root::Ephemeral)
+}
+
+/// Whether the machine's root is made again at every boot (the wipe unit in its initrd,
+/// `@root-blank` on its disk) or kept (`services.tacid.ephemeralRoot = false`: neither).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Root {
+    Ephemeral,
+    Kept,
+}
+
+/// The temporary files of durable writes (and anything else of their prefix) at the top
+/// of the store.
+fn store_temps(top: &Mounted) -> Vec<String> {
+    let store = top.path().join(layout::SNAPSHOTS_SUBVOLUME);
+    let mut names: Vec<String> = std::fs::read_dir(&store)
+        .unwrap_or_else(|e| panic!("listing {}: {e}", store.display()))
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(layout::TEMP_PREFIX))
+        .collect();
+    names.sort();
+    names
+}
+
+/// [`assert_only_layout_and_snapshots`] on a machine whose root is `root` (a kept root has
+/// no `@root-blank`).
+fn assert_only_layout_and_snapshots_of(top: &Mounted, context: &str, root: Root) {
+    assert_eq!(
+        store_temps(top),
+        Vec::<String>::new(),
+        "{context}: temporary files left in the store"
+    );
     let snapshots: BTreeSet<String> = engine(top)
         .list()
         .unwrap_or_else(|e| panic!("listing snapshots: {e}"))
@@ -137,6 +170,7 @@ fn assert_only_layout_and_snapshots(top: &Mounted, context: &str) {
     let expected: BTreeSet<String> = layout::SUBVOLUMES
         .iter()
         .map(|s| s.name.to_owned())
+        .filter(|s| root == Root::Ephemeral || s != layout::ROOT_BLANK_SUBVOLUME)
         .chain(snapshots)
         .collect();
     let found: BTreeSet<String> = top
@@ -153,6 +187,21 @@ fn assert_only_layout_and_snapshots(top: &Mounted, context: &str) {
 /// A boot that went all the way: powered off by the guest, every subvolume mounted where
 /// the layout says, `/` is a fresh `@root` (the previous boot's marker is gone).
 fn assert_booted_clean(boot: &Boot, context: &str) {
+    assert_booted(boot, context, None)
+}
+
+/// [`assert_booted_clean`], but for a machine that keeps its root: `/` is `@root` with the
+/// marker that was left on it (`marker`, its first line), and the initrd has no wipe.
+fn assert_booted_keeping_root(boot: &Boot, context: &str, marker: &str) {
+    assert_booted(boot, context, Some(marker));
+    assert!(
+        !boot.console.contains("tacid-initrd: wipe-root:"),
+        "{context}: the wipe ran on a machine that keeps its root:\n{}",
+        boot.console_tail(60)
+    );
+}
+
+fn assert_booted(boot: &Boot, context: &str, marker: Option<&str>) {
     let tail = || boot.console_tail(60);
     assert_eq!(
         boot.ending,
@@ -178,10 +227,17 @@ fn assert_booted_clean(boot: &Boot, context: &str) {
         "{context}: / is not {}",
         layout::ROOT_SUBVOLUME
     );
-    assert_eq!(
-        report.root_marker, None,
-        "{context}: {ROOT_MARKER} written on / by the previous boot survived the reboot"
-    );
+    match marker {
+        None => assert_eq!(
+            report.root_marker, None,
+            "{context}: {ROOT_MARKER} written on / by the previous boot survived the reboot"
+        ),
+        Some(marker) => assert_eq!(
+            report.root_marker.as_deref(),
+            Some(marker),
+            "{context}: {ROOT_MARKER} left on the kept root did not survive the boot"
+        ),
+    }
 }
 
 /// After a boot the guest's marker is on `@root` (so its absence next time means the wipe).
@@ -611,23 +667,62 @@ enum Work {
 const SET: [&str; 3] = ["/persist", "/var/log", "/home"];
 
 /// Every case of the power-cut story: each step occurrence of a set restore of three
-/// members (24), of a refusal and of a wipe, in that order.
-fn power_cut_cases() -> Vec<(Step, StepAt, Work)> {
+/// members (25), of a refusal and of a wipe, in that order, with the root of its machine.
+///
+/// The cut between the outcome's temporary file and its rename is made once, in the set
+/// (step 27): the next boot's `tacid-initrd` finds that file under the name it would take
+/// itself (its pid repeats), finishes and reports; the boot after does nothing again. The
+/// refusal's own cut there (step 28) is the loop tier's, at the very same pid
+/// (`initrd/tests/loop_durable_leftovers.rs`): the same code, a boot saved.
+///
+/// The machine of that one cut keeps its root: its initrd has no wipe unit and its disk no
+/// `@root-blank`, and what is on `@root` must survive every boot while the set is put back.
+/// So a machine without the ephemeral root costs no boot of its own.
+fn power_cut_cases() -> Vec<(Step, StepAt, Work, Root)> {
+    let root = |s: Step| {
+        if s == Step::RestoreOutcomeTemp {
+            Root::Kept
+        } else {
+            Root::Ephemeral
+        }
+    };
     Step::restore_sequence(SET.len())
         .into_iter()
-        .map(|(s, k)| (s, StepAt::new(s, k), Work::Set))
+        .map(|(s, k)| (s, StepAt::new(s, k), Work::Set, root(s)))
         .chain(
             Step::REFUSE
                 .iter()
-                .map(|&s| (s, StepAt::first(s), Work::Refusal)),
+                .filter(|&&s| s != Step::RefuseOutcomeTemp)
+                .map(|&s| (s, StepAt::first(s), Work::Refusal, Root::Ephemeral)),
         )
         .chain(
             Step::WIPE
                 .iter()
-                .map(|&s| (s, StepAt::first(s), Work::Wipe)),
+                .map(|&s| (s, StepAt::first(s), Work::Wipe, Root::Ephemeral)),
         )
         .collect()
 }
+
+/// The parts of a machine that keeps its root, built once per test process.
+fn kept_root_parts(parts: &'static Parts) -> &'static Parts {
+    static KEPT: OnceLock<Result<Parts, String>> = OnceLock::new();
+    let kept = KEPT.get_or_init(|| {
+        let kept = parts.keeping_root().map_err(|e| e.to_string())?;
+        for (what, took) in &kept.timings {
+            println!("  {what:<28} {:>7.2} s", took.as_secs_f64());
+        }
+        Ok(kept)
+    });
+    match kept {
+        Ok(p) => p,
+        Err(e) => panic!("building the machine that keeps its root failed: {e}"),
+    }
+}
+
+/// What the story leaves on a kept root before the first boot (the marker's first line).
+const KEPT_ROOT_MARKER: &str = "left on the kept root before the restore";
+/// What the guest leaves on `/` at every boot (guest.rs's init script).
+const GUEST_ROOT_MARKER: &str = "left by the previous boot";
 
 /// Cut the power right after every step occurrence of a three-member set restore, the
 /// refusal and the wipe; the next boot must come up and finish the work, exactly once.
@@ -641,9 +736,9 @@ fn boot_story_a_power_cut_at_every_step_still_restores_exactly_once() {
         return;
     };
     let only = only_steps();
-    let cases: Vec<(Step, StepAt, Work)> = power_cut_cases()
+    let cases: Vec<(Step, StepAt, Work, Root)> = power_cut_cases()
         .into_iter()
-        .filter(|(_, at, _)| only.as_ref().is_none_or(|only| only.contains(at)))
+        .filter(|(_, at, _, _)| only.as_ref().is_none_or(|only| only.contains(at)))
         .collect();
     assert!(
         !cases.is_empty(),
@@ -655,7 +750,7 @@ fn boot_story_a_power_cut_at_every_step_still_restores_exactly_once() {
         cases.len(),
         cases
             .iter()
-            .map(|(_, at, work)| format!("{at} ({work:?})"))
+            .map(|(_, at, work, root)| format!("{at} ({work:?}, root {root:?})"))
             .collect::<Vec<_>>()
             .join(", ")
     );
@@ -669,8 +764,10 @@ fn boot_story_a_power_cut_at_every_step_still_restores_exactly_once() {
         for _ in 0..workers {
             s.spawn(|| loop {
                 let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
-                let Some((step, at, work)) = next else { break };
-                let result = std::panic::catch_unwind(|| power_cut_at(parts, step, at, work));
+                let Some((step, at, work, root)) = next else {
+                    break;
+                };
+                let result = std::panic::catch_unwind(|| power_cut_at(parts, step, at, work, root));
                 if let Err(e) = result {
                     let msg = e
                         .downcast_ref::<String>()
@@ -810,6 +907,7 @@ fn assert_set_restored(
     request: &RestoreRequest,
     before: &BTreeMap<String, SubvolumeRecord>,
     context: &str,
+    root: Root,
 ) {
     let subs = top.subvolumes().unwrap_or_else(|e| panic!("{e}"));
     let report = boot
@@ -873,13 +971,18 @@ fn assert_set_restored(
         !request_path(top, layout::REQUEST_FILE_NAME).exists(),
         "{context}: the request is still staged"
     );
-    assert_only_layout_and_snapshots(top, context);
+    assert_only_layout_and_snapshots_of(top, context, root);
 }
 
-fn power_cut_at(parts: &Parts, step: Step, at: StepAt, work: Work) {
-    let mut story = Story::new(format!("{work:?} {at}: {}", step.name()));
+fn power_cut_at(parts: &'static Parts, step: Step, at: StepAt, work: Work, root: Root) {
+    let kept = root == Root::Kept;
+    let parts = if kept { kept_root_parts(parts) } else { parts };
+    let on_a = if kept { ", on a root that is kept" } else { "" };
+    let mut story = Story::new(format!("{work:?} {at}: {}{on_a}", step.name()));
     let mut m = KeepOnPanic(Some(machine(parts, &format!("cut-{at}"))));
-    let context = format!("power cut after step {at} ({})", step.name());
+    let context = format!("power cut after step {at} ({}){on_a}", step.name());
+    // The root's subvolume as it was before the first boot (a kept root stays that one).
+    let mut root_before = None;
     // What the boot after the cut must find.
     let (set, request, bad_bytes, before) = on_disk(&m, |top| {
         let (set, request, bad) = match work {
@@ -911,6 +1014,20 @@ fn power_cut_at(parts: &Parts, step: Step, at: StepAt, work: Work) {
                 (None, None, None)
             }
         };
+        if kept {
+            story.step("leave a marker on the root, which this machine keeps");
+            let marker = top.in_subvolume(layout::ROOT_SUBVOLUME, ROOT_MARKER);
+            std::fs::write(marker, format!("{KEPT_ROOT_MARKER}\n")).expect("writing the marker");
+            assert!(
+                !top.path().join(layout::ROOT_BLANK_SUBVOLUME).exists(),
+                "{context}: the disk of a machine that keeps its root has {}",
+                layout::ROOT_BLANK_SUBVOLUME
+            );
+            root_before = top
+                .subvolumes()
+                .expect("list")
+                .remove(layout::ROOT_SUBVOLUME);
+        }
         (set, request, bad, lasting_subvolumes(top))
     });
 
@@ -935,17 +1052,59 @@ fn power_cut_at(parts: &Parts, step: Step, at: StepAt, work: Work) {
             cut.console_tail(60)
         ),
     }
+    // Cut between the outcome's temporary file and its rename: that file is on the disk
+    // (synced before the cut), the outcome is not.
+    let leftover = matches!(step, Step::RestoreOutcomeTemp | Step::RefuseOutcomeTemp).then(|| {
+        on_disk(&m, |top| {
+            let temps = store_temps(top);
+            let [temp] = &temps[..] else {
+                panic!("{context}: not one temporary file in the store: {temps:?}")
+            };
+            let path = request_path(top, temp);
+            let text = std::fs::read(&path).unwrap_or_else(|e| panic!("{context}: {e}"));
+            let o = Outcome::parse(&text)
+                .unwrap_or_else(|e| panic!("{context}: {temp} holds no outcome: {e}"));
+            assert_eq!(outcome(top), None, "{context}: the rename was done");
+            println!(
+                "    the cut left {temp}, holding an outcome \"{:?}\"",
+                o.result
+            );
+            temp.clone()
+        })
+    });
 
     story.step("boot again: the machine comes up and the work is finished");
     let again = boot(&mut m, &BootOptions::default());
-    assert_booted_clean(&again, &context);
+    if kept {
+        assert_booted_keeping_root(&again, &context, KEPT_ROOT_MARKER);
+    } else {
+        assert_booted_clean(&again, &context);
+    }
+    if let Some(temp) = &leftover {
+        let pid = again
+            .console
+            .split("tacid-initrd: restore-data: starting (pid ")
+            .nth(1)
+            .and_then(|rest| rest.split(')').next())
+            .unwrap_or("unknown");
+        println!("    the boot after ran tacid-initrd restore-data as pid {pid}, the cut one left {temp}");
+        let said = format!(
+            "tacid-initrd: removed {}/{temp},",
+            layout::SNAPSHOTS_SUBVOLUME
+        );
+        assert!(
+            again.console.contains(&said),
+            "{context}: the boot did not remove the leftover {temp}:\n{}",
+            again.console_tail(60)
+        );
+    }
     on_disk(&m, |top| match work {
         Work::Set => {
             let (set, request) = (
                 set.as_ref().expect("taken"),
                 request.as_ref().expect("staged"),
             );
-            assert_set_restored(top, &again, set, request, &before, &context);
+            assert_set_restored(top, &again, set, request, &before, &context, root);
         }
         Work::Refusal => {
             assert_eq!(
@@ -987,8 +1146,13 @@ fn power_cut_at(parts: &Parts, step: Step, at: StepAt, work: Work) {
 
     // Where the outcome is written but the request's removal may not be durable yet, a
     // second restore is the danger: prove the next boot leaves later writes alone.
-    let risky = Step::RestoreOutcome.number()..=Step::RestoreCommitRequest.number();
-    if matches!(work, Work::Set) && risky.contains(&step.number()) {
+    let risky = [
+        Step::RestoreOutcomeTemp,
+        Step::RestoreOutcome,
+        Step::RestoreRemoveRequest,
+        Step::RestoreCommitRequest,
+    ];
+    if matches!(work, Work::Set) && risky.contains(&step) {
         let (done, members_now) = on_disk(&m, |top| {
             story.step(&format!("write to {} after the restore", SET.join(", ")));
             for mp in SET {
@@ -999,8 +1163,21 @@ fn power_cut_at(parts: &Parts, step: Step, at: StepAt, work: Work) {
         });
         story.step("boot once more: nothing happens a second time");
         let third = boot(&mut m, &BootOptions::default());
-        assert_booted_clean(&third, &context);
+        if kept {
+            assert_booted_keeping_root(&third, &context, GUEST_ROOT_MARKER);
+        } else {
+            assert_booted_clean(&third, &context);
+        }
         on_disk(&m, |top| {
+            if kept {
+                assert_eq!(
+                    top.subvolumes()
+                        .expect("list")
+                        .remove(layout::ROOT_SUBVOLUME),
+                    root_before,
+                    "{context}: the kept root was made again"
+                );
+            }
             for mp in SET {
                 assert_eq!(
                     read(top, mp, "after-restore.txt").as_deref(),

@@ -188,6 +188,18 @@ pub fn swap_names(fs: &LoopFs) -> Vec<String> {
         .collect()
 }
 
+/// Every name at the top of the store with the temporary prefix (durable writes' temporaries
+/// a cut-short run left, and anything else of that prefix).
+pub fn store_temps(fs: &LoopFs) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(fs.top().join(SNAPSHOTS_SUBVOLUME))
+        .expect("readdir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(layout::TEMP_PREFIX))
+        .collect();
+    names.sort();
+    names
+}
+
 pub fn is_dir(p: &Path) -> bool {
     p.symlink_metadata().map(|m| m.is_dir()).unwrap_or(false)
 }
@@ -209,6 +221,11 @@ pub fn assert_home_restored(fs: &LoopFs, request: &RestoreRequest) {
     assert_eq!(parent_uuid_of(fs, "@home"), Some(only(request).uuid()));
     assert!(!request_path(fs).exists(), "the request is removed");
     assert!(swap_names(fs).is_empty(), "left over: {:?}", swap_names(fs));
+    assert!(
+        store_temps(fs).is_empty(),
+        "left over: {:?}",
+        store_temps(fs)
+    );
     let o = outcome(fs);
     assert_eq!(o.result, layout::OutcomeResult::Done, "{o}");
     assert_eq!(o.request.as_ref(), Some(request));
@@ -254,6 +271,11 @@ pub fn assert_set_restored(fs: &LoopFs, request: &RestoreRequest) {
     }
     assert!(!request_path(fs).exists(), "the request is removed");
     assert!(swap_names(fs).is_empty(), "left over: {:?}", swap_names(fs));
+    assert!(
+        store_temps(fs).is_empty(),
+        "left over: {:?}",
+        store_temps(fs)
+    );
     let o = outcome(fs);
     assert_eq!(o.result, layout::OutcomeResult::Done, "{o}");
     assert_eq!(

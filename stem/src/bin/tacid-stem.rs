@@ -220,6 +220,25 @@ async fn serve(args: Args, host_ns: Result<std::os::fd::OwnedFd, String>) -> Res
     // store again and answers StoreUnsafe with what to do, which reaches a person.
     if let Err(e) = engine.check_store() {
         tracing::error!("{e}");
+    } else {
+        // A write of the request cut short before its rename left its temporary file; none
+        // blocks a later write, but they would pile up.
+        match engine.remove_leftover_temps() {
+            Ok(removed) => {
+                for name in removed {
+                    tracing::info!(
+                        "removed {}/{}, the temporary file of a write of the request cut short \
+                         before its rename",
+                        layout::SNAPSHOTS_MOUNT_POINT,
+                        name.to_string_lossy()
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(
+                "cannot remove the temporary files left in {}: {e}; they block nothing",
+                layout::SNAPSHOTS_MOUNT_POINT
+            ),
+        }
     }
 
     let (engine_stopped, mut on_engine_stop) = tokio::sync::oneshot::channel::<()>();
