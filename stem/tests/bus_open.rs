@@ -201,7 +201,13 @@ fn world() -> Option<World> {
     }
     let fs = testbed::LoopFs::with_layout(256 << 20).expect("make a loop Btrfs")?;
     ensure_user(names::KEEPER_USER);
+    // Made once, never removed, each uid its own (ensure_user checks): the homes below are
+    // planted by uid, and the refusals say "owned by uid N".
     let (alice, bob, mallory) = (ensure_user(ALICE), ensure_user(BOB), ensure_user(MALLORY));
+    assert!(
+        alice.0 != bob.0 && bob.0 != mallory.0 && alice.0 != mallory.0,
+        "the test's people share a uid: {alice:?} {bob:?} {mallory:?}"
+    );
     let bus = PrivateBus::start(&[&common::shipped_policy()], "");
     let private = tempfile::Builder::new()
         .prefix("tacid-open-top-")
@@ -585,7 +591,9 @@ fn bus_opens_close_when_the_asker_leaves_and_when_idle() {
         idle >= Duration::from_millis(900),
         "not before its idle time: {idle:?}"
     );
-    assert!(!Path::new(&open.path).exists());
+    // The stem removes the mount point just after the unmount.
+    testbed::wait_until(Duration::from_secs(2), || !Path::new(&open.path).exists())
+        .expect("the idle open's mount point is removed");
 
     // In use (a file open inside): kept past the idle time, detached at twice it; the
     // open file stays readable.

@@ -36,6 +36,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub mod units;
+pub mod users;
 
 /// The smallest image `mkfs.btrfs` (6.2, default profiles) accepts, rounded up.
 pub const MIN_SIZE: u64 = 115 << 20;
