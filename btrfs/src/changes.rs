@@ -695,8 +695,12 @@ impl Top {
 /// above it (below the subvolume's root).
 #[derive(Debug, Default)]
 struct Walk {
-    dirs: HashMap<(u64, u64), Option<(Vec<u8>, bool)>>,
+    /// By (tree, directory): its path, and whether the viewer may list the way to it.
+    dirs: HashMap<(u64, u64), Option<Seen>>,
 }
+
+/// A path, and whether the viewer may list every directory on the way to it.
+type Seen = (Vec<u8>, bool);
 
 impl Walk {
     /// The path of `ino` in `tree` by its first back reference (the one the kernel's
@@ -709,7 +713,7 @@ impl Walk {
         tree: u64,
         ino: u64,
         viewer: &Viewer,
-    ) -> std::result::Result<Option<(Vec<u8>, bool)>, Errno> {
+    ) -> std::result::Result<Option<Seen>, Errno> {
         if ino == FIRST_INODE {
             return Ok(Some((Vec::new(), true)));
         }
@@ -735,7 +739,7 @@ impl Walk {
         tree: u64,
         dir: u64,
         viewer: &Viewer,
-    ) -> std::result::Result<Option<(Vec<u8>, bool)>, Errno> {
+    ) -> std::result::Result<Option<Seen>, Errno> {
         let mut chain: Vec<(u64, Vec<u8>, bool)> = Vec::new();
         let mut at = dir;
         let mut known = loop {
