@@ -6,32 +6,17 @@
 //! name theirs. So nothing here removes, and every lookup after a make is checked both ways
 //! (the name gives the uid, the uid gives the name back).
 
-use std::fs::File;
 use std::process::Command;
 use std::time::Duration;
-
-/// The lock every test process takes around making users and groups (`flock`; scripts take
-/// it with flock(1)).
-pub const LOCK: &str = "/run/tacid-test-users.lock";
 
 /// shadow's exit status when another program holds /etc/passwd's or /etc/group's lock.
 const SHADOW_LOCKED: i32 = 10;
 
-/// Run `f` holding [`LOCK`].
+/// Run `f` holding the turn every test process takes around making users and groups
+/// (`/run/tacid-test-users.lock`; a script takes it with flock(1)).
 fn locked<T>(f: impl FnOnce() -> T) -> T {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let file: File = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .open(LOCK)
-        .unwrap_or_else(|e| panic!("open {LOCK} (tests that make users run as root): {e}"));
-    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
-        .unwrap_or_else(|e| panic!("lock {LOCK}: {e}"));
-    let out = f();
-    drop(file); // unlocks
-    out
+    let _turn = crate::turn("users");
+    f()
 }
 
 /// `getent DB KEY`'s fields, or `None` when there is no such entry.
