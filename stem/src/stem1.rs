@@ -932,7 +932,8 @@ impl Stem1 {
             })
             .await?
             .map_err(|e| {
-                tracing::info!("the changes in a part of {name}: refused: {e}");
+                // The keeper journals the refusal within its allowance (adr/0016).
+                tracing::debug!("the changes in a part of {name}: refused: {e}");
                 Error::from(e)
             })?;
         let mut within = component;
@@ -1674,6 +1675,18 @@ impl TryFrom<&OutcomeInfo> for Outcome {
 mod tests {
     use super::*;
     use zbus::DBusError as _;
+
+    #[test]
+    fn a_path_below_a_part_is_normalised_and_never_leaves_it() {
+        assert_eq!(relative_below(b"").unwrap(), b"");
+        assert_eq!(relative_below(b"docs").unwrap(), b"docs");
+        assert_eq!(relative_below(b"//docs//old/").unwrap(), b"docs/old");
+        for bad in [&b"."[..], b"..", b"docs/../..", b"a/./b", b"a\0b"] {
+            assert!(relative_below(bad).is_err(), "{bad:?}");
+        }
+        assert!(relative_below(&[b'a'; 256]).is_err());
+        assert!(relative_below(&[b'a'; 5000]).is_err());
+    }
 
     #[test]
     fn names_match_the_layout() {
