@@ -605,7 +605,15 @@ impl Drop for World {
         }
         let _ = self.bus.kill();
         let _ = self.bus.wait();
-        let _ = Command::new("umount").arg(&self.state).status();
+        // Lazily when something still holds it: a bind mount left behind would hold the
+        // loop device and its deleted image for as long as the machine runs.
+        let unmounted = Command::new("umount")
+            .arg(&self.state)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !unmounted {
+            let _ = Command::new("umount").arg("-l").arg(&self.state).status();
+        }
         let _ = fs::remove_dir_all(&self.dir);
     }
 }
