@@ -24,6 +24,9 @@
 //! modification too; a directory replaced so is one removed and one added. A new hard link modifies the inode (its link count) and
 //! the directory; removing one of two links modifies it; removing the last removes it, once.
 //! Nested subvolumes are other trees and are not looked into.
+//!
+//! For a person's eyes ([`Viewer`]), the paths are narrowed to a subtree and to names in
+//! directories that person may list: the others are counted, not named.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::mem::offset_of;
@@ -81,6 +84,92 @@ pub struct Changes {
     pub paths_left_off: u64,
     /// Tree items looked at (the measure of the work, and of `ChangesOptions::max_items`).
     pub items_seen: u64,
+    /// For a [`Viewer`]: changed paths in its subtree that are not named because a
+    /// directory on the way to them is one the viewer may not list. Always 0 without one.
+    pub paths_hidden: u64,
+}
+
+/// Whose eyes the paths are for (a person's diff): only changes at or below `within` are
+/// listed, and of those only names whose every directory below the subvolume's root the
+/// viewer may list (read and search, by the owner, group and other bits, or the POSIX ACL,
+/// with `uid` and `gids`) in the tree where the name is: the snapshot for a removed one, the
+/// live subvolume for the others. The rest of the subtree is counted in
+/// [`Changes::paths_hidden`]; nothing outside it is named or counted there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Viewer {
+    pub uid: u32,
+    /// Every group of the viewer, the primary one included.
+    pub gids: Vec<u32>,
+    /// Relative to the subvolume's root, `/`-separated, no empty, `.` or `..` component;
+    /// empty for everything.
+    pub within: Vec<u8>,
+}
+
+impl Viewer {
+    /// The viewer may list (read and search) a directory of this owner, group and mode,
+    /// with this access ACL (`system.posix_acl_access`'s value), as the kernel's
+    /// `generic_permission` decides it.
+    fn may_list(&self, owner: u64, group: u64, mode: u32, acl: Option<&[u8]>) -> bool {
+        const WANT: u32 = 0o5;
+        if self.uid == 0 {
+            return true;
+        }
+        if owner == u64::from(self.uid) {
+            return (mode >> 6) & WANT == WANT;
+        }
+        let in_group = |g: u64| self.gids.iter().any(|x| u64::from(*x) == g);
+        let Some(acl) = acl else {
+            if in_group(group) {
+                return (mode >> 3) & WANT == WANT;
+            }
+            return mode & WANT == WANT;
+        };
+        // version (u32) 2, then entries of tag (u16), perm (u16), id (u32). A value that
+        // does not parse lets nobody but the owner in.
+        if acl.len() < 4 || le::<4>(acl, 0) != 2 || (acl.len() - 4) % 8 != 0 {
+            return false;
+        }
+        let entries: Vec<(u64, u32, u64)> = acl[4..]
+            .chunks_exact(8)
+            .map(|e| (le::<2>(e, 0), le::<2>(e, 2) as u32, le::<4>(e, 4)))
+            .collect();
+        let (user, group_obj, named_group, mask_tag, other) = (0x02, 0x04, 0x08, 0x10, 0x20);
+        let mask = entries
+            .iter()
+            .find(|e| e.0 == mask_tag)
+            .map_or(0o7, |e| e.1);
+        if let Some(e) = entries
+            .iter()
+            .find(|e| e.0 == user && e.2 == u64::from(self.uid))
+        {
+            return e.1 & mask & WANT == WANT;
+        }
+        let mut found = false;
+        for e in &entries {
+            let matches =
+                (e.0 == group_obj && in_group(group)) || (e.0 == named_group && in_group(e.2));
+            if matches {
+                found = true;
+                if e.1 & mask & WANT == WANT {
+                    return true;
+                }
+            }
+        }
+        if found {
+            return false;
+        }
+        entries
+            .iter()
+            .find(|e| e.0 == other)
+            .is_some_and(|e| e.1 & WANT == WANT)
+    }
+}
+
+/// `path` is `subtree` or below it; everything is below the empty subtree.
+fn within(path: &[u8], subtree: &[u8]) -> bool {
+    subtree.is_empty()
+        || path == subtree
+        || (path.starts_with(subtree) && path.get(subtree.len()) == Some(&b'/'))
 }
 
 impl Changes {
@@ -128,6 +217,12 @@ pub struct ChangesOptions {
 const INODE_ITEM: u8 = raw::BTRFS_INODE_ITEM_KEY as u8;
 const DIR_INDEX: u8 = raw::BTRFS_DIR_INDEX_KEY as u8;
 const EXTENT_DATA: u8 = raw::BTRFS_EXTENT_DATA_KEY as u8;
+const INODE_REF: u8 = raw::BTRFS_INODE_REF_KEY as u8;
+const XATTR_ITEM: u8 = raw::BTRFS_XATTR_ITEM_KEY as u8;
+/// The access ACL's extended attribute.
+const ACL_ACCESS: &[u8] = b"system.posix_acl_access";
+/// A path deeper than this many directories is taken for a broken chain of back references.
+const MAX_DEPTH: usize = 4096;
 const FIRST_INODE: u64 = raw::BTRFS_FIRST_FREE_OBJECTID as u64;
 const LAST_INODE: u64 = raw::BTRFS_LAST_FREE_OBJECTID as u64;
 const FT_DIR: u8 = raw::BTRFS_FT_DIR as u8;
@@ -331,6 +426,20 @@ impl Top {
         options: ChangesOptions,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Changes> {
+        self.changes_seen_by(live, snapshot, options, None, progress)
+    }
+
+    /// As [`Top::changes_since`], the paths (with `options.with_paths`) narrowed to what
+    /// `viewer` may see when there is one (see [`Viewer`]). The counts stay those of the
+    /// whole subvolume: whoever shows them to the viewer counts the paths instead.
+    pub fn changes_seen_by(
+        &self,
+        live: &SubvolumeInfo,
+        snapshot: &SubvolumeInfo,
+        options: ChangesOptions,
+        viewer: Option<&Viewer>,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Changes> {
         const OP: &str = "count the changes since a snapshot";
         let shown = format!("subvolume {} since subvolume {}", live.id, snapshot.id);
         let fail = |e: Errno| Error::sys(OP, &shown, e);
@@ -522,8 +631,13 @@ impl Top {
         // removed one in the snapshot's.
         if options.with_paths {
             found.sort_by_key(|f| (f.1, f.0));
+            let mut walk = Walk::default();
+            let mut left_off = 0u64;
             for (ino, change, directory) in &found {
-                if counter.changes.paths.len() >= options.max_paths || !counter.tick() {
+                if viewer.is_none() && counter.changes.paths.len() >= options.max_paths {
+                    break;
+                }
+                if !counter.tick() {
                     break;
                 }
                 let tree = if *change == Change::Removed {
@@ -531,9 +645,32 @@ impl Top {
                 } else {
                     live.id
                 };
-                // Removed between the count and now (a live subvolume keeps changing).
-                let Ok(path) = sys::ino_lookup_path(fd, tree, *ino) else {
-                    continue;
+                let path = match viewer {
+                    // Removed between the count and now (a live subvolume keeps changing).
+                    None => match sys::ino_lookup_path(fd, tree, *ino) {
+                        Ok(path) => path,
+                        Err(_) => continue,
+                    },
+                    Some(viewer) => {
+                        let Some((path, listable)) = walk
+                            .path(&mut search, fd, tree, *ino, viewer)
+                            .map_err(fail)?
+                        else {
+                            continue;
+                        };
+                        if !within(&path, &viewer.within) {
+                            continue;
+                        }
+                        if !listable {
+                            counter.changes.paths_hidden += 1;
+                            continue;
+                        }
+                        if counter.changes.paths.len() >= options.max_paths {
+                            left_off += 1;
+                            continue;
+                        }
+                        path
+                    }
                 };
                 counter.changes.paths.push(ChangedPath {
                     change: *change,
@@ -541,14 +678,175 @@ impl Top {
                     path,
                 });
             }
-            counter.changes.paths_left_off =
-                found.len() as u64 - counter.changes.paths.len() as u64;
+            counter.changes.paths_left_off = match viewer {
+                None => found.len() as u64 - counter.changes.paths.len() as u64,
+                Some(_) => left_off,
+            };
         }
 
         counter.changes.complete = !counter.out_of_time && !full;
         counter.changes.items_seen = counter.items_seen;
         Ok(counter.changes)
     }
+}
+
+/// Paths built from back references, for a [`Viewer`]: each directory met is looked up
+/// once per tree, with its path and whether the viewer may list it and every directory
+/// above it (below the subvolume's root).
+#[derive(Debug, Default)]
+struct Walk {
+    /// By (tree, directory): its path, and whether the viewer may list the way to it.
+    dirs: HashMap<(u64, u64), Option<Seen>>,
+}
+
+/// A path, and whether the viewer may list every directory on the way to it.
+type Seen = (Vec<u8>, bool);
+
+impl Walk {
+    /// The path of `ino` in `tree` by its first back reference (the one the kernel's
+    /// INO_LOOKUP follows), and whether the viewer may list every directory on the way;
+    /// `None` when it has no name there (removed meanwhile).
+    fn path(
+        &mut self,
+        search: &mut TreeSearch,
+        fd: std::os::fd::BorrowedFd<'_>,
+        tree: u64,
+        ino: u64,
+        viewer: &Viewer,
+    ) -> std::result::Result<Option<Seen>, Errno> {
+        if ino == FIRST_INODE {
+            return Ok(Some((Vec::new(), true)));
+        }
+        let Some((parent, name)) = back_reference(search, fd, tree, ino)? else {
+            return Ok(None);
+        };
+        let Some((mut path, listable)) = self.dir(search, fd, tree, parent, viewer)? else {
+            return Ok(None);
+        };
+        if !path.is_empty() {
+            path.push(b'/');
+        }
+        path.extend_from_slice(&name);
+        Ok(Some((path, listable)))
+    }
+
+    /// The path of the directory `dir` and whether the viewer may list it and each one
+    /// above it; the subvolume's root is not looked at (nobody is shown it whole).
+    fn dir(
+        &mut self,
+        search: &mut TreeSearch,
+        fd: std::os::fd::BorrowedFd<'_>,
+        tree: u64,
+        dir: u64,
+        viewer: &Viewer,
+    ) -> std::result::Result<Option<Seen>, Errno> {
+        let mut chain: Vec<(u64, Vec<u8>, bool)> = Vec::new();
+        let mut at = dir;
+        let mut known = loop {
+            if at == FIRST_INODE {
+                break Some((Vec::new(), true));
+            }
+            if let Some(k) = self.dirs.get(&(tree, at)) {
+                break k.clone();
+            }
+            if chain.len() >= MAX_DEPTH {
+                break None;
+            }
+            let Some((parent, name)) = back_reference(search, fd, tree, at)? else {
+                break None;
+            };
+            let listable = match lookup_inode(search, fd, tree, at)? {
+                Some(i) if i.is_dir() => {
+                    let acl = if i.uid == u64::from(viewer.uid) || viewer.uid == 0 {
+                        None
+                    } else {
+                        xattr(search, fd, tree, at, ACL_ACCESS)?
+                    };
+                    viewer.may_list(i.uid, i.gid, i.mode, acl.as_deref())
+                }
+                _ => false,
+            };
+            chain.push((at, name, listable));
+            at = parent;
+        };
+        while let Some((d, name, listable)) = chain.pop() {
+            known = known.map(|(mut path, above)| {
+                if !path.is_empty() {
+                    path.push(b'/');
+                }
+                path.extend_from_slice(&name);
+                (path, above && listable)
+            });
+            self.dirs.insert((tree, d), known.clone());
+        }
+        Ok(known)
+    }
+}
+
+/// The first back reference of `ino` in `tree` as INO_LOOKUP takes it (the INODE_REF of
+/// the greatest parent directory, its first name): `(parent, name)`.
+fn back_reference(
+    search: &mut TreeSearch,
+    fd: std::os::fd::BorrowedFd<'_>,
+    tree: u64,
+    ino: u64,
+) -> std::result::Result<Option<(u64, Vec<u8>)>, Errno> {
+    use raw::btrfs_inode_ref as R;
+    let mut found = None;
+    let key = SearchKey {
+        tree_id: tree,
+        min: (ino, INODE_REF, 0),
+        max: (ino, INODE_REF, u64::MAX),
+    };
+    search.scan(fd, key, 0, |item| {
+        let header = std::mem::size_of::<R>();
+        if item.data.len() >= header {
+            let len = le::<2>(item.data, offset_of!(R, name_len)) as usize;
+            if let Some(name) = item.data.get(header..header + len) {
+                found = Some((item.offset, name.to_vec()));
+            }
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok(found)
+}
+
+/// The value of the extended attribute `name` of `ino` in `tree`, if it has one.
+fn xattr(
+    search: &mut TreeSearch,
+    fd: std::os::fd::BorrowedFd<'_>,
+    tree: u64,
+    ino: u64,
+    name: &[u8],
+) -> std::result::Result<Option<Vec<u8>>, Errno> {
+    use raw::btrfs_dir_item as D;
+    let mut value = None;
+    let key = SearchKey {
+        tree_id: tree,
+        min: (ino, XATTR_ITEM, 0),
+        max: (ino, XATTR_ITEM, u64::MAX),
+    };
+    search.scan(fd, key, 0, |item| {
+        // One item holds every attribute whose name hashes alike, one after another.
+        let header = std::mem::size_of::<D>();
+        let mut rest = item.data;
+        while rest.len() >= header {
+            let name_len = le::<2>(rest, offset_of!(D, name_len)) as usize;
+            let data_len = le::<2>(rest, offset_of!(D, data_len)) as usize;
+            let Some(this) = rest.get(header..header + name_len) else {
+                break;
+            };
+            if this == name {
+                value = rest
+                    .get(header + name_len..header + name_len + data_len)
+                    .map(<[u8]>::to_vec);
+                return ControlFlow::Break(());
+            }
+            rest = rest.get(header + name_len + data_len..).unwrap_or_default();
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok(value)
 }
 
 /// The inode item of `ino` in tree `tree`, if there is one.
@@ -617,6 +915,74 @@ mod tests {
         inline[offset_of!(F, type_)] = raw::BTRFS_FILE_EXTENT_INLINE as u8;
         assert_eq!(extent_bytes_since(&inline, 9), 5);
         assert_eq!(extent_bytes_since(&inline[..3], 9), 0);
+    }
+
+    fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+        let mut v = 2u32.to_le_bytes().to_vec();
+        for (tag, perm, id) in entries {
+            v.extend_from_slice(&tag.to_le_bytes());
+            v.extend_from_slice(&perm.to_le_bytes());
+            v.extend_from_slice(&id.to_le_bytes());
+        }
+        v
+    }
+
+    #[test]
+    fn a_directory_is_listable_as_the_kernel_decides() {
+        let alice = Viewer {
+            uid: 1000,
+            gids: vec![1000, 50],
+            within: Vec::new(),
+        };
+        // Owner, group, other: only the first class that matches counts.
+        assert!(alice.may_list(1000, 0, 0o700, None));
+        assert!(
+            !alice.may_list(1000, 0, 0o077, None),
+            "the owner's own bits"
+        );
+        assert!(!alice.may_list(0, 0, 0o700, None), "root's 0700");
+        assert!(alice.may_list(0, 50, 0o750, None), "by a group of hers");
+        assert!(
+            !alice.may_list(0, 50, 0o705, None),
+            "the group's bits, not other's"
+        );
+        assert!(alice.may_list(0, 0, 0o755, None));
+        assert!(!alice.may_list(0, 0, 0o751, None), "search without read");
+        assert!(!alice.may_list(0, 0, 0o754, None), "read without search");
+        let root = Viewer {
+            uid: 0,
+            gids: vec![0],
+            within: Vec::new(),
+        };
+        assert!(root.may_list(1000, 1000, 0o000, None));
+        // ACLs: a named user, the mask, a group that matches but does not grant, other.
+        let (uo, u, go, g, m, o) = (1, 2, 4, 8, 0x10, 0x20);
+        let named = acl(&[(uo, 7, 0), (u, 5, 1000), (go, 0, 0), (m, 5, 0), (o, 0, 0)]);
+        assert!(alice.may_list(0, 0, 0o750, Some(&named)));
+        let masked = acl(&[(uo, 7, 0), (u, 5, 1000), (go, 0, 0), (m, 1, 0), (o, 0, 0)]);
+        assert!(!alice.may_list(0, 0, 0o710, Some(&masked)));
+        let denied = acl(&[(uo, 7, 0), (u, 0, 1000), (go, 5, 0), (m, 5, 0), (o, 5, 0)]);
+        assert!(
+            !alice.may_list(0, 0, 0o755, Some(&denied)),
+            "named user: ---"
+        );
+        let group_denies = acl(&[(uo, 7, 0), (go, 0, 0), (g, 0, 50), (m, 7, 0), (o, 5, 0)]);
+        assert!(!alice.may_list(0, 0, 0o775, Some(&group_denies)));
+        let group_grants = acl(&[(uo, 7, 0), (go, 0, 0), (g, 5, 50), (m, 7, 0), (o, 0, 0)]);
+        assert!(alice.may_list(0, 0, 0o770, Some(&group_grants)));
+        assert!(
+            !alice.may_list(0, 0, 0o755, Some(b"junk")),
+            "unparsed: nobody"
+        );
+    }
+
+    #[test]
+    fn within_a_subtree_means_the_subtree_or_below_it() {
+        assert!(within(b"alice", b"alice"));
+        assert!(within(b"alice/notes.txt", b"alice"));
+        assert!(!within(b"alice2/notes.txt", b"alice"));
+        assert!(!within(b"", b"alice"));
+        assert!(within(b"bob/x", b""));
     }
 
     #[test]

@@ -18,7 +18,7 @@ mod nested;
 #[doc(hidden)]
 pub mod sys; // the raw ioctls, public for the benches' floor only
 
-pub use changes::{Change, ChangedPath, Changes, ChangesOptions, Counts, Progress};
+pub use changes::{Change, ChangedPath, Changes, ChangesOptions, Counts, Progress, Viewer};
 pub use nested::TreeDeleted;
 
 use std::ffi::{OsStr, OsString};

@@ -9,9 +9,9 @@ use std::os::unix::fs::{symlink, PermissionsExt as _};
 use common::*;
 use layout::{OutcomeResult, SNAPSHOTS_SUBVOLUME};
 
-/// Without `--top` the binary mounts at /run/tacid-initrd/<job>, one path for every test in
-/// this process: those tests take turns.
-static MOUNT_DIR: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Without `--top` the binary mounts at /run/tacid-initrd/<job>, one path for every test
+/// and every test process (loop_restore and loop_resume): they take turns.
+const MOUNT_DIR: &str = "initrd-mount-dir";
 
 #[test]
 fn loop_a_good_request_is_honoured_once() {
@@ -591,7 +591,7 @@ fn loop_the_injected_hibernation_facts_are_not_in_user_builds() {
     fs::write(&efi, b"\x07\0\0\0{}").unwrap();
     let device = fs.device().to_str().expect("utf-8").to_owned();
     fs.unmount().expect("unmount");
-    let _only_one = MOUNT_DIR.lock().unwrap_or_else(|e| e.into_inner());
+    let _only_one = testbed::turn(MOUNT_DIR);
     let out = std::process::Command::new(BIN)
         .args(["restore-data", "--device", &device])
         .env("TACID_TEST_CMDLINE", "root=LABEL=tacid resume=/dev/vda3")
@@ -617,7 +617,7 @@ fn loop_without_top_the_device_is_mounted_and_unmounted() {
     write(&fs, "@root/etc/hostname", "old");
     fs.unmount().expect("unmount");
     let device = fs.device().to_str().expect("utf-8").to_owned();
-    let _only_one = MOUNT_DIR.lock().unwrap_or_else(|e| e.into_inner());
+    let _only_one = testbed::turn(MOUNT_DIR);
     for job in ["restore-data", "wipe-root"] {
         let out = std::process::Command::new(BIN)
             .args([job, "--device", &device])

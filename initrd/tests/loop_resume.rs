@@ -17,14 +17,14 @@ use std::fs;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Mutex;
 
 use common::*;
 use layout::{OutcomeResult, RestoreRequest};
 use testbed::LoopFs;
 
-/// The binary mounts at /run/tacid-initrd/<job>, one path for every test in this process.
-static MOUNT_DIR: Mutex<()> = Mutex::new(());
+/// Without `--top` the binary mounts at /run/tacid-initrd/<job>, one path for every test
+/// and every test process (loop_restore and loop_resume): they take turns.
+const MOUNT_DIR: &str = "initrd-mount-dir";
 
 /// What the initrd sees about hibernation at one boot.
 struct Boot<'a> {
@@ -59,7 +59,7 @@ fn boot(fs: &mut LoopFs, job: &str, b: &Boot) -> (Option<i32>, String) {
     let device = fs.device().to_str().unwrap().to_owned();
     fs.unmount().unwrap();
     let out = {
-        let _only_one = MOUNT_DIR.lock().unwrap_or_else(|e| e.into_inner());
+        let _only_one = testbed::turn(MOUNT_DIR);
         Command::new(BIN)
             .args([job, "--device", &device])
             .env_remove("TACID_TEST_STOP_AFTER")

@@ -574,6 +574,36 @@ impl StemClient {
         .await
     }
 
+    /// What changed since `name` in the home `part` (owned by `owner_uid` in the snapshot),
+    /// below `below` inside it, as `owner_uid` with `gids` may see it: names in directories
+    /// they may not list are counted in `paths_hidden`, not named.
+    pub async fn changes_in_part(
+        &self,
+        name: &str,
+        part: &[u8],
+        owner_uid: u32,
+        gids: &[u32],
+        below: &[u8],
+        limit: Duration,
+    ) -> Result<stem1::ChangesInfo, StemError> {
+        let (name, part, gids, below) = (
+            name.to_owned(),
+            part.to_vec(),
+            gids.to_vec(),
+            below.to_vec(),
+        );
+        let limit_ms = u32::try_from(limit.as_millis()).unwrap_or(u32::MAX);
+        self.call(|p| {
+            let (name, part, gids, below) =
+                (name.clone(), part.clone(), gids.clone(), below.clone());
+            async move {
+                p.changes_in_part(&name, part, owner_uid, gids, below, limit_ms)
+                    .await
+            }
+        })
+        .await
+    }
+
     /// Every open snapshot, everybody's.
     pub async fn open_snapshots(&self) -> Result<Vec<stem1::OpenInfo>, StemError> {
         self.call(|p| async move { p.open_snapshots().await }).await

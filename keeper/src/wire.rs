@@ -518,6 +518,11 @@ pub struct PartChanges {
     /// The stem's list of changed paths was cut (it lists at most 10000): there may be
     /// more in the subtree than listed.
     pub paths_cut: bool,
+    /// Changed paths in the subtree that are not named (nor in the counts above) because a
+    /// directory on the way to them is one the caller may not list: in the snapshot for a
+    /// removed one, in the live subvolume for the others. Only for somebody who is not root
+    /// or an approver; 0 otherwise.
+    pub paths_hidden: u64,
 }
 
 /// Named errors on the wire: `org.tacid.Keeper1.Error.<Name>`, each with a message that

@@ -34,20 +34,13 @@ const PLANTED: &str = "tacid-open-planted";
 /// Home directory not directly under /home.
 const ELSEWHERE: &str = "tacid-open-elsewhere";
 
+/// Made once under the lock every test process takes, never removed (testbed::users).
 fn ensure_user(name: &str, home: &str) -> u32 {
-    let exists = Command::new("getent")
-        .args(["passwd", name])
-        .output()
-        .expect("getent")
-        .status
-        .success();
-    if !exists {
-        ok(
-            "useradd",
-            &["--user-group", "--no-create-home", "--home-dir", home, name],
-        );
-    }
-    uid_of(name)
+    testbed::users::ensure_user(
+        name,
+        &["--user-group", "--no-create-home", "--home-dir", home],
+    )
+    .0
 }
 
 /// Mount points beneath `dir` in the test's mount namespace (the stem's host namespace).
@@ -573,4 +566,204 @@ fn bus_closes_the_keeper_did_not_ask_for_are_journalled_and_nothing_stays_mounte
     assert!(rows_of(w, action::OPEN)
         .iter()
         .all(|r| r.state != state::OPEN));
+}
+
+/// Home directory name that was another uid's directory in the snapshot (a login name
+/// reused after an account was removed).
+const REUSED: &str = "tacid-open-reused";
+
+#[test]
+fn bus_a_diff_shows_a_person_only_what_open_would_let_them_read() {
+    let Some(w) = World::start() else { return };
+    let owner = ensure_user(OWNER, &format!("{}/{OWNER}", layout::HOMES_MOUNT_POINT));
+    ensure_user(REUSED, &format!("{}/{REUSED}", layout::HOMES_MOUNT_POINT));
+    let stranger = uid_of(STRANGER);
+    let homes = w.top().join(layout::homes_subvolume().to_string());
+    let make = |path: &Path, owner: &str, mode: u32, dir: bool| {
+        if dir {
+            std::fs::create_dir(path).expect("mkdir");
+        } else {
+            std::fs::write(path, "x\n").expect("write");
+        }
+        ok("chown", &[owner, path.to_str().expect("utf-8")]);
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    let o = homes.join(OWNER);
+    make(&o, &format!("{OWNER}:{OWNER}"), 0o700, true);
+    // Root's 0700 directory in the owner's home; a directory of root's the owner's group
+    // may list; another user's 0700 directory in a folder the owner shares.
+    make(&o.join("rootonly"), "root:root", 0o700, true);
+    make(
+        &o.join("rootonly/root-removed.txt"),
+        "root:root",
+        0o644,
+        false,
+    );
+    make(&o.join("bygroup"), &format!("root:{OWNER}"), 0o750, true);
+    make(&o.join("shared"), &format!("{OWNER}:{OWNER}"), 0o777, true);
+    make(
+        &o.join("shared/theirs"),
+        &format!("{STRANGER}:{STRANGER}"),
+        0o700,
+        true,
+    );
+    make(
+        &o.join("shared/theirs/their-removed.txt"),
+        &format!("{STRANGER}:{STRANGER}"),
+        0o600,
+        false,
+    );
+    // The reused name's directory was the stranger's in the snapshot.
+    let r = homes.join(REUSED);
+    make(&r, &format!("{STRANGER}:{STRANGER}"), 0o755, true);
+    make(
+        &r.join("old-owners.txt"),
+        &format!("{STRANGER}:{STRANGER}"),
+        0o644,
+        false,
+    );
+
+    let name = w.snapshot_home();
+
+    std::fs::remove_file(o.join("rootonly/root-removed.txt")).expect("rm");
+    make(
+        &o.join("rootonly/root-added.txt"),
+        "root:root",
+        0o644,
+        false,
+    );
+    make(
+        &o.join("bygroup/group-added.txt"),
+        "root:root",
+        0o644,
+        false,
+    );
+    std::fs::remove_file(o.join("shared/theirs/their-removed.txt")).expect("rm");
+    make(
+        &o.join("shared/theirs/their-added.txt"),
+        &format!("{STRANGER}:{STRANGER}"),
+        0o600,
+        false,
+    );
+    make(
+        &o.join("mine.txt"),
+        &format!("{OWNER}:{OWNER}"),
+        0o600,
+        false,
+    );
+    std::fs::remove_file(r.join("old-owners.txt")).expect("rm");
+    make(
+        &r.join("old-owners-new.txt"),
+        &format!("{STRANGER}:{STRANGER}"),
+        0o644,
+        false,
+    );
+    ok(
+        "chown",
+        &[&format!("{REUSED}:{REUSED}"), r.to_str().expect("utf-8")],
+    );
+
+    let home = format!("{}/{OWNER}", layout::HOMES_MOUNT_POINT);
+    let secret = ["root-removed", "root-added", "their-removed", "their-added"];
+    let diff = |who: &str, path: Option<&str>| {
+        let mut args = vec!["data", "diff", name.as_str()];
+        args.extend(path);
+        let (code, out, err) = w.tacid(who, &args);
+        let mut json_args = args.clone();
+        json_args.push("--json");
+        let (jcode, jout, jerr) = w.tacid(who, &json_args);
+        assert_eq!(code, jcode, "{err} {jerr}");
+        (code, out, err, (jcode == 0).then(|| json(&jout)))
+    };
+
+    // The owner, every path form: names in what they cannot list are counted, not named.
+    for (path, hidden, named) in [
+        (
+            None,
+            4,
+            &[
+                "mine.txt",
+                "bygroup/group-added.txt",
+                "rootonly",
+                "shared/theirs",
+            ][..],
+        ),
+        (
+            Some(home.clone()),
+            4,
+            &["mine.txt", "bygroup/group-added.txt"][..],
+        ),
+        (Some(format!("{home}/")), 4, &["mine.txt"][..]),
+        (
+            Some(format!("/home/./{OWNER}//rootonly/")),
+            2,
+            &["rootonly"][..],
+        ),
+        (
+            Some(format!("{home}/shared/theirs")),
+            2,
+            &["shared/theirs"][..],
+        ),
+        (
+            Some(format!("{home}/bygroup")),
+            0,
+            &["bygroup/group-added.txt"][..],
+        ),
+    ] {
+        let (code, out, err, d) = diff(OWNER, path.as_deref());
+        assert_eq!(code, 0, "{path:?}: {err}");
+        let d = d.expect("json");
+        for s in secret {
+            assert!(
+                !out.contains(s) && !err.contains(s),
+                "{path:?} names {s}: {out}"
+            );
+            assert!(!d.to_string().contains(s), "{path:?} names {s}: {d}");
+        }
+        assert_eq!(d["paths_hidden"].as_u64(), Some(hidden), "{path:?}: {d}");
+        for n in named {
+            assert!(
+                out.contains(&format!("{home}/{n}")),
+                "{path:?}: {n} not in {out}"
+            );
+        }
+        let shown = d["files_added"].as_u64().unwrap() + d["files_removed"].as_u64().unwrap();
+        assert!(shown <= 2, "{path:?}: hidden files counted: {d}");
+        if hidden > 0 {
+            assert!(
+                out.contains(&format!("{hidden} changes in directories you cannot read")),
+                "{out}"
+            );
+        }
+    }
+    // The approver still sees every name (and counts), as restore details show them.
+    let (code, out, err, _) = diff(APPROVER, None);
+    assert_eq!(code, 0, "{err}");
+    for s in secret {
+        assert!(out.contains(s), "{s} not in {out}");
+    }
+
+    // A reused name: the directory was the stranger's in the snapshot. Refused as an open
+    // is, whatever form the path takes; nothing of the old owner's is named.
+    let rhome = format!("{}/{REUSED}", layout::HOMES_MOUNT_POINT);
+    for path in [
+        None,
+        Some(rhome.clone()),
+        Some(format!("{rhome}/")),
+        Some(format!("/home/./{REUSED}/.")),
+        Some(format!("//home//{REUSED}/sub/")),
+    ] {
+        let (code, out, err, _) = diff(REUSED, path.as_deref());
+        assert_eq!(code, 4, "{path:?}: {out} {err}");
+        assert!(
+            err.contains(&format!("owned by uid {stranger} in the snapshot")),
+            "{path:?}: {err}"
+        );
+        assert!(
+            !out.contains("old-owners") && !err.contains("old-owners"),
+            "{err}"
+        );
+    }
+    // The owner's own home is theirs: not refused for that.
+    assert_ne!(owner, stranger);
 }

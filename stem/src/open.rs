@@ -204,55 +204,67 @@ pub fn detached_mount(
             component,
             owner_uid,
         } => {
-            let homes = layout::homes_subvolume();
-            if name.subvolume() != homes {
-                return Err(OpenError::PartOfNotHomes {
-                    name,
-                    of: name.subvolume().to_string(),
-                    homes: homes.to_string(),
-                    homes_path: layout::HOMES_MOUNT_POINT,
-                });
-            }
-            let refused = |why: String| OpenError::PartRefused {
-                what: shown_part(component),
-                name,
-                why,
-            };
-            // O_PATH: the stem needs no right to read the directory (it has none over a
-            // person's 0700 home) to mount it; O_NOFOLLOW: a symlink there is refused, not
-            // followed.
-            let dir = rustix::fs::openat(
-                &snapshot,
-                OsStr::from_bytes(component),
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(|e| match e {
-                Errno::NOENT => refused("there is no such directory in the snapshot".into()),
-                Errno::NOTDIR | Errno::LOOP => refused(
-                    "it is not a directory in the snapshot (a symlink or a file is never followed)"
-                        .into(),
-                ),
-                e => OpenError::Sys {
-                    doing: format!("open {} in {name}", shown_part(component)),
-                    source: e.into(),
-                },
-            })?;
-            let st = rustix::fs::fstat(&dir).map_err(sys(format!("stat the part of {name}")))?;
-            if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory {
-                return Err(refused("it is not a directory in the snapshot".into()));
-            }
-            if st.st_uid != *owner_uid {
-                return Err(refused(format!(
-                    "it is owned by uid {} in the snapshot, not by uid {owner_uid}",
-                    st.st_uid
-                )));
-            }
+            let dir = home_part_dir(snapshot.as_fd(), name, component, *owner_uid)?;
             clone_tree(dir.as_fd())?
         }
     };
     set_read_only(tree.as_fd())?;
     Ok(tree)
+}
+
+/// The home `component` in the root `snapshot` of the snapshot `name` (of the homes
+/// subvolume), opened `O_PATH`: it must be a real directory (a symlink is refused, never
+/// followed) owned by `owner_uid` in the snapshot. What an open mounts, and the home a
+/// person's diff is narrowed to (`Stem1.ChangesInPart`).
+pub fn home_part_dir(
+    snapshot: BorrowedFd<'_>,
+    name: SnapshotName,
+    component: &[u8],
+    owner_uid: u32,
+) -> Result<OwnedFd, OpenError> {
+    let homes = layout::homes_subvolume();
+    if name.subvolume() != homes {
+        return Err(OpenError::PartOfNotHomes {
+            name,
+            of: name.subvolume().to_string(),
+            homes: homes.to_string(),
+            homes_path: layout::HOMES_MOUNT_POINT,
+        });
+    }
+    let refused = |why: String| OpenError::PartRefused {
+        what: shown_part(component),
+        name,
+        why,
+    };
+    // O_PATH: the stem needs no right to read the directory (it has none over a person's
+    // 0700 home) to mount it; O_NOFOLLOW: a symlink there is refused, not followed.
+    let dir = rustix::fs::openat(
+        snapshot,
+        OsStr::from_bytes(component),
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        Errno::NOENT => refused("there is no such directory in the snapshot".into()),
+        Errno::NOTDIR | Errno::LOOP => refused(
+            "it is not a directory in the snapshot (a symlink or a file is never followed)".into(),
+        ),
+        e => OpenError::Sys {
+            doing: format!("open {} in {name}", shown_part(component)),
+            source: e.into(),
+        },
+    })?;
+    let st = rustix::fs::fstat(&dir).map_err(sys(format!("stat the part of {name}")))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory {
+        return Err(refused("it is not a directory in the snapshot".into()));
+    }
+    if st.st_uid != owner_uid {
+        return Err(refused(format!(
+            "it is owned by uid {} in the snapshot, not by uid {owner_uid}",
+            st.st_uid
+        )));
+    }
+    Ok(dir)
 }
 
 /// A detached copy of the mount at `dir`, that directory its root (no submount comes with it).

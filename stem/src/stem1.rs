@@ -187,6 +187,9 @@ pub struct ChangesInfo {
     pub paths: Vec<ChangedPathInfo>,
     /// How many changed paths were left out of `paths`.
     pub paths_left_off: u64,
+    /// ChangesInPart only: changed paths in the part that are not named, because a
+    /// directory on the way to them is one the person may not list. 0 otherwise.
+    pub paths_hidden: u64,
 }
 
 /// One changed path.
@@ -897,8 +900,101 @@ impl Stem1 {
     ) -> Result<ChangesInfo, Error> {
         self.admit(connection, &header).await?;
         let name = parse_snapshot(name)?;
-        self.count_changes(name, time_limit_ms, with_paths, Commit::First)
+        self.count_changes(name, time_limit_ms, with_paths, Commit::First, None)
             .await
+    }
+
+    /// What changed since the snapshot `name` in one person's home, as that person may see
+    /// it (a person's diff): `part` is one directory name directly in a snapshot of `@home`,
+    /// which must be a real directory owned by `owner_uid` in the snapshot, as OpenSnapshot
+    /// checks it; `below` narrows to a path inside it (relative, `/`-separated, no `.` or
+    /// `..`; empty for the whole home). Only the names are listed whose every directory
+    /// from the home down `owner_uid` with the groups `gids` (all of them, the primary one
+    /// too, at most 65536) may list (read and search), in the tree where the name is: the
+    /// snapshot for a removed one, the live subvolume for the others. The rest of the part
+    /// is counted in `paths_hidden`, never named. The counts are those of the listed paths,
+    /// `bytes_written` is 0 (Btrfs counts it per subvolume), and nothing outside the part is
+    /// counted. Commits first, as ChangesSince. Errors: as ChangesSince, and PartRefused.
+    #[zbus(out_args("changes"))]
+    #[allow(clippy::too_many_arguments)]
+    async fn changes_in_part(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+        part: Vec<u8>,
+        owner_uid: u32,
+        gids: Vec<u32>,
+        below: Vec<u8>,
+        time_limit_ms: u32,
+    ) -> Result<ChangesInfo, Error> {
+        self.admit(connection, &header).await?;
+        let name = parse_snapshot(name)?;
+        let Part::Home { component, .. } = Part::parse(&part, owner_uid)? else {
+            return Err(Error::InvalidArgument(
+                "a part is needed: one directory name directly in a snapshot of @home".into(),
+            ));
+        };
+        if gids.len() > MAX_GIDS {
+            return Err(Error::InvalidArgument(format!(
+                "{} groups given; a uid has at most {MAX_GIDS}",
+                gids.len()
+            )));
+        }
+        let below = relative_below(&below)?;
+        let checked = component.clone();
+        self.worker
+            .run(move |e| {
+                let root = e.open_snapshot_root(name)?;
+                crate::open::home_part_dir(
+                    std::os::fd::AsFd::as_fd(&root),
+                    name,
+                    &checked,
+                    owner_uid,
+                )
+                .map(drop)
+            })
+            .await?
+            .map_err(|e| {
+                // The keeper journals the refusal within its allowance (adr/0016).
+                tracing::debug!("the changes in a part of {name}: refused: {e}");
+                Error::from(e)
+            })?;
+        let mut within = component;
+        if !below.is_empty() {
+            within.push(b'/');
+            within.extend_from_slice(&below);
+        }
+        let viewer = btrfs::Viewer {
+            uid: owner_uid,
+            gids,
+            within,
+        };
+        let mut c = self
+            .count_changes(name, time_limit_ms, true, Commit::First, Some(viewer))
+            .await?;
+        // What the person is shown is counted from what they are shown.
+        let (mut files, mut dirs) = ([0u64; 3], [0u64; 3]);
+        for p in &c.paths {
+            let at = match p.change.as_str() {
+                "added" => 0,
+                "modified" => 1,
+                _ => 2,
+            };
+            if p.directory {
+                dirs[at] += 1;
+            } else {
+                files[at] += 1;
+            }
+        }
+        [c.files_added, c.files_modified, c.files_removed] = files;
+        [
+            c.directories_added,
+            c.directories_modified,
+            c.directories_removed,
+        ] = dirs;
+        c.bytes_written = 0;
+        Ok(c)
     }
 
     /// As ChangesSince without paths, but never commits the filesystem: it counts what the
@@ -915,7 +1011,7 @@ impl Stem1 {
     ) -> Result<ChangesInfo, Error> {
         self.admit(connection, &header).await?;
         let name = parse_snapshot(name)?;
-        self.count_changes(name, time_limit_ms, false, Commit::Never)
+        self.count_changes(name, time_limit_ms, false, Commit::Never, None)
             .await
     }
 
@@ -1216,6 +1312,7 @@ impl Stem1 {
         time_limit_ms: u32,
         with_paths: bool,
         commit: Commit,
+        viewer: Option<btrfs::Viewer>,
     ) -> Result<ChangesInfo, Error> {
         let limit = Duration::from_millis(u64::from(time_limit_ms.min(MAX_CHANGES_LIMIT_MS)));
         let deadline = std::time::Instant::now() + limit;
@@ -1255,7 +1352,7 @@ impl Stem1 {
             .await
             .map_err(|e| Error::Failed(e.to_string()))?;
         let counted = tokio::task::spawn_blocking(move || {
-            count.run(deadline, with_paths, &mut |p| {
+            count.run_seen_by(deadline, with_paths, viewer.as_ref(), &mut |p| {
                 tracing::info!(
                     items_seen = p.items_seen,
                     changes_found = p.changes_found,
@@ -1326,6 +1423,31 @@ async fn still_on_the_bus(connection: &Connection, unique: &str) -> bool {
     bus.name_has_owner(name).await.unwrap_or(false)
 }
 
+/// The most groups ChangesInPart takes (the kernel's NGROUPS_MAX).
+const MAX_GIDS: usize = 65_536;
+
+/// A path inside a part from the wire (ChangesInPart's `below`): relative, its components
+/// normalised (empty ones dropped); `.`, `..` and NUL refused.
+fn relative_below(below: &[u8]) -> Result<Vec<u8>, Error> {
+    if below.len() > 4096 {
+        return Err(Error::InvalidArgument(format!(
+            "a path is at most 4096 bytes (this one: {})",
+            below.len()
+        )));
+    }
+    let mut parts: Vec<&[u8]> = Vec::new();
+    for c in below.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
+        if c == b"." || c == b".." || c.contains(&0) || c.len() > 255 {
+            return Err(Error::InvalidArgument(format!(
+                "the path {} has a component that is `.`, `..`, over 255 bytes or holds NUL",
+                crate::open::shown_bytes(below)
+            )));
+        }
+        parts.push(c);
+    }
+    Ok(parts.join(&b'/'))
+}
+
 /// The longest a ChangesSince may run: inside dbus-daemon's default reply timeout (25 s).
 const MAX_CHANGES_LIMIT_MS: u32 = 20_000;
 
@@ -1359,6 +1481,7 @@ impl From<&btrfs::Changes> for ChangesInfo {
                 })
                 .collect(),
             paths_left_off: c.paths_left_off,
+            paths_hidden: c.paths_hidden,
         }
     }
 }
@@ -1654,6 +1777,18 @@ impl TryFrom<&OutcomeInfo> for Outcome {
 mod tests {
     use super::*;
     use zbus::DBusError as _;
+
+    #[test]
+    fn a_path_below_a_part_is_normalised_and_never_leaves_it() {
+        assert_eq!(relative_below(b"").unwrap(), b"");
+        assert_eq!(relative_below(b"docs").unwrap(), b"docs");
+        assert_eq!(relative_below(b"//docs//old/").unwrap(), b"docs/old");
+        for bad in [&b"."[..], b"..", b"docs/../..", b"a/./b", b"a\0b"] {
+            assert!(relative_below(bad).is_err(), "{bad:?}");
+        }
+        assert!(relative_below(&[b'a'; 256]).is_err());
+        assert!(relative_below(&[b'a'; 5000]).is_err());
+    }
 
     #[test]
     fn names_match_the_layout() {

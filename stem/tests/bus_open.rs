@@ -202,7 +202,13 @@ fn world() -> Option<World> {
     }
     let fs = testbed::LoopFs::with_layout(256 << 20).expect("make a loop Btrfs")?;
     ensure_user(names::KEEPER_USER);
+    // Made once, never removed, each uid its own (ensure_user checks): the homes below are
+    // planted by uid, and the refusals say "owned by uid N".
     let (alice, bob, mallory) = (ensure_user(ALICE), ensure_user(BOB), ensure_user(MALLORY));
+    assert!(
+        alice.0 != bob.0 && bob.0 != mallory.0 && alice.0 != mallory.0,
+        "the test's people share a uid: {alice:?} {bob:?} {mallory:?}"
+    );
     let bus = PrivateBus::start(&[&common::shipped_policy()], "");
     let private = tempfile::Builder::new()
         .prefix("tacid-open-top-")
@@ -259,6 +265,23 @@ fn world() -> Option<World> {
         bob,
         mallory,
     })
+}
+
+/// Whatever a test leaves open goes with its world: the stem is killed before the world is
+/// dropped and closes nothing then, and an open left mounted in the test's namespace would
+/// hold its loop device and its deleted image's space for as long as the machine runs (a
+/// run of this binary twenty times in a row would fill the disk).
+impl Drop for World {
+    fn drop(&mut self) {
+        let mut left: Vec<PathBuf> = mounts_under(&self.open_dir)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        left.sort();
+        for point in left.iter().rev() {
+            let _ = rustix::mount::unmount(point, rustix::mount::UnmountFlags::DETACH);
+        }
+    }
 }
 
 /// Mount points (with their options) beneath `dir` in the test's own mount namespace, which
@@ -586,7 +609,9 @@ fn bus_opens_close_when_the_asker_leaves_and_when_idle() {
         idle >= Duration::from_millis(900),
         "not before its idle time: {idle:?}"
     );
-    assert!(!Path::new(&open.path).exists());
+    // The stem removes the mount point just after the unmount.
+    testbed::wait_until(Duration::from_secs(2), || !Path::new(&open.path).exists())
+        .expect("the idle open's mount point is removed");
 
     // In use (a file open inside): kept open past its idle time, and past twice it (a
     // detached mount would keep the snapshot alive unseen, adr/0021); closed at the first

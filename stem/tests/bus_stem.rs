@@ -78,6 +78,17 @@ const EVERY_METHOD: &[(&str, &[&str])] = &[
         &["uint32:1000", "string:@home.2026-12-01T140200.123456Z"],
     ),
     ("OpenSnapshots", &[]),
+    (
+        "ChangesInPart",
+        &[
+            "string:@home.2026-12-01T140200.123456Z",
+            "array:byte:97",
+            "uint32:1000",
+            "array:uint32:1000",
+            "array:byte:",
+            "uint32:5000",
+        ],
+    ),
 ];
 
 #[test]

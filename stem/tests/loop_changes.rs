@@ -504,3 +504,114 @@ fn loop_a_count_is_reused_while_the_live_generation_stands_and_a_lookers_never_c
         .unwrap();
     assert_eq!((c.files, c.bytes_written), (counts(2, 0, 0), 8192));
 }
+
+/// A person's view (`btrfs::Viewer`): names only in directories they may list, in the tree
+/// where the name is (the snapshot for a removed one, the live subvolume for the others);
+/// the rest of their subtree counted; nothing outside it.
+#[test]
+fn loop_a_viewer_is_shown_names_only_where_it_may_list_in_the_tree_of_each_name() {
+    use std::os::unix::fs::chown;
+    let Some((fs, engine)) = machine(256 << 20) else {
+        return;
+    };
+    let (uid, gid) = (4711, 4711);
+    let home = fs.top().join("@home");
+    let u = home.join("u");
+    let dir = |p: &Path, mode: u32| {
+        fs::create_dir(p).unwrap();
+        fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
+    };
+    dir(&u, 0o700);
+    chown(&u, Some(uid), Some(gid)).unwrap();
+    // Root's: closed in the snapshot and opened since; open then and closed since.
+    dir(&u.join("opened"), 0o700);
+    write(&u.join("opened/gone-then-closed.txt"), 10);
+    dir(&u.join("closed"), 0o755);
+    write(&u.join("closed/gone-then-open.txt"), 10);
+    // Open to all by its bits, but its ACL gives this uid nothing.
+    dir(&u.join("acl"), 0o755);
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 7u16, u32::MAX),
+        (0x02, 0, uid),
+        (0x04, 5, u32::MAX),
+        (0x10, 5, u32::MAX),
+        (0x20, 5, u32::MAX),
+    ] {
+        acl.extend_from_slice(&tag.to_le_bytes());
+        acl.extend_from_slice(&perm.to_le_bytes());
+        acl.extend_from_slice(&id.to_le_bytes());
+    }
+    rustix::fs::setxattr(
+        u.join("acl"),
+        "system.posix_acl_access",
+        &acl,
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    dir(&home.join("v"), 0o755);
+    let snap = engine.take(sv("@home")).unwrap();
+
+    fs::remove_file(u.join("opened/gone-then-closed.txt")).unwrap();
+    write(&u.join("opened/added-open.txt"), 10);
+    fs::set_permissions(u.join("opened"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::remove_file(u.join("closed/gone-then-open.txt")).unwrap();
+    write(&u.join("closed/added-closed.txt"), 10);
+    fs::set_permissions(u.join("closed"), fs::Permissions::from_mode(0o700)).unwrap();
+    write(&u.join("acl/added-refused.txt"), 10);
+    write(&u.join("mine.txt"), 10);
+    write(&home.join("v/elsewhere.txt"), 10);
+
+    let view = |within: &[u8]| {
+        let viewer = btrfs::Viewer {
+            uid,
+            gids: vec![gid],
+            within: within.to_vec(),
+        };
+        let c = engine
+            .prepare_change_count(snap.name, Commit::First)
+            .unwrap()
+            .run_seen_by(
+                Instant::now() + Duration::from_secs(60),
+                true,
+                Some(&viewer),
+                &mut |_| {},
+            )
+            .unwrap();
+        let named: BTreeSet<(Change, String)> = c
+            .paths
+            .iter()
+            .map(|p| (p.change, String::from_utf8(p.path.clone()).unwrap()))
+            .collect();
+        (named, c.paths_hidden, c.paths_left_off)
+    };
+    let (named, hidden, left_off) = view(b"u");
+    let expected: BTreeSet<(Change, String)> = [
+        (Change::Modified, "u"),
+        (Change::Modified, "u/opened"),
+        (Change::Added, "u/opened/added-open.txt"),
+        (Change::Modified, "u/closed"),
+        (Change::Removed, "u/closed/gone-then-open.txt"),
+        (Change::Modified, "u/acl"),
+        (Change::Added, "u/mine.txt"),
+    ]
+    .into_iter()
+    .map(|(c, p)| (c, p.to_owned()))
+    .collect();
+    assert_eq!(named, expected);
+    assert_eq!(
+        (hidden, left_off),
+        (3, 0),
+        "gone-then-closed, added-closed, added-refused"
+    );
+    let (named, hidden, _) = view(b"u/closed");
+    assert_eq!(named.len(), 2, "{named:?}");
+    assert_eq!(hidden, 1);
+    // Another subtree (root's, open to all): its own changes, nothing of u's.
+    let (named, hidden, _) = view(b"v");
+    assert_eq!(
+        (named.len(), hidden),
+        (2, 0),
+        "v and v/elsewhere.txt only: {named:?}"
+    );
+}

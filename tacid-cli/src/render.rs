@@ -1331,8 +1331,20 @@ pub fn part_changes(c: &PartChanges) -> String {
             ("removed", "Removed since (the snapshot still has them):"),
         ],
     );
-    if c.paths.is_empty() {
+    if c.paths.is_empty() && c.paths_hidden == 0 {
         let _ = writeln!(out, "Nothing in {} changed since then.", c.subtree);
+    }
+    if c.paths_hidden > 0 {
+        let _ = writeln!(
+            out,
+            "{} {} in directories you cannot read (counted, not named, and not in the numbers above).",
+            c.paths_hidden,
+            if c.paths_hidden == 1 {
+                "change"
+            } else {
+                "changes"
+            }
+        );
     }
     if c.paths_cut {
         let _ = writeln!(

@@ -36,6 +36,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub mod units;
+pub mod users;
 
 /// The smallest image `mkfs.btrfs` (6.2, default profiles) accepts, rounded up.
 pub const MIN_SIZE: u64 = 115 << 20;
@@ -353,6 +354,24 @@ pub fn as_user<T: Send>(uid: u32, gid: u32, f: impl FnOnce() -> T + Send) -> T {
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
+}
+
+/// A turn at something every test process shares (a fixed path such as
+/// `/run/tacid-initrd/<job>`): an exclusive `flock` on `/run/tacid-test-<what>.lock`, held
+/// until the guard is dropped. Threads of one process and other test processes alike wait.
+pub fn turn(what: &str) -> fs::File {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = format!("/run/tacid-test-{what}.lock");
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("open {path} (the tests that share it run as root): {e}"));
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        .unwrap_or_else(|e| panic!("lock {path}: {e}"));
+    file
 }
 
 /// Ask `f` every 20 ms until it says yes or `timeout` has passed: how long it took, or

@@ -19,8 +19,11 @@
 //!   caller at most [`OPENS_PER_WINDOW`] opens per [`OPENS_WINDOW`], so that open-close
 //!   loops cannot write journal rows without bound; refusals are counted as adr/0016 says.
 //!
-//! A diff is the stem's ChangesSince with paths, narrowed here to a subtree: the caller's
-//! home for somebody who is not an approver, and the path asked for. Nothing outside that
+//! A diff shows what `open` would let its caller read. Root and approvers: the stem's
+//! ChangesSince with paths, narrowed here to the path asked for. Anybody else: the stem's
+//! ChangesInPart for their home, which must be theirs in the snapshot (as for an open), and
+//! the path asked for inside it; the stem names only what lies in directories they may
+//! list (with their uid and groups) and counts the rest, unnamed. Nothing outside that
 //! subtree is shown, not even how many paths changed elsewhere. Bytes written cannot be
 //! narrowed (Btrfs counts them per subvolume), so a subtree's answer says it does not know.
 
@@ -145,6 +148,25 @@ pub fn home_part(uid: u32) -> Result<Vec<u8>, String> {
         Err(e) => return Err(format!("looking up uid {uid} failed ({e}); refused")),
     };
     part_of_home(user.dir.as_os_str().as_bytes())
+}
+
+/// Every group of `uid` in the user database (its primary group too): what a person's diff
+/// lists directories with.
+pub fn groups_of(uid: u32) -> Result<Vec<u32>, String> {
+    let user = match User::from_uid(Uid::from_raw(uid)) {
+        Ok(Some(u)) => u,
+        Ok(None) => return Err(format!("uid {uid} has no entry in the user database")),
+        Err(e) => return Err(format!("looking up uid {uid} failed ({e})")),
+    };
+    let name = std::ffi::CString::new(user.name.as_bytes())
+        .map_err(|_| format!("the user name of uid {uid} holds a NUL byte"))?;
+    let groups = nix::unistd::getgrouplist(&name, user.gid)
+        .map_err(|e| format!("looking up the groups of uid {uid} failed ({e})"))?;
+    let mut gids: Vec<u32> = groups.iter().map(|g| g.as_raw()).collect();
+    gids.push(user.gid.as_raw());
+    gids.sort_unstable();
+    gids.dedup();
+    Ok(gids)
 }
 
 /// The one directory name of a home directly under [`HOMES_MOUNT_POINT`]: `/home/alice`
@@ -701,16 +723,40 @@ impl Keeper {
                 .changes_since(name, DETAILS_COUNT_LIMIT, true)
                 .await
         } else {
+            let gids = match groups_of(uid) {
+                Ok(g) => g,
+                Err(why) => {
+                    let why = format!("{why}; refused");
+                    return Err(self.refuse(&asker, action::DIFF, name, &shown_asked, why));
+                }
+            };
+            // Inside the home: `subtree` is the home or below it (checked above).
+            let below = subtree.get(base.len() + 1..).unwrap_or_default();
             // One at a time per caller, and at most MAX_LOOKER_DIFFS over all lookers.
             let turn = self.opens.diff_turn(uid);
             let _mine = turn.lock().await;
             let _looker = self.looker_turn(false).await;
             let _count = self.opens.looker_diffs.acquire().await;
             self.stem
-                .changes_since(name, PREVIEW_COUNT_LIMIT, true)
+                .changes_in_part(name, &base, uid, &gids, below, PREVIEW_COUNT_LIMIT)
                 .await
         };
-        let c = counted.map_err(stem_error)?;
+        let c = match counted {
+            Ok(c) => c,
+            Err(StemError::Refused {
+                name: error,
+                message,
+            }) if error == "PartRefused" => {
+                let why = format!(
+                    "your home ({}) in {name} is not a directory of yours there ({message}); \
+                     there is nothing of yours to compare. A home made, moved or given to you \
+                     since the snapshot is not in it as yours",
+                    shown_path(HOMES_MOUNT_POINT, &base)
+                );
+                return Err(self.refuse(&asker, action::DIFF, name, &shown_asked, why));
+            }
+            Err(e) => return Err(stem_error(e)),
+        };
         let mut out = PartChanges {
             snapshot: name.to_owned(),
             of_path: mount.to_owned(),
@@ -726,6 +772,7 @@ impl Keeper {
             bytes_known: false,
             paths: Vec::new(),
             paths_cut: c.paths_left_off > 0,
+            paths_hidden: c.paths_hidden,
         };
         for p in c.paths.iter().filter(|p| within(&p.path, &subtree)) {
             let n = match (p.change.as_str(), p.directory) {

@@ -57,49 +57,26 @@ pub fn ok(cmd: &str, args: &[&str]) {
     );
 }
 
-fn exists(db: &str, key: &str) -> bool {
-    run("getent", &[db, key]).status.success()
-}
-
 /// Users and groups the story needs: the keeper's user, an approver in wheel, a stranger.
 fn ensure_users() {
     static USERS: Once = Once::new();
+    // Made once under the lock every test process takes, never removed (testbed::users).
     USERS.call_once(|| {
-        if !exists("group", APPROVER_GROUP) {
-            ok("groupadd", &["--system", APPROVER_GROUP]);
-        }
-        if !exists("passwd", names::KEEPER_USER) {
-            ok(
-                "useradd",
-                &[
-                    "--system",
-                    "--user-group",
-                    "--no-create-home",
-                    "--shell",
-                    "/usr/sbin/nologin",
-                    names::KEEPER_USER,
-                ],
-            );
-        }
-        if !exists("passwd", APPROVER) {
-            ok(
-                "useradd",
-                &[
-                    "--user-group",
-                    "--no-create-home",
-                    "--groups",
-                    APPROVER_GROUP,
-                    APPROVER,
-                ],
-            );
-        }
-        ok(
-            "usermod",
-            &["--append", "--groups", APPROVER_GROUP, APPROVER],
+        use testbed::users::{ensure_group, ensure_member, ensure_user};
+        ensure_group(APPROVER_GROUP, &["--system"]);
+        ensure_user(
+            names::KEEPER_USER,
+            &[
+                "--system",
+                "--user-group",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+            ],
         );
-        if !exists("passwd", STRANGER) {
-            ok("useradd", &["--user-group", "--no-create-home", STRANGER]);
-        }
+        ensure_user(APPROVER, &["--user-group", "--no-create-home"]);
+        ensure_member(APPROVER, APPROVER_GROUP);
+        ensure_user(STRANGER, &["--user-group", "--no-create-home"]);
     });
 }
 
@@ -628,7 +605,15 @@ impl Drop for World {
         }
         let _ = self.bus.kill();
         let _ = self.bus.wait();
-        let _ = Command::new("umount").arg(&self.state).status();
+        // Lazily when something still holds it: a bind mount left behind would hold the
+        // loop device and its deleted image for as long as the machine runs.
+        let unmounted = Command::new("umount")
+            .arg(&self.state)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !unmounted {
+            let _ = Command::new("umount").arg("-l").arg(&self.state).status();
+        }
         let _ = fs::remove_dir_all(&self.dir);
     }
 }

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use btrfs::{Changes, ChangesOptions, Progress, SubvolumeEntry, SubvolumeInfo};
+use btrfs::{Changes, ChangesOptions, Progress, SubvolumeEntry, SubvolumeInfo, Viewer};
 use layout::SnapshotName;
 use uuid::Uuid;
 
@@ -90,6 +90,18 @@ impl ChangeCount {
         with_paths: bool,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Changes, EngineError> {
+        self.run_seen_by(deadline, with_paths, None, progress)
+    }
+
+    /// As [`ChangeCount::run`], the paths narrowed to what `viewer` may see (see
+    /// [`btrfs::Viewer`]); the counts stay the whole subvolume's.
+    pub fn run_seen_by(
+        &self,
+        deadline: Instant,
+        with_paths: bool,
+        viewer: Option<&Viewer>,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Changes, EngineError> {
         let options = ChangesOptions {
             deadline,
             with_paths,
@@ -98,13 +110,14 @@ impl ChangeCount {
             max_inodes: MAX_COUNTED_INODES,
             progress_every: PROGRESS_EVERY,
         };
-        let changes = self
-            .top
-            .changes_since(&self.live, &self.snapshot, options, progress)?;
+        let changes =
+            self.top
+                .changes_seen_by(&self.live, &self.snapshot, options, viewer, progress)?;
         if changes.complete {
             let counts = Changes {
                 paths: Vec::new(),
                 paths_left_off: 0,
+                paths_hidden: 0,
                 ..changes.clone()
             };
             self.reused

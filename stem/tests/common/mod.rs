@@ -71,27 +71,19 @@ pub fn require_root_and_tools() -> bool {
     true
 }
 
-/// A system user's uid and gid, made with `useradd --system` when missing. Safe against
-/// another test process making the same user at the same moment.
+/// A system user's uid and gid, made with `useradd --system` when missing, under the lock
+/// every test process takes, and never removed (`testbed::users`).
 pub fn ensure_user(name: &str) -> (u32, u32) {
-    let lookup = || nix::unistd::User::from_name(name).expect("read the user database");
-    if let Some(user) = lookup() {
-        return (user.uid.as_raw(), user.gid.as_raw());
-    }
-    let status = Command::new("useradd")
-        .args([
+    testbed::users::ensure_user(
+        name,
+        &[
             "--system",
             "--user-group",
             "--no-create-home",
             "--shell",
             "/usr/sbin/nologin",
-            name,
-        ])
-        .status()
-        .expect("run useradd");
-    let user = lookup()
-        .unwrap_or_else(|| panic!("useradd {name} failed ({status}) and the user does not exist"));
-    (user.uid.as_raw(), user.gid.as_raw())
+        ],
+    )
 }
 
 /// A private `dbus-daemon` with a system-like policy; killed on drop.
