@@ -1,0 +1,139 @@
+//! Attacks on the fixes of the last common parent, the journal of transfers, opens in use
+//! and the log allowance, on real parts: a loop Btrfs, a private bus with the shipped
+//! policies, the real stem and keeper, the real `tacid` as a stranger.
+//!
+//! - A stranger listing a configured target again and again (anybody may look at what a
+//!   target holds) adds a bounded number of lines to the stem's and the keeper's logs,
+//!   whether the target answers or cannot be used; so do the other calls anybody can make
+//!   that reach the stem or the keeper's refusals (delete --next-copy-full, prune --dry-run).
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use common::{World, STRANGER};
+
+/// Root's copies configuration: `usb` on the target Btrfs, `plain` in a directory that is
+/// not on Btrfs.
+fn write_config(path: &Path, usb: &Path, plain: &Path) {
+    let keep = r#"{"latest": 1, "daily": 0, "weekly": 0, "monthly": 0}"#;
+    let text = format!(
+        r#"{{"targets": {{"usb": {{"place": {:?}, "keep": {keep}}}, "plain": {{"place": {:?}}}}}}}"#,
+        usb.display().to_string(),
+        plain.display().to_string()
+    );
+    fs::write(path, text).expect("config");
+    fs::set_permissions(path, fs::Permissions::from_mode(0o644)).expect("chmod");
+}
+
+fn world_with_usb() -> Option<(World, testbed::LoopFs)> {
+    let mut w = World::start()?;
+    let target = testbed::LoopFs::new(512 << 20).expect("the target Btrfs")?;
+    let usb = target.top().join("tacid");
+    fs::create_dir(&usb).expect("target dir");
+    let plain = w.dir.join("plain");
+    fs::create_dir(&plain).expect("plain dir");
+    let config = w.dir.join("copies.json");
+    write_config(&config, &usb, &plain);
+    let config_arg = config.to_str().expect("utf-8").to_owned();
+    w.stem_args
+        .extend(["--copies-config".to_owned(), config_arg.clone()]);
+    w.kill_stem();
+    w.start_stem();
+    w.stop_keeper_and_set_args(&["--free-floor-bytes", "0", "--copies-config", &config_arg]);
+    w.start_keeper(None);
+    Some((w, target))
+}
+
+/// Lines at INFO, WARN or ERROR in a log (the tests run the daemons at debug).
+fn logged_lines(path: &Path) -> usize {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter(|l| {
+            let plain: String = strip_ansi(l);
+            [" INFO ", " WARN ", " ERROR "]
+                .iter()
+                .any(|level| plain.contains(level))
+        })
+        .count()
+}
+
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn bus_a_stranger_listing_a_target_again_and_again_leaves_a_bounded_log() {
+    let Some((w, _target)) = world_with_usb() else {
+        return;
+    };
+    let name = w.snapshot_home();
+    const CALLS: usize = 60;
+    let floods: [(&str, Vec<&str>); 4] = [
+        (
+            "copies of a configured target",
+            vec!["data", "copies", "usb"],
+        ),
+        (
+            "copies of a target that is not Btrfs",
+            vec!["data", "copies", "plain"],
+        ),
+        (
+            "delete --next-copy-full (refused)",
+            vec!["data", "delete", &name, "--next-copy-full"],
+        ),
+        ("prune --dry-run", vec!["data", "prune", "--dry-run"]),
+    ];
+    let tacid = common::bin("tacid");
+    let mut over = Vec::new();
+    for (what, args) in &floods {
+        let (stem_before, keeper_before) =
+            (logged_lines(&w.stem_log()), logged_lines(&w.keeper_log()));
+        let started = Instant::now();
+        let script =
+            format!("for i in $(seq {CALLS}); do \"$0\" \"$@\" >/dev/null 2>&1; done; exit 0");
+        let status = Command::new("/usr/bin/setpriv")
+            .args([
+                &format!("--reuid={STRANGER}"),
+                &format!("--regid={STRANGER}"),
+                "--init-groups",
+                "/bin/sh",
+                "-c",
+                &script,
+            ])
+            .arg(&tacid)
+            .args(args)
+            .env("TACID_BUS_ADDRESS", &w.address)
+            .status()
+            .expect("the flood runs");
+        assert!(status.success());
+        let stem = logged_lines(&w.stem_log()) - stem_before;
+        let keeper = logged_lines(&w.keeper_log()) - keeper_before;
+        eprintln!(
+            "{CALLS} × {what} in {:.1} s: {stem} lines in the stem's log, {keeper} in the keeper's",
+            started.elapsed().as_secs_f64()
+        );
+        let most = layout::defaults::ALLOWANCE_PER_CALLER as usize + 2;
+        if stem > most || keeper > most {
+            over.push(format!("{what}: {stem} stem lines, {keeper} keeper lines"));
+        }
+    }
+    assert!(over.is_empty(), "{CALLS} calls each: {over:#?}");
+}
