@@ -136,4 +136,70 @@ fn bus_a_stranger_listing_a_target_again_and_again_leaves_a_bounded_log() {
         }
     }
     assert!(over.is_empty(), "{CALLS} calls each: {over:#?}");
+    // After the stranger's flood, an approver's failed listing is still said.
+    let (code, _, _) = w.tacid(common::APPROVER, &["data", "copies", "plain"]);
+    assert_ne!(code, 0, "a target that is not Btrfs was listed");
+    let approver = format!("uid={}", common::uid_of(common::APPROVER));
+    let said = fs::read_to_string(w.keeper_log())
+        .unwrap_or_default()
+        .lines()
+        .chain(fs::read_to_string(w.stem_log()).unwrap_or_default().lines())
+        .map(strip_ansi)
+        .filter(|l| l.contains(&approver) && l.contains("plain") && l.contains(" WARN "))
+        .count();
+    assert!(
+        said >= 1,
+        "the approver's failed listing is in no log after a stranger's flood"
+    );
+}
+
+/// One stranger's flood of diffs of a snapshot that is not there must not use up the log
+/// for everybody: another caller's refused diff afterwards is still in a log (the stem's
+/// or the keeper's), with the name it asked for.
+#[test]
+fn bus_a_strangers_flood_of_refused_diffs_does_not_silence_another_callers() {
+    let Some(w) = World::start() else {
+        return;
+    };
+    let flooded = "@home.2001-01-01T000000.000000Z";
+    let theirs = "@home.2002-02-02T000000.000000Z";
+    let tacid = common::bin("tacid");
+    let script = "for i in $(seq 30); do \"$0\" \"$@\" >/dev/null 2>&1; done; exit 0";
+    let status = Command::new("/usr/bin/setpriv")
+        .args([
+            &format!("--reuid={STRANGER}"),
+            &format!("--regid={STRANGER}"),
+            "--init-groups",
+            "/bin/sh",
+            "-c",
+            script,
+        ])
+        .arg(&tacid)
+        .args(["data", "diff", flooded])
+        .env("TACID_BUS_ADDRESS", &w.address)
+        .status()
+        .expect("the flood runs");
+    assert!(status.success());
+    let (code, _, err) = w.tacid(common::APPROVER, &["data", "diff", theirs]);
+    assert_ne!(
+        code, 0,
+        "a diff of a snapshot that is not there was answered"
+    );
+    assert!(err.contains("2002"), "{err}");
+    let logs = format!(
+        "{}\n{}",
+        fs::read_to_string(w.stem_log()).unwrap_or_default(),
+        fs::read_to_string(w.keeper_log()).unwrap_or_default()
+    );
+    let said = logs
+        .lines()
+        .filter(|l| {
+            let plain = strip_ansi(l);
+            plain.contains(theirs) && (plain.contains(" WARN ") || plain.contains(" INFO "))
+        })
+        .count();
+    assert!(
+        said >= 1,
+        "the approver's refused diff of {theirs} is in no log after a stranger's flood"
+    );
 }

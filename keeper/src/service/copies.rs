@@ -616,7 +616,15 @@ impl Keeper {
         let target = t.name.as_str();
         let may_change = self.may_change(uid);
         let _turn = self.looker_turn(may_change).await;
-        let (held, local) = self.list_target(target).await.map_err(stem_error)?;
+        let (held, local) = self.list_target(target).await.map_err(|e| {
+            // The stem logs failed looks within one allowance for all callers: said here per
+            // caller, so one caller's flood does not silence another's.
+            let v = super::open::stem_refusals_logged("copies", uid);
+            if v.log() {
+                tracing::warn!(uid, user = %asker.name, target, "listing the target failed: {}{}", failure_reason(&e), v.note());
+            }
+            stem_error(e)
+        })?;
         let mut copies: Vec<CopyHeld> = held
             .iter()
             .map(|h| {
