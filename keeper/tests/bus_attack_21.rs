@@ -203,3 +203,92 @@ fn bus_a_strangers_flood_of_refused_diffs_does_not_silence_another_callers() {
         "the approver's refused diff of {theirs} is in no log after a stranger's flood"
     );
 }
+
+/// The `btrfs receive` the stem runs for a transfer (its child), once it has started.
+fn receive_of(stem: u32) -> Option<i32> {
+    for e in fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command's parenthesis: state, then the parent's pid.
+        let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) else {
+            continue;
+        };
+        let ppid = rest.split(' ').nth(1).and_then(|p| p.parse::<u32>().ok());
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if ppid == Some(stem) && cmdline.split(|b| *b == 0).any(|a| a == b"receive") {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+fn signal(pid: i32, sig: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(pid).expect("a pid");
+    rustix::process::kill_process(pid, sig).expect("signal");
+}
+
+/// The keeper is killed mid-copy while the stem goes on; a new keeper starts and a stranger
+/// lists the target while the stem still receives: the act is not settled "not done" then,
+/// and once the copy is on the target, its row says complete (never "failed ... not done"
+/// for a copy the target holds).
+#[test]
+fn bus_a_copy_the_stem_still_runs_for_a_keeper_that_stopped_is_not_written_off() {
+    let Some((mut w, target)) = world_with_usb() else {
+        return;
+    };
+    let usb = target.top().join("tacid");
+    let big: Vec<u8> = (0..64usize << 20)
+        .map(|i| (i as u8).wrapping_mul(31) | 1)
+        .collect();
+    fs::write(w.top().join("@home/big"), big).unwrap();
+    let s1 = w.snapshot_home();
+    let cli = w.spawn_tacid(common::APPROVER, &["data", "copy", &s1, "--to", "usb"]);
+    let stem = w.stem_pid().expect("stem");
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    let receive = loop {
+        if let Some(pid) = receive_of(stem) {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the copy never began");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    signal(receive, rustix::process::Signal::STOP);
+    w.kill_keeper();
+    let _ = cli.wait_with_output();
+    w.start_keeper(None);
+    let (code, out, err) = w.tacid(STRANGER, &["data", "copies", "usb"]);
+    signal(receive, rustix::process::Signal::CONT);
+    assert_eq!(code, 0, "{out} {err}");
+    // The stem finishes the copy for nobody; the target then holds it, verified.
+    let deadline = Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let (code, out, _) = w.tacid(STRANGER, &["data", "copies", "usb", "--json"]);
+        if code == 0 && out.contains(&s1) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the copy never reached the target"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(usb.join(&s1).exists());
+    let (_copy, copied) = w.copy_journal();
+    let rows = keeper::journal::Journal::open(&copied)
+        .expect("journal opens")
+        .copy_requests()
+        .expect("copy rows");
+    w.give_journal_back();
+    let row = rows
+        .iter()
+        .find(|r| r.action == "copy" && r.subject == s1)
+        .expect("the copy is journalled");
+    assert_eq!(
+        row.state, "complete",
+        "the target holds {s1}, verified, yet its row says: {row:?}"
+    );
+}

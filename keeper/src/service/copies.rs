@@ -247,7 +247,32 @@ impl Keeper {
             .iter()
             .map(|h| (h.name.clone(), h.received_uuid.clone()))
             .collect();
-        let in_flight = self.copy_acts.rows_in_flight();
+        let mut in_flight = self.copy_acts.rows_in_flight();
+        // A transfer the stem still runs for a keeper that stopped is not settled "not done"
+        // yet: it may be done a moment later (what is already done is settled).
+        let running: Vec<_> = match self.stem.copy_progress().await {
+            Ok(all) => all.into_iter().filter(|f| f.target == target).collect(),
+            Err(_) => Vec::new(),
+        };
+        if !running.is_empty() {
+            if let Ok(rows) = self.journal(|j| j.copy_requests()) {
+                in_flight.extend(
+                    rows.iter()
+                        .filter(|r| {
+                            r.state == state::PENDING
+                                && r.target == target
+                                && running
+                                    .iter()
+                                    .any(|f| f.name == r.subject && f.direction == r.action)
+                                && !match r.action.as_str() {
+                                    "copy" => held.iter().any(|h| h.name == r.subject),
+                                    _ => local.contains(&r.subject),
+                                }
+                        })
+                        .map(|r| r.id),
+                );
+            }
+        }
         let started = self.copy_acts.started_micros;
         if let Err(e) =
             self.journal(|j| j.record_target_listing(target, &pairs, &members, &in_flight, started))
