@@ -590,6 +590,40 @@ impl Stem1 {
         }
     }
 
+    /// [`Stem1::copy_act`] for a look anybody can repeat: done at debug, refused or failed
+    /// within the allowance of [`allowed`].
+    async fn copy_act_quietly<T: Send + 'static>(
+        &self,
+        what: String,
+        act: impl FnOnce(&Copies) -> Result<T, CopyError> + Send + 'static,
+    ) -> Result<T, Error> {
+        let copies = self.copies.clone();
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("stem-copy".into())
+            .spawn(move || {
+                let _ = answer.send(act(&copies));
+            })
+            .map_err(|e| Error::Failed(format!("{what}: cannot start a thread: {e}")))?;
+        match answered.await {
+            Ok(Ok(answer)) => {
+                tracing::debug!("{what}: done");
+                Ok(answer)
+            }
+            Ok(Err(e)) => {
+                let v = allowed("copies look refused", u32::MAX);
+                if v.log() {
+                    tracing::warn!("{what}: refused or failed: {e}{}", v.note());
+                }
+                Err(e.into())
+            }
+            Err(_) => {
+                tracing::error!("{what}: the copy thread stopped (a panic; see above)");
+                Err(Error::Failed(format!("{what}: the copy thread stopped")))
+            }
+        }
+    }
+
     /// Admit the call or refuse it; every method starts here, before it looks at an argument.
     async fn admit(&self, connection: &Connection, header: &Header<'_>) -> Result<u32, Error> {
         let member = header
@@ -1057,7 +1091,12 @@ impl Stem1 {
         self.admit(connection, &header).await?;
         let target = parse_target(target)?;
         let what = format!("read copies on {target}");
-        let copies = self.copy_act(what, move |c| c.copies_on(&target)).await?;
+        // Anybody may look at a target, through the keeper, as often as they like: a look
+        // is not logged, its failure only within an allowance (the keeper passes no caller;
+        // the answer is the same for every caller of a target).
+        let copies = self
+            .copy_act_quietly(what, move |c| c.copies_on(&target))
+            .await?;
         Ok(copies.iter().map(CopyInfo::from).collect())
     }
 

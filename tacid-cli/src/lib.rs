@@ -147,7 +147,18 @@ pub fn holders_of(path: &std::path::Path) -> Vec<String> {
     let Ok(dev) = std::fs::metadata(path).map(|m| m.dev()) else {
         return Vec::new();
     };
-    let on_dev = |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|m| m.dev() == dev);
+    // What the kernel already knows, never asking the filesystem: a process of a hostile
+    // user's can sit in a FUSE filesystem whose server does not answer, and a plain stat
+    // through /proc/PID/cwd would wait for it for ever.
+    let on_dev = |p: &std::path::Path| {
+        rustix::fs::statx(
+            rustix::fs::CWD,
+            p,
+            rustix::fs::AtFlags::STATX_DONT_SYNC,
+            rustix::fs::StatxFlags::empty(),
+        )
+        .is_ok_and(|x| rustix::fs::makedev(x.stx_dev_major, x.stx_dev_minor) == dev)
+    };
     // /proc/PID/maps writes the device as hex "major:minor".
     let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
     let minor = (dev & 0xff) | ((dev >> 12) & !0xff);

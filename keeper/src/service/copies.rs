@@ -247,7 +247,32 @@ impl Keeper {
             .iter()
             .map(|h| (h.name.clone(), h.received_uuid.clone()))
             .collect();
-        let in_flight = self.copy_acts.rows_in_flight();
+        let mut in_flight = self.copy_acts.rows_in_flight();
+        // A transfer the stem still runs for a keeper that stopped is not settled "not done"
+        // yet: it may be done a moment later (what is already done is settled).
+        let running: Vec<_> = match self.stem.copy_progress().await {
+            Ok(all) => all.into_iter().filter(|f| f.target == target).collect(),
+            Err(_) => Vec::new(),
+        };
+        if !running.is_empty() {
+            if let Ok(rows) = self.journal(|j| j.copy_requests()) {
+                in_flight.extend(
+                    rows.iter()
+                        .filter(|r| {
+                            r.state == state::PENDING
+                                && r.target == target
+                                && running
+                                    .iter()
+                                    .any(|f| f.name == r.subject && f.direction == r.action)
+                                && !match r.action.as_str() {
+                                    "copy" => held.iter().any(|h| h.name == r.subject),
+                                    _ => local.contains(&r.subject),
+                                }
+                        })
+                        .map(|r| r.id),
+                );
+            }
+        }
         let started = self.copy_acts.started_micros;
         if let Err(e) =
             self.journal(|j| j.record_target_listing(target, &pairs, &members, &in_flight, started))
@@ -616,7 +641,15 @@ impl Keeper {
         let target = t.name.as_str();
         let may_change = self.may_change(uid);
         let _turn = self.looker_turn(may_change).await;
-        let (held, local) = self.list_target(target).await.map_err(stem_error)?;
+        let (held, local) = self.list_target(target).await.map_err(|e| {
+            // The stem logs failed looks within one allowance for all callers: said here per
+            // caller, so one caller's flood does not silence another's.
+            let v = super::open::stem_refusals_logged("copies", uid);
+            if v.log() {
+                tracing::warn!(uid, user = %asker.name, target, "listing the target failed: {}{}", failure_reason(&e), v.note());
+            }
+            stem_error(e)
+        })?;
         let mut copies: Vec<CopyHeld> = held
             .iter()
             .map(|h| {

@@ -755,7 +755,18 @@ impl Keeper {
                 );
                 return Err(self.refuse(&asker, action::DIFF, name, &shown_asked, why));
             }
-            Err(e) => return Err(stem_error(e)),
+            Err(e) => {
+                // The stem logs its refusals of counts within one allowance for all callers
+                // (it is not told who asks): said here per caller, so one caller's flood
+                // does not silence another's.
+                if let StemError::Refused { message, .. } = &e {
+                    let v = stem_refusals_logged("diff", uid);
+                    if v.log() {
+                        tracing::warn!(uid, user = %asker.name, snapshot = %caps::name(name), "diff refused by the stem: {}{}", caps::capped(message, caps::MAX_FAILURE_BYTES), v.note());
+                    }
+                }
+                return Err(stem_error(e));
+            }
         };
         let mut out = PartChanges {
             snapshot: name.to_owned(),
@@ -848,6 +859,18 @@ fn begin_closed(
         state::CLOSED,
         outcome,
     )
+}
+
+/// Whether a look of `kind` the stem refused (a diff, a listing of a target) may be logged
+/// now for `uid`: within adr/0016's allowance per caller, kind and time.
+pub(super) fn stem_refusals_logged(kind: &'static str, uid: u32) -> layout::allowance::Verdict {
+    static LOGS: std::sync::LazyLock<Mutex<layout::allowance::LogAllowance<(&'static str, u32)>>> =
+        std::sync::LazyLock::new(|| {
+            Mutex::new(layout::allowance::LogAllowance::new(Instant::now()))
+        });
+    LOGS.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .admit(&(kind, uid), Instant::now())
 }
 
 #[cfg(test)]
