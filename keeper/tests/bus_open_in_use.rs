@@ -369,6 +369,19 @@ fn bus_retention_does_not_delete_an_open_in_use() {
         );
         assert!(w.disk_snapshots().0.contains(&older));
     }
+    // Anybody may ask for a dry run; whose open it is, and where, is not theirs to see.
+    let (code, out, err) = w.tacid(STRANGER, &["data", "prune", "--dry-run", "--json"]);
+    assert_eq!(code, 0, "a stranger's dry run: {out}{err}");
+    let report = json(&out);
+    assert!(
+        named(&report, "spared").iter().any(|(n, note)| *n == older
+            && note.starts_with("kept: open at a place shown only to its opener and approvers")),
+        "{out}"
+    );
+    assert!(
+        !out.contains(&path),
+        "a stranger is shown where it is open: {out}"
+    );
 
     // Let go and closed: the next prune deletes it, and nothing is pinned.
     for mut c in cleanup.1.drain(..) {
