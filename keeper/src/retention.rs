@@ -15,8 +15,9 @@
 //!    much deleting one frees, so the keeper measures again before the next round.
 //!
 //! Never chosen, whatever the rules say: a snapshot the staged restore names (pinned), one a
-//! person marked to keep, one of unknown origin (nobody can say what it is for), and the
-//! last common parent with a configured copy target (the newest snapshot of its subvolume
+//! person marked to keep, one that is open (the stem refuses to delete it until it is closed,
+//! adr/0021: a plan that counted on it would not be what `prune` does), one of unknown
+//! origin (nobody can say what it is for), and the last common parent with a configured copy target (the newest snapshot of its subvolume
 //! the target holds a copy of: deleted, the next copy there would be sent full). A set
 //! (pre-switch or timeline) goes whole or not at all: if any member is protected, every
 //! member stays. When the free-space floor could only be met by deleting a last common
@@ -53,6 +54,8 @@ pub struct Candidate {
     /// The configured copy targets it is the last common parent with ([`last_common_parents`]),
     /// in name order.
     pub parent_of: Vec<String>,
+    /// Where it is open (one place for each opener), in order; empty: not open.
+    pub open_at: Vec<String>,
 }
 
 /// The retention policy (the module's `services.tacid.retention.*`).
@@ -202,7 +205,9 @@ pub enum Protection {
     /// The newest snapshot of its subvolume these configured targets hold a copy of: the
     /// parent their next incremental copy is sent against.
     LastCommonParent(Vec<String>),
-    /// Another member of its set is pinned, kept or a last common parent.
+    /// Open at these places: the stem does not delete it until it is closed (adr/0021).
+    Open(Vec<String>),
+    /// Another member of its set is pinned, kept, open or a last common parent.
     SetMemberProtected,
 }
 
@@ -219,9 +224,14 @@ impl fmt::Display for Protection {
                      without it that copy would be full"
                 )
             }
+            Protection::Open(places) => write!(
+                f,
+                "open at {} (in use until it is closed; it cannot be deleted before)",
+                places.join(", ")
+            ),
             Protection::SetMemberProtected => f.write_str(
-                "another member of its set is pinned or kept or a last common parent with a \
-                 copy target, and a set goes whole or not at all",
+                "another member of its set is pinned or kept or open, or a last common parent with \
+                 a copy target, and a set goes whole or not at all",
             ),
         }
     }
@@ -326,12 +336,14 @@ impl Unit<'_> {
             Some(Protection::Pinned)
         } else if c.kept {
             Some(Protection::Kept)
+        } else if !c.open_at.is_empty() {
+            Some(Protection::Open(c.open_at.clone()))
         } else if !c.parent_of.is_empty() {
             Some(Protection::LastCommonParent(c.parent_of.clone()))
         } else if self
             .members
             .iter()
-            .any(|m| m.pinned || m.kept || !m.parent_of.is_empty())
+            .any(|m| m.pinned || m.kept || !m.open_at.is_empty() || !m.parent_of.is_empty())
         {
             Some(Protection::SetMemberProtected)
         } else {
@@ -436,8 +448,9 @@ pub fn plan(snapshots: &[Candidate], policy: &Policy, now_micros: i64, free_byte
         chosen.push((unit, rule));
     }
 
-    // The floor: one more automatic unit the rules kept, the oldest first. A unit that is
-    // only held by a last common parent is named (spared, under the floor's rule) when no
+    // The floor: one more automatic unit the rules kept, the oldest first; never one with an
+    // open member (its deletion would be refused, and the space not come back). A unit that
+    // is only held by a last common parent is named (spared, under the floor's rule) when no
     // other is left, so the plan says why the floor is unmet.
     let mut floor_unmet = false;
     let mut floor_held_by_parents = false;
@@ -453,7 +466,10 @@ pub fn plan(snapshots: &[Candidate], policy: &Policy, now_micros: i64, free_byte
                 .filter(|(_, (u, rule))| {
                     rule.is_none()
                         && u.members.iter().all(|m| {
-                            !m.pinned && !m.kept && (parents_too || m.parent_of.is_empty())
+                            !m.pinned
+                                && !m.kept
+                                && m.open_at.is_empty()
+                                && (parents_too || m.parent_of.is_empty())
                         })
                         && matches!(
                             u.members[0].kind,
@@ -523,6 +539,7 @@ mod tests {
             kept: false,
             pinned: false,
             parent_of: Vec::new(),
+            open_at: Vec::new(),
         }
     }
 
@@ -662,13 +679,14 @@ mod tests {
                 prop::bool::weighted(0.1),
                 prop::bool::weighted(0.05),
                 prop::bool::weighted(0.1),
+                prop::bool::weighted(0.1),
             ),
             0..80,
         )
         .prop_map(|v| {
             v.into_iter()
                 .enumerate()
-                .map(|(i, (ago, kind, kept, pinned, parent))| Candidate {
+                .map(|(i, (ago, kind, kept, pinned, parent, open))| Candidate {
                     name: format!("s{i:03}"),
                     taken_micros: NOW - ago,
                     kind,
@@ -676,6 +694,11 @@ mod tests {
                     pinned,
                     parent_of: if parent {
                         vec!["usb".into()]
+                    } else {
+                        Vec::new()
+                    },
+                    open_at: if open {
+                        vec![format!("/run/tacid/1000/s{i:03}")]
                     } else {
                         Vec::new()
                     },
@@ -772,13 +795,57 @@ mod tests {
         assert!(!p.floor_unmet);
     }
 
+    #[test]
+    fn an_open_snapshot_keeps_its_set_and_the_floor_does_not_count_on_it() {
+        let policy = Policy {
+            hourly: 1,
+            daily: 0,
+            weekly: 0,
+            monthly: 0,
+            floor_bytes: 0,
+            ..Policy::default()
+        };
+        let mut snaps = vec![
+            c("@home.a", 30, Kind::Timeline { set: 1 }),
+            c("@var-log.a", 30, Kind::Timeline { set: 1 }),
+            c("@home.b", 20, Kind::Timeline { set: 2 }),
+            c("@home.c", 10, Kind::Timeline { set: 3 }),
+        ];
+        snaps[0].open_at = vec!["/run/tacid/1000/@home.a".into()];
+        let p = plan(&snaps, &policy, NOW, u64::MAX);
+        assert_eq!(names(&p), ["@home.b"]);
+        assert_eq!(
+            p.spared[0].protection,
+            Protection::Open(vec!["/run/tacid/1000/@home.a".into()])
+        );
+        assert!(p.spared[0]
+            .protection
+            .to_string()
+            .starts_with("open at /run/tacid/1000/@home.a (in use until it is closed"));
+        assert_eq!(p.spared[1].protection, Protection::SetMemberProtected);
+
+        // Below the floor, the oldest set is open: the floor takes the next one instead, and
+        // with only the open one left it is unmet, deleting nothing.
+        let floor = Policy {
+            floor_bytes: 100,
+            hourly: 3,
+            ..policy
+        };
+        let p = plan(&snaps, &floor, NOW, 1);
+        assert_eq!(names(&p), ["@home.b"]);
+        assert_eq!(p.delete[0].rule.code(), "free-space-floor");
+        let p = plan(&snaps[..2], &floor, NOW, 1);
+        assert!(p.delete.is_empty() && p.floor_unmet && !p.floor_held_by_parents);
+    }
+
     proptest! {
         #[test]
-        fn never_deletes_pinned_kept_unknown_or_a_last_common_parent(snaps in candidates(), p in policy(), free in 0u64..300) {
+        fn never_deletes_pinned_kept_open_unknown_or_a_last_common_parent(snaps in candidates(), p in policy(), free in 0u64..300) {
             let out = plan(&snaps, &p, NOW, free);
             for d in &out.delete {
                 let s = snaps.iter().find(|s| s.name == d.name).unwrap();
                 prop_assert!(!s.pinned && !s.kept, "{} deleted though protected", d.name);
+                prop_assert!(s.open_at.is_empty(), "{} deleted though open", d.name);
                 prop_assert!(s.parent_of.is_empty(), "{} deleted though a last common parent", d.name);
                 prop_assert!(s.kind != Kind::UnknownOrigin);
             }
@@ -874,7 +941,7 @@ mod tests {
                 if let Kind::PreSwitch { set } = s.kind {
                     let e = sets.entry(set).or_insert((i64::MIN, false));
                     e.0 = e.0.max(s.taken_micros);
-                    e.1 |= s.pinned || s.kept || !s.parent_of.is_empty();
+                    e.1 |= s.pinned || s.kept || !s.open_at.is_empty() || !s.parent_of.is_empty();
                 }
             }
             let mut order: Vec<(i64, i64, bool)> = sets.iter().map(|(id, (t, prot))| (*t, *id, *prot)).collect();
@@ -891,7 +958,7 @@ mod tests {
                 if let Kind::Timeline { set } = s.kind {
                     let e = tsets.entry(set).or_insert((i64::MIN, false, false));
                     e.0 = e.0.max(s.taken_micros);
-                    e.1 |= s.pinned || s.kept || !s.parent_of.is_empty();
+                    e.1 |= s.pinned || s.kept || !s.open_at.is_empty() || !s.parent_of.is_empty();
                     e.2 |= gone.contains(s.name.as_str());
                 }
             }

@@ -318,7 +318,8 @@ pub struct PruneReport {
     pub dry_run: bool,
     /// Deleted (or would be), oldest first.
     pub deleted: Vec<PruneEntry>,
-    /// Chosen by a rule but kept: pinned by the staged restore, or marked to keep.
+    /// Chosen by a rule but kept: pinned by the staged restore, marked to keep, open, or a
+    /// last common parent with a copy target; `note` says which.
     pub spared: Vec<PruneEntry>,
     /// The stem refused or failed these; `note` says why.
     pub failed: Vec<PruneEntry>,

@@ -252,12 +252,30 @@ impl Keeper {
         })
     }
 
-    /// What retention would delete now, from the disk and the journal.
+    /// What retention would delete now, from the disk, the stem's opens and the journal.
+    /// `may_change`: the asker is shown where each open is; to anybody else an open is
+    /// somebody's, not whose.
     async fn retention_plan(
         &self,
+        may_change: bool,
     ) -> Result<(retention::Plan, u64, BTreeMap<String, i64>), KeeperError> {
         let disk = self.stem.list().await.map_err(stem_error)?;
         let space = self.stem.free_space().await.map_err(stem_error)?;
+        // An open snapshot is not deleted (adr/0021): the plan keeps it, so that a dry run
+        // says what the real run does, and the real run does not try.
+        let mut open_at: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for o in self.stem.open_snapshots().await.map_err(stem_error)? {
+            let place = if may_change {
+                o.path
+            } else {
+                "a place shown only to its opener and approvers".to_owned()
+            };
+            open_at.entry(o.name).or_default().push(place);
+        }
+        for places in open_at.values_mut() {
+            places.sort();
+            places.dedup();
+        }
         let (rows, timeline, keeps, copies) = self.journal(|j| {
             Ok((
                 j.snapshots()?,
@@ -293,6 +311,7 @@ impl Keeper {
                     kept: keeps.contains_key(name),
                     pinned: d.staged,
                     parent_of: parents.remove(name).unwrap_or_default(),
+                    open_at: open_at.remove(name).unwrap_or_default(),
                 }
             })
             .collect();
@@ -321,7 +340,7 @@ impl Keeper {
             self.settle_pending_deletions().await?;
         }
         let started = std::time::Instant::now();
-        let (plan, free_bytes, taken) = self.retention_plan().await?;
+        let (plan, free_bytes, taken) = self.retention_plan(may_change).await?;
         let planned = started.elapsed();
         let entry = |name: &str, rule: &retention::Rule, note: String| PruneEntry {
             name: name.to_owned(),
