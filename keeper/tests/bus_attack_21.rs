@@ -10,78 +10,16 @@
 mod common;
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt as _;
-use std::path::Path;
+
 use std::process::Command;
 use std::time::Instant;
 
+use common::copies::{logged_lines, strip_ansi, world_with_usb};
 use common::{World, STRANGER};
-
-/// Root's copies configuration: `usb` on the target Btrfs, `plain` in a directory that is
-/// not on Btrfs.
-fn write_config(path: &Path, usb: &Path, plain: &Path) {
-    let keep = r#"{"latest": 1, "daily": 0, "weekly": 0, "monthly": 0}"#;
-    let text = format!(
-        r#"{{"targets": {{"usb": {{"place": {:?}, "keep": {keep}}}, "plain": {{"place": {:?}}}}}}}"#,
-        usb.display().to_string(),
-        plain.display().to_string()
-    );
-    fs::write(path, text).expect("config");
-    fs::set_permissions(path, fs::Permissions::from_mode(0o644)).expect("chmod");
-}
-
-fn world_with_usb() -> Option<(World, testbed::LoopFs)> {
-    let mut w = World::start()?;
-    let target = testbed::LoopFs::new(512 << 20).expect("the target Btrfs")?;
-    let usb = target.top().join("tacid");
-    fs::create_dir(&usb).expect("target dir");
-    let plain = w.dir.join("plain");
-    fs::create_dir(&plain).expect("plain dir");
-    let config = w.dir.join("copies.json");
-    write_config(&config, &usb, &plain);
-    let config_arg = config.to_str().expect("utf-8").to_owned();
-    w.stem_args
-        .extend(["--copies-config".to_owned(), config_arg.clone()]);
-    w.kill_stem();
-    w.start_stem();
-    w.stop_keeper_and_set_args(&["--free-floor-bytes", "0", "--copies-config", &config_arg]);
-    w.start_keeper(None);
-    Some((w, target))
-}
-
-/// Lines at INFO, WARN or ERROR in a log (the tests run the daemons at debug).
-fn logged_lines(path: &Path) -> usize {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter(|l| {
-            let plain: String = strip_ansi(l);
-            [" INFO ", " WARN ", " ERROR "]
-                .iter()
-                .any(|level| plain.contains(level))
-        })
-        .count()
-}
-
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
 
 #[test]
 fn bus_a_stranger_listing_a_target_again_and_again_leaves_a_bounded_log() {
-    let Some((w, _target)) = world_with_usb() else {
+    let Some((w, _target, _usb)) = world_with_usb(&["--free-floor-bytes", "0"]) else {
         return;
     };
     let name = w.snapshot_home();
@@ -237,7 +175,7 @@ fn signal(pid: i32, sig: rustix::process::Signal) {
 /// for a copy the target holds).
 #[test]
 fn bus_a_copy_the_stem_still_runs_for_a_keeper_that_stopped_is_not_written_off() {
-    let Some((mut w, target)) = world_with_usb() else {
+    let Some((mut w, target, _usb)) = world_with_usb(&["--free-floor-bytes", "0"]) else {
         return;
     };
     let usb = target.top().join("tacid");

@@ -9,9 +9,9 @@
 mod common;
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
+use common::copies::world_with_usb;
 use common::{uid_of, World, APPROVER, STRANGER};
 use keeper::journal::{CopyRow, Journal};
 use serde_json::Value;
@@ -40,38 +40,12 @@ fn refusals(w: &World, action: &str) -> Vec<keeper::journal::RequestRow> {
         .collect()
 }
 
-/// Root's copies configuration: `usb` on the target Btrfs keeping only the newest copy of
-/// each subvolume, `plain` in a directory that is not on Btrfs.
-fn write_config(path: &Path, usb: &Path, plain: &Path) {
-    let keep = r#"{"latest": 1, "daily": 0, "weekly": 0, "monthly": 0}"#;
-    let text = format!(
-        r#"{{"targets": {{"usb": {{"place": {:?}, "keep": {keep}}}, "plain": {{"place": {:?}}}}}}}"#,
-        usb.display().to_string(),
-        plain.display().to_string()
-    );
-    fs::write(path, text).expect("config");
-    fs::set_permissions(path, fs::Permissions::from_mode(0o644)).expect("chmod");
-}
-
 #[test]
 fn bus_copies_to_a_local_target_and_back() {
-    let Some(mut w) = World::start() else { return };
-    let Some(target) = testbed::LoopFs::new(256 << 20).expect("the target Btrfs") else {
+    let Some((w, _target, usb)) = world_with_usb(&["--free-floor-bytes", "0"]) else {
         return;
     };
-    let usb = target.top().join("tacid");
-    fs::create_dir(&usb).expect("target dir");
     let plain = w.dir.join("plain");
-    fs::create_dir(&plain).expect("plain dir");
-    let config = w.dir.join("copies.json");
-    write_config(&config, &usb, &plain);
-    let config_arg = config.to_str().expect("utf-8").to_owned();
-    w.stem_args
-        .extend(["--copies-config".to_owned(), config_arg.clone()]);
-    w.kill_stem();
-    w.start_stem();
-    w.stop_keeper_and_set_args(&["--free-floor-bytes", "0", "--copies-config", &config_arg]);
-    w.start_keeper(None);
 
     // An approver's first copy: full, verified.
     let s1 = w.snapshot_home();
@@ -332,30 +306,6 @@ fn bus_copies_to_a_local_target_and_back() {
             "a copy of {took:?} said no progress: {err:?}"
         );
     }
-}
-
-/// A world with the target Btrfs `usb` (keeping the newest copy of each subvolume) and
-/// `plain`, the stem and the keeper told of them, the keeper started with `keeper_args`
-/// too. The target's loop filesystem and its directory.
-fn world_with_usb(keeper_args: &[&str]) -> Option<(World, testbed::LoopFs, std::path::PathBuf)> {
-    let mut w = World::start()?;
-    let target = testbed::LoopFs::new(512 << 20).expect("the target Btrfs")?;
-    let usb = target.top().join("tacid");
-    fs::create_dir(&usb).expect("target dir");
-    let plain = w.dir.join("plain");
-    fs::create_dir(&plain).expect("plain dir");
-    let config = w.dir.join("copies.json");
-    write_config(&config, &usb, &plain);
-    let config_arg = config.to_str().expect("utf-8").to_owned();
-    w.stem_args
-        .extend(["--copies-config".to_owned(), config_arg.clone()]);
-    w.kill_stem();
-    w.start_stem();
-    let mut args = vec!["--copies-config", config_arg.as_str()];
-    args.extend_from_slice(keeper_args);
-    w.stop_keeper_and_set_args(&args);
-    w.start_keeper(None);
-    Some((w, target, usb))
 }
 
 /// Take a timeline set as the approver; its members' names.

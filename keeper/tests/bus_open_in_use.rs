@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use common::copies::logged_lines;
 use common::{ok, uid_of, World, APPROVER, APPROVER_GROUP, STRANGER};
 
 /// A person whose home is in the snapshot.
@@ -451,36 +452,6 @@ fn bus_a_keeper_that_leaves_does_not_close_an_open_in_use_and_the_next_one_follo
     let (code, out, err) = w.tacid(APPROVER, &["data", "delete", &name]);
     assert_eq!(code, 0, "{out}{err}");
     nothing_pinned(&w, Duration::from_secs(60)).expect("nothing pinned");
-}
-
-/// Lines at INFO, WARN or ERROR in a log (the tests run the daemons at debug).
-fn logged_lines(path: &Path) -> usize {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter(|l| {
-            let plain: String = strip_ansi(l);
-            [" INFO ", " WARN ", " ERROR "]
-                .iter()
-                .any(|level| plain.contains(level))
-        })
-        .count()
-}
-
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 #[test]

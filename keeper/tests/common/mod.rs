@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use keeper::journal::{Journal, RequestRow, SnapshotRow};
 use layout::names;
 
+pub mod copies;
 pub mod hostile;
 
 pub const APPROVER: &str = "tacid-approver";
