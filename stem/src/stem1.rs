@@ -522,6 +522,14 @@ impl Error {
     }
 }
 
+/// How a copy act's answer is logged: a copy, fetch or deletion every time; a look that
+/// anybody may repeat within the allowance (adr/0016).
+#[derive(Debug, Clone, Copy)]
+enum Logged {
+    EveryTime,
+    WithinAllowance,
+}
+
 /// The server side: the interface served at `/org/tacid/Stem1`.
 #[derive(Debug)]
 pub struct Stem1 {
@@ -560,10 +568,11 @@ impl Stem1 {
     }
 
     /// Run a copy act on a thread of its own (a transfer may take hours: never the
-    /// engine's thread, never the async runtime's); log the answer.
+    /// engine's thread, never the async runtime's); log the answer as `logged` says.
     async fn copy_act<T: Send + 'static>(
         &self,
         what: String,
+        logged: Logged,
         act: impl FnOnce(&Copies) -> Result<T, CopyError> + Send + 'static,
     ) -> Result<T, Error> {
         let copies = self.copies.clone();
@@ -574,50 +583,27 @@ impl Stem1 {
                 let _ = answer.send(act(&copies));
             })
             .map_err(|e| Error::Failed(format!("{what}: cannot start a thread: {e}")))?;
-        match answered.await {
-            Ok(Ok(answer)) => {
+        match (answered.await, logged) {
+            (Ok(Ok(answer)), Logged::EveryTime) => {
                 tracing::info!("{what}: done");
                 Ok(answer)
             }
-            Ok(Err(e)) => {
-                tracing::warn!("{what}: refused or failed: {e}");
-                Err(e.into())
-            }
-            Err(_) => {
-                tracing::error!("{what}: the copy thread stopped (a panic; see above)");
-                Err(Error::Failed(format!("{what}: the copy thread stopped")))
-            }
-        }
-    }
-
-    /// [`Stem1::copy_act`] for a look anybody can repeat: done at debug, refused or failed
-    /// within the allowance of [`allowed`].
-    async fn copy_act_quietly<T: Send + 'static>(
-        &self,
-        what: String,
-        act: impl FnOnce(&Copies) -> Result<T, CopyError> + Send + 'static,
-    ) -> Result<T, Error> {
-        let copies = self.copies.clone();
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
-            .name("stem-copy".into())
-            .spawn(move || {
-                let _ = answer.send(act(&copies));
-            })
-            .map_err(|e| Error::Failed(format!("{what}: cannot start a thread: {e}")))?;
-        match answered.await {
-            Ok(Ok(answer)) => {
+            (Ok(Ok(answer)), Logged::WithinAllowance) => {
                 tracing::debug!("{what}: done");
                 Ok(answer)
             }
-            Ok(Err(e)) => {
+            (Ok(Err(e)), Logged::EveryTime) => {
+                tracing::warn!("{what}: refused or failed: {e}");
+                Err(e.into())
+            }
+            (Ok(Err(e)), Logged::WithinAllowance) => {
                 let v = allowed("copies look refused", u32::MAX);
                 if v.log() {
                     tracing::warn!("{what}: refused or failed: {e}{}", v.note());
                 }
                 Err(e.into())
             }
-            Err(_) => {
+            (Err(_), _) => {
                 tracing::error!("{what}: the copy thread stopped (a panic; see above)");
                 Err(Error::Failed(format!("{what}: the copy thread stopped")))
             }
@@ -1072,7 +1058,7 @@ impl Stem1 {
         let target = parse_target(target)?;
         let what = format!("copy {name} to {target}");
         let copied = self
-            .copy_act(what, move |c| c.copy_to(name, &target))
+            .copy_act(what, Logged::EveryTime, move |c| c.copy_to(name, &target))
             .await?;
         Ok(CopiedInfo::from(&copied))
     }
@@ -1095,7 +1081,7 @@ impl Stem1 {
         // is not logged, its failure only within an allowance (the keeper passes no caller;
         // the answer is the same for every caller of a target).
         let copies = self
-            .copy_act_quietly(what, move |c| c.copies_on(&target))
+            .copy_act(what, Logged::WithinAllowance, move |c| c.copies_on(&target))
             .await?;
         Ok(copies.iter().map(CopyInfo::from).collect())
     }
@@ -1114,8 +1100,10 @@ impl Stem1 {
         let target = parse_target(target)?;
         let name = parse_snapshot(name)?;
         let what = format!("delete the copy {name} on {target}");
-        self.copy_act(what, move |c| c.delete_copy(&target, name))
-            .await
+        self.copy_act(what, Logged::EveryTime, move |c| {
+            c.delete_copy(&target, name)
+        })
+        .await
     }
 
     /// Fetch the copy `name` from `target` back into the store (a new disk): received into
@@ -1139,7 +1127,9 @@ impl Stem1 {
         let name = parse_snapshot(name)?;
         let what = format!("fetch {name} from {target}");
         let (fetched, bytes) = self
-            .copy_act(what, move |c| c.fetch_counted(&target, name))
+            .copy_act(what, Logged::EveryTime, move |c| {
+                c.fetch_counted(&target, name)
+            })
             .await?;
         Ok((SnapshotInfo::from(&fetched), bytes))
     }
