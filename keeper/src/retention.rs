@@ -589,16 +589,21 @@ mod tests {
         assert_eq!(p.spared[1].protection, Protection::Pinned);
     }
 
-    #[test]
-    fn timeline_keeps_the_newest_of_each_period() {
-        let policy = Policy {
-            hourly: 2,
+    /// Timeline retention by the hour alone: `hourly` kept, no other period, no floor.
+    fn hourly_only(hourly: usize) -> Policy {
+        Policy {
+            hourly,
             daily: 0,
             weekly: 0,
             monthly: 0,
             floor_bytes: 0,
             ..Policy::default()
-        };
+        }
+    }
+
+    #[test]
+    fn timeline_keeps_the_newest_of_each_period() {
+        let policy = hourly_only(2);
         // Two in the newest hour, one in the hour before, one three hours ago.
         let mut snaps = vec![
             c("t3", 3, Kind::Timeline { set: 1 }),
@@ -732,14 +737,7 @@ mod tests {
     fn the_last_common_parent_with_a_target_stays_whatever_the_rule() {
         // Three hourly timeline sets of /home, the oldest copied to usb; a target away keeps
         // nothing newer. Hourly 1 chooses the two older sets; the copied one stays.
-        let policy = Policy {
-            hourly: 1,
-            daily: 0,
-            weekly: 0,
-            monthly: 0,
-            floor_bytes: 0,
-            ..Policy::default()
-        };
+        let policy = hourly_only(1);
         let mut snaps = vec![
             c("@home.a", 30, Kind::Timeline { set: 1 }),
             c("@home.b", 20, Kind::Timeline { set: 2 }),
@@ -797,14 +795,7 @@ mod tests {
 
     #[test]
     fn an_open_snapshot_keeps_its_set_and_the_floor_does_not_count_on_it() {
-        let policy = Policy {
-            hourly: 1,
-            daily: 0,
-            weekly: 0,
-            monthly: 0,
-            floor_bytes: 0,
-            ..Policy::default()
-        };
+        let policy = hourly_only(1);
         let mut snaps = vec![
             c("@home.a", 30, Kind::Timeline { set: 1 }),
             c("@var-log.a", 30, Kind::Timeline { set: 1 }),
