@@ -11,7 +11,6 @@ mod common;
 
 use std::fs;
 
-use std::process::Command;
 use std::time::Instant;
 
 use common::copies::{logged_lines, strip_ansi, world_with_usb};
@@ -39,29 +38,12 @@ fn bus_a_stranger_listing_a_target_again_and_again_leaves_a_bounded_log() {
         ),
         ("prune --dry-run", vec!["data", "prune", "--dry-run"]),
     ];
-    let tacid = common::bin("tacid");
     let mut over = Vec::new();
     for (what, args) in &floods {
         let (stem_before, keeper_before) =
             (logged_lines(&w.stem_log()), logged_lines(&w.keeper_log()));
         let started = Instant::now();
-        let script =
-            format!("for i in $(seq {CALLS}); do \"$0\" \"$@\" >/dev/null 2>&1; done; exit 0");
-        let status = Command::new("/usr/bin/setpriv")
-            .args([
-                &format!("--reuid={STRANGER}"),
-                &format!("--regid={STRANGER}"),
-                "--init-groups",
-                "/bin/sh",
-                "-c",
-                &script,
-            ])
-            .arg(&tacid)
-            .args(args)
-            .env("TACID_BUS_ADDRESS", &w.address)
-            .status()
-            .expect("the flood runs");
-        assert!(status.success());
+        w.tacid_again_and_again(STRANGER, CALLS, args);
         let stem = logged_lines(&w.stem_log()) - stem_before;
         let keeper = logged_lines(&w.keeper_log()) - keeper_before;
         eprintln!(
@@ -101,23 +83,7 @@ fn bus_a_strangers_flood_of_refused_diffs_does_not_silence_another_callers() {
     };
     let flooded = "@home.2001-01-01T000000.000000Z";
     let theirs = "@home.2002-02-02T000000.000000Z";
-    let tacid = common::bin("tacid");
-    let script = "for i in $(seq 30); do \"$0\" \"$@\" >/dev/null 2>&1; done; exit 0";
-    let status = Command::new("/usr/bin/setpriv")
-        .args([
-            &format!("--reuid={STRANGER}"),
-            &format!("--regid={STRANGER}"),
-            "--init-groups",
-            "/bin/sh",
-            "-c",
-            script,
-        ])
-        .arg(&tacid)
-        .args(["data", "diff", flooded])
-        .env("TACID_BUS_ADDRESS", &w.address)
-        .status()
-        .expect("the flood runs");
-    assert!(status.success());
+    w.tacid_again_and_again(STRANGER, 30, &["data", "diff", flooded]);
     let (code, _, err) = w.tacid(common::APPROVER, &["data", "diff", theirs]);
     assert_ne!(
         code, 0,

@@ -15,12 +15,12 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use common::copies::logged_lines;
-use common::{ok, uid_of, World, APPROVER, APPROVER_GROUP, STRANGER};
+use common::{mounts_under, ok, uid_of, World, APPROVER, APPROVER_GROUP, STRANGER};
 
 /// A person whose home is in the snapshot.
 const OWNER: &str = "tacid-inuse-owner";
@@ -48,15 +48,6 @@ fn ensure_user(name: &str) -> u32 {
             .status();
     }
     uid_of(name)
-}
-
-fn mounts_under(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .expect("mountinfo")
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4).map(PathBuf::from))
-        .filter(|p| p.starts_with(dir) && p != dir)
-        .collect()
 }
 
 /// Whatever a failed test leaves mounted under the open directory goes, and the holders.
@@ -480,29 +471,12 @@ fn bus_a_stranger_repeating_calls_that_change_nothing_leaves_a_bounded_log() {
         ),
         ("status", vec!["data", "status"]),
     ];
-    let tacid = common::bin("tacid");
     for (what, args) in &floods {
         let (stem_before, keeper_before) =
             (logged_lines(&w.stem_log()), logged_lines(&w.keeper_log()));
         let started = Instant::now();
         // One shell of the stranger's making the calls one after another.
-        let script =
-            format!("for i in $(seq {CALLS}); do \"$0\" \"$@\" >/dev/null 2>&1; done; exit 0",);
-        let status = Command::new("/usr/bin/setpriv")
-            .args([
-                &format!("--reuid={STRANGER}"),
-                &format!("--regid={STRANGER}"),
-                "--init-groups",
-                "/bin/sh",
-                "-c",
-                &script,
-            ])
-            .arg(&tacid)
-            .args(args)
-            .env("TACID_BUS_ADDRESS", &w.address)
-            .status()
-            .expect("the flood runs");
-        assert!(status.success());
+        w.tacid_again_and_again(STRANGER, CALLS, args);
         let took = started.elapsed();
         let stem = logged_lines(&w.stem_log()) - stem_before;
         let keeper = logged_lines(&w.keeper_log()) - keeper_before;

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{ok, uid_of, World, APPROVER, STRANGER};
+use common::{mounts_under, ok, uid_of, World, APPROVER, STRANGER};
 use keeper::journal::{action, state, RequestRow};
 
 const OWNER: &str = "tacid-open-owner";
@@ -41,16 +41,6 @@ fn ensure_user(name: &str, home: &str) -> u32 {
         &["--user-group", "--no-create-home", "--home-dir", home],
     )
     .0
-}
-
-/// Mount points beneath `dir` in the test's mount namespace (the stem's host namespace).
-fn mounts_under(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .expect("mountinfo")
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4).map(PathBuf::from))
-        .filter(|p| p.starts_with(dir) && p != dir)
-        .collect()
 }
 
 /// Whatever a failed test leaves mounted under the open directory goes (before the world's

@@ -530,6 +530,28 @@ impl World {
         )
     }
 
+    /// `tacid ARGS` run `times` times in a row by `user`, from one shell of theirs (a
+    /// flood, as a person could make it); what each call answered is not looked at.
+    pub fn tacid_again_and_again(&self, user: &str, times: usize, args: &[&str]) {
+        let script =
+            format!("for i in $(seq {times}); do \"$0\" \"$@\" >/dev/null 2>&1; done; exit 0");
+        let status = Command::new("/usr/bin/setpriv")
+            .args([
+                &format!("--reuid={user}"),
+                &format!("--regid={user}"),
+                "--init-groups",
+                "/bin/sh",
+                "-c",
+                &script,
+            ])
+            .arg(bin("tacid"))
+            .args(args)
+            .env("TACID_BUS_ADDRESS", &self.address)
+            .status()
+            .expect("the flood runs");
+        assert!(status.success());
+    }
+
     /// The journal's rows, read directly (as root; ownership given back to the keeper).
     /// A running keeper holds the journal exclusively (adr/0013), so this reads a copy of
     /// the database and its WAL, taken while the keeper is between requests.
@@ -830,4 +852,14 @@ impl World {
         )
         .ok()
     }
+}
+
+/// Mount points beneath `dir` in the test's mount namespace (the stem's host namespace).
+pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    fs::read_to_string("/proc/self/mountinfo")
+        .expect("mountinfo")
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(PathBuf::from))
+        .filter(|p| p.starts_with(dir) && p != dir)
+        .collect()
 }
