@@ -34,6 +34,7 @@ use std::ops::ControlFlow;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
+use layout::subtree::within;
 use linux_raw_sys::btrfs as raw;
 use rustix::io::Errno;
 
@@ -163,13 +164,6 @@ impl Viewer {
             .find(|e| e.0 == other)
             .is_some_and(|e| e.1 & WANT == WANT)
     }
-}
-
-/// `path` is `subtree` or below it; everything is below the empty subtree.
-fn within(path: &[u8], subtree: &[u8]) -> bool {
-    subtree.is_empty()
-        || path == subtree
-        || (path.starts_with(subtree) && path.get(subtree.len()) == Some(&b'/'))
 }
 
 impl Changes {
@@ -974,15 +968,6 @@ mod tests {
             !alice.may_list(0, 0, 0o755, Some(b"junk")),
             "unparsed: nobody"
         );
-    }
-
-    #[test]
-    fn within_a_subtree_means_the_subtree_or_below_it() {
-        assert!(within(b"alice", b"alice"));
-        assert!(within(b"alice/notes.txt", b"alice"));
-        assert!(!within(b"alice2/notes.txt", b"alice"));
-        assert!(!within(b"", b"alice"));
-        assert!(within(b"bob/x", b""));
     }
 
     #[test]

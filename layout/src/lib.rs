@@ -13,6 +13,7 @@ pub mod origin;
 mod outcome;
 mod request;
 mod snapshot_name;
+pub mod subtree;
 mod subvolume;
 pub mod switch;
 

@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use layout::escape::escape;
+use layout::subtree::within;
 use layout::{SnapshotName, HOMES_MOUNT_POINT};
 use nix::unistd::{Uid, User};
 use stem::stem1::OpenInfo;
@@ -231,14 +232,6 @@ pub fn relative_to(mount: &str, path: &[u8]) -> Result<Vec<u8>, String> {
             "{shown} is not under {mount}, where this snapshot's subvolume is mounted"
         )),
     }
-}
-
-/// `path` (relative to a subvolume's root) is `subtree` or below it; everything is below
-/// the empty subtree.
-fn within(path: &[u8], subtree: &[u8]) -> bool {
-    subtree.is_empty()
-        || path == subtree
-        || (path.starts_with(subtree) && path.get(subtree.len()) == Some(&b'/'))
 }
 
 /// Where people see `rel` (relative to the root of the subvolume mounted at `mount`),
@@ -920,16 +913,6 @@ mod tests {
         assert!(relative_to("/home", b"/persist").is_err());
         assert!(relative_to("/home", b"alice").is_err());
         assert!(relative_to("/home", b"/home/a\0").is_err());
-    }
-
-    #[test]
-    fn within_a_subtree_means_the_subtree_or_below_it() {
-        assert!(within(b"alice", b"alice"));
-        assert!(within(b"alice/notes.txt", b"alice"));
-        assert!(!within(b"alice2/notes.txt", b"alice"));
-        assert!(!within(b"alic", b"alice"));
-        assert!(!within(b"", b"alice"));
-        assert!(within(b"bob/x", b""));
     }
 
     #[test]
