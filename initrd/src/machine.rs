@@ -214,7 +214,7 @@ pub fn plan_wipe(phase: Phase, fresh: bool) -> WipeAction {
 
 /// The swap name for a live name: beside it at the top level, never a layout name.
 pub fn swap_name(live: &str) -> String {
-    format!("{live}.tacid-swap")
+    format!("{live}{}", layout::SWAP_SUFFIX)
 }
 
 /// Where a subvolume under the swap name goes when it cannot be deleted, so that the swap
@@ -222,7 +222,7 @@ pub fn swap_name(live: &str) -> String {
 /// cannot go either is moved inside the first, so the names never grow in number; every run
 /// tries to delete the whole of it again (adr/0015).
 pub fn stuck_name(live: &str) -> String {
-    format!("{live}.tacid-stuck")
+    format!("{live}{}", layout::STUCK_SUFFIX)
 }
 
 #[cfg(test)]

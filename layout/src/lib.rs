@@ -48,6 +48,18 @@ pub const OUTCOME_FILE_NAME: &str = ".restore-outcome";
 pub const KEEPER_DIR_NAME: &str = ".keeper";
 /// The keeper's SQLite journal, inside [`KEEPER_DIR_NAME`].
 pub const JOURNAL_FILE_NAME: &str = "journal.sqlite";
+/// The keeper's state directory on a running system, onto which its unit binds
+/// [`KEEPER_DIR_NAME`].
+pub const KEEPER_STATE_DIR: &str = "/var/lib/tacid-keeper";
+/// The journal where the keeper opens it: [`JOURNAL_FILE_NAME`] in [`KEEPER_STATE_DIR`]
+/// (a test keeps the three equal).
+pub const KEEPER_JOURNAL_PATH: &str = "/var/lib/tacid-keeper/journal.sqlite";
+/// What the initrd appends to a live name for the copy it exchanges in (`@home.tacid-swap`):
+/// beside it at the top level, never a layout name.
+pub const SWAP_SUFFIX: &str = ".tacid-swap";
+/// What the initrd appends to a live name for what it could not delete (`@root.tacid-stuck`),
+/// one per live name (adr/0015).
+pub const STUCK_SUFFIX: &str = ".tacid-stuck";
 /// Prefix of the stem's temporary names (request temp files, half-made snapshots).
 /// Nothing with this prefix is ever listed as a snapshot. A regular file named
 /// `.tmp.<pid>.<n>` at the top of [`SNAPSHOTS_SUBVOLUME`] is the temporary of a durable write
@@ -108,4 +120,15 @@ pub mod names {
     pub const DEFAULT_DEVICE: &str = "/dev/disk/by-label/tacid";
     /// The filesystem label a tacid machine's Btrfs carries.
     pub const FILESYSTEM_LABEL: &str = "tacid";
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_journal_path_is_the_journal_file_in_the_state_directory() {
+        assert_eq!(
+            super::KEEPER_JOURNAL_PATH,
+            format!("{}/{}", super::KEEPER_STATE_DIR, super::JOURNAL_FILE_NAME)
+        );
+    }
 }

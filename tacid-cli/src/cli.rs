@@ -38,13 +38,18 @@ pub mod exit {
     pub const IN_USE: u8 = 13;
 }
 
+/// The exit codes, with the approver group's default from the layout.
+fn exit_table() -> String {
+    EXIT_TABLE.replace("{approver_group}", layout::defaults::APPROVER_GROUP)
+}
+
 const EXIT_TABLE: &str = "\
 Exit codes:
   0  done
   1  failed, for a reason with no code of its own (the message says what)
   2  the command line is wrong
   3  restore without --yes: the cost was shown; nothing changed
-  4  you may not do this: only root and the approver group (default: wheel) may
+  4  you may not do this: only root and the approver group (default: {approver_group}) may
      snapshot, restore, cancel, delete, keep, prune, copy or fetch
   5  no such snapshot, set or copy target, or not a snapshot name (see `tacid data list`)
   6  refused: that subvolume is not restorable, another restore is staged, the
@@ -206,7 +211,7 @@ Examples:
 boot honours. A restore deletes everything written since the snapshot, so tacid always says \
 what is lost before it stages one, and nothing is put back until you reboot.",
     after_help = BOUNDARIES,
-    after_long_help = format!("{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{EXIT_TABLE}"),
+    after_long_help = format!("{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{}", exit_table()),
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -219,7 +224,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// The data leg: snapshots and restores of /persist, /var/log and /home.
-    #[command(subcommand, after_long_help = format!("{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{EXIT_TABLE}"))]
+    #[command(subcommand, after_long_help = format!("{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{}", exit_table()))]
     Data(Data),
 }
 
@@ -239,7 +244,7 @@ pub enum Data {
     /// group only may stage.
     #[command(
         after_help = BOUNDARIES,
-        after_long_help = format!("{RESTORING}\n\n{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{EXIT_TABLE}")
+        after_long_help = format!("{RESTORING}\n\n{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{}", exit_table())
     )]
     Restore(RestoreArgs),
     /// The staged restore, what the last boot did with one, and the keeper's health.
@@ -260,30 +265,30 @@ pub enum Data {
     /// retention. Root and the approver group only.
     #[command(
         after_help = BOUNDARIES,
-        after_long_help = format!("{COPYING}\n\n{BOUNDARIES}\n\n{EXIT_TABLE}")
+        after_long_help = format!("{COPYING}\n\n{BOUNDARIES}\n\n{}", exit_table())
     )]
     Copy(CopyArgs),
     /// List the copies a target holds, oldest first, and which of them the local store
     /// still has. Anybody may list.
-    #[command(after_long_help = format!("{COPYING}\n\n{EXIT_TABLE}"))]
+    #[command(after_long_help = format!("{COPYING}\n\n{}", exit_table()))]
     Copies(TargetArgs),
     /// Bring a copy back from a target into the local store (read-only, verified, named
     /// as tacid names it), after which `tacid data restore NAME` works as for any
     /// snapshot. Root and the approver group only.
-    #[command(after_long_help = format!("{COPYING}\n\n{EXIT_TABLE}"))]
+    #[command(after_long_help = format!("{COPYING}\n\n{}", exit_table()))]
     Fetch(FetchArgs),
     /// Open a snapshot read-only for you and print where: your own home as it was, or
     /// (root and the approver group) the whole snapshot. Files keep yesterday's owners and
     /// modes; nothing is restored: copy what you need out of it.
-    #[command(after_long_help = format!("{}\n\n{EXIT_TABLE}", opening()))]
+    #[command(after_long_help = format!("{}\n\n{}", opening(), exit_table()))]
     Open(NameArgs),
     /// Close a snapshot you opened. Not while a program of yours still uses it (a shell
     /// sitting in it, a file open there): it then says which (exit code 13).
-    #[command(after_long_help = format!("{}\n\n{EXIT_TABLE}", opening()))]
+    #[command(after_long_help = format!("{}\n\n{}", opening(), exit_table()))]
     Close(NameArgs),
     /// What changed since a snapshot in your home (or below PATH), path by path and
     /// counted: find the file before you open anything. Changes nothing.
-    #[command(after_long_help = format!("{}\n\n{SHOWN_NAMES}\n\n{EXIT_TABLE}", opening()))]
+    #[command(after_long_help = format!("{}\n\n{SHOWN_NAMES}\n\n{}", opening(), exit_table()))]
     Diff(DiffArgs),
     /// Apply the retention policy: each deletion is journalled with the rule that chose it.
     /// With --dry-run (anybody may), say what would go and why, rule by rule, and delete

@@ -19,7 +19,7 @@ use layout::names;
 struct Args {
     /// The journal (SQLite). On a machine: in the state directory, which the unit binds to
     /// the keeper's own directory on the snapshots subvolume, where no restore reaches.
-    #[arg(long, default_value = "/var/lib/tacid-keeper/journal.sqlite")]
+    #[arg(long, default_value = layout::KEEPER_JOURNAL_PATH)]
     journal: PathBuf,
     /// Members of this group (and root) may snapshot, restore and cancel.
     #[arg(long, default_value = layout::defaults::APPROVER_GROUP)]
