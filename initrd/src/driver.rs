@@ -17,7 +17,7 @@ use crate::machine::{
     SwapState, WipeAction,
 };
 use crate::steps::Step;
-use crate::validate::{check_snapshot, judge_request_file, Refusal};
+use crate::validate::{check_snapshot, judge_request_file, RequestRefusal};
 
 /// Where the driver reports what it does, and where test hooks stop it.
 pub trait Observer {
@@ -89,7 +89,7 @@ pub enum RestoreReport {
     /// The request was refused; no member was swapped. `request` is the request, when it
     /// parsed.
     Refused {
-        refusal: Refusal,
+        refusal: RequestRefusal,
         request: Option<RestoreRequest>,
     },
 }
@@ -352,7 +352,7 @@ fn restore_set<D: Disk, O: Observer>(
             }
             SetAction::Undo(i) => {
                 let exchanged = exchanged_names(members, &phases);
-                let refusal = Refusal::HalfExchanged {
+                let refusal = RequestRefusal::HalfExchanged {
                     exchanged: members
                         .iter()
                         .zip(&phases)
@@ -373,7 +373,7 @@ fn restore_set<D: Disk, O: Observer>(
                 return refused(disk, obs, request, refusal, now);
             }
             SetAction::RefuseLiveMissing(i) => {
-                let refusal = Refusal::LiveMissing(members[i].subvolume());
+                let refusal = RequestRefusal::LiveMissing(members[i].subvolume());
                 return refused(disk, obs, request, refusal, now);
             }
         }
@@ -498,7 +498,7 @@ fn refused<D: Disk, O: Observer>(
     disk: &mut D,
     obs: &mut O,
     request: &RestoreRequest,
-    refusal: Refusal,
+    refusal: RequestRefusal,
     now: SystemTime,
 ) -> Result<RestoreReport, RunError<D::Error>> {
     refuse(disk, obs, Some(request.clone()), &refusal, now)?;
@@ -679,7 +679,7 @@ fn commit<D: Disk, O: Observer>(
 fn check<D: Disk>(
     disk: &mut D,
     request: &RestoreRequest,
-) -> Result<Result<(), Refusal>, RunError<D::Error>> {
+) -> Result<Result<(), RequestRefusal>, RunError<D::Error>> {
     let mut lives = Vec::new();
     for row in SUBVOLUMES {
         if let Some(s) = disk.top_subvolume(row.name).disk()? {
@@ -705,7 +705,7 @@ fn refuse<D: Disk, O: Observer>(
     disk: &mut D,
     obs: &mut O,
     request: Option<RestoreRequest>,
-    refusal: &Refusal,
+    refusal: &RequestRefusal,
     now: SystemTime,
 ) -> Result<(), RunError<D::Error>> {
     obs.log(&format!(

@@ -16,7 +16,7 @@ use crate::machine::Subvol;
 
 /// Why a request is refused. The text is what the outcome record says.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
+pub enum RequestRefusal {
     NotARegularFile(FileKind),
     NotOwnedByRoot(u32),
     WritableByOthers(u32),
@@ -55,48 +55,48 @@ fn kind_words(kind: FileKind) -> &'static str {
     }
 }
 
-impl fmt::Display for Refusal {
+impl fmt::Display for RequestRefusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Refusal::NotARegularFile(kind) => write!(
+            RequestRefusal::NotARegularFile(kind) => write!(
                 f,
                 "the request is {}, not a regular file; only a regular file written by the stem is read",
                 kind_words(*kind)
             ),
-            Refusal::NotOwnedByRoot(uid) => write!(
+            RequestRefusal::NotOwnedByRoot(uid) => write!(
                 f,
                 "the request file is owned by uid {uid}, not by root; only the stem (root) stages restores"
             ),
-            Refusal::WritableByOthers(mode) => write!(
+            RequestRefusal::WritableByOthers(mode) => write!(
                 f,
                 "the request file has mode {mode:04o}; a request writable by group or others is not trusted"
             ),
-            Refusal::Unreadable(e) => write!(f, "the request file could not be read: {e}"),
-            Refusal::Malformed(e) => write!(f, "the request is malformed: {e}"),
-            Refusal::SnapshotMissing(s) => write!(f, "there is no snapshot {s} in the store"),
-            Refusal::SnapshotNotADirectory(s, kind) => {
+            RequestRefusal::Unreadable(e) => write!(f, "the request file could not be read: {e}"),
+            RequestRefusal::Malformed(e) => write!(f, "the request is malformed: {e}"),
+            RequestRefusal::SnapshotMissing(s) => write!(f, "there is no snapshot {s} in the store"),
+            RequestRefusal::SnapshotNotADirectory(s, kind) => {
                 write!(f, "{s} in the store is {}, not a snapshot", kind_words(*kind))
             }
-            Refusal::SnapshotNotASubvolume(s) => {
+            RequestRefusal::SnapshotNotASubvolume(s) => {
                 write!(f, "{s} in the store is a plain directory, not a snapshot")
             }
-            Refusal::SnapshotWritable(s) => {
+            RequestRefusal::SnapshotWritable(s) => {
                 write!(f, "{s} is writable; only read-only snapshots are restored")
             }
-            Refusal::UuidMismatch { snapshot, requested, found } => write!(
+            RequestRefusal::UuidMismatch { snapshot, requested, found } => write!(
                 f,
                 "{snapshot} has UUID {found}, not the {requested} the request names; it is not the snapshot that was chosen"
             ),
-            Refusal::OfAnotherSubvolume { snapshot, by_parent } => write!(
+            RequestRefusal::OfAnotherSubvolume { snapshot, by_parent } => write!(
                 f,
                 "{snapshot} is named for {} but its parent UUID says it is a snapshot of {by_parent}",
                 snapshot.subvolume()
             ),
-            Refusal::LiveMissing(s) => write!(
+            RequestRefusal::LiveMissing(s) => write!(
                 f,
                 "the live subvolume {s} is missing; nothing is swapped until somebody looks"
             ),
-            Refusal::HalfExchanged {
+            RequestRefusal::HalfExchanged {
                 exchanged,
                 member,
                 live_missing,
@@ -123,7 +123,7 @@ impl fmt::Display for Refusal {
 }
 
 /// The request file's verdict: `None` when no request is staged.
-pub fn judge_request_file(file: &RequestFile) -> Option<Result<RestoreRequest, Refusal>> {
+pub fn judge_request_file(file: &RequestFile) -> Option<Result<RestoreRequest, RequestRefusal>> {
     let RequestFile::Present { facts, bytes } = file else {
         return None;
     };
@@ -133,29 +133,29 @@ pub fn judge_request_file(file: &RequestFile) -> Option<Result<RestoreRequest, R
 fn judge_present(
     facts: &FileFacts,
     bytes: &Result<Vec<u8>, ReadFailure>,
-) -> Result<RestoreRequest, Refusal> {
+) -> Result<RestoreRequest, RequestRefusal> {
     if facts.kind != FileKind::Regular {
-        return Err(Refusal::NotARegularFile(facts.kind));
+        return Err(RequestRefusal::NotARegularFile(facts.kind));
     }
     if facts.uid != 0 {
-        return Err(Refusal::NotOwnedByRoot(facts.uid));
+        return Err(RequestRefusal::NotOwnedByRoot(facts.uid));
     }
     if facts.mode & 0o022 != 0 {
-        return Err(Refusal::WritableByOthers(facts.mode));
+        return Err(RequestRefusal::WritableByOthers(facts.mode));
     }
     let bytes = match bytes {
         Ok(bytes) => bytes,
         Err(ReadFailure::TooLarge(size)) => {
             let size = usize::try_from(*size).unwrap_or(usize::MAX);
-            return Err(Refusal::Malformed(RequestError::TooLarge(size)));
+            return Err(RequestRefusal::Malformed(RequestError::TooLarge(size)));
         }
-        Err(ReadFailure::NotRegular) => return Err(Refusal::NotARegularFile(facts.kind)),
-        Err(ReadFailure::Io(e)) => return Err(Refusal::Unreadable(e.clone())),
+        Err(ReadFailure::NotRegular) => return Err(RequestRefusal::NotARegularFile(facts.kind)),
+        Err(ReadFailure::Io(e)) => return Err(RequestRefusal::Unreadable(e.clone())),
     };
     if bytes.len() > MAX_REQUEST_BYTES {
-        return Err(Refusal::Malformed(RequestError::TooLarge(bytes.len())));
+        return Err(RequestRefusal::Malformed(RequestError::TooLarge(bytes.len())));
     }
-    RestoreRequest::parse(bytes).map_err(Refusal::Malformed)
+    RestoreRequest::parse(bytes).map_err(RequestRefusal::Malformed)
 }
 
 /// Check the snapshot one member of a well-formed request names against the disk: it exists
@@ -168,28 +168,28 @@ pub fn check_snapshot(
     facts: SnapshotFacts,
     lives: &[LiveSubvolume],
     store: &[(String, Subvol)],
-) -> Result<(), Refusal> {
+) -> Result<(), RequestRefusal> {
     let name = member.snapshot();
     let snapshot = match facts {
-        SnapshotFacts::Missing => return Err(Refusal::SnapshotMissing(name)),
+        SnapshotFacts::Missing => return Err(RequestRefusal::SnapshotMissing(name)),
         SnapshotFacts::NotADirectory(kind) => {
-            return Err(Refusal::SnapshotNotADirectory(name, kind))
+            return Err(RequestRefusal::SnapshotNotADirectory(name, kind))
         }
-        SnapshotFacts::NotASubvolume => return Err(Refusal::SnapshotNotASubvolume(name)),
+        SnapshotFacts::NotASubvolume => return Err(RequestRefusal::SnapshotNotASubvolume(name)),
         SnapshotFacts::Subvolume(s) => s,
     };
     if !snapshot.readonly {
-        return Err(Refusal::SnapshotWritable(name));
+        return Err(RequestRefusal::SnapshotWritable(name));
     }
     if snapshot.uuid != member.uuid() {
-        return Err(Refusal::UuidMismatch {
+        return Err(RequestRefusal::UuidMismatch {
             snapshot: name,
             requested: member.uuid(),
             found: snapshot.uuid,
         });
     }
     if !lives.iter().any(|l| l.name == member.subvolume()) {
-        return Err(Refusal::LiveMissing(member.subvolume()));
+        return Err(RequestRefusal::LiveMissing(member.subvolume()));
     }
     let stored: Vec<StoredSnapshot> = store
         .iter()
@@ -208,11 +208,11 @@ pub fn check_snapshot(
     };
     match origin_of(&this, lives, &stored) {
         Verdict::Of(of, _) if of == member.subvolume() => Ok(()),
-        Verdict::Of(of, _) => Err(Refusal::OfAnotherSubvolume {
+        Verdict::Of(of, _) => Err(RequestRefusal::OfAnotherSubvolume {
             snapshot: name,
             by_parent: of,
         }),
-        Verdict::Contradicts { by_parent, .. } => Err(Refusal::OfAnotherSubvolume {
+        Verdict::Contradicts { by_parent, .. } => Err(RequestRefusal::OfAnotherSubvolume {
             snapshot: name,
             by_parent,
         }),
@@ -243,7 +243,7 @@ mod tests {
     #[test]
     fn a_half_exchanged_set_says_what_was_exchanged_back() {
         let sub = |s| SubvolumeName::parse(s).unwrap();
-        let r = Refusal::HalfExchanged {
+        let r = RequestRefusal::HalfExchanged {
             exchanged: vec![sub("@persist"), sub("@log")],
             member: sub("@home"),
             live_missing: false,
@@ -352,27 +352,27 @@ mod tests {
         let refused = |facts| check_snapshot(&r, facts, &lives, &[]).unwrap_err();
         assert!(matches!(
             refused(SnapshotFacts::Missing),
-            Refusal::SnapshotMissing(_)
+            RequestRefusal::SnapshotMissing(_)
         ));
         assert!(matches!(
             refused(SnapshotFacts::NotADirectory(FileKind::Symlink)),
-            Refusal::SnapshotNotADirectory(_, FileKind::Symlink)
+            RequestRefusal::SnapshotNotADirectory(_, FileKind::Symlink)
         ));
         assert!(matches!(
             refused(SnapshotFacts::NotASubvolume),
-            Refusal::SnapshotNotASubvolume(_)
+            RequestRefusal::SnapshotNotASubvolume(_)
         ));
         assert!(matches!(
             refused(SnapshotFacts::Subvolume(snap(r.uuid(), 1, false))),
-            Refusal::SnapshotWritable(_)
+            RequestRefusal::SnapshotWritable(_)
         ));
         assert!(matches!(
             refused(SnapshotFacts::Subvolume(snap(Uuid::from_u128(5), 1, true))),
-            Refusal::UuidMismatch { .. }
+            RequestRefusal::UuidMismatch { .. }
         ));
         assert_eq!(
             refused(SnapshotFacts::Subvolume(snap(r.uuid(), 2, true))),
-            Refusal::OfAnotherSubvolume {
+            RequestRefusal::OfAnotherSubvolume {
                 snapshot: r.snapshot(),
                 by_parent: log
             }
@@ -385,7 +385,7 @@ mod tests {
         );
         assert_eq!(
             check_snapshot(&r, SnapshotFacts::Subvolume(good), &lives[1..], &[]),
-            Err(Refusal::LiveMissing(home))
+            Err(RequestRefusal::LiveMissing(home))
         );
     }
 }
