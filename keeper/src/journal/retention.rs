@@ -6,29 +6,8 @@ use std::time::SystemTime;
 
 use rusqlite::params;
 
-use super::{state, Asker, Journal, JournalError, GONE, PRESENT};
+use super::{Action, Asker, Journal, JournalError, State, GONE, PRESENT};
 use crate::words::to_micros;
-
-/// The retention actions a request row records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetentionAction {
-    /// A snapshot deleted, by a person or by a rule.
-    Delete,
-    /// A snapshot marked to keep.
-    Keep,
-    /// The mark taken off again.
-    Unkeep,
-}
-
-impl RetentionAction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RetentionAction::Delete => "delete",
-            RetentionAction::Keep => "keep",
-            RetentionAction::Unkeep => "unkeep",
-        }
-    }
-}
 
 /// A deletion about to be asked of the stem.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,11 +94,11 @@ impl Journal {
                         now,
                         i64::from(asker.uid),
                         asker.name,
-                        RetentionAction::Delete.as_str(),
+                        Action::Delete,
                         d.name,
                         d.why,
                         d.rule,
-                        state::PENDING
+                        State::Pending
                     ])
                     .map_err(sq)?;
                 ids.push(tx.last_insert_rowid());
@@ -136,8 +115,8 @@ impl Journal {
         let tx = self.conn.transaction().map_err(sq)?;
         for r in results {
             let (st, outcome) = match &r.result {
-                Ok(()) => (state::COMPLETE, "deleted".to_owned()),
-                Err(why) => (state::FAILED, format!("failed: {why}")),
+                Ok(()) => (State::Complete, "deleted".to_owned()),
+                Err(why) => (State::Failed, format!("failed: {why}")),
             };
             tx.execute(
                 "UPDATE requests SET state = ?2, outcome = ?3, finished_micros = ?4 WHERE id = ?1",
@@ -164,10 +143,9 @@ impl Journal {
             )
             .map_err(self.tx_err())?;
         let rows = stmt
-            .query_map(
-                params![RetentionAction::Delete.as_str(), state::PENDING],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
+            .query_map(params![Action::Delete, State::Pending], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
             .map_err(self.tx_err())?;
         rows.collect::<Result<_, _>>().map_err(self.tx_err())
     }
@@ -224,19 +202,13 @@ impl Journal {
             > 0;
         let changed = marked != keep;
         let (act, outcome) = match (keep, changed) {
-            (true, true) => (RetentionAction::Keep, "marked to keep: no rule deletes it"),
-            (true, false) => (
-                RetentionAction::Keep,
-                "already marked to keep; nothing changed",
-            ),
+            (true, true) => (Action::Keep, "marked to keep: no rule deletes it"),
+            (true, false) => (Action::Keep, "already marked to keep; nothing changed"),
             (false, true) => (
-                RetentionAction::Unkeep,
+                Action::Unkeep,
                 "no longer marked to keep: the retention rules apply to it again",
             ),
-            (false, false) => (
-                RetentionAction::Unkeep,
-                "was not marked to keep; nothing changed",
-            ),
+            (false, false) => (Action::Unkeep, "was not marked to keep; nothing changed"),
         };
         tx.execute(
             "INSERT INTO requests (asked_micros, uid, user_name, action, subject, reason, state,
@@ -246,9 +218,9 @@ impl Journal {
                 now,
                 i64::from(asker.uid),
                 asker.name,
-                act.as_str(),
+                act,
                 name,
-                state::COMPLETE,
+                State::Complete,
                 outcome
             ],
         )
