@@ -196,16 +196,22 @@ pub enum JournalError {
     },
     #[error("journal {path} has schema version {found}, newer than this keeper knows ({SCHEMA_VERSION}); run the newer keeper, or restore the journal's backup")]
     TooNew { path: String, found: i64 },
-    #[error("journal {path}: {table} row {row} has {column} {value:?}, which no keeper writes (known: {known}); the journal was changed by hand or is damaged: correct that row, or move the journal aside (the keeper then starts a new one)")]
-    UnknownValue {
-        path: String,
-        table: &'static str,
-        /// The row's key: a request's id, a snapshot's name, an outcome's id.
-        row: String,
-        column: &'static str,
-        value: String,
-        known: String,
-    },
+    #[error(transparent)]
+    UnknownValue(Box<UnknownValue>),
+}
+
+/// A value, in a column the `CHECK` constraints cover, that no keeper writes: found in an
+/// older journal before it is migrated.
+#[derive(Debug, thiserror::Error)]
+#[error("journal {path}: {table} row {row} has {column} {value:?}, which no keeper writes (known: {known}); the journal was changed by hand or is damaged: correct that row, or move the journal aside (the keeper then starts a new one)")]
+pub struct UnknownValue {
+    pub path: String,
+    pub table: &'static str,
+    /// The row's key: a request's id, a snapshot's name, an outcome's id.
+    pub row: String,
+    pub column: &'static str,
+    pub value: String,
+    pub known: String,
 }
 
 impl JournalError {
@@ -396,13 +402,15 @@ fn unknown_values(conn: &Connection, path: &Path) -> Result<(), JournalError> {
     fn known(all: impl Iterator<Item = &'static str>) -> String {
         all.collect::<Vec<_>>().join(", ")
     }
-    let columns: [(
+    /// `(table, its key, column, whether a value is known, the values known)`.
+    type Checked = (
         &'static str,
         &'static str,
         &'static str,
         fn(&str) -> bool,
         String,
-    ); 4] = [
+    );
+    let columns: [Checked; 4] = [
         (
             "requests",
             "id",
@@ -452,7 +460,7 @@ fn unknown_values(conn: &Connection, path: &Path) -> Result<(), JournalError> {
                 _ => None,
             };
             if !text.is_some_and(is_known) {
-                return Err(JournalError::UnknownValue {
+                return Err(JournalError::UnknownValue(Box::new(UnknownValue {
                     path: path.display().to_string(),
                     table,
                     row: r
@@ -465,7 +473,7 @@ fn unknown_values(conn: &Connection, path: &Path) -> Result<(), JournalError> {
                         other => format!("{other:?}"),
                     },
                     known,
-                });
+                })));
             }
         }
     }
@@ -510,8 +518,13 @@ impl Journal {
             conn,
             path: path.to_owned(),
         };
-        // Migrations run without foreign keys: one that rebuilds a table drops the table
-        // other rows refer to (the pragma cannot change inside the migration's transaction).
+        // Migrations run without foreign keys (SQLite as built here has them on from the
+        // start): one that rebuilds a table drops the table other rows refer to, and the
+        // pragma cannot change inside the migration's transaction.
+        journal
+            .conn
+            .execute_batch("PRAGMA foreign_keys=OFF;")
+            .map_err(sq)?;
         journal.migrate()?;
         journal
             .conn
@@ -1129,6 +1142,298 @@ mod tests {
             Some(single)
         );
         assert_eq!(j.staging_of(&format!("{l} {h}")).unwrap(), None);
+    }
+
+    /// A journal as a keeper of schema `version` left it: the migrations up to `version`,
+    /// and rows of that era (every action and every state the keeper writes today, which
+    /// are all any keeper wrote, with the columns of that version). Request ids start at 1.
+    fn journal_at(path: &Path, version: usize) {
+        let conn = Connection::open(path).unwrap();
+        for sql in &MIGRATIONS[..version] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.execute_batch(&format!("PRAGMA user_version = {version}"))
+            .unwrap();
+        if version == 0 {
+            return;
+        }
+        let request = |action: Action, subject: &str, state: State| {
+            conn.execute(
+                "INSERT INTO requests (asked_micros, uid, user_name, action, subject, reason,
+                     state)
+                 VALUES (1, 1000, 'alice', ?1, ?2, 'old', ?3)",
+                params![action.as_str(), subject, state.as_str()],
+            )
+            .unwrap();
+            conn.last_insert_rowid()
+        };
+        // Text, not the types: what was written then.
+        for (i, action) in Action::ALL.iter().enumerate() {
+            request(*action, SUBJECT, State::ALL[i % State::ALL.len()]);
+        }
+        for state in State::ALL {
+            request(Action::Snapshot, "@home @log", *state);
+        }
+        // Inserted out of name order: a list shows snapshots in the order journalled.
+        for (name, state) in [("@log.b", "gone"), ("@home.a", "present")] {
+            conn.execute(
+                "INSERT INTO snapshots (name, uuid, of_subvolume, taken_micros, request_id,
+                     state, seen_micros)
+                 VALUES (?1, 'u', '@home', 1, 1, ?2, 1)",
+                params![name, state],
+            )
+            .unwrap();
+        }
+        for (id, result, finished) in [("o1", "done", 1), ("o2", "refused", 2)] {
+            conn.execute(
+                "INSERT INTO outcomes (id, result, request, reason, finished_micros, read_micros)
+                 VALUES (?1, ?2, 'r', 'why', ?3, 1)",
+                params![id, result, finished],
+            )
+            .unwrap();
+        }
+        if version >= 2 {
+            conn.execute(
+                "INSERT INTO outcome_reports (outcome_id, uid, reported_micros)
+                 VALUES ('o2', 1000, 5)",
+                [],
+            )
+            .unwrap();
+        }
+        if version >= 3 {
+            conn.execute_batch(
+                "UPDATE requests SET timeline = 1, rule = 'timeline' WHERE id = 1;
+                 INSERT INTO keeps (name, uid, user_name, kept_micros, request_id)
+                 VALUES ('@home.a', 1000, 'alice', 3, 2);",
+            )
+            .unwrap();
+        }
+        if version >= 4 {
+            conn.execute("UPDATE requests SET calls = 7 WHERE state = 'refused'", [])
+                .unwrap();
+        }
+        if version >= 5 {
+            conn.execute_batch(
+                "UPDATE requests SET target = 'usb', parent = 'p', bytes = 4096
+                     WHERE action = 'copy';
+                 INSERT INTO copies (target, name, received_uuid, verified_micros)
+                 VALUES ('usb', '@home.a', 'u', 6);",
+            )
+            .unwrap();
+        }
+    }
+
+    const SUBJECT: &str = "@home.2026-12-01T140200.123456Z";
+
+    #[test]
+    fn a_journal_of_every_older_version_reads_back_typed_and_is_checked() {
+        for version in 0..MIGRATIONS.len() {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("j");
+            journal_at(&path, version);
+            let j = Journal::open(&path).unwrap_or_else(|e| panic!("version {version}: {e}"));
+            assert_eq!(j.schema_version().unwrap(), SCHEMA_VERSION);
+            let rows = j.requests().unwrap();
+            if version == 0 {
+                assert!(rows.is_empty());
+            } else {
+                let mut expected: Vec<(i64, Action, State)> = Vec::new();
+                for (i, action) in Action::ALL.iter().enumerate() {
+                    expected.push((0, *action, State::ALL[i % State::ALL.len()]));
+                }
+                for state in State::ALL {
+                    expected.push((0, Action::Snapshot, *state));
+                }
+                for (i, e) in expected.iter_mut().enumerate() {
+                    e.0 = i as i64 + 1;
+                }
+                let got: Vec<(i64, Action, State)> =
+                    rows.iter().map(|r| (r.id, r.action, r.state)).collect();
+                assert_eq!(got, expected, "version {version}");
+                let open = rows.iter().find(|r| r.action == Action::Open).unwrap();
+                assert_eq!(
+                    open.parsed_subject(),
+                    Subject::Snapshot(layout::SnapshotName::parse(SUBJECT).unwrap())
+                );
+                let set = rows.iter().rfind(|r| r.action == Action::Snapshot).unwrap();
+                assert_eq!(set.parsed_subject().render(), "@home @log");
+                assert!(matches!(set.parsed_subject(), Subject::Set(s) if s.len() == 2));
+
+                let snaps = j.snapshots().unwrap();
+                let mut states: Vec<(String, SnapshotState)> =
+                    snaps.iter().map(|s| (s.name.clone(), s.state)).collect();
+                states.sort();
+                assert_eq!(
+                    states,
+                    [
+                        ("@home.a".to_owned(), SnapshotState::Present),
+                        ("@log.b".to_owned(), SnapshotState::Gone)
+                    ]
+                );
+                let mut listed = Vec::new();
+                j.each_listed(|name, _| listed.push(name.to_owned()))
+                    .unwrap();
+                assert_eq!(listed, ["@log.b", "@home.a"], "journalled order kept");
+                let latest = j.report_latest_outcome(1000).unwrap().unwrap();
+                assert_eq!(
+                    (latest.id.as_str(), latest.result),
+                    ("o2", OutcomeResult::Refused)
+                );
+                // Version 2: alice's news was reported to her already.
+                assert_eq!(latest.reported, version >= 2, "version {version}");
+                let refused = rows.iter().find(|r| r.state == State::Refused).unwrap();
+                assert_eq!(refused.calls, if version >= 4 { 7 } else { 1 });
+                assert_eq!(
+                    j.timeline_sets().unwrap().contains(&1),
+                    version >= 3,
+                    "version {version}"
+                );
+                assert_eq!(j.keeps().unwrap().len(), usize::from(version >= 3));
+                let copy = j
+                    .copy_requests()
+                    .unwrap()
+                    .into_iter()
+                    .find(|r| r.action == Action::Copy)
+                    .unwrap();
+                if version >= 5 {
+                    assert_eq!((copy.target.as_str(), copy.bytes), ("usb", 4096));
+                    assert_eq!(j.copies_by_snapshot().unwrap()["@home.a"], ["usb"]);
+                } else {
+                    assert_eq!((copy.target.as_str(), copy.bytes), ("", 0));
+                }
+            }
+            // The tables are whole again: their indexes, and foreign keys on and kept.
+            let index: i64 = j
+                .conn
+                .query_row(
+                    "SELECT count(*) FROM sqlite_master WHERE type = 'index'
+                       AND name = 'requests_by_action' AND tbl_name = 'requests'",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(index, 1);
+            let fk: i64 = j
+                .conn
+                .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(fk, 1);
+            let broken = j
+                .conn
+                .prepare("PRAGMA foreign_key_check")
+                .unwrap()
+                .query_map([], |_| Ok(()))
+                .unwrap()
+                .count();
+            assert_eq!(broken, 0, "version {version}");
+            // The constraints hold for new rows.
+            for bad in [
+                "INSERT INTO requests (asked_micros, uid, user_name, action, subject, reason,
+                     state) VALUES (1, 0, 'root', 'bogus', '', '', 'pending')",
+                "INSERT INTO requests (asked_micros, uid, user_name, action, subject, reason,
+                     state) VALUES (1, 0, 'root', 'snapshot', '', '', 'Pending')",
+                "INSERT INTO snapshots (name, uuid, of_subvolume, taken_micros, state,
+                     seen_micros) VALUES ('x', 'u', '@home', 1, 'lost', 1)",
+                "INSERT INTO outcomes (id, result, request, reason, finished_micros,
+                     read_micros) VALUES ('x', 'maybe', 'r', 'why', 1, 1)",
+            ] {
+                match j.conn.execute(bad, []) {
+                    Err(rusqlite::Error::SqliteFailure(e, Some(m)))
+                        if e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_CHECK =>
+                    {
+                        assert!(m.contains("CHECK"), "{m}")
+                    }
+                    other => panic!("version {version}: {bad}: {other:?}"),
+                }
+            }
+            // And every value of the types goes in.
+            let root = Asker {
+                uid: 0,
+                name: "root".into(),
+            };
+            for action in Action::ALL {
+                for state in State::ALL {
+                    j.request(&root, *action, Subject::Nothing)
+                        .state(*state)
+                        .begin()
+                        .unwrap();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_no_keeper_writes_stops_the_migration_naming_its_row() {
+        let cases: [(&str, &str, &str, &str, &str); 5] = [
+            (
+                "UPDATE requests SET action = 'snapshot-set' WHERE id = 3",
+                "requests",
+                "3",
+                "action",
+                "snapshot-set",
+            ),
+            (
+                "UPDATE requests SET state = 'done' WHERE id = 4",
+                "requests",
+                "4",
+                "state",
+                "done",
+            ),
+            (
+                // Text affinity: stored as the text "7".
+                "UPDATE requests SET state = 7 WHERE id = 5",
+                "requests",
+                "5",
+                "state",
+                "7",
+            ),
+            (
+                "UPDATE snapshots SET state = 'Present' WHERE name = '@home.a'",
+                "snapshots",
+                "@home.a",
+                "state",
+                "Present",
+            ),
+            (
+                "UPDATE outcomes SET result = '' WHERE id = 'o1'",
+                "outcomes",
+                "o1",
+                "result",
+                "",
+            ),
+        ];
+        for (damage, table, row, column, value) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("j");
+            journal_at(&path, 5);
+            Connection::open(&path)
+                .unwrap()
+                .execute_batch(damage)
+                .unwrap();
+            match Journal::open(&path) {
+                Err(e @ JournalError::UnknownValue(_)) => {
+                    let JournalError::UnknownValue(u) = &e else {
+                        unreachable!()
+                    };
+                    assert_eq!(
+                        (u.table, u.row.as_str(), u.column, u.value.as_str()),
+                        (table, row, column, value)
+                    );
+                    let message = e.to_string();
+                    assert!(
+                        message.contains(&format!("{table} row {row} has {column}")),
+                        "{message}"
+                    );
+                }
+                other => panic!("{damage}: expected UnknownValue, got {other:?}"),
+            }
+            // Nothing was changed: the journal is still at version 5, its rows as they were.
+            let conn = Connection::open(&path).unwrap();
+            let version: i64 = conn
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(version, 5);
+        }
     }
 
     #[test]
