@@ -4,9 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
+use layout::SnapshotName;
 use rusqlite::params;
 
-use super::{Action, Asker, Journal, JournalError, State, GONE, PRESENT};
+use super::{Action, Asker, Journal, JournalError, State, Subject, GONE, PRESENT};
 use crate::words::to_micros;
 
 /// A deletion about to be asked of the stem.
@@ -188,14 +189,16 @@ impl Journal {
     pub fn set_keep(
         &mut self,
         asker: &Asker,
-        name: &str,
+        name: &SnapshotName,
         keep: bool,
     ) -> Result<bool, JournalError> {
+        let subject = Subject::Snapshot(*name);
+        let name = name.to_string();
         let sq = super::sqlite_error(&self.path);
         let now = to_micros(SystemTime::now());
         let tx = self.conn.transaction().map_err(sq)?;
         let marked: bool = tx
-            .query_row("SELECT COUNT(*) FROM keeps WHERE name = ?1", [name], |r| {
+            .query_row("SELECT COUNT(*) FROM keeps WHERE name = ?1", [&name], |r| {
                 r.get::<_, i64>(0)
             })
             .map_err(sq)?
@@ -219,7 +222,7 @@ impl Journal {
                 i64::from(asker.uid),
                 asker.name,
                 act,
-                name,
+                subject,
                 State::Complete,
                 outcome
             ],
@@ -234,7 +237,7 @@ impl Journal {
             )
             .map_err(sq)?;
         } else if changed {
-            tx.execute("DELETE FROM keeps WHERE name = ?1", [name])
+            tx.execute("DELETE FROM keeps WHERE name = ?1", [&name])
                 .map_err(sq)?;
         }
         tx.commit().map_err(sq)?;
@@ -302,13 +305,14 @@ mod tests {
             .unwrap();
         assert_eq!(rule, "timeline");
 
-        assert!(j.set_keep(&root(), "x", true).unwrap());
-        assert!(!j.set_keep(&root(), "x", true).unwrap());
+        let x = SnapshotName::parse("@home.2026-12-01T140200.123456Z").unwrap();
+        assert!(j.set_keep(&root(), &x, true).unwrap());
+        assert!(!j.set_keep(&root(), &x, true).unwrap());
         assert_eq!(
-            j.keeps().unwrap().get("x").map(String::as_str),
+            j.keeps().unwrap().get(&x.to_string()).map(String::as_str),
             Some("root")
         );
-        assert!(j.set_keep(&root(), "x", false).unwrap());
+        assert!(j.set_keep(&root(), &x, false).unwrap());
         assert!(j.keeps().unwrap().is_empty());
 
         j.mark_timeline(ids[0]).unwrap();

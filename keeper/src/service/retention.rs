@@ -230,7 +230,7 @@ impl Keeper {
             // Only what exists can be kept; a mark may be taken off a snapshot already gone.
             self.find(&snap).await?;
         }
-        let changed = self.journal(|j| j.set_keep(&asker, name, keep))?;
+        let changed = self.journal(|j| j.set_keep(&asker, &snap, keep))?;
         let message = match (keep, changed) {
             (true, true) => format!("{name} is marked to keep: no retention rule deletes it"),
             (true, false) => format!("{name} was already marked to keep; nothing changed"),
