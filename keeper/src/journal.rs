@@ -13,6 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use layout::{OutcomeResult, SubvolumeName};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::words::to_micros;
@@ -89,14 +90,91 @@ const MIGRATIONS: &[&str] = &[
         verified_micros INTEGER NOT NULL,
         PRIMARY KEY (target, name)
     );",
+    // 6: the small vocabularies are checked by the database too: a request's action and
+    // state, a snapshot's state, an outcome's result (the lists of `types`, which a test
+    // keeps equal to these). SQLite adds a CHECK only to a new table, so each is rebuilt
+    // with its rows, ids and index (the `foreign_keys` pragma is off while migrating, so
+    // the rows that refer to them are kept as they are). `Journal::migrate` refuses, before
+    // this runs, a journal with a value outside the lists, naming the row.
+    "CREATE TABLE requests_checked (
+        id INTEGER PRIMARY KEY,
+        asked_micros INTEGER NOT NULL,
+        uid INTEGER NOT NULL,
+        user_name TEXT NOT NULL,
+        action TEXT NOT NULL CHECK (action IN ('snapshot', 'restore-preview', 'restore',
+            'restore-details', 'cancel', 'open', 'close', 'diff', 'delete', 'keep', 'unkeep',
+            'copy', 'fetch', 'copy-delete', 'copies', 'prune')),
+        subject TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        pre_switch INTEGER NOT NULL DEFAULT 0,
+        words_shown TEXT NOT NULL DEFAULT '',
+        state TEXT NOT NULL CHECK (state IN ('pending', 'complete', 'failed', 'refused',
+            'shown', 'staged', 'already-staged', 'withdrawn', 'nothing-staged', 'open',
+            'closed')),
+        outcome TEXT NOT NULL DEFAULT '',
+        finished_micros INTEGER,
+        rule TEXT NOT NULL DEFAULT '',
+        timeline INTEGER NOT NULL DEFAULT 0,
+        calls INTEGER NOT NULL DEFAULT 1,
+        target TEXT NOT NULL DEFAULT '',
+        parent TEXT NOT NULL DEFAULT '',
+        bytes INTEGER NOT NULL DEFAULT 0
+    );
+    INSERT INTO requests_checked (id, asked_micros, uid, user_name, action, subject, reason,
+        pre_switch, words_shown, state, outcome, finished_micros, rule, timeline, calls,
+        target, parent, bytes)
+    SELECT id, asked_micros, uid, user_name, action, subject, reason, pre_switch,
+        words_shown, state, outcome, finished_micros, rule, timeline, calls, target, parent,
+        bytes FROM requests;
+    DROP TABLE requests;
+    ALTER TABLE requests_checked RENAME TO requests;
+    CREATE INDEX requests_by_action ON requests(action, state);
+    CREATE TABLE snapshots_checked (
+        name TEXT PRIMARY KEY,
+        uuid TEXT NOT NULL,
+        of_subvolume TEXT NOT NULL,
+        taken_micros INTEGER NOT NULL,
+        request_id INTEGER REFERENCES requests(id),
+        state TEXT NOT NULL CHECK (state IN ('present', 'gone')),
+        seen_micros INTEGER NOT NULL,
+        gone_micros INTEGER
+    );
+    INSERT INTO snapshots_checked (rowid, name, uuid, of_subvolume, taken_micros, request_id,
+        state, seen_micros, gone_micros)
+    SELECT rowid, name, uuid, of_subvolume, taken_micros, request_id, state, seen_micros,
+        gone_micros FROM snapshots;
+    DROP TABLE snapshots;
+    ALTER TABLE snapshots_checked RENAME TO snapshots;
+    CREATE TABLE outcomes_checked (
+        id TEXT PRIMARY KEY,
+        result TEXT NOT NULL CHECK (result IN ('done', 'refused')),
+        request TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        finished_micros INTEGER NOT NULL,
+        read_micros INTEGER NOT NULL,
+        reported_micros INTEGER
+    );
+    INSERT INTO outcomes_checked (rowid, id, result, request, reason, finished_micros,
+        read_micros, reported_micros)
+    SELECT rowid, id, result, request, reason, finished_micros, read_micros, reported_micros
+        FROM outcomes;
+    DROP TABLE outcomes;
+    ALTER TABLE outcomes_checked RENAME TO outcomes;",
 ];
+
+/// The version whose migration adds the `CHECK` constraints: a journal below it is read for
+/// values outside the lists before it is migrated.
+const CHECKED_VERSION: i64 = 6;
 
 mod copies;
 mod list;
 mod retention;
-pub use copies::{CopyAction, CopyEnd, CopyRow};
+mod types;
+pub use copies::{CopyEnd, CopyRow};
 pub use list::ListedRequest;
-pub use retention::{Deletion, DeletionResult, RetentionAction};
+pub use retention::{Deletion, DeletionResult};
+use types::StoredOutcomeResult;
+pub use types::{outcome_result_text, Action, CopyAction, SnapshotState, State, Subject};
 
 /// The version a journal has after every migration.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -118,6 +196,22 @@ pub enum JournalError {
     },
     #[error("journal {path} has schema version {found}, newer than this keeper knows ({SCHEMA_VERSION}); run the newer keeper, or restore the journal's backup")]
     TooNew { path: String, found: i64 },
+    #[error(transparent)]
+    UnknownValue(Box<UnknownValue>),
+}
+
+/// A value, in a column the `CHECK` constraints cover, that no keeper writes: found in an
+/// older journal before it is migrated.
+#[derive(Debug, thiserror::Error)]
+#[error("journal {path}: {table} row {row} has {column} {value:?}, which no keeper writes (known: {known}); the journal was changed by hand or is damaged: correct that row, or move the journal aside (the keeper then starts a new one)")]
+pub struct UnknownValue {
+    pub path: String,
+    pub table: &'static str,
+    /// The row's key: a request's id, a snapshot's name, an outcome's id.
+    pub row: String,
+    pub column: &'static str,
+    pub value: String,
+    pub known: String,
 }
 
 impl JournalError {
@@ -140,58 +234,6 @@ pub struct Asker {
     pub name: String,
 }
 
-/// The states of a request row.
-pub mod state {
-    pub const PENDING: &str = "pending";
-    pub const COMPLETE: &str = "complete";
-    pub const FAILED: &str = "failed";
-    pub const REFUSED: &str = "refused";
-    pub const SHOWN: &str = "shown";
-    pub const STAGED: &str = "staged";
-    pub const ALREADY_STAGED: &str = "already-staged";
-    pub const WITHDRAWN: &str = "withdrawn";
-    pub const NOTHING_STAGED: &str = "nothing-staged";
-    /// An open snapshot still open, as far as the keeper knows.
-    pub const OPEN: &str = "open";
-    pub const CLOSED: &str = "closed";
-}
-
-/// The actions a request row records.
-pub mod action {
-    pub const SNAPSHOT: &str = "snapshot";
-    pub const RESTORE_PREVIEW: &str = "restore-preview";
-    pub const RESTORE: &str = "restore";
-    /// The changed paths a restore would delete, listed to an approver.
-    pub const RESTORE_DETAILS: &str = "restore-details";
-    pub const CANCEL: &str = "cancel";
-    /// A snapshot opened read-only for a person (adr/0019); its row stays `open` until it
-    /// is closed, and then says how.
-    pub const OPEN: &str = "open";
-    /// An open snapshot closed: by the person, by the stem when idle, or with a restart.
-    pub const CLOSE: &str = "close";
-    /// The changed paths of a part of a snapshot, listed to root or an approver.
-    pub const DIFF: &str = "diff";
-}
-
-/// The subject of a restore's rows (its preview, its consent): the snapshot names it puts
-/// back, separated by single spaces, in the order the boot exchanges them; for a set,
-/// after `set N: ` (`set 12: @persist.… @log.… @home.…`), so that a set's consent is never
-/// a single restore's, nor the other way round.
-pub fn restore_subject(set: Option<i64>, names: &str) -> String {
-    match set {
-        Some(id) => format!("set {id}: {names}"),
-        None => names.to_owned(),
-    }
-}
-
-/// The snapshot names a restore row's subject puts back (a set's without its `set N: `).
-pub fn restored_names(subject: &str) -> &str {
-    match subject.split_once(": ") {
-        Some((set, names)) if set.starts_with("set ") => names,
-        _ => subject,
-    }
-}
-
 /// A request as recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestRow {
@@ -199,15 +241,23 @@ pub struct RequestRow {
     pub asked_micros: i64,
     pub uid: u32,
     pub user_name: String,
-    pub action: String,
+    pub action: Action,
+    /// The subject as stored; [`RequestRow::parsed_subject`] reads its grammar.
     pub subject: String,
     pub reason: String,
     pub pre_switch: bool,
     pub words_shown: String,
-    pub state: String,
+    pub state: State,
     pub outcome: String,
     /// How many calls the row stands for: 1, or more for refusals counted in it (adr/0016).
     pub calls: u64,
+}
+
+impl RequestRow {
+    /// What the row names, in the form its action writes.
+    pub fn parsed_subject(&self) -> Subject {
+        Subject::parse(self.action, &self.subject)
+    }
 }
 
 /// A snapshot as recorded, with the request that made it (if the keeper made it).
@@ -219,8 +269,7 @@ pub struct SnapshotRow {
     pub taken_micros: i64,
     /// `None`: found on disk, never asked for through the keeper (unknown origin).
     pub request: Option<RequestRow>,
-    /// `present` or `gone`.
-    pub state: String,
+    pub state: SnapshotState,
 }
 
 /// A member of a snapshot set, as the stem reported it.
@@ -236,7 +285,7 @@ pub struct Member {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutcomeRow {
     pub id: String,
-    pub result: String,
+    pub result: OutcomeResult,
     pub request: String,
     pub reason: String,
     pub finished_micros: i64,
@@ -250,8 +299,75 @@ pub struct Journal {
     path: PathBuf,
 }
 
-const PRESENT: &str = "present";
-const GONE: &str = "gone";
+/// A request row about to be written: [`Journal::request`] or [`Journal::set_request`],
+/// what else there is to say, then [`NewRequest::begin`].
+#[derive(Debug)]
+#[must_use = "nothing is journalled until `begin`"]
+pub struct NewRequest<'a> {
+    journal: &'a Journal,
+    asker: &'a Asker,
+    action: Action,
+    subject: Subject,
+    reason: &'a str,
+    pre_switch: bool,
+    words_shown: &'a str,
+    state: State,
+    outcome: &'a str,
+    /// Committed with its own fsync (else left to the commit that settles it).
+    synced: bool,
+}
+
+impl<'a> NewRequest<'a> {
+    /// Why, in the asker's words.
+    pub fn reason(self, reason: &'a str) -> Self {
+        NewRequest { reason, ..self }
+    }
+
+    /// Asked for before a NixOS switch.
+    pub fn pre_switch(self, pre_switch: bool) -> Self {
+        NewRequest { pre_switch, ..self }
+    }
+
+    /// The words the asker was shown (a preview's), or gave back (a consent's).
+    pub fn words_shown(self, words_shown: &'a str) -> Self {
+        NewRequest {
+            words_shown,
+            ..self
+        }
+    }
+
+    /// How it stands when written: anything but `pending` is finished at once.
+    pub fn state(self, state: State) -> Self {
+        NewRequest { state, ..self }
+    }
+
+    /// What the asker was told.
+    pub fn outcome(self, outcome: &'a str) -> Self {
+        NewRequest { outcome, ..self }
+    }
+
+    /// Write the row; its id.
+    pub fn begin(self) -> Result<i64, JournalError> {
+        let j = self.journal;
+        if self.synced {
+            return j.insert_request(&self);
+        }
+        j.conn
+            .execute_batch("PRAGMA synchronous=NORMAL")
+            .map_err(|e| j.err(e))?;
+        let id = j.insert_request(&self);
+        let restored = j
+            .conn
+            .execute_batch("PRAGMA synchronous=FULL")
+            .map_err(|e| j.err(e));
+        let id = id?;
+        restored?;
+        Ok(id)
+    }
+}
+
+const PRESENT: SnapshotState = SnapshotState::Present;
+const GONE: SnapshotState = SnapshotState::Gone;
 
 /// Set a pragma that answers with the mode in force, and check the answer: SQLite keeps
 /// the old mode, without an error, when it cannot change it.
@@ -278,6 +394,92 @@ fn set_mode(
     Ok(())
 }
 
+/// The first value, in the columns the `CHECK` constraints cover, that no keeper writes: as
+/// an error that names its row. Such a row was put there by hand or by damage; the keeper
+/// does not guess what it meant (mapping it to a known value would rewrite a record of
+/// consent), and starts only when it is put right.
+fn unknown_values(conn: &Connection, path: &Path) -> Result<(), JournalError> {
+    fn known(all: impl Iterator<Item = &'static str>) -> String {
+        all.collect::<Vec<_>>().join(", ")
+    }
+    /// `(table, its key, column, whether a value is known, the values known)`.
+    type Checked = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&str) -> bool,
+        String,
+    );
+    let columns: [Checked; 4] = [
+        (
+            "requests",
+            "id",
+            "action",
+            |v| Action::parse(v).is_some(),
+            known(Action::ALL.iter().map(|a| a.as_str())),
+        ),
+        (
+            "requests",
+            "id",
+            "state",
+            |v| State::parse(v).is_some(),
+            known(State::ALL.iter().map(|a| a.as_str())),
+        ),
+        (
+            "snapshots",
+            "name",
+            "state",
+            |v| SnapshotState::parse(v).is_some(),
+            known(SnapshotState::ALL.iter().map(|a| a.as_str())),
+        ),
+        (
+            "outcomes",
+            "id",
+            "result",
+            |v| StoredOutcomeResult::parse(v).is_some(),
+            known(
+                StoredOutcomeResult::ALL
+                    .iter()
+                    .map(|r| outcome_result_text(*r)),
+            ),
+        ),
+    ];
+    let sq = sqlite_error(path);
+    for (table, key, column, is_known, known) in columns {
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT CAST({key} AS TEXT), {column} FROM {table} ORDER BY rowid"
+            ))
+            .map_err(sq)?;
+        let mut rows = stmt.query([]).map_err(sq)?;
+        while let Some(r) = rows.next().map_err(sq)? {
+            // A value that is not text at all is outside the list too.
+            let value: rusqlite::types::Value = r.get(1).map_err(sq)?;
+            let text = match &value {
+                rusqlite::types::Value::Text(t) => Some(t.as_str()),
+                _ => None,
+            };
+            if !text.is_some_and(is_known) {
+                return Err(JournalError::UnknownValue(Box::new(UnknownValue {
+                    path: path.display().to_string(),
+                    table,
+                    row: r
+                        .get::<_, Option<String>>(0)
+                        .map_err(sq)?
+                        .unwrap_or_default(),
+                    column,
+                    value: match value {
+                        rusqlite::types::Value::Text(t) => t,
+                        other => format!("{other:?}"),
+                    },
+                    known,
+                })));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A SQLite error as the journal's, naming its file. It borrows only the path, so it serves
 /// while a transaction holds the connection (`self.conn` and `self.path` are apart).
 fn sqlite_error(path: &Path) -> impl Fn(rusqlite::Error) -> JournalError + Copy + '_ {
@@ -299,8 +501,7 @@ impl Journal {
         // Before anything reads the database, so that no shared-memory WAL index is made.
         set_mode(&conn, &p, "locking_mode", "exclusive")?;
         set_mode(&conn, &p, "journal_mode", "wal")?;
-        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
-            .map_err(sq)?;
+        conn.execute_batch("PRAGMA synchronous=FULL;").map_err(sq)?;
         // FULL is 2.
         let sync: i64 = conn
             .query_row("PRAGMA synchronous", [], |r| r.get(0))
@@ -317,7 +518,18 @@ impl Journal {
             conn,
             path: path.to_owned(),
         };
+        // Migrations run without foreign keys (SQLite as built here has them on from the
+        // start): one that rebuilds a table drops the table other rows refer to, and the
+        // pragma cannot change inside the migration's transaction.
+        journal
+            .conn
+            .execute_batch("PRAGMA foreign_keys=OFF;")
+            .map_err(sq)?;
         journal.migrate()?;
+        journal
+            .conn
+            .execute_batch("PRAGMA foreign_keys=ON;")
+            .map_err(sq)?;
         Ok(journal)
     }
 
@@ -346,6 +558,9 @@ impl Journal {
                 path: self.path.display().to_string(),
                 source: e,
             })?;
+            if i as i64 + 1 == CHECKED_VERSION {
+                unknown_values(&tx, &self.path)?;
+            }
             tx.execute_batch(sql)
                 .and_then(|_| tx.execute_batch(&format!("PRAGMA user_version = {}", i + 1)))
                 .and_then(|_| tx.commit())
@@ -364,21 +579,50 @@ impl Journal {
             .map_err(|e| self.err(e))
     }
 
-    /// Record a request before acting on it; returns its id.
-    #[allow(clippy::too_many_arguments)]
-    pub fn begin(
-        &self,
-        asker: &Asker,
-        action: &str,
-        subject: &str,
-        reason: &str,
-        pre_switch: bool,
-        words_shown: &str,
-        state: &str,
-        outcome: &str,
-    ) -> Result<i64, JournalError> {
+    /// A request of `action` on `subject` by `asker`, to be journalled before acting on it:
+    /// `pending`, with no reason, words or outcome, synced, until the builder says other.
+    pub fn request<'a>(
+        &'a self,
+        asker: &'a Asker,
+        action: Action,
+        subject: Subject,
+    ) -> NewRequest<'a> {
+        NewRequest {
+            journal: self,
+            asker,
+            action,
+            subject,
+            reason: "",
+            pre_switch: false,
+            words_shown: "",
+            state: State::Pending,
+            outcome: "",
+            synced: true,
+        }
+    }
+
+    /// A snapshot set of `subvolumes`, to be journalled as pending and durable together with
+    /// the commit that settles it.
+    ///
+    /// The row is committed to the WAL at once (a keeper that is killed leaves it for the
+    /// reconciliation), but without its own fsync: the completing commit, which is FULL and
+    /// comes before any answer, makes both durable. A power cut in between loses only an
+    /// unanswered request, whose snapshots then list as of unknown origin (adr/0011).
+    /// Restores are not begun this way: their consent must be on disk before the stem acts.
+    pub fn set_request<'a>(
+        &'a self,
+        asker: &'a Asker,
+        subvolumes: &[SubvolumeName],
+    ) -> NewRequest<'a> {
+        NewRequest {
+            synced: false,
+            ..self.request(asker, Action::Snapshot, Subject::Set(subvolumes.to_vec()))
+        }
+    }
+
+    fn insert_request(&self, r: &NewRequest<'_>) -> Result<i64, JournalError> {
         let now = to_micros(SystemTime::now());
-        let finished = if state == state::PENDING {
+        let finished = if r.state == State::Pending {
             None
         } else {
             Some(now)
@@ -390,56 +634,20 @@ impl Journal {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                 params![
                     now,
-                    i64::from(asker.uid),
-                    asker.name,
-                    action,
-                    subject,
-                    reason,
-                    pre_switch,
-                    words_shown,
-                    state,
-                    outcome,
+                    i64::from(r.asker.uid),
+                    r.asker.name,
+                    r.action,
+                    r.subject,
+                    r.reason,
+                    r.pre_switch,
+                    r.words_shown,
+                    r.state,
+                    r.outcome,
                     finished
                 ],
             )
             .map_err(|e| self.err(e))?;
         Ok(self.conn.last_insert_rowid())
-    }
-
-    /// Record a snapshot set as pending, durable together with the commit that settles it.
-    ///
-    /// The row is committed to the WAL at once (a keeper that is killed leaves it for the
-    /// reconciliation), but without its own fsync: the completing commit, which is FULL and
-    /// comes before any answer, makes both durable. A power cut in between loses only an
-    /// unanswered request, whose snapshots then list as of unknown origin (adr/0011).
-    /// Restores are not begun this way: their consent must be on disk before the stem acts.
-    pub fn begin_set(
-        &self,
-        asker: &Asker,
-        subject: &str,
-        reason: &str,
-        pre_switch: bool,
-    ) -> Result<i64, JournalError> {
-        self.conn
-            .execute_batch("PRAGMA synchronous=NORMAL")
-            .map_err(|e| self.err(e))?;
-        let id = self.begin(
-            asker,
-            action::SNAPSHOT,
-            subject,
-            reason,
-            pre_switch,
-            "",
-            state::PENDING,
-            "",
-        );
-        let restored = self
-            .conn
-            .execute_batch("PRAGMA synchronous=FULL")
-            .map_err(|e| self.err(e));
-        let id = id?;
-        restored?;
-        Ok(id)
     }
 
     /// Run `write` with commits that are not synced on their own (`synchronous=NORMAL`),
@@ -477,7 +685,7 @@ impl Journal {
                     id,
                     i64::try_from(*calls).unwrap_or(i64::MAX),
                     last_micros,
-                    state::REFUSED
+                    State::Refused
                 ],
             )
             .map_err(sq)?;
@@ -486,7 +694,7 @@ impl Journal {
     }
 
     /// Record the end of a request.
-    pub fn finish(&self, id: i64, state: &str, outcome: &str) -> Result<(), JournalError> {
+    pub fn finish(&self, id: i64, state: State, outcome: &str) -> Result<(), JournalError> {
         self.conn
             .execute(
                 "UPDATE requests SET state = ?2, outcome = ?3, finished_micros = ?4 WHERE id = ?1",
@@ -503,7 +711,7 @@ impl Journal {
         members: &[Member],
         outcome: &str,
     ) -> Result<(), JournalError> {
-        self.settle_set(id, members, state::COMPLETE, outcome)
+        self.settle_set(id, members, State::Complete, outcome)
     }
 
     /// Mark a snapshot set failed; `members` are those that exist anyway.
@@ -513,14 +721,14 @@ impl Journal {
         members: &[Member],
         outcome: &str,
     ) -> Result<(), JournalError> {
-        self.settle_set(id, members, state::FAILED, outcome)
+        self.settle_set(id, members, State::Failed, outcome)
     }
 
     fn settle_set(
         &mut self,
         id: i64,
         members: &[Member],
-        st: &str,
+        st: State,
         outcome: &str,
     ) -> Result<(), JournalError> {
         let sq = sqlite_error(&self.path);
@@ -545,12 +753,18 @@ impl Journal {
 
     /// Snapshot sets still pending (only after a crash, or while being taken).
     pub fn pending_sets(&self) -> Result<Vec<RequestRow>, JournalError> {
-        self.requests_where("action = 'snapshot' AND state = 'pending'", [])
+        self.requests_where(
+            "action = ?1 AND state = ?2",
+            params![Action::Snapshot, State::Pending],
+        )
     }
 
     /// Requests of `action` left pending (the keeper stopped before the stem answered).
-    pub fn pending(&self, action: &str) -> Result<Vec<RequestRow>, JournalError> {
-        self.requests_where("action = ?1 AND state = 'pending'", [action])
+    pub fn pending(&self, action: Action) -> Result<Vec<RequestRow>, JournalError> {
+        self.requests_where(
+            "action = ?1 AND state = ?2",
+            params![action, State::Pending],
+        )
     }
 
     /// Record a snapshot found on disk that no request made.
@@ -654,7 +868,7 @@ impl Journal {
     pub fn open_rows(&self) -> Result<Vec<RequestRow>, JournalError> {
         self.requests_where(
             "action = ?1 AND state = ?2",
-            params![action::OPEN, state::OPEN],
+            params![Action::Open, State::Open],
         )
     }
 
@@ -663,11 +877,11 @@ impl Journal {
         self.requests_where("1", [])
     }
 
-    /// The words this user was last shown for restoring `snapshot`, if shown since `since`.
+    /// The words this user was last shown for the restore `subject`, if shown since `since`.
     pub fn words_shown(
         &self,
         uid: u32,
-        snapshot: &str,
+        subject: &Subject,
         since_micros: i64,
     ) -> Result<Option<String>, JournalError> {
         self.conn
@@ -675,9 +889,9 @@ impl Journal {
                 "SELECT words_shown FROM requests WHERE action = ?1 AND uid = ?2 AND subject = ?3
                    AND asked_micros >= ?4 ORDER BY id DESC LIMIT 1",
                 params![
-                    action::RESTORE_PREVIEW,
+                    Action::RestorePreview,
                     i64::from(uid),
-                    snapshot,
+                    subject,
                     since_micros
                 ],
                 |r| r.get(0),
@@ -687,15 +901,15 @@ impl Journal {
     }
 
     /// The latest request that staged a restore of exactly `names` (the snapshot names it
-    /// puts back, as [`restore_subject`] writes them), of one snapshot or of a set.
+    /// puts back, space-separated, as the stem reports them), of one snapshot or of a set.
     pub fn staging_of(&self, names: &str) -> Result<Option<RequestRow>, JournalError> {
         Ok(self
             .requests_where(
-                "action = 'restore' AND state = 'staged' AND (subject = ?1 OR
-                   (subject LIKE 'set %' AND substr(subject, instr(subject, ': ') + 2) = ?1))",
-                [names],
+                "action = ?1 AND state = ?2",
+                params![Action::Restore, State::Staged],
             )?
-            .pop())
+            .into_iter()
+            .rfind(|r| r.parsed_subject().restored_names().as_deref() == Some(names)))
     }
 
     /// Record an outcome of the initrd; `false` when it was already recorded.
@@ -705,7 +919,7 @@ impl Journal {
             .execute(
                 "INSERT OR IGNORE INTO outcomes (id, result, request, reason, finished_micros, read_micros)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![o.id, o.result, o.request, o.reason, o.finished_micros, to_micros(SystemTime::now())],
+                params![o.id, StoredOutcomeResult(o.result), o.request, o.reason, o.finished_micros, to_micros(SystemTime::now())],
             )
             .map_err(|e| self.err(e))?;
         Ok(n == 1)
@@ -724,7 +938,7 @@ impl Journal {
                 |r| {
                     Ok(OutcomeRow {
                         id: r.get(0)?,
-                        result: r.get(1)?,
+                        result: r.get::<_, StoredOutcomeResult>(1)?.0,
                         request: r.get(2)?,
                         reason: r.get(3)?,
                         finished_micros: r.get(4)?,
@@ -759,8 +973,8 @@ impl Journal {
     pub fn failed_sets(&self) -> Result<u32, JournalError> {
         self.conn
             .query_row(
-                "SELECT count(*) FROM requests WHERE action = 'snapshot' AND state = 'failed'",
-                [],
+                "SELECT count(*) FROM requests WHERE action = ?1 AND state = ?2",
+                params![Action::Snapshot, State::Failed],
                 |r| r.get(0),
             )
             .map_err(|e| self.err(e))
@@ -780,17 +994,10 @@ mod tests {
 
     /// Alice's snapshot request, journalled pending; its id.
     fn pending_snapshot(j: &Journal) -> i64 {
-        j.begin(
-            &alice(),
-            action::SNAPSHOT,
-            "@home",
-            "test",
-            false,
-            "",
-            state::PENDING,
-            "",
-        )
-        .unwrap()
+        j.set_request(&alice(), &[SubvolumeName::parse("@home").unwrap()])
+            .reason("test")
+            .begin()
+            .unwrap()
     }
 
     #[test]
@@ -838,7 +1045,15 @@ mod tests {
     fn a_pending_set_leaves_the_journal_at_synchronous_full() {
         let dir = tempfile::tempdir().unwrap();
         let j = Journal::open(&dir.path().join("j")).unwrap();
-        let id = j.begin_set(&alice(), "@home @log", "why", false).unwrap();
+        let subs = [
+            SubvolumeName::parse("@home").unwrap(),
+            SubvolumeName::parse("@log").unwrap(),
+        ];
+        let id = j
+            .set_request(&alice(), &subs)
+            .reason("why")
+            .begin()
+            .unwrap();
         let sync: i64 = j
             .conn
             .query_row("PRAGMA synchronous", [], |r| r.get(0))
@@ -878,16 +1093,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut j = Journal::open(&dir.path().join("j")).unwrap();
         let refused = j
-            .begin(&alice(), "delete", "x", "", false, "", state::REFUSED, "no")
+            .request(&alice(), Action::Delete, Subject::named("x"))
+            .state(State::Refused)
+            .outcome("no")
+            .begin()
             .unwrap();
         let pending = pending_snapshot(&j);
         j.count_refusals(&[(refused, 10_000, 42), (pending, 5, 42)])
             .unwrap();
         let rows = j.requests().unwrap();
-        assert_eq!(
-            (rows[0].calls, rows[0].state.as_str()),
-            (10_000, state::REFUSED)
-        );
+        assert_eq!((rows[0].calls, rows[0].state), (10_000, State::Refused));
         // Only refused rows are counted.
         assert_eq!(rows[1].calls, 1);
     }
@@ -896,29 +1111,329 @@ mod tests {
     fn a_set_restore_is_found_by_the_names_it_puts_back() {
         let dir = tempfile::tempdir().unwrap();
         let j = Journal::open(&dir.path().join("j")).unwrap();
-        let names = "@persist.a @log.a @home.a";
-        let subject = restore_subject(Some(12), names);
-        assert_eq!(subject, "set 12: @persist.a @log.a @home.a");
-        assert_eq!(restored_names(&subject), names);
-        assert_eq!(restored_names("@home.a"), "@home.a");
-        let staging = |subject: &str| {
-            j.begin(
-                &alice(),
-                action::RESTORE,
-                subject,
-                "",
-                false,
-                "words",
-                state::STAGED,
-                "staged",
-            )
-            .unwrap()
+        let name = |s: &str| layout::SnapshotName::parse(s).unwrap();
+        let (p, l, h) = (
+            name("@persist.2026-12-01T140200.123456Z"),
+            name("@log.2026-12-01T140200.123456Z"),
+            name("@home.2026-12-01T140200.123456Z"),
+        );
+        let names = format!("{p} {l} {h}");
+        let subject = Subject::Restore {
+            set: Some(12),
+            names: vec![p, l, h],
         };
-        let single = staging("@home.a");
-        let set = staging(&subject);
-        assert_eq!(j.staging_of(names).unwrap().map(|r| r.id), Some(set));
-        assert_eq!(j.staging_of("@home.a").unwrap().map(|r| r.id), Some(single));
-        assert_eq!(j.staging_of("@log.a @home.a").unwrap(), None);
+        assert_eq!(subject.render(), format!("set 12: {names}"));
+        let staging = |subject: Subject| {
+            j.request(&alice(), Action::Restore, subject)
+                .words_shown("words")
+                .state(State::Staged)
+                .outcome("staged")
+                .begin()
+                .unwrap()
+        };
+        let single = staging(Subject::Restore {
+            set: None,
+            names: vec![h],
+        });
+        let set = staging(subject);
+        assert_eq!(j.staging_of(&names).unwrap().map(|r| r.id), Some(set));
+        assert_eq!(
+            j.staging_of(&h.to_string()).unwrap().map(|r| r.id),
+            Some(single)
+        );
+        assert_eq!(j.staging_of(&format!("{l} {h}")).unwrap(), None);
+    }
+
+    /// A journal as a keeper of schema `version` left it: the migrations up to `version`,
+    /// and rows of that era (every action and every state the keeper writes today, which
+    /// are all any keeper wrote, with the columns of that version). Request ids start at 1.
+    fn journal_at(path: &Path, version: usize) {
+        let conn = Connection::open(path).unwrap();
+        for sql in &MIGRATIONS[..version] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.execute_batch(&format!("PRAGMA user_version = {version}"))
+            .unwrap();
+        if version == 0 {
+            return;
+        }
+        let request = |action: Action, subject: &str, state: State| {
+            conn.execute(
+                "INSERT INTO requests (asked_micros, uid, user_name, action, subject, reason,
+                     state)
+                 VALUES (1, 1000, 'alice', ?1, ?2, 'old', ?3)",
+                params![action.as_str(), subject, state.as_str()],
+            )
+            .unwrap();
+            conn.last_insert_rowid()
+        };
+        // Text, not the types: what was written then.
+        for (i, action) in Action::ALL.iter().enumerate() {
+            request(*action, SUBJECT, State::ALL[i % State::ALL.len()]);
+        }
+        for state in State::ALL {
+            request(Action::Snapshot, "@home @log", *state);
+        }
+        // Inserted out of name order: a list shows snapshots in the order journalled.
+        for (name, state) in [("@log.b", "gone"), ("@home.a", "present")] {
+            conn.execute(
+                "INSERT INTO snapshots (name, uuid, of_subvolume, taken_micros, request_id,
+                     state, seen_micros)
+                 VALUES (?1, 'u', '@home', 1, 1, ?2, 1)",
+                params![name, state],
+            )
+            .unwrap();
+        }
+        for (id, result, finished) in [("o1", "done", 1), ("o2", "refused", 2)] {
+            conn.execute(
+                "INSERT INTO outcomes (id, result, request, reason, finished_micros, read_micros)
+                 VALUES (?1, ?2, 'r', 'why', ?3, 1)",
+                params![id, result, finished],
+            )
+            .unwrap();
+        }
+        if version >= 2 {
+            conn.execute(
+                "INSERT INTO outcome_reports (outcome_id, uid, reported_micros)
+                 VALUES ('o2', 1000, 5)",
+                [],
+            )
+            .unwrap();
+        }
+        if version >= 3 {
+            conn.execute_batch(
+                "UPDATE requests SET timeline = 1, rule = 'timeline' WHERE id = 1;
+                 INSERT INTO keeps (name, uid, user_name, kept_micros, request_id)
+                 VALUES ('@home.a', 1000, 'alice', 3, 2);",
+            )
+            .unwrap();
+        }
+        if version >= 4 {
+            conn.execute("UPDATE requests SET calls = 7 WHERE state = 'refused'", [])
+                .unwrap();
+        }
+        if version >= 5 {
+            conn.execute_batch(
+                "UPDATE requests SET target = 'usb', parent = 'p', bytes = 4096
+                     WHERE action = 'copy';
+                 INSERT INTO copies (target, name, received_uuid, verified_micros)
+                 VALUES ('usb', '@home.a', 'u', 6);",
+            )
+            .unwrap();
+        }
+    }
+
+    const SUBJECT: &str = "@home.2026-12-01T140200.123456Z";
+
+    #[test]
+    fn a_journal_of_every_older_version_reads_back_typed_and_is_checked() {
+        for version in 0..MIGRATIONS.len() {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("j");
+            journal_at(&path, version);
+            let j = Journal::open(&path).unwrap_or_else(|e| panic!("version {version}: {e}"));
+            assert_eq!(j.schema_version().unwrap(), SCHEMA_VERSION);
+            let rows = j.requests().unwrap();
+            if version == 0 {
+                assert!(rows.is_empty());
+            } else {
+                let mut expected: Vec<(i64, Action, State)> = Vec::new();
+                for (i, action) in Action::ALL.iter().enumerate() {
+                    expected.push((0, *action, State::ALL[i % State::ALL.len()]));
+                }
+                for state in State::ALL {
+                    expected.push((0, Action::Snapshot, *state));
+                }
+                for (i, e) in expected.iter_mut().enumerate() {
+                    e.0 = i as i64 + 1;
+                }
+                let got: Vec<(i64, Action, State)> =
+                    rows.iter().map(|r| (r.id, r.action, r.state)).collect();
+                assert_eq!(got, expected, "version {version}");
+                let open = rows.iter().find(|r| r.action == Action::Open).unwrap();
+                assert_eq!(
+                    open.parsed_subject(),
+                    Subject::Snapshot(layout::SnapshotName::parse(SUBJECT).unwrap())
+                );
+                let set = rows.iter().rfind(|r| r.action == Action::Snapshot).unwrap();
+                assert_eq!(set.parsed_subject().render(), "@home @log");
+                assert!(matches!(set.parsed_subject(), Subject::Set(s) if s.len() == 2));
+
+                let snaps = j.snapshots().unwrap();
+                let mut states: Vec<(String, SnapshotState)> =
+                    snaps.iter().map(|s| (s.name.clone(), s.state)).collect();
+                states.sort();
+                assert_eq!(
+                    states,
+                    [
+                        ("@home.a".to_owned(), SnapshotState::Present),
+                        ("@log.b".to_owned(), SnapshotState::Gone)
+                    ]
+                );
+                let mut listed = Vec::new();
+                j.each_listed(|name, _| listed.push(name.to_owned()))
+                    .unwrap();
+                assert_eq!(listed, ["@log.b", "@home.a"], "journalled order kept");
+                let latest = j.report_latest_outcome(1000).unwrap().unwrap();
+                assert_eq!(
+                    (latest.id.as_str(), latest.result),
+                    ("o2", OutcomeResult::Refused)
+                );
+                // Version 2: alice's news was reported to her already.
+                assert_eq!(latest.reported, version >= 2, "version {version}");
+                let refused = rows.iter().find(|r| r.state == State::Refused).unwrap();
+                assert_eq!(refused.calls, if version >= 4 { 7 } else { 1 });
+                assert_eq!(
+                    j.timeline_sets().unwrap().contains(&1),
+                    version >= 3,
+                    "version {version}"
+                );
+                assert_eq!(j.keeps().unwrap().len(), usize::from(version >= 3));
+                let copy = j
+                    .copy_requests()
+                    .unwrap()
+                    .into_iter()
+                    .find(|r| r.action == Action::Copy)
+                    .unwrap();
+                if version >= 5 {
+                    assert_eq!((copy.target.as_str(), copy.bytes), ("usb", 4096));
+                    assert_eq!(j.copies_by_snapshot().unwrap()["@home.a"], ["usb"]);
+                } else {
+                    assert_eq!((copy.target.as_str(), copy.bytes), ("", 0));
+                }
+            }
+            // The tables are whole again: their indexes, and foreign keys on and kept.
+            let index: i64 = j
+                .conn
+                .query_row(
+                    "SELECT count(*) FROM sqlite_master WHERE type = 'index'
+                       AND name = 'requests_by_action' AND tbl_name = 'requests'",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(index, 1);
+            let fk: i64 = j
+                .conn
+                .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(fk, 1);
+            let broken = j
+                .conn
+                .prepare("PRAGMA foreign_key_check")
+                .unwrap()
+                .query_map([], |_| Ok(()))
+                .unwrap()
+                .count();
+            assert_eq!(broken, 0, "version {version}");
+            // The constraints hold for new rows.
+            for bad in [
+                "INSERT INTO requests (asked_micros, uid, user_name, action, subject, reason,
+                     state) VALUES (1, 0, 'root', 'bogus', '', '', 'pending')",
+                "INSERT INTO requests (asked_micros, uid, user_name, action, subject, reason,
+                     state) VALUES (1, 0, 'root', 'snapshot', '', '', 'Pending')",
+                "INSERT INTO snapshots (name, uuid, of_subvolume, taken_micros, state,
+                     seen_micros) VALUES ('x', 'u', '@home', 1, 'lost', 1)",
+                "INSERT INTO outcomes (id, result, request, reason, finished_micros,
+                     read_micros) VALUES ('x', 'maybe', 'r', 'why', 1, 1)",
+            ] {
+                match j.conn.execute(bad, []) {
+                    Err(rusqlite::Error::SqliteFailure(e, Some(m)))
+                        if e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_CHECK =>
+                    {
+                        assert!(m.contains("CHECK"), "{m}")
+                    }
+                    other => panic!("version {version}: {bad}: {other:?}"),
+                }
+            }
+            // And every value of the types goes in.
+            let root = Asker {
+                uid: 0,
+                name: "root".into(),
+            };
+            for action in Action::ALL {
+                for state in State::ALL {
+                    j.request(&root, *action, Subject::Nothing)
+                        .state(*state)
+                        .begin()
+                        .unwrap();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_no_keeper_writes_stops_the_migration_naming_its_row() {
+        let cases: [(&str, &str, &str, &str, &str); 5] = [
+            (
+                "UPDATE requests SET action = 'snapshot-set' WHERE id = 3",
+                "requests",
+                "3",
+                "action",
+                "snapshot-set",
+            ),
+            (
+                "UPDATE requests SET state = 'done' WHERE id = 4",
+                "requests",
+                "4",
+                "state",
+                "done",
+            ),
+            (
+                // Text affinity: stored as the text "7".
+                "UPDATE requests SET state = 7 WHERE id = 5",
+                "requests",
+                "5",
+                "state",
+                "7",
+            ),
+            (
+                "UPDATE snapshots SET state = 'Present' WHERE name = '@home.a'",
+                "snapshots",
+                "@home.a",
+                "state",
+                "Present",
+            ),
+            (
+                "UPDATE outcomes SET result = '' WHERE id = 'o1'",
+                "outcomes",
+                "o1",
+                "result",
+                "",
+            ),
+        ];
+        for (damage, table, row, column, value) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("j");
+            journal_at(&path, 5);
+            Connection::open(&path)
+                .unwrap()
+                .execute_batch(damage)
+                .unwrap();
+            match Journal::open(&path) {
+                Err(e @ JournalError::UnknownValue(_)) => {
+                    let JournalError::UnknownValue(u) = &e else {
+                        unreachable!()
+                    };
+                    assert_eq!(
+                        (u.table, u.row.as_str(), u.column, u.value.as_str()),
+                        (table, row, column, value)
+                    );
+                    let message = e.to_string();
+                    assert!(
+                        message.contains(&format!("{table} row {row} has {column}")),
+                        "{message}"
+                    );
+                }
+                other => panic!("{damage}: expected UnknownValue, got {other:?}"),
+            }
+            // Nothing was changed: the journal is still at version 5, its rows as they were.
+            let conn = Connection::open(&path).unwrap();
+            let version: i64 = conn
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(version, 5);
+        }
     }
 
     #[test]
@@ -941,16 +1456,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut j = Journal::open(&dir.path().join("j")).unwrap();
         let id = j
-            .begin(
+            .request(
                 &alice(),
-                action::SNAPSHOT,
-                "@home",
-                "why",
-                true,
-                "",
-                state::PENDING,
-                "",
+                Action::Snapshot,
+                Subject::Set(vec![SubvolumeName::parse("@home").unwrap()]),
             )
+            .reason("why")
+            .pre_switch(true)
+            .begin()
             .unwrap();
         let m = Member {
             name: "@home.x".into(),
@@ -964,14 +1477,14 @@ mod tests {
         assert_eq!(s.len(), 1);
         let req = s[0].request.as_ref().unwrap();
         assert_eq!(
-            (req.state.as_str(), req.pre_switch, req.reason.as_str()),
-            (state::COMPLETE, true, "why")
+            (req.state, req.pre_switch, req.reason.as_str()),
+            (State::Complete, true, "why")
         );
         assert!(j.pending_sets().unwrap().is_empty());
 
         let o = OutcomeRow {
             id: "t".into(),
-            result: "done".into(),
+            result: OutcomeResult::Done,
             request: "r".into(),
             reason: "ok".into(),
             finished_micros: 1,

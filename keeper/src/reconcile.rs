@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::journal::{state, Member, RequestRow, SnapshotRow};
+use crate::journal::{Member, RequestRow, SnapshotRow, SnapshotState, State, Subject};
 
 /// What to write to the journal so that it agrees with the disk.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub fn plan(journal: &[SnapshotRow], pending: &[RequestRow], disk: &[Member]) ->
     let on_disk: HashSet<&str> = disk.iter().map(|m| m.name.as_str()).collect();
     let known: HashMap<&str, &SnapshotRow> = journal.iter().map(|r| (r.name.as_str(), r)).collect();
     for row in journal {
-        if row.state == "present" && !on_disk.contains(row.name.as_str()) {
+        if row.state == SnapshotState::Present && !on_disk.contains(row.name.as_str()) {
             out.gone.push(row.name.clone());
         }
     }
@@ -40,16 +40,22 @@ pub fn plan(journal: &[SnapshotRow], pending: &[RequestRow], disk: &[Member]) ->
         .filter(|m| !known.contains_key(m.name.as_str()))
         .collect();
     unclaimed.sort_by_key(|m| (m.taken_micros, m.name.clone()));
-    for set in pending.iter().filter(|r| r.state == state::PENDING) {
+    for set in pending.iter().filter(|r| r.state == State::Pending) {
         let mut members = Vec::new();
         let mut missing = Vec::new();
-        for sub in set.subject.split_whitespace() {
+        let subs: Vec<String> = match set.parsed_subject() {
+            Subject::Set(subs) => subs.iter().map(|s| s.to_string()).collect(),
+            Subject::Nothing => Vec::new(),
+            // Not the subvolumes of a set (no keeper writes that): none of it is found.
+            other => vec![other.render()],
+        };
+        for sub in subs {
             let found = unclaimed
                 .iter()
                 .position(|m| m.of_subvolume == sub && named_time(m) >= set.asked_micros);
             match found {
                 Some(i) => members.push(unclaimed.remove(i).clone()),
-                None => missing.push(sub.to_owned()),
+                None => missing.push(sub),
             }
         }
         if missing.is_empty() {
@@ -91,7 +97,7 @@ mod tests {
             of_subvolume: "@home".into(),
             taken_micros: 0,
             request: None,
-            state: st.into(),
+            state: SnapshotState::parse(st).unwrap(),
         }
     }
 
@@ -101,12 +107,12 @@ mod tests {
             asked_micros: asked,
             uid: 0,
             user_name: "root".into(),
-            action: "snapshot".into(),
+            action: crate::journal::Action::Snapshot,
             subject: subs.into(),
             reason: String::new(),
             pre_switch: false,
             words_shown: String::new(),
-            state: state::PENDING.into(),
+            state: State::Pending,
             outcome: String::new(),
             calls: 1,
         }

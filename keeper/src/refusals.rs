@@ -14,6 +14,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::journal::Action;
+
 /// How long a window of allowances, and a row that counts refusals, lasts.
 /// The same window and numbers as every allowance of log lines (`layout::allowance`).
 pub const WINDOW: Duration = layout::allowance::WINDOW;
@@ -28,7 +30,7 @@ pub const SEVERAL_CALLERS: u32 = u32::MAX;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Key {
     pub uid: u32,
-    pub act: &'static str,
+    pub act: Action,
 }
 
 /// What to do with one refusal.
@@ -116,13 +118,7 @@ impl Limiter {
 
     /// Decide what to do with a refusal of `act` for `uid`, at `now` (`now_micros` on the
     /// wall clock, for the journal).
-    pub fn decide(
-        &mut self,
-        uid: u32,
-        act: &'static str,
-        now: Instant,
-        now_micros: i64,
-    ) -> Verdict {
+    pub fn decide(&mut self, uid: u32, act: Action, now: Instant, now_micros: i64) -> Verdict {
         // An open counting row takes every refusal of its key until its window is over.
         for key in [
             Key { uid, act },
@@ -268,8 +264,8 @@ impl Limiter {
 mod tests {
     use super::*;
 
-    const DELETE: &str = "delete";
-    const KEEP: &str = "keep";
+    const DELETE: Action = Action::Delete;
+    const KEEP: Action = Action::Keep;
 
     #[test]
     fn a_caller_gets_rows_of_its_own_then_one_counting_row_per_act() {

@@ -13,7 +13,8 @@ use layout::{SnapshotName, SubvolumeName};
 use crate::authority::{Act, Authority};
 use crate::caps;
 use crate::journal::{
-    action, restored_names, state, Asker, Journal, JournalError, Member, OutcomeRow,
+    outcome_result_text, Action, Asker, Journal, JournalError, Member, OutcomeRow, SnapshotState,
+    State, Subject,
 };
 use crate::reconcile;
 use crate::refusals::{self, Verdict};
@@ -231,7 +232,7 @@ impl Keeper {
     fn refuse(
         &self,
         asker: &Asker,
-        act: &'static str,
+        act: Action,
         subject: &str,
         words: &str,
         why: String,
@@ -243,14 +244,7 @@ impl Keeper {
     /// Log and journal a refused request, with its subject and the words it was sent
     /// capped; past the caller's allowance, only counted (adr/0016). A journal that cannot
     /// take it is logged, and the refusal stands.
-    fn journal_refusal(
-        &self,
-        asker: &Asker,
-        act: &'static str,
-        subject: &str,
-        words: &str,
-        why: &str,
-    ) {
+    fn journal_refusal(&self, asker: &Asker, act: Action, subject: &str, words: &str, why: &str) {
         self.journal_refusal_of(asker, act, caps::name(subject), words, why);
     }
 
@@ -259,7 +253,7 @@ impl Keeper {
     fn journal_refusal_built(
         &self,
         asker: &Asker,
-        act: &'static str,
+        act: Action,
         subject: &str,
         words: &str,
         why: &str,
@@ -271,7 +265,7 @@ impl Keeper {
     fn journal_refusal_of(
         &self,
         asker: &Asker,
-        act: &'static str,
+        act: Action,
         subject: std::borrow::Cow<'_, str>,
         words: &str,
         why: &str,
@@ -285,7 +279,7 @@ impl Keeper {
         let (row_asker, outcome, key) = match verdict {
             Verdict::Counted => return,
             Verdict::OwnRow => {
-                tracing::warn!(uid = asker.uid, user = %asker.name, act, subject = %subject, "refused: {why}");
+                tracing::warn!(uid = asker.uid, user = %asker.name, act = %act, subject = %subject, "refused: {why}");
                 (asker.clone(), why.to_owned(), None)
             }
             Verdict::OpenRow(key) => {
@@ -302,7 +296,7 @@ impl Keeper {
                     (format!("{} (uid {})", asker.name, asker.uid), asker.clone())
                 };
                 tracing::warn!(
-                    uid = asker.uid, user = %asker.name, act, subject = %subject,
+                    uid = asker.uid, user = %asker.name, act = %act, subject = %subject,
                     "refused again and again: {why}; the refusals of {act} from {who} are counted in one journal row for {minutes} minutes, not journalled or logged one by one"
                 );
                 let outcome = format!(
@@ -313,16 +307,11 @@ impl Keeper {
             }
         };
         let recorded = self.journal(|j| {
-            j.begin(
-                &row_asker,
-                act,
-                &subject,
-                "",
-                false,
-                &words,
-                state::REFUSED,
-                &outcome,
-            )
+            j.request(&row_asker, act, Subject::named(subject.clone()))
+                .words_shown(&words)
+                .state(State::Refused)
+                .outcome(&outcome)
+                .begin()
         });
         if let Err(e) = &recorded {
             tracing::error!("could not journal a refusal: {}", e.message());
@@ -361,7 +350,7 @@ impl Keeper {
         for c in closed {
             tracing::info!(
                 uid = c.key.uid,
-                act = c.key.act,
+                act = %c.key.act,
                 row = c.id,
                 "{} refusals of {} counted in journal row {}",
                 c.calls,
@@ -444,26 +433,26 @@ impl Keeper {
                 tracing::info!(snapshot = %m.name, "snapshot of unknown origin found on disk");
             }
             // A restore the keeper asked for but never heard back about: the disk says.
-            for r in j.pending(action::CANCEL)? {
+            for r in j.pending(Action::Cancel)? {
                 let outcome = if staged.is_none() {
                     "withdrawn or never staged: nothing is staged now (the keeper stopped before the stem answered)"
                 } else {
                     "failed: the keeper stopped before the stem answered; a restore is still staged"
                 };
-                j.finish(r.id, if staged.is_none() { state::WITHDRAWN } else { state::FAILED }, outcome)?;
+                j.finish(r.id, if staged.is_none() { State::Withdrawn } else { State::Failed }, outcome)?;
             }
-            for r in j.pending(action::RESTORE)? {
+            for r in j.pending(Action::Restore)? {
                 let staged_it = staged
                     .as_deref()
-                    .is_some_and(|s| s == restored_names(&r.subject));
+                    .is_some_and(|s| Some(s) == r.parsed_subject().restored_names().as_deref());
                 let (st, outcome) = if staged_it {
                     (
-                        state::STAGED,
+                        State::Staged,
                         "staged (found staged after the keeper restarted)",
                     )
                 } else {
                     (
-                        state::FAILED,
+                        State::Failed,
                         "failed: the keeper stopped before the stem answered; nothing is staged",
                     )
                 };
@@ -481,9 +470,9 @@ impl Keeper {
         let row = OutcomeRow {
             id: o.id.clone(),
             result: if o.done {
-                "done".into()
+                layout::OutcomeResult::Done
             } else {
-                "refused".into()
+                layout::OutcomeResult::Refused
             },
             // "@home @home.…", one member; a set's members separated by "; ".
             request: o
@@ -497,7 +486,7 @@ impl Keeper {
             reported: false,
         };
         if self.journal(|j| j.record_outcome(&row))? {
-            tracing::info!(outcome = %row.id, result = %row.result, request = %row.request, "boot's restore outcome: {}", row.reason);
+            tracing::info!(outcome = %row.id, result = outcome_result_text(row.result), request = %row.request, "boot's restore outcome: {}", row.reason);
         }
         Ok(())
     }
@@ -517,8 +506,8 @@ impl Keeper {
         };
         let pending = self.journal(|j| {
             Ok(!j.pending_sets()?.is_empty()
-                || !j.pending(action::RESTORE)?.is_empty()
-                || !j.pending(action::CANCEL)?.is_empty()
+                || !j.pending(Action::Restore)?.is_empty()
+                || !j.pending(Action::Cancel)?.is_empty()
                 || !j.pending_deletions()?.is_empty())
         });
         if matches!(pending, Ok(true)) {
@@ -595,9 +584,9 @@ impl Keeper {
             set = SubvolumeName::default_snapshot_set();
         }
         let names: Vec<String> = set.iter().map(|s| s.to_string()).collect();
-        let subject = names.join(" ");
         if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, action::SNAPSHOT, &subject, "", why));
+            let subject = Subject::Set(set.clone()).render();
+            return Err(self.refuse(&asker, Action::Snapshot, &subject, "", why));
         }
         self.ensure_reconciled().await;
         // Below the free-space floor the oldest automatic snapshots go first (adr/0013).
@@ -609,7 +598,12 @@ impl Keeper {
             self.resolve_with_disk().await?;
         }
         let decided = started.elapsed();
-        let id = self.journal(|j| j.begin_set(&asker, &subject, reason, pre_switch))?;
+        let id = self.journal(|j| {
+            j.set_request(&asker, &set)
+                .reason(reason)
+                .pre_switch(pre_switch)
+                .begin()
+        })?;
         let pending = started.elapsed();
         test_pause("set-pending").await;
         match self.stem.take_set(&names).await {
@@ -712,7 +706,7 @@ impl Keeper {
     ) -> Result<RestoreDetails, KeeperError> {
         let asker = Authority::asker(uid);
         if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, action::RESTORE_DETAILS, name, "", why));
+            return Err(self.refuse(&asker, Action::RestoreDetails, name, "", why));
         }
         let snap = parse_snapshot(name)?;
         let sub = snap.subvolume();
@@ -751,16 +745,11 @@ impl Keeper {
             }
         );
         self.journal(|j| {
-            j.begin(
-                &asker,
-                action::RESTORE_DETAILS,
-                name,
-                "",
-                false,
-                &summary,
-                state::SHOWN,
-                "shown; nothing changed",
-            )
+            j.request(&asker, Action::RestoreDetails, Subject::Snapshot(snap))
+                .words_shown(&summary)
+                .state(State::Shown)
+                .outcome("shown; nothing changed")
+                .begin()
         })?;
         Ok(RestoreDetails {
             snapshot: name.to_owned(),
@@ -780,7 +769,7 @@ impl Keeper {
     ) -> Result<RestoreStaged, KeeperError> {
         let asker = Authority::asker(uid);
         if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, action::RESTORE, name, words_shown, why));
+            return Err(self.refuse(&asker, Action::Restore, name, words_shown, why));
         }
         let snap = parse_snapshot(name)?;
         let since = to_micros(SystemTime::now() - CONSENT_WINDOW);
@@ -788,7 +777,7 @@ impl Keeper {
         let shown = if words_shown.len() > caps::MAX_WORDS_BYTES {
             None
         } else {
-            self.journal(|j| j.words_shown(uid, name, since))?
+            self.journal(|j| j.words_shown(uid, &Subject::restore(snap), since))?
         };
         if shown.as_deref() != Some(words_shown) {
             let why = format!(
@@ -797,20 +786,13 @@ impl Keeper {
                 CONSENT_WINDOW.as_secs() / 60
             );
             // A refused request is journalled as refused, with the words given (adr/0011).
-            self.journal_refusal(&asker, action::RESTORE, name, words_shown, &why);
+            self.journal_refusal(&asker, Action::Restore, name, words_shown, &why);
             return Err(KeeperError::WordsNotShown(why));
         }
         let id = self.journal(|j| {
-            j.begin(
-                &asker,
-                action::RESTORE,
-                name,
-                "",
-                false,
-                words_shown,
-                state::PENDING,
-                "",
-            )
+            j.request(&asker, Action::Restore, Subject::restore(snap))
+                .words_shown(words_shown)
+                .begin()
         })?;
         test_pause("restore-pending").await;
         match self.stem.stage_restore(name).await {
@@ -818,9 +800,9 @@ impl Keeper {
                 test_pause("restore-staged").await;
                 let path = snap.subvolume().display_path();
                 let (st, message) = if already {
-                    (state::ALREADY_STAGED, format!("already staged: {path} goes back to {name} at the next reboot; nothing changed"))
+                    (State::AlreadyStaged, format!("already staged: {path} goes back to {name} at the next reboot; nothing changed"))
                 } else {
-                    (state::STAGED, format!("staged: {path} goes back to {name} at the next reboot; reboot to put it back"))
+                    (State::Staged, format!("staged: {path} goes back to {name} at the next reboot; reboot to put it back"))
                 };
                 // The consent was synced before the stem acted and the stem's request is
                 // durable: after a power cut the reconciliation finds it staged (adr/0011).
@@ -849,7 +831,7 @@ impl Keeper {
             StemError::Refused { .. } | StemError::NotRunning => {
                 // The request was synced before the stem was asked; the disk settles it.
                 let outcome = format!("failed: {e}");
-                self.journal(|j| j.unsynced(|j| j.finish(id, state::FAILED, &outcome)))
+                self.journal(|j| j.unsynced(|j| j.finish(id, State::Failed, &outcome)))
             }
             StemError::WentAway | StemError::Bus(_) => {
                 let _sets = self.sets.lock().await;
@@ -869,22 +851,11 @@ impl Keeper {
     pub async fn cancel(&self, uid: u32) -> Result<Cancelled, KeeperError> {
         let asker = Authority::asker(uid);
         if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, action::CANCEL, "", "", why));
+            return Err(self.refuse(&asker, Action::Cancel, "", "", why));
         }
         // Synced before the stem acts: the stem makes a withdrawal durable before it answers,
         // and the record of who withdrew must never be later than that (adr/0011).
-        let id = self.journal(|j| {
-            j.begin(
-                &asker,
-                action::CANCEL,
-                "",
-                "",
-                false,
-                "",
-                state::PENDING,
-                "",
-            )
-        })?;
+        let id = self.journal(|j| j.request(&asker, Action::Cancel, Subject::Nothing).begin())?;
         test_pause("cancel-pending").await;
         let withdrawn = self.stem.withdraw().await;
         test_pause("cancel-done").await;
@@ -911,7 +882,7 @@ impl Keeper {
                 };
                 // The request to cancel was synced before the stem acted; the disk says
                 // what is staged after a power cut (adr/0011).
-                self.journal(|j| j.unsynced(|j| j.finish(id, state::WITHDRAWN, &message)))?;
+                self.journal(|j| j.unsynced(|j| j.finish(id, State::Withdrawn, &message)))?;
                 Ok(Cancelled {
                     withdrawn: true,
                     snapshot: snapshot_names(&members),
@@ -929,7 +900,7 @@ impl Keeper {
                             "removed a bad restore request file ({why}); no restore was staged, \
                              nothing else changed"
                         );
-                        self.journal(|j| j.unsynced(|j| j.finish(id, state::WITHDRAWN, &message)))?;
+                        self.journal(|j| j.unsynced(|j| j.finish(id, State::Withdrawn, &message)))?;
                         Ok(Cancelled {
                             withdrawn: true,
                             snapshot: String::new(),
@@ -954,7 +925,7 @@ impl Keeper {
     /// Cancel's answer when nothing was staged: journalled, nothing changed.
     fn nothing_to_cancel(&self, id: i64) -> Result<Cancelled, KeeperError> {
         let message = "no restore was staged; nothing changed".to_owned();
-        self.journal(|j| j.unsynced(|j| j.finish(id, state::NOTHING_STAGED, &message)))?;
+        self.journal(|j| j.unsynced(|j| j.finish(id, State::NothingStaged, &message)))?;
         Ok(Cancelled {
             withdrawn: false,
             snapshot: String::new(),
@@ -992,7 +963,7 @@ impl Keeper {
             let unknown = j
                 .snapshots()?
                 .iter()
-                .filter(|s| s.request.is_none() && s.state == "present")
+                .filter(|s| s.request.is_none() && s.state == SnapshotState::Present)
                 .count() as u32;
             Ok((o, unknown, j.failed_sets()?))
         })?;
@@ -1029,7 +1000,7 @@ impl Keeper {
             outcome_id: outcome.as_ref().map(|o| o.id.clone()).unwrap_or_default(),
             outcome_result: outcome
                 .as_ref()
-                .map(|o| o.result.clone())
+                .map(|o| outcome_result_text(o.result).to_owned())
                 .unwrap_or_default(),
             outcome_request: outcome
                 .as_ref()

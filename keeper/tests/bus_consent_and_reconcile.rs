@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{uid_of, World, APPROVER, STRANGER};
-use keeper::journal::{action, state, RequestRow};
+use keeper::journal::{Action, RequestRow, State};
 use keeper::wire::KeeperError;
 use layout::{SnapshotName, SubvolumeName};
 
@@ -52,7 +52,7 @@ fn restore_rows(w: &World) -> Vec<RequestRow> {
     w.journal_rows()
         .0
         .into_iter()
-        .filter(|r| r.action == action::RESTORE)
+        .filter(|r| r.action == Action::Restore)
         .collect()
 }
 
@@ -140,12 +140,7 @@ fn bus_restore_confirm_refuses_words_not_shown_to_that_uid_for_that_snapshot_rec
         })
         .collect();
     let expect = |uid: u32, name: &str, words: &str| {
-        (
-            uid,
-            name.to_owned(),
-            words.to_owned(),
-            state::REFUSED.to_owned(),
-        )
+        (uid, name.to_owned(), words.to_owned(), State::Refused)
     };
     assert_eq!(
         refused,
@@ -172,8 +167,8 @@ fn bus_restore_confirm_refuses_words_not_shown_to_that_uid_for_that_snapshot_rec
     assert_eq!(staged_per_status(&w), a);
     let last = restore_rows(&w).pop().expect("the staging row");
     assert_eq!(
-        (last.uid, last.state.as_str(), last.words_shown.as_str()),
-        (approver, state::STAGED, words.as_str())
+        (last.uid, last.state, last.words_shown.as_str()),
+        (approver, State::Staged, words.as_str())
     );
 }
 
@@ -516,7 +511,7 @@ fn bus_restore_refusals_have_their_exit_codes_say_what_to_do_and_change_nothing(
         .collect();
     assert_eq!(refused.len(), 2, "{refused:#?}");
     for r in &refused {
-        assert_eq!(r.state, state::FAILED, "{r:?}");
+        assert_eq!(r.state, State::Failed, "{r:?}");
         assert!(r.outcome.contains("already staged"), "{r:?}");
     }
     let (code, out, _) = w.tacid(APPROVER, &["data", "restore", &home, "--json"]);

@@ -11,7 +11,7 @@ mod common;
 use std::collections::HashSet;
 
 use common::{uid_of, World, APPROVER, APPROVER_GROUP, STRANGER};
-use keeper::journal::{action, state};
+use keeper::journal::{Action, State};
 
 fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
@@ -67,18 +67,13 @@ fn bus_a_stranger_is_refused_and_journalled_an_approver_stages() {
     let (requests, _) = w.journal_rows();
     let refused: Vec<_> = requests
         .iter()
-        .filter(|r| r.state == state::REFUSED)
+        .filter(|r| r.state == State::Refused)
         .collect();
     assert_eq!(refused.len(), 3, "{requests:#?}");
     let r = refused[0];
     assert_eq!(
-        (
-            r.action.as_str(),
-            r.uid,
-            r.user_name.as_str(),
-            r.subject.as_str()
-        ),
-        (action::RESTORE, uid_of(STRANGER), STRANGER, name.as_str())
+        (r.action, r.uid, r.user_name.as_str(), r.subject.as_str()),
+        (Action::Restore, uid_of(STRANGER), STRANGER, name.as_str())
     );
     assert!(
         r.outcome
@@ -140,11 +135,11 @@ fn bus_a_stranger_is_refused_and_journalled_an_approver_stages() {
     let (requests, _) = w.journal_rows();
     let staged: Vec<_> = requests
         .iter()
-        .filter(|r| r.action == action::RESTORE && r.uid == uid_of(APPROVER))
+        .filter(|r| r.action == Action::Restore && r.uid == uid_of(APPROVER))
         .collect();
     assert_eq!(
-        staged.iter().map(|r| r.state.as_str()).collect::<Vec<_>>(),
-        [state::STAGED, state::ALREADY_STAGED]
+        staged.iter().map(|r| r.state).collect::<Vec<_>>(),
+        [State::Staged, State::AlreadyStaged]
     );
     assert_eq!(
         staged[0].words_shown,
@@ -199,7 +194,7 @@ fn bus_fifty_concurrent_snapshots_all_complete_unique_and_journalled() {
     let (requests, snapshots) = w.journal_rows();
     let complete = requests
         .iter()
-        .filter(|r| r.action == action::SNAPSHOT && r.state == state::COMPLETE)
+        .filter(|r| r.action == Action::Snapshot && r.state == State::Complete)
         .count();
     assert_eq!(complete, 50);
     let journalled: HashSet<_> = snapshots
@@ -249,16 +244,16 @@ fn bus_the_stem_going_away_and_back_is_survived() {
     let (requests, _) = w.journal_rows();
     let states: Vec<_> = requests
         .iter()
-        .filter(|r| r.action == action::SNAPSHOT)
-        .map(|r| r.state.as_str())
+        .filter(|r| r.action == Action::Snapshot)
+        .map(|r| r.state)
         .collect();
     assert_eq!(
         states,
         [
-            state::COMPLETE,
-            state::FAILED,
-            state::COMPLETE,
-            state::FAILED
+            State::Complete,
+            State::Failed,
+            State::Complete,
+            State::Failed
         ],
         "{requests:#?}"
     );
@@ -275,8 +270,8 @@ fn bus_the_keeper_killed_mid_request_loses_nothing_acknowledged() {
     let acknowledged = [w.snapshot_home(), w.snapshot_home()];
 
     for (point, expect) in [
-        ("set-pending", state::FAILED),
-        ("set-taken", state::COMPLETE),
+        ("set-pending", State::Failed),
+        ("set-taken", State::Complete),
     ] {
         w.kill_keeper();
         w.start_keeper(Some(point));
@@ -299,12 +294,12 @@ fn bus_the_keeper_killed_mid_request_loses_nothing_acknowledged() {
 
         let (requests, snapshots) = w.journal_rows();
         assert!(
-            requests.iter().all(|r| r.state != state::PENDING),
+            requests.iter().all(|r| r.state != State::Pending),
             "pending after {point}: {requests:#?}"
         );
         let last = requests
             .iter()
-            .rfind(|r| r.action == action::SNAPSHOT)
+            .rfind(|r| r.action == Action::Snapshot)
             .expect("the killed set");
         assert_eq!(last.state, expect, "after {point}: {last:?}");
         let members = snapshots
@@ -313,7 +308,7 @@ fn bus_the_keeper_killed_mid_request_loses_nothing_acknowledged() {
             .count();
         assert_eq!(
             members,
-            if expect == state::COMPLETE { 2 } else { 0 },
+            if expect == State::Complete { 2 } else { 0 },
             "after {point}"
         );
         for name in &acknowledged {
@@ -321,10 +316,7 @@ fn bus_the_keeper_killed_mid_request_loses_nothing_acknowledged() {
                 .iter()
                 .find(|s| &s.name == name)
                 .expect("an acknowledged snapshot is journalled");
-            assert_eq!(
-                row.request.as_ref().map(|r| r.state.as_str()),
-                Some(state::COMPLETE)
-            );
+            assert_eq!(row.request.as_ref().map(|r| r.state), Some(State::Complete));
         }
         // The disk agrees with the journal, and nothing half-made is left.
         let (on_disk, temps) = w.disk_snapshots();
@@ -346,7 +338,7 @@ fn bus_the_keeper_killed_mid_request_loses_nothing_acknowledged() {
         let last = w.kill_keeper_mid_restore(point, &name);
         assert_eq!(
             last.state,
-            if staged { state::STAGED } else { state::FAILED },
+            if staged { State::Staged } else { State::Failed },
             "after {point}: {last:?}"
         );
         assert_eq!(w.request_file().is_some(), staged, "after {point}");
@@ -453,7 +445,7 @@ fn bus_the_keeper_killed_at_random_moments_loses_nothing_acknowledged() {
     assert_eq!(json(&out)["unknown_origin"], 0);
     let (requests, snapshots) = w.journal_rows();
     assert!(
-        requests.iter().all(|r| r.state != state::PENDING),
+        requests.iter().all(|r| r.state != State::Pending),
         "{requests:#?}"
     );
     let settled: Vec<_> = requests
@@ -470,7 +462,7 @@ fn bus_the_keeper_killed_at_random_moments_loses_nothing_acknowledged() {
             .iter()
             .find(|r| r.id == *id)
             .expect("an acknowledged set is journalled");
-        assert_eq!(row.state, state::COMPLETE, "{row:?}");
+        assert_eq!(row.state, State::Complete, "{row:?}");
         let members = snapshots
             .iter()
             .filter(|s| s.request.as_ref().is_some_and(|r| r.id == *id))
@@ -525,7 +517,7 @@ fn bus_the_preview_counts_what_changed_and_details_are_for_approvers() {
     let (requests, _) = w.journal_rows();
     let shown = requests
         .iter()
-        .rfind(|r| r.action == action::RESTORE_PREVIEW && r.uid == uid_of(APPROVER))
+        .rfind(|r| r.action == Action::RestorePreview && r.uid == uid_of(APPROVER))
         .expect("the preview is journalled");
     assert!(shown.words_shown.contains(counts), "{shown:?}");
 
@@ -549,14 +541,14 @@ fn bus_the_preview_counts_what_changed_and_details_are_for_approvers() {
     let (requests, _) = w.journal_rows();
     let listed: Vec<_> = requests
         .iter()
-        .filter(|r| r.action == action::RESTORE_DETAILS)
-        .map(|r| (r.uid, r.state.as_str(), r.words_shown.as_str()))
+        .filter(|r| r.action == Action::RestoreDetails)
+        .map(|r| (r.uid, r.state, r.words_shown.as_str()))
         .collect();
     assert_eq!(
         listed,
         [
-            (uid_of(STRANGER), state::REFUSED, ""),
-            (uid_of(APPROVER), state::SHOWN, "listed 6 changed paths"),
+            (uid_of(STRANGER), State::Refused, ""),
+            (uid_of(APPROVER), State::Shown, "listed 6 changed paths"),
         ]
     );
 }

@@ -271,7 +271,7 @@ fn bus_a_person_taken_out_of_the_approvers_loses_their_whole_open() {
         .journal_rows()
         .0
         .into_iter()
-        .filter(|r| r.action == keeper::journal::action::CLOSE && r.uid == dropped)
+        .filter(|r| r.action == keeper::journal::Action::Close && r.uid == dropped)
         .collect();
     assert!(
         closes
@@ -391,7 +391,7 @@ fn bus_retention_does_not_delete_an_open_in_use() {
 
 #[test]
 fn bus_a_keeper_that_leaves_does_not_close_an_open_in_use_and_the_next_one_follows_it() {
-    use keeper::journal::{action, state};
+    use keeper::journal::{Action, State};
     let Some((mut w, open_dir, name, mut cleanup)) = world() else {
         return;
     };
@@ -416,19 +416,15 @@ fn bus_a_keeper_that_leaves_does_not_close_an_open_in_use_and_the_next_one_follo
         out.contains(&path),
         "still listed open for its owner: {out}"
     );
-    let open_rows = |w: &World| -> Vec<String> {
+    let open_rows = |w: &World| -> Vec<State> {
         w.journal_rows()
             .0
             .into_iter()
-            .filter(|r| r.action == action::OPEN && r.subject == name)
+            .filter(|r| r.action == Action::Open && r.subject == name)
             .map(|r| r.state)
             .collect()
     };
-    assert_eq!(
-        open_rows(&w),
-        vec![state::OPEN.to_owned()],
-        "not journalled closed"
-    );
+    assert_eq!(open_rows(&w), vec![State::Open], "not journalled closed");
     let (code, _, err) = w.tacid(APPROVER, &["data", "delete", &name]);
     assert_eq!(code, 13, "{err}");
 
@@ -439,7 +435,7 @@ fn bus_a_keeper_that_leaves_does_not_close_an_open_in_use_and_the_next_one_follo
     let (code, out, err) = w.tacid(OWNER, &["data", "close", &name]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(mounts_under(&open_dir).is_empty());
-    assert_eq!(open_rows(&w), vec![state::CLOSED.to_owned()]);
+    assert_eq!(open_rows(&w), vec![State::Closed]);
     let (code, out, err) = w.tacid(APPROVER, &["data", "delete", &name]);
     assert_eq!(code, 0, "{out}{err}");
     nothing_pinned(&w, Duration::from_secs(60)).expect("nothing pinned");

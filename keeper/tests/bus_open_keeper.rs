@@ -24,7 +24,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{mounts_under, ok, uid_of, World, APPROVER, STRANGER};
-use keeper::journal::{action, state, RequestRow};
+use keeper::journal::{Action, RequestRow, State};
 
 const OWNER: &str = "tacid-open-owner";
 /// Home directory replaced by a symlink since the snapshot.
@@ -159,7 +159,7 @@ fn as_user(user: &str, cmd: &[&str]) -> (i32, String, String) {
     )
 }
 
-fn rows_of(w: &World, act: &str) -> Vec<RequestRow> {
+fn rows_of(w: &World, act: Action) -> Vec<RequestRow> {
     w.journal_rows()
         .0
         .into_iter()
@@ -420,10 +420,10 @@ fn bus_the_owner_takes_a_file_back_and_nobody_gets_anything_of_others() {
     let (code, out, _) = w.tacid(OWNER, &["data", "close", name]);
     assert_eq!(code, 0);
     assert!(out.contains("was not open"), "{out}");
-    let opens = rows_of(w, action::OPEN);
+    let opens = rows_of(w, Action::Open);
     let owner_open = opens
         .iter()
-        .find(|r| r.uid == owner_uid && r.state == state::CLOSED)
+        .find(|r| r.uid == owner_uid && r.state == State::Closed)
         .expect("the owner's open, closed");
     assert!(owner_open.outcome.contains(&path), "{}", owner_open.outcome);
     assert!(
@@ -431,14 +431,14 @@ fn bus_the_owner_takes_a_file_back_and_nobody_gets_anything_of_others() {
         "{}",
         owner_open.outcome
     );
-    let refused: Vec<&RequestRow> = opens.iter().filter(|r| r.state == state::REFUSED).collect();
+    let refused: Vec<&RequestRow> = opens.iter().filter(|r| r.state == State::Refused).collect();
     for user in [STRANGER, PLANTED, ELSEWHERE, APPROVER] {
         assert!(
             refused.iter().any(|r| r.user_name == user),
             "{user}'s refusal is journalled: {refused:?}"
         );
     }
-    assert!(rows_of(w, action::CLOSE).iter().any(|r| r.uid == owner_uid));
+    assert!(rows_of(w, Action::Close).iter().any(|r| r.uid == owner_uid));
 
     // A caller flooding opens: the keeper's allowance, then refusals counted, not written.
     let calls = 40;
@@ -457,10 +457,10 @@ fn bus_the_owner_takes_a_file_back_and_nobody_gets_anything_of_others() {
     );
     assert!(refusals >= calls - keeper::service::OPENS_PER_WINDOW as usize);
     std::thread::sleep(Duration::from_millis(1500)); // counted refusals reach the journal each second
-    let stranger_refused: Vec<RequestRow> = rows_of(w, action::OPEN)
+    let stranger_refused: Vec<RequestRow> = rows_of(w, Action::Open)
         .into_iter()
         .filter(|r| {
-            r.user_name == STRANGER && r.state == state::REFUSED && r.outcome.contains("times in")
+            r.user_name == STRANGER && r.state == State::Refused && r.outcome.contains("times in")
         })
         .collect();
     let counted: u64 = stranger_refused.iter().map(|r| r.calls).sum();
@@ -492,7 +492,7 @@ fn bus_closes_the_keeper_did_not_ask_for_are_journalled_and_nothing_stays_mounte
         idle.as_secs_f64()
     );
     assert_eq!(ow.w.tacid(OWNER, &["data", "list"]).0, 0);
-    let closes = rows_of(&ow.w, action::CLOSE);
+    let closes = rows_of(&ow.w, Action::Close);
     assert!(
         closes
             .iter()
@@ -520,12 +520,12 @@ fn bus_closes_the_keeper_did_not_ask_for_are_journalled_and_nothing_stays_mounte
     );
     w.start_keeper(None);
     let settled = testbed::wait_until(Duration::from_secs(10), || {
-        rows_of(w, action::OPEN)
+        rows_of(w, Action::Open)
             .iter()
-            .all(|r| r.state != state::OPEN)
+            .all(|r| r.state != State::Open)
     });
     assert!(settled.is_some(), "the next keeper journals them closed");
-    let closes = rows_of(w, action::CLOSE);
+    let closes = rows_of(w, Action::Close);
     assert_eq!(
         closes
             .iter()
@@ -548,14 +548,14 @@ fn bus_closes_the_keeper_did_not_ask_for_are_journalled_and_nothing_stays_mounte
     );
     assert_eq!(w.tacid(OWNER, &["data", "list"]).0, 0);
     assert!(
-        rows_of(w, action::CLOSE).iter().any(|r| r
+        rows_of(w, Action::Close).iter().any(|r| r
             .outcome
             .starts_with("closed by the stem before its idle time")),
         "the killed stem's close is journalled"
     );
-    assert!(rows_of(w, action::OPEN)
+    assert!(rows_of(w, Action::Open)
         .iter()
-        .all(|r| r.state != state::OPEN));
+        .all(|r| r.state != State::Open));
 }
 
 /// Home directory name that was another uid's directory in the snapshot (a login name

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{World, APPROVER};
-use keeper::journal::{state, RequestRow};
+use keeper::journal::{RequestRow, State};
 
 fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
@@ -16,7 +16,7 @@ fn json(text: &str) -> serde_json::Value {
 fn last_of(w: &World, action: &str) -> RequestRow {
     let (requests, _) = w.journal_rows();
     assert!(
-        requests.iter().all(|r| r.state != state::PENDING),
+        requests.iter().all(|r| r.state != State::Pending),
         "left pending: {requests:#?}"
     );
     requests
@@ -60,9 +60,9 @@ fn bus_a_delete_or_cancel_killed_at_any_point_is_settled_from_the_disk() {
         assert_eq!(
             row.state,
             if deleted {
-                state::COMPLETE
+                State::Complete
             } else {
-                state::FAILED
+                State::Failed
             },
             "after {point}: {row:?}"
         );
@@ -83,9 +83,9 @@ fn bus_a_delete_or_cancel_killed_at_any_point_is_settled_from_the_disk() {
         assert_eq!(
             row.state,
             if withdrawn {
-                state::WITHDRAWN
+                State::Withdrawn
             } else {
-                state::FAILED
+                State::Failed
             },
             "after {point}: {row:?}"
         );
@@ -112,7 +112,7 @@ fn bus_a_delete_or_cancel_killed_at_any_point_is_settled_from_the_disk() {
     let row = last_of(&w, "delete");
     let (on_disk, _) = w.disk_snapshots();
     assert_eq!(
-        row.state == state::COMPLETE,
+        row.state == State::Complete,
         !on_disk.contains(&name),
         "{row:?}"
     );
@@ -158,7 +158,7 @@ fn bus_deletes_and_keeps_under_random_kills_lose_nothing_acknowledged() {
     assert_eq!(w.tacid(APPROVER, &["data", "status"]).0, 0);
     let (requests, _) = w.journal_rows();
     assert!(
-        requests.iter().all(|r| r.state != state::PENDING),
+        requests.iter().all(|r| r.state != State::Pending),
         "{requests:#?}"
     );
     let (on_disk, _) = w.disk_snapshots();
@@ -168,7 +168,7 @@ fn bus_deletes_and_keeps_under_random_kills_lose_nothing_acknowledged() {
             .rfind(|r| r.action == *act && &r.subject == name)
             .unwrap_or_else(|| panic!("an acknowledged {act} of {name} is journalled"));
         if act == "delete" {
-            assert_eq!(row.state, state::COMPLETE, "{row:?}");
+            assert_eq!(row.state, State::Complete, "{row:?}");
             assert!(!on_disk.contains(name), "{name} acknowledged deleted");
         }
     }

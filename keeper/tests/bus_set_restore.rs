@@ -14,7 +14,7 @@ mod common;
 use std::time::SystemTime;
 
 use common::{uid_of, World, APPROVER, STRANGER};
-use keeper::journal::{action, state};
+use keeper::journal::{Action, State};
 
 fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
@@ -370,24 +370,24 @@ fn bus_a_set_is_previewed_staged_as_one_request_with_one_consent_and_cancelled_w
     let (requests, _) = w.journal_rows();
     let consents: Vec<_> = requests
         .iter()
-        .filter(|r| r.action == action::RESTORE && r.uid == uid_of(APPROVER))
+        .filter(|r| r.action == Action::Restore && r.uid == uid_of(APPROVER))
         .collect();
     assert_eq!(
         consents
             .iter()
-            .map(|r| (r.state.as_str(), r.subject.as_str()))
+            .map(|r| (r.state, r.subject.as_str()))
             .collect::<Vec<_>>(),
         [
             (
-                state::STAGED,
+                State::Staged,
                 format!("set {id}: {}", set.names().join(" ")).as_str()
             ),
             (
-                state::ALREADY_STAGED,
+                State::AlreadyStaged,
                 format!("set {id}: {}", set.names().join(" ")).as_str()
             ),
-            (state::FAILED, set.home.as_str()),
-            (state::FAILED, format!("set {id}: {}", set.home).as_str()),
+            (State::Failed, set.home.as_str()),
+            (State::Failed, format!("set {id}: {}", set.home).as_str()),
         ],
         "{consents:#?}"
     );
@@ -412,12 +412,12 @@ fn bus_a_set_is_previewed_staged_as_one_request_with_one_consent_and_cancelled_w
     );
     let refused: Vec<_> = requests
         .iter()
-        .filter(|r| r.action == action::RESTORE && r.uid == uid_of(STRANGER))
+        .filter(|r| r.action == Action::Restore && r.uid == uid_of(STRANGER))
         .collect();
     assert_eq!(refused.len(), 1, "{refused:#?}");
     assert_eq!(
-        (refused[0].state.as_str(), refused[0].subject.as_str()),
-        (state::REFUSED, id)
+        (refused[0].state, refused[0].subject.as_str()),
+        (State::Refused, id)
     );
 
     // Cancel withdraws every member.
@@ -467,7 +467,7 @@ fn bus_a_sets_consent_is_for_exactly_the_members_shown() {
     let (requests, _) = w.journal_rows();
     let refused: Vec<&str> = requests
         .iter()
-        .filter(|r| r.action == action::RESTORE && r.state == state::REFUSED)
+        .filter(|r| r.action == Action::Restore && r.state == State::Refused)
         .map(|r| r.subject.as_str())
         .collect();
     let whole = format!("set {id}: {}", set.names().join(" "));
@@ -595,9 +595,9 @@ fn bus_the_keeper_killed_mid_set_restore_settles_its_consent_from_the_disk() {
     for (point, staged) in [("restore-pending", false), ("restore-staged", true)] {
         let last = w.kill_keeper_mid_restore(point, id);
         assert_eq!(
-            (last.state.as_str(), last.subject.as_str()),
+            (last.state, last.subject.as_str()),
             (
-                if staged { state::STAGED } else { state::FAILED },
+                if staged { State::Staged } else { State::Failed },
                 format!("set {id}: {}", set.names().join(" ")).as_str()
             ),
             "after {point}: {last:?}"
@@ -636,7 +636,7 @@ fn bus_a_set_cut_short_is_refused_as_a_set() {
         let changed = conn
             .execute(
                 "UPDATE requests SET state = ?1 WHERE id = ?2",
-                rusqlite::params![state::FAILED, set.id.parse::<i64>().expect("an id")],
+                rusqlite::params![State::Failed, set.id.parse::<i64>().expect("an id")],
             )
             .expect("the set's row");
         assert_eq!(changed, 1);

@@ -12,7 +12,7 @@ use std::fs;
 use std::path::PathBuf;
 
 use common::{World, APPROVER, STRANGER};
-use keeper::journal::{action, state};
+use keeper::journal::{Action, State};
 
 fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
@@ -121,7 +121,7 @@ fn hostile_a_bad_request_never_blocks_the_stem_and_cancel_removes_it() {
         let row = requests
             .iter()
             .rev()
-            .find(|r| r.action == action::CANCEL && r.state == state::WITHDRAWN)
+            .find(|r| r.action == Action::Cancel && r.state == State::Withdrawn)
             .unwrap_or_else(|| panic!("{kind}: no cancel journalled: {requests:#?}"));
         assert!(
             row.outcome.contains("removed a bad restore request file") && row.user_name == APPROVER,

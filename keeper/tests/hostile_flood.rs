@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::hostile::{as_user, journal_bytes, median, ms, pipelined, wait_until, watch_daemons};
 use common::{uid_of, World, APPROVER, STRANGER};
 use keeper::caps::{MAX_NAME_BYTES, MAX_WORDS_BYTES};
-use keeper::journal::state;
+use keeper::journal::State;
 use keeper::refusals::OWN_ROWS_PER_CALLER;
 use keeper::wire::KeeperError;
 
@@ -168,7 +168,7 @@ fn hostile_a_strangers_flood_of_huge_names_grows_the_journal_by_a_bounded_amount
         .iter()
         .filter(|r| r.uid == uid_of(STRANGER))
         .collect();
-    assert!(strangers.iter().all(|r| r.state == state::REFUSED));
+    assert!(strangers.iter().all(|r| r.state == State::Refused));
     assert!(
         strangers.len() <= OWN_ROWS_PER_CALLER as usize + FLOODED_ACTS,
         "{} rows for the stranger",
@@ -301,7 +301,7 @@ fn hostile_huge_strings_are_capped_before_they_are_parsed_journalled_logged_or_e
         .iter()
         .find(|r| r.uid == uid_of(APPROVER) && r.action == "restore" && r.subject == name)
         .expect("the approver's confirmation is journalled");
-    assert_eq!(confirm.state, state::REFUSED);
+    assert_eq!(confirm.state, State::Refused);
     assert!(
         confirm.words_shown.len() <= MAX_WORDS_BYTES + 32
             && confirm

@@ -8,41 +8,14 @@ use std::time::SystemTime;
 
 use rusqlite::params;
 
-use super::{state, Asker, Journal, JournalError, Member, PRESENT};
+use super::{Action, Asker, CopyAction, Journal, JournalError, Member, State, PRESENT};
 use crate::words::to_micros;
-
-/// The acts on a target a request row records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CopyAction {
-    /// A snapshot sent to a target.
-    Copy,
-    /// A copy received back into the local store.
-    Fetch,
-    /// A copy deleted on a target.
-    DeleteCopy,
-}
-
-impl CopyAction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CopyAction::Copy => "copy",
-            CopyAction::Fetch => "fetch",
-            CopyAction::DeleteCopy => "copy-delete",
-        }
-    }
-
-    fn parse(s: &str) -> Option<CopyAction> {
-        [CopyAction::Copy, CopyAction::Fetch, CopyAction::DeleteCopy]
-            .into_iter()
-            .find(|a| a.as_str() == s)
-    }
-}
 
 /// How an act on a target ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyEnd {
     /// `complete`, `failed` or `refused`.
-    pub state: &'static str,
+    pub state: State,
     /// The sentence journalled as the outcome (a failure's reason, capped by the caller).
     pub outcome: String,
     /// The parent an incremental copy or fetch was sent against; empty for a full send.
@@ -58,7 +31,7 @@ pub struct CopyRow {
     pub id: i64,
     pub uid: u32,
     pub user_name: String,
-    pub action: String,
+    pub action: Action,
     /// The snapshot (or copy) acted on.
     pub subject: String,
     pub target: String,
@@ -68,7 +41,7 @@ pub struct CopyRow {
     pub reason: String,
     pub parent: String,
     pub bytes: u64,
-    pub state: String,
+    pub state: State,
     pub outcome: String,
 }
 
@@ -94,12 +67,12 @@ impl Journal {
                     to_micros(SystemTime::now()),
                     i64::from(asker.uid),
                     asker.name,
-                    action.as_str(),
+                    action.action(),
                     name,
                     reason,
                     rule,
                     target,
-                    state::PENDING
+                    State::Pending
                 ],
             )
             .map_err(|e| self.err(e))?;
@@ -111,7 +84,7 @@ impl Journal {
         let sq = super::sqlite_error(&self.path);
         let now = to_micros(SystemTime::now());
         let tx = self.conn.transaction().map_err(sq)?;
-        let (action, target, name): (String, String, String) = tx
+        let (action, target, name): (Action, String, String) = tx
             .query_row(
                 "SELECT action, target, subject FROM requests WHERE id = ?1",
                 [id],
@@ -131,8 +104,8 @@ impl Journal {
             ],
         )
         .map_err(sq)?;
-        if end.state == state::COMPLETE {
-            match (CopyAction::parse(&action), &end.received_uuid) {
+        if end.state == State::Complete {
+            match (CopyAction::of(action), &end.received_uuid) {
                 (Some(CopyAction::Copy), Some(uuid)) => {
                     tx.execute(
                         "INSERT INTO copies (target, name, received_uuid, verified_micros)
@@ -188,7 +161,7 @@ impl Journal {
             .map_err(sq)?;
         }
         let on_target: BTreeSet<&str> = held.iter().map(|(n, _)| n.as_str()).collect();
-        let pending: Vec<(i64, String, String, i64)> = {
+        let pending: Vec<(i64, Action, String, i64)> = {
             let mut stmt = tx
                 .prepare(
                     "SELECT id, action, subject, asked_micros FROM requests
@@ -196,7 +169,7 @@ impl Journal {
                 )
                 .map_err(sq)?;
             let rows = stmt
-                .query_map(params![target, state::PENDING], |r| {
+                .query_map(params![target, State::Pending], |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
                 })
                 .map_err(sq)?;
@@ -208,7 +181,7 @@ impl Journal {
                 continue;
             }
             let mut fetched = None;
-            let done = match CopyAction::parse(&action) {
+            let done = match CopyAction::of(action) {
                 Some(CopyAction::Copy) => on_target.contains(name.as_str()),
                 Some(CopyAction::DeleteCopy) => !on_target.contains(name.as_str()),
                 Some(CopyAction::Fetch) => match local.iter().find(|m| m.name == name) {
@@ -223,21 +196,21 @@ impl Journal {
             let restarted = asked < started_micros;
             let (st, outcome) = match (done, restarted) {
                 (true, true) => (
-                    state::COMPLETE,
+                    State::Complete,
                     "complete (found done after the keeper restarted)",
                 ),
                 (true, false) => (
-                    state::COMPLETE,
+                    State::Complete,
                     "complete (found done when the target was next listed; the stem's answer \
                      never reached the keeper)",
                 ),
                 (false, true) => (
-                    state::FAILED,
+                    State::Failed,
                     "failed: the keeper stopped before the stem answered, and it is not done; \
                      the next run tries again",
                 ),
                 (false, false) => (
-                    state::FAILED,
+                    State::Failed,
                     "failed: the stem's answer never reached the keeper, and it is not done; \
                      the next run tries again",
                 ),
@@ -292,26 +265,29 @@ impl Journal {
             .prepare_cached(
                 "SELECT id, uid, user_name, action, subject, target, rule, reason, parent,
                         bytes, state, outcome
-                 FROM requests WHERE action IN ('copy', 'fetch', 'copy-delete') ORDER BY id",
+                 FROM requests WHERE action IN (?1, ?2, ?3) ORDER BY id",
             )
             .map_err(|e| self.err(e))?;
         let rows = stmt
-            .query_map([], |r| {
-                Ok(CopyRow {
-                    id: r.get(0)?,
-                    uid: r.get::<_, i64>(1)? as u32,
-                    user_name: r.get(2)?,
-                    action: r.get(3)?,
-                    subject: r.get(4)?,
-                    target: r.get(5)?,
-                    rule: r.get(6)?,
-                    reason: r.get(7)?,
-                    parent: r.get(8)?,
-                    bytes: r.get::<_, i64>(9)?.max(0) as u64,
-                    state: r.get(10)?,
-                    outcome: r.get(11)?,
-                })
-            })
+            .query_map(
+                params![Action::Copy, Action::Fetch, Action::DeleteCopy],
+                |r| {
+                    Ok(CopyRow {
+                        id: r.get(0)?,
+                        uid: r.get::<_, i64>(1)? as u32,
+                        user_name: r.get(2)?,
+                        action: r.get(3)?,
+                        subject: r.get(4)?,
+                        target: r.get(5)?,
+                        rule: r.get(6)?,
+                        reason: r.get(7)?,
+                        parent: r.get(8)?,
+                        bytes: r.get::<_, i64>(9)?.max(0) as u64,
+                        state: r.get(10)?,
+                        outcome: r.get(11)?,
+                    })
+                },
+            )
             .map_err(|e| self.err(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
@@ -364,9 +340,9 @@ mod tests {
     }
 
     /// The state of the request `id`, as journalled now.
-    fn state_of(j: &Journal, id: i64) -> String {
+    fn state_of(j: &Journal, id: i64) -> State {
         let rows = j.copy_requests().unwrap();
-        rows.iter().find(|r| r.id == id).unwrap().state.clone()
+        rows.iter().find(|r| r.id == id).unwrap().state
     }
 
     const A: &str = "@home.2026-12-01T140200.123456Z";
@@ -378,11 +354,11 @@ mod tests {
         let mut j = Journal::open(&dir.path().join("j.sqlite")).unwrap();
         assert_eq!(j.schema_version().unwrap(), super::super::SCHEMA_VERSION);
         let id = alice_asks(&j, CopyAction::Copy, "usb", B);
-        assert_eq!(j.copy_requests().unwrap()[0].state, state::PENDING);
+        assert_eq!(j.copy_requests().unwrap()[0].state, State::Pending);
         j.finish_copy(
             id,
             &CopyEnd {
-                state: state::COMPLETE,
+                state: State::Complete,
                 outcome: "copied".into(),
                 parent: A.into(),
                 bytes: 4096,
@@ -392,14 +368,10 @@ mod tests {
         .unwrap();
         let row = &j.copy_requests().unwrap()[0];
         assert_eq!(
-            (
-                row.action.as_str(),
-                row.target.as_str(),
-                row.parent.as_str()
-            ),
-            ("copy", "usb", A)
+            (row.action, row.target.as_str(), row.parent.as_str()),
+            (Action::Copy, "usb", A)
         );
-        assert_eq!((row.bytes, row.state.as_str()), (4096, "complete"));
+        assert_eq!((row.bytes, row.state), (4096, State::Complete));
         assert_eq!(j.copies_by_snapshot().unwrap()[B], vec!["usb".to_owned()]);
 
         // A failed copy records its reason and holds nothing.
@@ -409,7 +381,7 @@ mod tests {
         j.finish_copy(
             id,
             &CopyEnd {
-                state: state::FAILED,
+                state: State::Failed,
                 outcome: "failed: the target is full".into(),
                 parent: String::new(),
                 bytes: 0,
@@ -436,7 +408,7 @@ mod tests {
         j.finish_copy(
             id,
             &CopyEnd {
-                state: state::COMPLETE,
+                state: State::Complete,
                 outcome: "deleted".into(),
                 parent: String::new(),
                 bytes: 0,
@@ -513,7 +485,7 @@ mod tests {
         j.finish_copy(
             second,
             &CopyEnd {
-                state: state::COMPLETE,
+                state: State::Complete,
                 outcome: "fetched".into(),
                 parent: String::new(),
                 bytes: 11 << 20,

@@ -4,31 +4,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
+use layout::SnapshotName;
 use rusqlite::params;
 
-use super::{state, Asker, Journal, JournalError, GONE, PRESENT};
+use super::{Action, Asker, Journal, JournalError, State, Subject, GONE, PRESENT};
 use crate::words::to_micros;
-
-/// The retention actions a request row records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetentionAction {
-    /// A snapshot deleted, by a person or by a rule.
-    Delete,
-    /// A snapshot marked to keep.
-    Keep,
-    /// The mark taken off again.
-    Unkeep,
-}
-
-impl RetentionAction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RetentionAction::Delete => "delete",
-            RetentionAction::Keep => "keep",
-            RetentionAction::Unkeep => "unkeep",
-        }
-    }
-}
 
 /// A deletion about to be asked of the stem.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,11 +95,11 @@ impl Journal {
                         now,
                         i64::from(asker.uid),
                         asker.name,
-                        RetentionAction::Delete.as_str(),
+                        Action::Delete,
                         d.name,
                         d.why,
                         d.rule,
-                        state::PENDING
+                        State::Pending
                     ])
                     .map_err(sq)?;
                 ids.push(tx.last_insert_rowid());
@@ -136,8 +116,8 @@ impl Journal {
         let tx = self.conn.transaction().map_err(sq)?;
         for r in results {
             let (st, outcome) = match &r.result {
-                Ok(()) => (state::COMPLETE, "deleted".to_owned()),
-                Err(why) => (state::FAILED, format!("failed: {why}")),
+                Ok(()) => (State::Complete, "deleted".to_owned()),
+                Err(why) => (State::Failed, format!("failed: {why}")),
             };
             tx.execute(
                 "UPDATE requests SET state = ?2, outcome = ?3, finished_micros = ?4 WHERE id = ?1",
@@ -164,10 +144,9 @@ impl Journal {
             )
             .map_err(self.tx_err())?;
         let rows = stmt
-            .query_map(
-                params![RetentionAction::Delete.as_str(), state::PENDING],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
+            .query_map(params![Action::Delete, State::Pending], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
             .map_err(self.tx_err())?;
         rows.collect::<Result<_, _>>().map_err(self.tx_err())
     }
@@ -210,33 +189,29 @@ impl Journal {
     pub fn set_keep(
         &mut self,
         asker: &Asker,
-        name: &str,
+        name: &SnapshotName,
         keep: bool,
     ) -> Result<bool, JournalError> {
+        let subject = Subject::Snapshot(*name);
+        let name = name.to_string();
         let sq = super::sqlite_error(&self.path);
         let now = to_micros(SystemTime::now());
         let tx = self.conn.transaction().map_err(sq)?;
         let marked: bool = tx
-            .query_row("SELECT COUNT(*) FROM keeps WHERE name = ?1", [name], |r| {
+            .query_row("SELECT COUNT(*) FROM keeps WHERE name = ?1", [&name], |r| {
                 r.get::<_, i64>(0)
             })
             .map_err(sq)?
             > 0;
         let changed = marked != keep;
         let (act, outcome) = match (keep, changed) {
-            (true, true) => (RetentionAction::Keep, "marked to keep: no rule deletes it"),
-            (true, false) => (
-                RetentionAction::Keep,
-                "already marked to keep; nothing changed",
-            ),
+            (true, true) => (Action::Keep, "marked to keep: no rule deletes it"),
+            (true, false) => (Action::Keep, "already marked to keep; nothing changed"),
             (false, true) => (
-                RetentionAction::Unkeep,
+                Action::Unkeep,
                 "no longer marked to keep: the retention rules apply to it again",
             ),
-            (false, false) => (
-                RetentionAction::Unkeep,
-                "was not marked to keep; nothing changed",
-            ),
+            (false, false) => (Action::Unkeep, "was not marked to keep; nothing changed"),
         };
         tx.execute(
             "INSERT INTO requests (asked_micros, uid, user_name, action, subject, reason, state,
@@ -246,9 +221,9 @@ impl Journal {
                 now,
                 i64::from(asker.uid),
                 asker.name,
-                act.as_str(),
-                name,
-                state::COMPLETE,
+                act,
+                subject,
+                State::Complete,
                 outcome
             ],
         )
@@ -262,7 +237,7 @@ impl Journal {
             )
             .map_err(sq)?;
         } else if changed {
-            tx.execute("DELETE FROM keeps WHERE name = ?1", [name])
+            tx.execute("DELETE FROM keeps WHERE name = ?1", [&name])
                 .map_err(sq)?;
         }
         tx.commit().map_err(sq)?;
@@ -330,13 +305,14 @@ mod tests {
             .unwrap();
         assert_eq!(rule, "timeline");
 
-        assert!(j.set_keep(&root(), "x", true).unwrap());
-        assert!(!j.set_keep(&root(), "x", true).unwrap());
+        let x = SnapshotName::parse("@home.2026-12-01T140200.123456Z").unwrap();
+        assert!(j.set_keep(&root(), &x, true).unwrap());
+        assert!(!j.set_keep(&root(), &x, true).unwrap());
         assert_eq!(
-            j.keeps().unwrap().get("x").map(String::as_str),
+            j.keeps().unwrap().get(&x.to_string()).map(String::as_str),
             Some("root")
         );
-        assert!(j.set_keep(&root(), "x", false).unwrap());
+        assert!(j.set_keep(&root(), &x, false).unwrap());
         assert!(j.keeps().unwrap().is_empty());
 
         j.mark_timeline(ids[0]).unwrap();

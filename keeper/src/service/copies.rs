@@ -20,7 +20,7 @@ use super::{of_path, parse_snapshot, stem_error, Keeper};
 use crate::authority::{Act, Authority};
 use crate::caps;
 use crate::copy_retention::{self, HeldCopy, TargetKeep};
-use crate::journal::{state, Asker, CopyAction, CopyEnd, Member};
+use crate::journal::{Action, Asker, CopyAction, CopyEnd, Member, State};
 use crate::stem_client::{Copied, StemError};
 use crate::wire::{
     CopyDeleted, CopyFailed, CopyHeld, CopyInFlight, CopyMade, CopyReport, Fetched, KeeperError,
@@ -178,7 +178,7 @@ impl Keeper {
     fn configured_target(
         &self,
         asker: &Asker,
-        act: &'static str,
+        act: Action,
         name: &str,
         target: &str,
     ) -> Result<&Target, KeeperError> {
@@ -202,7 +202,7 @@ impl Keeper {
             }
         );
         // A fetch is from its target; a copy (and a listing) to or of it.
-        let to = if act == "fetch" { "from" } else { "to" };
+        let to = if act == Action::Fetch { "from" } else { "to" };
         let subject = if name.is_empty() {
             format!("{to} {shown}")
         } else {
@@ -259,13 +259,13 @@ impl Keeper {
                 in_flight.extend(
                     rows.iter()
                         .filter(|r| {
-                            r.state == state::PENDING
+                            r.state == State::Pending
                                 && r.target == target
                                 && running
                                     .iter()
-                                    .any(|f| f.name == r.subject && f.direction == r.action)
-                                && !match r.action.as_str() {
-                                    "copy" => held.iter().any(|h| h.name == r.subject),
+                                    .any(|f| f.name == r.subject && r.action == f.direction)
+                                && !match r.action {
+                                    Action::Copy => held.iter().any(|h| h.name == r.subject),
                                     _ => local.contains(&r.subject),
                                 }
                         })
@@ -322,7 +322,7 @@ impl Keeper {
                     j.finish_copy(
                         id,
                         &CopyEnd {
-                            state: state::FAILED,
+                            state: State::Failed,
                             outcome: reason.clone(),
                             parent: String::new(),
                             bytes: 0,
@@ -371,7 +371,7 @@ impl Keeper {
                     caps::prefix(&c.received_uuid, 64)
                 );
                 let end = CopyEnd {
-                    state: state::COMPLETE,
+                    state: State::Complete,
                     outcome: outcome.clone(),
                     parent: caps::name(&c.parent).into_owned(),
                     bytes: c.bytes,
@@ -391,7 +391,7 @@ impl Keeper {
                 // it. A stem that stopped answers nothing: its copy is not counted.
                 if !matches!(e, StemError::Bus(_)) {
                     let end = CopyEnd {
-                        state: state::FAILED,
+                        state: State::Failed,
                         outcome: reason.clone(),
                         parent: String::new(),
                         bytes: 0,
@@ -415,7 +415,7 @@ impl Keeper {
         target: &str,
     ) -> Result<CopyReport, KeeperError> {
         let asker = Authority::asker(uid);
-        let t = self.configured_target(&asker, "copy", name, target)?;
+        let t = self.configured_target(&asker, Action::Copy, name, target)?;
         let target = t.name.as_str();
         if let Err(why) = self.authority.decide(uid, Act::Change) {
             let subject = if name.is_empty() {
@@ -423,7 +423,7 @@ impl Keeper {
             } else {
                 format!("{} to {target}", caps::name(name))
             };
-            self.journal_refusal_of(&asker, "copy", subject.into(), "", &why);
+            self.journal_refusal_of(&asker, Action::Copy, subject.into(), "", &why);
             return Err(KeeperError::NotAuthorized(why));
         }
         if !name.is_empty() {
@@ -602,12 +602,12 @@ impl Keeper {
             let _row = self.copy_acts.row(id);
             let result = self.stem.delete_copy(target, &d.name).await;
             let (st, outcome, note) = match &result {
-                Ok(()) => (state::COMPLETE, "deleted".to_owned(), String::new()),
+                Ok(()) => (State::Complete, "deleted".to_owned(), String::new()),
                 Err(StemError::WentAway) => {
                     let why = stem_stopped(CopyAction::DeleteCopy);
-                    (state::FAILED, why.clone(), why)
+                    (State::Failed, why.clone(), why)
                 }
-                Err(e) => (state::FAILED, failure_reason(e), failure_reason(e)),
+                Err(e) => (State::Failed, failure_reason(e), failure_reason(e)),
             };
             if !matches!(result, Err(StemError::Bus(_))) {
                 let end = CopyEnd {
@@ -637,7 +637,7 @@ impl Keeper {
     /// What `target` holds. Anybody may ask; the received UUIDs only for root and approvers.
     pub async fn copies(&self, uid: u32, target: &str) -> Result<TargetCopies, KeeperError> {
         let asker = Authority::asker(uid);
-        let t = self.configured_target(&asker, "copies", "", target)?;
+        let t = self.configured_target(&asker, Action::Copies, "", target)?;
         let target = t.name.as_str();
         let may_change = self.may_change(uid);
         let _turn = self.looker_turn(may_change).await;
@@ -688,11 +688,11 @@ impl Keeper {
     /// Receive the copy `name` from `target` into the local store, verified; journalled.
     pub async fn fetch(&self, uid: u32, name: &str, target: &str) -> Result<Fetched, KeeperError> {
         let asker = Authority::asker(uid);
-        let t = self.configured_target(&asker, "fetch", name, target)?;
+        let t = self.configured_target(&asker, Action::Fetch, name, target)?;
         let target = t.name.as_str();
         if let Err(why) = self.authority.decide(uid, Act::Change) {
             let subject = format!("{} from {target}", caps::name(name));
-            self.journal_refusal_of(&asker, "fetch", subject.into(), "", &why);
+            self.journal_refusal_of(&asker, Action::Fetch, subject.into(), "", &why);
             return Err(KeeperError::NotAuthorized(why));
         }
         let snap = parse_snapshot(name)?;
@@ -745,7 +745,7 @@ impl Keeper {
                     j.finish_copy(
                         id,
                         &CopyEnd {
-                            state: state::COMPLETE,
+                            state: State::Complete,
                             outcome: message.clone(),
                             parent: String::new(),
                             bytes,
@@ -785,7 +785,7 @@ impl Keeper {
                 };
                 if !matches!(e, StemError::Bus(_)) {
                     let end = CopyEnd {
-                        state: state::FAILED,
+                        state: State::Failed,
                         outcome: reason.clone(),
                         parent: String::new(),
                         bytes: 0,

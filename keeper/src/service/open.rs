@@ -41,7 +41,7 @@ use stem::stem1::OpenInfo;
 use super::{parse_snapshot, stem_error, Keeper, DETAILS_COUNT_LIMIT, PREVIEW_COUNT_LIMIT};
 use crate::authority::Authority;
 use crate::caps;
-use crate::journal::{action, state, Asker, Journal, JournalError};
+use crate::journal::{Action, Asker, Journal, JournalError, State, Subject};
 use crate::stem_client::StemError;
 use crate::wire::{ChangedPath, ClosedOpen, KeeperError, Opened, PartChanges};
 use crate::words::to_micros;
@@ -257,7 +257,7 @@ impl Keeper {
         let snap = parse_snapshot(name)?;
         let sub = snap.subvolume();
         if let Err(why) = self.opens.allow_open(uid, Instant::now()) {
-            self.journal_refusal(&asker, action::OPEN, name, "", &why);
+            self.journal_refusal(&asker, Action::Open, name, "", &why);
             return Err(KeeperError::OpenRefused(why));
         }
         let whole = self.may_change(uid);
@@ -272,11 +272,11 @@ impl Keeper {
                     sub.display_path(),
                     self.authority.approver_group()
                 );
-                return Err(self.refuse(&asker, action::OPEN, name, "", why));
+                return Err(self.refuse(&asker, Action::Open, name, "", why));
             }
             match home_part(uid) {
                 Ok(p) => p,
-                Err(why) => return Err(self.refuse(&asker, action::OPEN, name, "", why)),
+                Err(why) => return Err(self.refuse(&asker, Action::Open, name, "", why)),
             }
         };
         let shown_part = if whole {
@@ -310,7 +310,7 @@ impl Keeper {
                         "{message}; close it with `tacid data close {name}`, then open it again"
                     ),
                 };
-                self.journal_refusal(&asker, action::OPEN, name, "", &why);
+                self.journal_refusal(&asker, Action::Open, name, "", &why);
                 return Err(KeeperError::OpenRefused(why));
             }
             Err(e) => return Err(stem_error(e)),
@@ -332,16 +332,10 @@ impl Keeper {
             (info.idle_close_unix_micros - info.opened_unix_micros).max(0) / 60_000_000
         );
         let recorded = self.journal(|j| {
-            j.begin(
-                &asker,
-                action::OPEN,
-                name,
-                "",
-                false,
-                "",
-                state::OPEN,
-                &format!("open at {} ({})", info.path, out.shows),
-            )
+            j.request(&asker, Action::Open, Subject::Snapshot(snap))
+                .state(State::Open)
+                .outcome(&format!("open at {} ({})", info.path, out.shows))
+                .begin()
         });
         let row = match recorded {
             Ok(row) => row,
@@ -472,7 +466,7 @@ impl Keeper {
             begin_closed(jn, &asker, name, &format!("{} at {}", how, j.path))?;
             jn.finish(
                 j.row,
-                state::CLOSED,
+                State::Closed,
                 &format!("was open at {}; {how}", j.path),
             )
         });
@@ -691,11 +685,11 @@ impl Keeper {
                      {:?} may see any snapshot's changes",
                     self.authority.approver_group()
                 );
-                return Err(self.refuse(&asker, action::DIFF, name, &shown_asked, why));
+                return Err(self.refuse(&asker, Action::Diff, name, &shown_asked, why));
             }
             match home_part(uid) {
                 Ok(p) => p,
-                Err(why) => return Err(self.refuse(&asker, action::DIFF, name, &shown_asked, why)),
+                Err(why) => return Err(self.refuse(&asker, Action::Diff, name, &shown_asked, why)),
             }
         };
         let subtree = if path.is_empty() {
@@ -707,7 +701,7 @@ impl Keeper {
                     "{shown_asked} is outside your home ({}); you may see what changed only in it",
                     shown_path(HOMES_MOUNT_POINT, &base)
                 );
-                return Err(self.refuse(&asker, action::DIFF, name, &shown_asked, why));
+                return Err(self.refuse(&asker, Action::Diff, name, &shown_asked, why));
             }
             rel
         };
@@ -720,7 +714,7 @@ impl Keeper {
                 Ok(g) => g,
                 Err(why) => {
                     let why = format!("{why}; refused");
-                    return Err(self.refuse(&asker, action::DIFF, name, &shown_asked, why));
+                    return Err(self.refuse(&asker, Action::Diff, name, &shown_asked, why));
                 }
             };
             // Inside the home: `subtree` is the home or below it (checked above).
@@ -746,7 +740,7 @@ impl Keeper {
                      since the snapshot is not in it as yours",
                     shown_path(HOMES_MOUNT_POINT, &base)
                 );
-                return Err(self.refuse(&asker, action::DIFF, name, &shown_asked, why));
+                return Err(self.refuse(&asker, Action::Diff, name, &shown_asked, why));
             }
             Err(e) => {
                 // The stem logs its refusals of counts within one allowance for all callers
@@ -819,16 +813,11 @@ impl Keeper {
                 if out.at_least { " (at least)" } else { "" }
             );
             self.journal(|j| {
-                j.begin(
-                    &asker,
-                    action::DIFF,
-                    name,
-                    "",
-                    false,
-                    &caps::capped(&summary, caps::MAX_WORDS_BYTES),
-                    state::SHOWN,
-                    "shown; nothing changed",
-                )
+                j.request(&asker, Action::Diff, Subject::Snapshot(snap))
+                    .words_shown(&caps::capped(&summary, caps::MAX_WORDS_BYTES))
+                    .state(State::Shown)
+                    .outcome("shown; nothing changed")
+                    .begin()
             })?;
         }
         Ok(out)
@@ -842,16 +831,10 @@ fn begin_closed(
     name: &str,
     outcome: &str,
 ) -> Result<i64, JournalError> {
-    j.begin(
-        asker,
-        action::CLOSE,
-        name,
-        "",
-        false,
-        "",
-        state::CLOSED,
-        outcome,
-    )
+    j.request(asker, Action::Close, Subject::parse(Action::Close, name))
+        .state(State::Closed)
+        .outcome(outcome)
+        .begin()
 }
 
 /// Whether a look of `kind` the stem refused (a diff, a listing of a target) may be logged

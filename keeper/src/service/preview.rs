@@ -19,7 +19,7 @@ use layout::SnapshotName;
 
 use super::{parse_snapshot, restorable_paths, stem_error, Keeper, PREVIEW_COUNT_LIMIT};
 use crate::authority::Authority;
-use crate::journal::{action, state};
+use crate::journal::{Action, State, Subject};
 use crate::wire::{KeeperError, RestorePreview, SetRestorePreview};
 use crate::words::{self, from_micros};
 
@@ -214,16 +214,11 @@ impl Keeper {
             // shown again (the consent that quotes them is synced) — adr/0011.
             self.journal(|j| {
                 j.unsynced(|j| {
-                    j.begin(
-                        &asker,
-                        action::RESTORE_PREVIEW,
-                        &name,
-                        "",
-                        false,
-                        &words,
-                        state::SHOWN,
-                        "shown; nothing changed",
-                    )
+                    j.request(&asker, Action::RestorePreview, Subject::restore(*snap))
+                        .words_shown(&words)
+                        .state(State::Shown)
+                        .outcome("shown; nothing changed")
+                        .begin()
                 })
             })?;
         }

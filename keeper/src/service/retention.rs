@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use super::{parse_snapshot, stem_error, Keeper};
 use crate::authority::{Act, Authority};
-use crate::journal::{CopyAction, Deletion, DeletionResult, RetentionAction};
+use crate::journal::{Action, Deletion, DeletionResult};
 use crate::retention::{self, Candidate, Kind, Local, Policy};
 use crate::stem_client::{DiskSnapshot, StemError};
 use crate::wire::{Deleted, KeepMarked, KeeperError, PruneEntry, PruneReport, SnapshotSet};
@@ -125,7 +125,7 @@ impl Keeper {
     ) -> Result<Deleted, KeeperError> {
         let asker = Authority::asker(uid);
         if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, RetentionAction::Delete.as_str(), name, "", why));
+            return Err(self.refuse(&asker, Action::Delete, name, "", why));
         }
         parse_snapshot(name)?;
         let (keeps, copies) = self.journal(|j| Ok((j.keeps()?, j.copies_by_snapshot()?)))?;
@@ -221,20 +221,16 @@ impl Keeper {
     /// Mark a snapshot to keep, or take the mark off.
     pub async fn keep(&self, uid: u32, name: &str, keep: bool) -> Result<KeepMarked, KeeperError> {
         let asker = Authority::asker(uid);
-        let act = if keep {
-            RetentionAction::Keep
-        } else {
-            RetentionAction::Unkeep
-        };
+        let act = if keep { Action::Keep } else { Action::Unkeep };
         if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, act.as_str(), name, "", why));
+            return Err(self.refuse(&asker, act, name, "", why));
         }
         let snap = parse_snapshot(name)?;
         if keep {
             // Only what exists can be kept; a mark may be taken off a snapshot already gone.
             self.find(&snap).await?;
         }
-        let changed = self.journal(|j| j.set_keep(&asker, name, keep))?;
+        let changed = self.journal(|j| j.set_keep(&asker, &snap, keep))?;
         let message = match (keep, changed) {
             (true, true) => format!("{name} is marked to keep: no retention rule deletes it"),
             (true, false) => format!("{name} was already marked to keep; nothing changed"),
@@ -299,7 +295,7 @@ impl Keeper {
                     None => Kind::UnknownOrigin,
                     // Fetched back from a copy (after a disaster, most likely): nobody can
                     // say what it is for, so no rule chooses it.
-                    Some(r) if r.action == CopyAction::Fetch.as_str() => Kind::UnknownOrigin,
+                    Some(r) if r.action == Action::Fetch => Kind::UnknownOrigin,
                     Some(r) if r.pre_switch => Kind::PreSwitch { set: r.id },
                     Some(r) if timeline.contains(&r.id) => Kind::Timeline { set: r.id },
                     Some(_) => Kind::Manual,
@@ -329,7 +325,7 @@ impl Keeper {
         let asker = Authority::asker(uid);
         let may_change = match self.authority.decide(uid, Act::Change) {
             Ok(()) => true,
-            Err(why) if !dry_run => return Err(self.refuse(&asker, "prune", "", "", why)),
+            Err(why) if !dry_run => return Err(self.refuse(&asker, Action::Prune, "", "", why)),
             Err(_) => false,
         };
         let _turn = self.looker_turn(may_change).await;
@@ -531,7 +527,7 @@ impl Keeper {
     pub async fn snapshot_timeline(&self, uid: u32) -> Result<SnapshotSet, KeeperError> {
         let asker = Authority::asker(uid);
         if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, "snapshot", "timeline", "", why));
+            return Err(self.refuse(&asker, Action::Snapshot, "timeline", "", why));
         }
         let set = self.snapshot(uid, &[], "timeline", false).await?;
         // A crash before this line leaves the set manual: kept until deleted, the safe side.

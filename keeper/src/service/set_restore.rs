@@ -15,7 +15,7 @@ use layout::{SnapshotName, SubvolumeName};
 use super::{and_list, parse_snapshot, stem_error, test_pause, Keeper, CONSENT_WINDOW};
 use crate::authority::{Act, Authority};
 use crate::caps;
-use crate::journal::{action, restore_subject, state};
+use crate::journal::{Action, SnapshotState, State, Subject};
 use crate::stem_client::DiskSnapshot;
 use crate::wire::{
     ChangeCount, KeeperError, SetRestoreMember, SetRestorePreview, SetRestoreStaged, StagedMember,
@@ -91,8 +91,11 @@ impl SetPlan {
     }
 
     /// The journal's subject for this restore's preview and consent.
-    fn subject(&self) -> String {
-        restore_subject(Some(self.id), &self.names().join(" "))
+    fn subject(&self) -> Subject {
+        Subject::Restore {
+            set: Some(self.id),
+            names: self.put_back().map(|m| m.name).collect(),
+        }
     }
 
     /// Exactly these members are staged already.
@@ -170,7 +173,7 @@ impl Keeper {
         let of_a_set = |r: &crate::journal::SnapshotRow| {
             r.request
                 .as_ref()
-                .filter(|q| q.action == action::SNAPSHOT)
+                .filter(|q| q.action == Action::Snapshot)
                 .map(|q| q.id)
         };
         let id = match (by_id, by_name) {
@@ -206,11 +209,11 @@ impl Keeper {
         if let Some(q) = first
             .request
             .as_ref()
-            .filter(|q| q.state != state::COMPLETE)
+            .filter(|q| q.state != State::Complete)
         {
             let there: Vec<&str> = in_set
                 .iter()
-                .filter(|r| r.state == "present")
+                .filter(|r| r.state == SnapshotState::Present)
                 .filter_map(|r| SubvolumeName::parse(&r.of_subvolume).ok())
                 .map(|s| s.display_path())
                 .collect();
@@ -391,16 +394,11 @@ impl Keeper {
             // shown again (the consent that quotes them is synced) — adr/0011.
             self.journal(|j| {
                 j.unsynced(|j| {
-                    j.begin(
-                        &asker,
-                        action::RESTORE_PREVIEW,
-                        &subject,
-                        "",
-                        false,
-                        &text,
-                        state::SHOWN,
-                        "shown; nothing changed",
-                    )
+                    j.request(&asker, Action::RestorePreview, subject)
+                        .words_shown(&text)
+                        .state(State::Shown)
+                        .outcome("shown; nothing changed")
+                        .begin()
                 })
             })?;
         }
@@ -463,7 +461,7 @@ impl Keeper {
     ) -> Result<SetRestoreStaged, KeeperError> {
         let asker = Authority::asker(uid);
         if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, action::RESTORE, set, words_shown, why));
+            return Err(self.refuse(&asker, Action::Restore, set, words_shown, why));
         }
         let plan = self.resolve_set(set, only, true).await?;
         let subject = plan.subject();
@@ -484,20 +482,19 @@ impl Keeper {
                 CONSENT_WINDOW.as_secs() / 60,
                 plan.id
             );
-            self.journal_refusal_built(&asker, action::RESTORE, &subject, words_shown, &why);
+            self.journal_refusal_built(
+                &asker,
+                Action::Restore,
+                &subject.render(),
+                words_shown,
+                &why,
+            );
             return Err(KeeperError::WordsNotShown(why));
         }
         let id = self.journal(|j| {
-            j.begin(
-                &asker,
-                action::RESTORE,
-                &subject,
-                "",
-                false,
-                words_shown,
-                state::PENDING,
-                "",
-            )
+            j.request(&asker, Action::Restore, subject)
+                .words_shown(words_shown)
+                .begin()
         })?;
         test_pause("restore-pending").await;
         match self.stem.stage_set_restore(&plan.names()).await {
@@ -531,12 +528,12 @@ impl Keeper {
                 );
                 let (st, message) = if already {
                     (
-                        state::ALREADY_STAGED,
+                        State::AlreadyStaged,
                         format!("already staged: {what}; nothing changed"),
                     )
                 } else {
                     (
-                        state::STAGED,
+                        State::Staged,
                         format!("staged: {what}; reboot to put {them} back"),
                     )
                 };

@@ -743,7 +743,7 @@ impl World {
                  WHERE action = ?2 AND uid = ?3 AND subject = ?4",
                 rusqlite::params![
                     asked,
-                    keeper::journal::action::RESTORE_PREVIEW,
+                    keeper::journal::Action::RestorePreview,
                     i64::from(uid),
                     snapshot
                 ],
@@ -793,12 +793,16 @@ impl World {
                 name: "root".into(),
             };
             for s in taken {
-                let of = s.name.subvolume().to_string();
-                let id = j.begin_set(&root, &of, "timeline", false).expect("set");
+                let of = s.name.subvolume();
+                let id = j
+                    .set_request(&root, &[of])
+                    .reason("timeline")
+                    .begin()
+                    .expect("set");
                 let m = Member {
                     name: s.name.to_string(),
                     uuid: s.uuid.hyphenated().to_string(),
-                    of_subvolume: of,
+                    of_subvolume: of.to_string(),
                     taken_micros: s.name.taken_unix_micros(),
                 };
                 j.complete_set(id, &[m], "complete").expect("complete");
@@ -839,7 +843,7 @@ impl World {
         let (requests, _) = self.journal_rows();
         requests
             .into_iter()
-            .rfind(|r| r.action == keeper::journal::action::RESTORE)
+            .rfind(|r| r.action == keeper::journal::Action::Restore)
             .expect("the killed restore")
     }
 
