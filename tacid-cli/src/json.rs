@@ -1089,7 +1089,7 @@ mod tests {
         let v = value(PartChanges::from(&c));
         assert_eq!(v["bytes_written"], Value::Null);
         assert!(v.get("bytes_known").is_none(), "{v}");
-        assert_eq!(changes(&wire::ChangeCount::default()).is_none(), true);
+        assert!(changes(&wire::ChangeCount::default()).is_none());
         let held = wire::CopyHeld {
             name: "x".into(),
             of: "@home".into(),

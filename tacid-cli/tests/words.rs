@@ -64,7 +64,11 @@ fn json_is_one_flag_before_or_after_the_command_and_says_its_schema() {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
         assert_eq!(
             (&v["schema"], &v["error"], &v["exit_code"]),
-            (&serde_json::json!(1), &serde_json::Value::Null, &serde_json::json!(8)),
+            (
+                &serde_json::json!(1),
+                &serde_json::Value::Null,
+                &serde_json::json!(8)
+            ),
             "{args:?}"
         );
     }
