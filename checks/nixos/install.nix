@@ -158,13 +158,13 @@ in
           machine.fail("test -e /on-the-ephemeral-root")
           status = tacid_json("data status")
           assert status["outcome_result"] == "done", status
-          assert status["staged_snapshot"] == "", status
+          assert status["staged_snapshot"] is None, status
 
       with subtest("reboot again: no second restore"):
           machine.succeed(f"echo thursday > {data}/story")
           reboot()
           assert machine.succeed(f"cat {data}/story").strip() == "thursday"
-          assert tacid_json("data status")["staged_snapshot"] == ""
+          assert tacid_json("data status")["staged_snapshot"] is None
 
       with subtest("what NixOS needs outlives the ephemeral root: a password set with passwd, a user added by hand, the machine id, the uid map"):
           # users.mutableUsers is true: only /etc/shadow remembers these (adr/0022).
@@ -192,10 +192,10 @@ in
           machine.succeed("findmnt -n /var/lib/nixos && findmnt -n /var/lib/systemd")
 
       with subtest("a switch takes a pre-switch snapshot set"):
-          before = {s["name"] for s in tacid_json("data list")}
+          before = {s["name"] for s in tacid_json("data list")["snapshots"]}
           machine.succeed("${next.system.build.toplevel}/bin/switch-to-configuration test")
           machine.succeed("grep -qx next /etc/tacid-test-configuration")
-          taken = [s for s in tacid_json("data list") if s["name"] not in before]
+          taken = [s for s in tacid_json("data list")["snapshots"] if s["name"] not in before]
           assert sorted(s["of"] for s in taken) == sorted(${builtins.toJSON preSwitchSet}), taken
           assert all(s["pre_switch"] for s in taken), taken
           assert all("${next.system.build.toplevel}" in s["reason"] for s in taken), taken
@@ -227,12 +227,12 @@ in
           tacid_json("data status")  # the keeper answers again
 
       with subtest("the override lets one switch through without a snapshot, once"):
-          before = {s["name"] for s in tacid_json("data list")}
+          before = {s["name"] for s in tacid_json("data list")["snapshots"]}
           machine.succeed("touch ${tacidLib.preSwitchSkipFile}")
           out = machine.succeed("${first.system.build.toplevel}/bin/switch-to-configuration test 2>&1")
           assert "NO snapshot before this switch" in out, out
           machine.succeed("grep -qx first /etc/tacid-test-configuration")
           machine.fail("test -e ${tacidLib.preSwitchSkipFile}")  # used up
-          assert {s["name"] for s in tacid_json("data list")} == before, "the override switch took a snapshot"
+          assert {s["name"] for s in tacid_json("data list")["snapshots"]} == before, "the override switch took a snapshot"
     '';
 }

@@ -618,8 +618,8 @@ impl KeeperError {
 pub trait Keeper1 {
     /// Every snapshot, newest first.
     fn list(&self) -> Result<Vec<SnapshotEntry>, KeeperError>;
-    // `ListRows` (the same list, flat) has borrowed rows no proxy method can return: the
-    // CLI calls it by name and reads the rows in place (`tacid-cli`'s `list_rows`).
+    // `ListRows` (the same list, flat) answers rows that borrow from the reply, which no
+    // generated method can return: `Keeper1Proxy::list_rows`, below, is its method.
     /// Take a set of snapshots (empty list: the default set).
     fn snapshot(
         &self,
@@ -688,4 +688,24 @@ pub trait Keeper1 {
     /// What changed since the snapshot `name` in the caller's part, or below `path` (bytes,
     /// a path where people see the subvolume; empty: the whole part).
     fn diff(&self, name: &str, path: &[u8]) -> Result<PartChanges, KeeperError>;
+}
+
+impl Keeper1Proxy<'_> {
+    /// `ListRows`: the same list as `list`, flat. Its rows borrow from the reply, so the
+    /// answer is the reply's body; [`ListRowsReply::rows`] reads them in place.
+    pub async fn list_rows(&self) -> Result<ListRowsReply, KeeperError> {
+        let reply = self.inner().call_method("ListRows", &()).await?;
+        Ok(ListRowsReply(reply.body()))
+    }
+}
+
+/// The answer to `ListRows`, unread.
+#[derive(Debug)]
+pub struct ListRowsReply(zbus::message::Body);
+
+impl ListRowsReply {
+    /// The rows and the targets holding copies of them, borrowed from the reply.
+    pub fn rows(&self) -> Result<(Vec<SnapshotRow<'_>>, Vec<CopyOfRow<'_>>), KeeperError> {
+        Ok(self.0.deserialize()?)
+    }
 }

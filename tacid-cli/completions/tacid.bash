@@ -167,7 +167,7 @@ _tacid() {
 
     case "${cmd}" in
         tacid)
-            opts="-h -V --bus --help --version data help"
+            opts="-h -V --json --bus --help --version data help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -185,7 +185,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data)
-            opts="-h --bus --help list snapshot restore status cancel delete keep copy copies fetch open close diff prune help"
+            opts="-h --json --bus --help list snapshot restore status cancel delete keep copy copies fetch open close diff prune help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_tacid_global_optspecs
-    string join \n bus= h/help V/version
+    string join \n json bus= h/help V/version
 end
 
 function __fish_tacid_needs_command
@@ -25,11 +25,13 @@ function __fish_tacid_using_subcommand
 end
 
 complete -c tacid -n "__fish_tacid_needs_command" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
+complete -c tacid -n "__fish_tacid_needs_command" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c tacid -n "__fish_tacid_needs_command" -s V -l version -d 'Print version'
 complete -c tacid -n "__fish_tacid_needs_command" -f -a "data" -d 'The data leg: snapshots and restores of /persist, /var/log and /home'
 complete -c tacid -n "__fish_tacid_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and not __fish_seen_subcommand_from list snapshot restore status cancel delete keep copy copies fetch open close diff prune help" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
+complete -c tacid -n "__fish_tacid_using_subcommand data; and not __fish_seen_subcommand_from list snapshot restore status cancel delete keep copy copies fetch open close diff prune help" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and not __fish_seen_subcommand_from list snapshot restore status cancel delete keep copy copies fetch open close diff prune help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and not __fish_seen_subcommand_from list snapshot restore status cancel delete keep copy copies fetch open close diff prune help" -f -a "list" -d 'List snapshots, newest first: what each is of, when, why, who asked, whether a staged restore names it, the targets holding a copy of it, and whether it is open for you (and where). Anybody may list'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and not __fish_seen_subcommand_from list snapshot restore status cancel delete keep copy copies fetch open close diff prune help" -f -a "snapshot" -d 'Take a snapshot of each subvolume named (default: /persist, /var/log and /home), together as one set. Root and the approver group only'
@@ -47,58 +49,58 @@ complete -c tacid -n "__fish_tacid_using_subcommand data; and not __fish_seen_su
 complete -c tacid -n "__fish_tacid_using_subcommand data; and not __fish_seen_subcommand_from list snapshot restore status cancel delete keep copy copies fetch open close diff prune help" -f -a "prune" -d 'Apply the retention policy: each deletion is journalled with the rule that chose it. With --dry-run (anybody may), say what would go and why, rule by rule, and delete nothing. For real: root and the approver group only'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and not __fish_seen_subcommand_from list snapshot restore status cancel delete keep copy copies fetch open close diff prune help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from list" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
-complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from list" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from list" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from snapshot" -l reason -d 'Why, in one line; every user of the machine can read it in `tacid data list`' -r
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from snapshot" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from snapshot" -l pre-switch -d 'Mark the set as taken before a switch of configuration (used by the NixOS module)'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from snapshot" -l timeline -d 'Take the timeline\'s set (used by tacid-timeline.timer): the default set, kept by the hourly/daily/weekly/monthly counts; below the free-space floor, prune first'
-complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from snapshot" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from snapshot" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from snapshot" -s h -l help -d 'Print help'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -l only -d 'Of a set, put back only these members, by mount point or subvolume, separated by commas (/persist,/var/log); the others stay as they are, and the words say so' -r
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -l set -d 'Put back the whole set the snapshot NAME belongs to, every member together at one reboot, not NAME alone'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -l yes -d 'Stage the restore after showing what it costs. Nothing is put back until the next reboot; `tacid data cancel` withdraws it until then (a set\'s, all of it)'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -l details -d 'Also list the paths changed since the snapshot (of a set, since each member): what the restore deletes (added), puts back (modified) or brings back (removed), one per line, escaped (a backslash is \\\\, any other byte not shown as itself is \\xHH). Root and the approver group only'
-complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from restore" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from status" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
-complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from status" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from status" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from status" -s h -l help -d 'Print help'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from cancel" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
-complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from cancel" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from cancel" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from cancel" -s h -l help -d 'Print help'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from delete" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from delete" -l next-copy-full -d 'Delete it even when it is the last common parent with a copy target: the next copy to that target is then sent full (all of the subvolume, not what changed)'
-complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from delete" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from delete" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from delete" -s h -l help -d 'Print help'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from keep" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from keep" -l unkeep -d 'Take the mark off: the retention rules apply to it again'
-complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from keep" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from keep" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from keep" -s h -l help -d 'Print help'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from copy" -l to -d 'The target, by the name root gave it in /etc/tacid/copies.json' -r
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from copy" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
-complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from copy" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from copy" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from copy" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from copies" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
-complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from copies" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from copies" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from copies" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from fetch" -l from -d 'The target, by the name root gave it in /etc/tacid/copies.json' -r
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from fetch" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
-complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from fetch" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from fetch" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from fetch" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from open" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
-complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from open" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from open" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from open" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from close" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
-complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from close" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from close" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from close" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from diff" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
-complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from diff" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from diff" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from diff" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from prune" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from prune" -l dry-run -d 'Delete nothing; say what would go and which rule chose it'
-complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from prune" -l json -d 'Print JSON for programs instead of sentences for people'
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from prune" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from prune" -s h -l help -d 'Print help'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from help" -f -a "list" -d 'List snapshots, newest first: what each is of, when, why, who asked, whether a staged restore names it, the targets holding a copy of it, and whether it is open for you (and where). Anybody may list'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from help" -f -a "snapshot" -d 'Take a snapshot of each subvolume named (default: /persist, /var/log and /home), together as one set. Root and the approver group only'

@@ -144,6 +144,15 @@ Examples:
   tacid data restore 12 --only /persist,/var/log --yes
       stage /persist and /var/log of set 12 for the next reboot; /home stays";
 
+const JSON_OUTPUT: &str = "\
+JSON for programs:
+  --json (before or after the command) prints one JSON object: the command's answer,
+  with \"schema\": 1, the version of its shape, at its top. What nobody knows, or
+  what names nothing, is null (an unknown uid, no set, no reason, nothing staged),
+  never a stand-in value. `tacid data list --json` is {\"schema\": 1, \"snapshots\":
+  [...]}, newest first (before schema 1 it was a bare array). On a failure: \"error\"
+  (the keeper's error name, or null), \"message\" and \"exit_code\".";
+
 const SHOWN_NAMES: &str = "\
 How names are shown:
   File names, user names and reasons are shown escaped, in text and JSON alike, so
@@ -211,11 +220,15 @@ Examples:
 boot honours. A restore deletes everything written since the snapshot, so tacid always says \
 what is lost before it stages one, and nothing is put back until you reboot.",
     after_help = BOUNDARIES,
-    after_long_help = format!("{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{}", exit_table()),
+    after_long_help = format!("{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{JSON_OUTPUT}\n\n{}", exit_table()),
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Print JSON for programs instead of sentences for people: one object, its "schema"
+    /// field the version of its shape (1); what nobody knows is null.
+    #[arg(long, global = true)]
+    pub json: bool,
     /// Talk to the keeper on this bus instead of the system bus (tests).
     #[arg(long, global = true, env = "TACID_BUS_ADDRESS", hide = true)]
     pub bus: Option<String>,
@@ -224,7 +237,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// The data leg: snapshots and restores of /persist, /var/log and /home.
-    #[command(subcommand, after_long_help = format!("{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{}", exit_table()))]
+    #[command(subcommand, after_long_help = format!("{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{JSON_OUTPUT}\n\n{}", exit_table()))]
     Data(Data),
 }
 
@@ -234,7 +247,7 @@ pub enum Data {
     /// staged restore names it, the targets holding a copy of it, and whether it is open
     /// for you (and where). Anybody may list.
     #[command(after_help = BOUNDARIES)]
-    List(Output),
+    List,
     /// Take a snapshot of each subvolume named (default: /persist, /var/log and /home),
     /// together as one set. Root and the approver group only.
     #[command(after_help = BOUNDARIES)]
@@ -248,10 +261,10 @@ pub enum Data {
     )]
     Restore(RestoreArgs),
     /// The staged restore, what the last boot did with one, and the keeper's health.
-    Status(Output),
+    Status,
     /// Withdraw the staged restore (a set's, every member). Root and the approver group
     /// only.
-    Cancel(Output),
+    Cancel,
     /// Delete a snapshot now; the journal records who asked. Refused while the staged
     /// restore names it, it is marked to keep, or it is the last common parent with a copy
     /// target (without --next-copy-full). Root and the approver group only.
@@ -301,8 +314,6 @@ pub struct NameArgs {
     /// The snapshot's name, as `tacid data list` shows it.
     #[arg(value_name = "NAME")]
     pub name: String,
-    #[command(flatten)]
-    pub output: Output,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -314,8 +325,6 @@ pub struct DeleteArgs {
     /// to that target is then sent full (all of the subvolume, not what changed).
     #[arg(long)]
     pub next_copy_full: bool,
-    #[command(flatten)]
-    pub output: Output,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -327,8 +336,6 @@ pub struct DiffArgs {
     /// your home (root and the approver group: the whole subvolume).
     #[arg(value_name = "PATH")]
     pub path: Option<std::path::PathBuf>,
-    #[command(flatten)]
-    pub output: Output,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -340,8 +347,6 @@ pub struct CopyArgs {
     /// The target, by the name root gave it in /etc/tacid/copies.json.
     #[arg(long = "to", value_name = "TARGET")]
     pub to: String,
-    #[command(flatten)]
-    pub output: Output,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -349,8 +354,6 @@ pub struct TargetArgs {
     /// The target, by the name root gave it in /etc/tacid/copies.json.
     #[arg(value_name = "TARGET")]
     pub target: String,
-    #[command(flatten)]
-    pub output: Output,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -361,8 +364,6 @@ pub struct FetchArgs {
     /// The target, by the name root gave it in /etc/tacid/copies.json.
     #[arg(long = "from", value_name = "TARGET")]
     pub from: String,
-    #[command(flatten)]
-    pub output: Output,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -373,8 +374,6 @@ pub struct KeepArgs {
     /// Take the mark off: the retention rules apply to it again.
     #[arg(long)]
     pub unkeep: bool,
-    #[command(flatten)]
-    pub output: Output,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -382,15 +381,6 @@ pub struct PruneArgs {
     /// Delete nothing; say what would go and which rule chose it.
     #[arg(long)]
     pub dry_run: bool,
-    #[command(flatten)]
-    pub output: Output,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct Output {
-    /// Print JSON for programs instead of sentences for people.
-    #[arg(long)]
-    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -408,8 +398,6 @@ pub struct SnapshotArgs {
     /// the hourly/daily/weekly/monthly counts; below the free-space floor, prune first.
     #[arg(long, conflicts_with_all = ["subvolumes", "pre_switch", "reason"])]
     pub timeline: bool,
-    #[command(flatten)]
-    pub output: Output,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -436,6 +424,4 @@ pub struct RestoreArgs {
     /// Root and the approver group only.
     #[arg(long)]
     pub details: bool,
-    #[command(flatten)]
-    pub output: Output,
 }

@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod docs;
+pub mod json;
 mod render;
 
 /// Where a `tacid` process spends its time after `main` begins, said on stderr when
@@ -329,19 +330,7 @@ async fn connect(bus: Option<&str>) -> Result<Keeper1Proxy<'static>, Failure> {
 
 /// Run the command; what to print has been printed. Returns the exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    let json = match &cli.command {
-        Command::Data(Data::List(o) | Data::Status(o) | Data::Cancel(o)) => o.json,
-        Command::Data(Data::Snapshot(a)) => a.output.json,
-        Command::Data(Data::Restore(a)) => a.output.json,
-        Command::Data(Data::Delete(a)) => a.output.json,
-        Command::Data(Data::Open(a) | Data::Close(a)) => a.output.json,
-        Command::Data(Data::Diff(a)) => a.output.json,
-        Command::Data(Data::Keep(a)) => a.output.json,
-        Command::Data(Data::Prune(a)) => a.output.json,
-        Command::Data(Data::Copy(a)) => a.output.json,
-        Command::Data(Data::Copies(a)) => a.output.json,
-        Command::Data(Data::Fetch(a)) => a.output.json,
-    };
+    let as_json = cli.json;
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -359,9 +348,11 @@ pub fn run(cli: Cli) -> ExitCode {
     match done {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
-            if json {
-                let v = serde_json::json!({ "error": f.name, "message": f.message, "exit_code": f.code });
-                println!("{v}");
+            if as_json {
+                match serde_json::to_string(&json::document(json::Failure::from(&f))) {
+                    Ok(v) => println!("{v}"),
+                    Err(e) => eprintln!("tacid: cannot render JSON: {e}"),
+                }
             }
             eprintln!("tacid: {}", f.message);
             ExitCode::from(f.code)
@@ -376,7 +367,11 @@ fn is_set_number(name: &str) -> bool {
 
 /// `tacid data restore SET` (or `NAME --set`): every member's cost and the total; with
 /// `--yes`, one request for every member put back, under one consent.
-async fn restore_set(keeper: &Keeper1Proxy<'static>, a: cli::RestoreArgs) -> Result<u8, Failure> {
+async fn restore_set(
+    keeper: &Keeper1Proxy<'static>,
+    a: cli::RestoreArgs,
+    as_json: bool,
+) -> Result<u8, Failure> {
     let preview = slow_with_a_word(keeper.set_restore_preview(&a.name, a.only.clone()))
         .await
         .map_err(classify)?;
@@ -394,10 +389,15 @@ async fn restore_set(keeper: &Keeper1Proxy<'static>, a: cli::RestoreArgs) -> Res
         None
     };
     if !a.yes {
-        if a.output.json {
+        if as_json {
+            let shown = json::SetRestorePreview::from(&preview);
             match &details {
-                Some(d) => print_json(&serde_json::json!({ "shown": preview, "details": d })),
-                None => print_json(&preview),
+                Some(d) => print_json(json::Shown {
+                    shown,
+                    details: Some(d.iter().map(json::RestoreDetails::from).collect::<Vec<_>>()),
+                    staged: None,
+                }),
+                None => print_json(shown),
             }
         } else {
             print!("{}", render::set_preview(&preview));
@@ -407,15 +407,19 @@ async fn restore_set(keeper: &Keeper1Proxy<'static>, a: cli::RestoreArgs) -> Res
         }
         return Ok(exit::PREVIEW_ONLY);
     }
-    if let (Some(d), false) = (&details, a.output.json) {
+    if let (Some(d), false) = (&details, as_json) {
         print!("{}", render::set_details(d));
     }
     let staged = keeper
         .set_restore_confirm(&a.name, a.only.clone(), &preview.words)
         .await
         .map_err(classify)?;
-    if a.output.json {
-        print_json(&serde_json::json!({ "shown": preview, "staged": staged }));
+    if as_json {
+        print_json(json::Shown {
+            shown: json::SetRestorePreview::from(&preview),
+            details: None,
+            staged: Some(json::SetRestoreStaged::from(&staged)),
+        });
     } else {
         print!("{}", render::set_staged(&preview, &staged));
     }
@@ -426,28 +430,20 @@ async fn restore_set(keeper: &Keeper1Proxy<'static>, a: cli::RestoreArgs) -> Res
 /// into one buffered stdout. A reader that goes away (`| head`) ends the writing quietly.
 async fn list_rows(
     keeper: &Keeper1Proxy<'static>,
-    json: bool,
+    as_json: bool,
     now: SystemTime,
 ) -> Result<(), Failure> {
-    use keeper::wire::{CopyOfRow, SnapshotRow};
     use std::io::Write as _;
-    let reply = keeper
-        .inner()
-        .call_method("ListRows", &())
-        .await
-        .map_err(|e| classify(KeeperError::from(e)))?;
-    let body = reply.body();
-    let (rows, copies): (Vec<SnapshotRow<'_>>, Vec<CopyOfRow<'_>>) = body
-        .deserialize()
-        .map_err(|e| classify(KeeperError::ZBus(e)))?;
+    let reply = keeper.list_rows().await.map_err(classify)?;
+    let (rows, copies) = reply.rows().map_err(classify)?;
     timings::mark("call");
     // Which of them are open for the caller: a list without it is still a list (a keeper or
     // stem that cannot open says so at `tacid data open`).
     let opens = keeper.opens().await.unwrap_or_default();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout.lock());
-    let written = if json {
-        render::write_list_json(&mut out, &rows, &copies, &opens)
+    let written = if as_json {
+        json::write_list(&mut out, &rows, &copies, &opens)
     } else {
         render::write_list(&mut out, &rows, &copies, &opens, now)
     };
@@ -455,14 +451,16 @@ async fn list_rows(
     Ok(())
 }
 
-fn print_json<T: serde::Serialize>(v: &T) {
-    match serde_json::to_string_pretty(v) {
+/// `body` as one JSON document (`json::document`), pretty, on stdout.
+fn print_json<T: serde::Serialize>(body: T) {
+    match serde_json::to_string_pretty(&json::document(body)) {
         Ok(s) => println!("{s}"),
         Err(e) => eprintln!("tacid: cannot render JSON: {e}"),
     }
 }
 
 async fn act(cli: Cli) -> Result<u8, Failure> {
+    let as_json = cli.json;
     let Command::Data(data) = cli.command;
     if let Data::Restore(a) = &data {
         if !a.only.is_empty() && !a.set && !is_set_number(&a.name) {
@@ -479,14 +477,14 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
     let keeper = connect(cli.bus.as_deref()).await?;
     let now = SystemTime::now();
     match data {
-        Data::List(o) => {
-            list_rows(&keeper, o.json, now).await?;
+        Data::List => {
+            list_rows(&keeper, as_json, now).await?;
             Ok(exit::OK)
         }
         Data::Open(a) => {
             let opened = keeper.open(&a.name).await.map_err(classify)?;
-            if a.output.json {
-                print_json(&opened);
+            if as_json {
+                print_json(json::Opened::from(&opened));
             } else {
                 print!("{}", render::opened(&opened, now));
             }
@@ -508,8 +506,8 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
                 }
                 Err(e) => return Err(classify(e)),
             };
-            if a.output.json {
-                print_json(&closed);
+            if as_json {
+                print_json(json::ClosedOpen::from(&closed));
             } else {
                 println!("{}", closed.message);
             }
@@ -525,8 +523,8 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             let changes = slow_with_a_word(keeper.diff(&a.name, &path))
                 .await
                 .map_err(classify)?;
-            if a.output.json {
-                print_json(&changes);
+            if as_json {
+                print_json(json::PartChanges::from(&changes));
             } else {
                 print!("{}", render::part_changes(&changes));
             }
@@ -540,14 +538,16 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             }
             .map_err(classify)?;
             timings::mark("call");
-            if a.output.json {
-                print_json(&set);
+            if as_json {
+                print_json(json::SnapshotSet::from(&set));
             } else {
                 print!("{}", render::snapshot_set(&set));
             }
             Ok(exit::OK)
         }
-        Data::Restore(a) if a.set || is_set_number(&a.name) => restore_set(&keeper, a).await,
+        Data::Restore(a) if a.set || is_set_number(&a.name) => {
+            restore_set(&keeper, a, as_json).await
+        }
         Data::Restore(a) => {
             let preview = slow_with_a_word(keeper.restore_preview(&a.name))
                 .await
@@ -563,12 +563,15 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
                 None
             };
             if !a.yes {
-                if a.output.json {
+                if as_json {
+                    let shown = json::RestorePreview::from(&preview);
                     match &details {
-                        Some(d) => {
-                            print_json(&serde_json::json!({ "shown": preview, "details": d }))
-                        }
-                        None => print_json(&preview),
+                        Some(d) => print_json(json::Shown {
+                            shown,
+                            details: Some(json::RestoreDetails::from(d)),
+                            staged: None,
+                        }),
+                        None => print_json(shown),
                     }
                 } else {
                     print!("{}", render::preview(&preview));
@@ -578,33 +581,37 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
                 }
                 return Ok(exit::PREVIEW_ONLY);
             }
-            if let (Some(d), false) = (&details, a.output.json) {
+            if let (Some(d), false) = (&details, as_json) {
                 print!("{}", render::details(d));
             }
             let staged = keeper
                 .restore_confirm(&a.name, &preview.words)
                 .await
                 .map_err(classify)?;
-            if a.output.json {
-                print_json(&serde_json::json!({ "shown": preview, "staged": staged }));
+            if as_json {
+                print_json(json::Shown {
+                    shown: json::RestorePreview::from(&preview),
+                    details: None,
+                    staged: Some(json::RestoreStaged::from(&staged)),
+                });
             } else {
                 print!("{}", render::staged(&preview, &staged));
             }
             Ok(exit::OK)
         }
-        Data::Status(o) => {
+        Data::Status => {
             let status = keeper.status().await.map_err(classify)?;
-            if o.json {
-                print_json(&status);
+            if as_json {
+                print_json(json::Status::from(&status));
             } else {
                 print!("{}", render::status(&status, now));
             }
             Ok(exit::OK)
         }
-        Data::Cancel(o) => {
+        Data::Cancel => {
             let c = keeper.cancel().await.map_err(classify)?;
-            if o.json {
-                print_json(&c);
+            if as_json {
+                print_json(json::Cancelled::from(&c));
             } else {
                 println!("{}", c.message);
             }
@@ -637,8 +644,8 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
                 Err(e) => return Err(classify(e)),
             };
             timings::mark("call");
-            if a.output.json {
-                print_json(&d);
+            if as_json {
+                print_json(json::Deleted::from(&d));
             } else {
                 println!("{}", d.message);
             }
@@ -646,8 +653,8 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
         }
         Data::Keep(a) => {
             let k = keeper.keep(&a.name, !a.unkeep).await.map_err(classify)?;
-            if a.output.json {
-                print_json(&k);
+            if as_json {
+                print_json(json::KeepMarked::from(&k));
             } else {
                 println!("{}", k.message);
             }
@@ -658,8 +665,8 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             let report = with_progress(&keeper, &a.to, &name, keeper.copy(&name, &a.to))
                 .await
                 .map_err(classify)?;
-            if a.output.json {
-                print_json(&report);
+            if as_json {
+                print_json(json::CopyReport::from(&report));
             } else {
                 print!("{}", render::copy_report(&report));
             }
@@ -671,8 +678,8 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
         }
         Data::Copies(a) => {
             let held = keeper.copies(&a.target).await.map_err(classify)?;
-            if a.output.json {
-                print_json(&held);
+            if as_json {
+                print_json(json::TargetCopies::from(&held));
             } else {
                 print!("{}", render::target_copies(&held, now));
             }
@@ -682,8 +689,8 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             let fetched = with_progress(&keeper, &a.from, &a.name, keeper.fetch(&a.name, &a.from))
                 .await
                 .map_err(classify)?;
-            if a.output.json {
-                print_json(&fetched);
+            if as_json {
+                print_json(json::Fetched::from(&fetched));
             } else {
                 println!("{}", fetched.message);
             }
@@ -691,8 +698,8 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
         }
         Data::Prune(a) => {
             let report = keeper.prune(a.dry_run).await.map_err(classify)?;
-            if a.output.json {
-                print_json(&report);
+            if as_json {
+                print_json(json::PruneReport::from(&report));
             } else {
                 print!("{}", render::prune(&report, now));
             }

@@ -9,7 +9,7 @@ use keeper::wire::{
     SnapshotRow, SnapshotSet, Status, TargetCopies,
 };
 use keeper::words::{ago, exact_time, from_micros, human_time, utc_year, write_taken};
-use layout::switch::{Switch, SwitchTo};
+use layout::switch::Switch;
 
 const NO_BACKUP: &str =
     "A snapshot lives on the same disk as what it is of: it is no backup against a dead disk; \
@@ -41,41 +41,17 @@ fn write_why(out: &mut impl std::io::Write, e: &SnapshotRow<'_>) -> std::io::Res
     Ok(())
 }
 
-/// The switch a pre-switch snapshot was taken before, from its reason (adr/0009). The
-/// reason arrives escaped; the grammar has no byte escaping changes, so a reason that was
-/// escaped is not a switch.
+/// The switch a pre-switch snapshot was taken before, from its reason.
 fn switch_of(e: &SnapshotRow<'_>) -> Option<Switch> {
-    if !e.pre_switch {
-        return None;
-    }
-    Switch::parse(e.reason).ok().flatten()
-}
-
-/// A pre-switch snapshot's generations in `--json`: `null` when it is not one, or its
-/// reason names none of them.
-struct SwitchJson(Option<Switch>);
-
-impl serde::Serialize for SwitchJson {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct as _;
-        let Some(sw) = &self.0 else {
-            return s.serialize_none();
-        };
-        let (to_generation, to_toplevel) = match &sw.to {
-            Some(SwitchTo::Generation(n)) => (Some(*n), None),
-            Some(SwitchTo::Toplevel(t)) => (None, Some(t.as_str())),
-            None => (None, None),
-        };
-        let mut st = s.serialize_struct("Switch", 3)?;
-        st.serialize_field("from_generation", &sw.from)?;
-        st.serialize_field("to_generation", &to_generation)?;
-        st.serialize_field("to_toplevel", &to_toplevel)?;
-        st.end()
-    }
+    crate::json::switch_of(e.pre_switch, e.reason)
 }
 
 /// The targets of row `i`, from `copies` (sorted by row) starting at `*at`.
-fn copies_of<'c, 'a>(copies: &'c [CopyOfRow<'a>], at: &mut usize, i: usize) -> &'c [CopyOfRow<'a>] {
+pub(crate) fn copies_of<'c, 'a>(
+    copies: &'c [CopyOfRow<'a>],
+    at: &mut usize,
+    i: usize,
+) -> &'c [CopyOfRow<'a>] {
     while *at < copies.len() && (copies[*at].row as usize) < i {
         *at += 1;
     }
@@ -166,84 +142,6 @@ pub fn write_list(
         }
     }
     Ok(())
-}
-
-/// `tacid data list --json`: the JSON of the keeper's `List` entries (an array of objects,
-/// each with its `copies`), `open_at`, where it is open for the caller (empty when it is
-/// not), and `switch`, the generations a pre-switch snapshot's reason names (`null` when
-/// none), written into `out` from the flat rows.
-pub fn write_list_json(
-    out: &mut impl std::io::Write,
-    rows: &[SnapshotRow<'_>],
-    copies: &[CopyOfRow<'_>],
-    opens: &[Opened],
-) -> std::io::Result<()> {
-    use serde::ser::{SerializeSeq as _, SerializeStruct as _};
-
-    struct Targets<'c, 'a>(&'c [CopyOfRow<'a>]);
-    impl serde::Serialize for Targets<'_, '_> {
-        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            let mut seq = s.serialize_seq(Some(self.0.len()))?;
-            for c in self.0 {
-                seq.serialize_element(c.target)?;
-            }
-            seq.end()
-        }
-    }
-    struct Parents<'c, 'a>(&'c [CopyOfRow<'a>]);
-    impl serde::Serialize for Parents<'_, '_> {
-        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            s.collect_seq(
-                self.0
-                    .iter()
-                    .filter(|c| c.last_common_parent)
-                    .map(|c| c.target),
-            )
-        }
-    }
-    struct Entry<'r, 'c, 'a>(&'r SnapshotRow<'a>, Targets<'c, 'a>, &'r str);
-    impl serde::Serialize for Entry<'_, '_, '_> {
-        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            let e = self.0;
-            // The fields of `SnapshotEntry`, in its order, then what the CLI adds.
-            let mut st = s.serialize_struct("SnapshotEntry", 14)?;
-            st.serialize_field("name", e.name)?;
-            st.serialize_field("of", e.of)?;
-            st.serialize_field("of_path", e.of_path)?;
-            st.serialize_field("taken_micros", &e.taken_micros)?;
-            st.serialize_field("reason", e.reason)?;
-            st.serialize_field("asked_by", e.asked_by)?;
-            st.serialize_field("asked_by_uid", &e.asked_by_uid)?;
-            st.serialize_field("origin", e.origin)?;
-            st.serialize_field("pre_switch", &e.pre_switch)?;
-            st.serialize_field("pinned", &e.pinned)?;
-            st.serialize_field("set_id", &e.set_id)?;
-            st.serialize_field("copies", &self.1)?;
-            st.serialize_field("last_common_parent_of", &Parents((self.1).0))?;
-            st.serialize_field("open_at", self.2)?;
-            st.serialize_field("switch", &SwitchJson(switch_of(e)))?;
-            st.end()
-        }
-    }
-    struct All<'r, 'c, 'a>(&'r [SnapshotRow<'a>], &'c [CopyOfRow<'a>], &'r [Opened]);
-    impl serde::Serialize for All<'_, '_, '_> {
-        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            let mut seq = s.serialize_seq(Some(self.0.len()))?;
-            let mut at = 0;
-            for (i, e) in self.0.iter().enumerate() {
-                let open_at = self
-                    .2
-                    .iter()
-                    .find(|o| o.snapshot == e.name)
-                    .map_or("", |o| o.path.as_str());
-                seq.serialize_element(&Entry(e, Targets(copies_of(self.1, &mut at, i)), open_at))?;
-            }
-            seq.end()
-        }
-    }
-    serde_json::to_writer_pretty(&mut *out, &All(rows, copies, opens))
-        .map_err(std::io::Error::other)?;
-    out.write_all(b"\n")
 }
 
 /// `tacid data snapshot`.
@@ -730,9 +628,12 @@ mod tests {
         let mut text = Vec::new();
         super::write_list(&mut text, &[row], &[], &[], now()).unwrap();
         let mut json = Vec::new();
-        super::write_list_json(&mut json, &[row], &[], &[]).unwrap();
+        crate::json::write_list(&mut json, &[row], &[], &[]).unwrap();
         let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
-        (String::from_utf8(text).unwrap(), json[0]["switch"].clone())
+        (
+            String::from_utf8(text).unwrap(),
+            json["snapshots"][0]["switch"].clone(),
+        )
     }
 
     #[test]

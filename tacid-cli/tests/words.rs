@@ -53,6 +53,28 @@ fn no_bus_is_exit_8_with_what_to_do() {
 }
 
 #[test]
+fn json_is_one_flag_before_or_after_the_command_and_says_its_schema() {
+    for args in [["data", "status", "--json"], ["--json", "data", "status"]] {
+        let out = tacid()
+            .args(args)
+            .env("TACID_BUS_ADDRESS", "unix:path=/nonexistent/tacid-test-bus")
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(8), "{args:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+        assert_eq!(
+            (&v["schema"], &v["error"], &v["exit_code"]),
+            (
+                &serde_json::json!(1),
+                &serde_json::Value::Null,
+                &serde_json::json!(8)
+            ),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
 fn help_states_the_boundaries() {
     let out = tacid()
         .args(["data", "snapshot", "--help"])
