@@ -153,7 +153,9 @@ fn judge_present(
         Err(ReadFailure::Io(e)) => return Err(RequestRefusal::Unreadable(e.clone())),
     };
     if bytes.len() > MAX_REQUEST_BYTES {
-        return Err(RequestRefusal::Malformed(RequestError::TooLarge(bytes.len())));
+        return Err(RequestRefusal::Malformed(RequestError::TooLarge(
+            bytes.len(),
+        )));
     }
     RestoreRequest::parse(bytes).map_err(RequestRefusal::Malformed)
 }
