@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use rusqlite::params;
 
 use super::{state, Asker, Journal, JournalError, Member, PRESENT};
-use crate::words::to_micros;
+use layout::human::unix_micros as to_micros;
 
 /// The acts on a target a request row records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use rusqlite::params;
 
 use super::{state, Asker, Journal, JournalError, GONE, PRESENT};
-use crate::words::to_micros;
+use layout::human::unix_micros as to_micros;
 
 /// The retention actions a request row records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
