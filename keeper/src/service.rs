@@ -123,7 +123,8 @@ fn stem_error(e: StemError) -> KeeperError {
             "Pinned" => KeeperError::Protected(message.clone()),
             "BelowHardFloor" | "NoSpace" => KeeperError::NoSpace(message.clone()),
             "InvalidArgument" => KeeperError::InvalidArgument(message.clone()),
-            "NoSuchTarget" => KeeperError::NoSuchTarget(message.clone()),
+            // Quotes the caller's name as given (capped): shown escaped, here, once.
+            "NoSuchTarget" => KeeperError::NoSuchTarget(escape(message.as_bytes())),
             "TargetBusy" => KeeperError::TargetBusy(message.clone()),
             "TargetUnreachable" => KeeperError::TargetUnreachable(message.clone()),
             "HostKeyChanged" => KeeperError::HostKeyChanged(message.clone()),
