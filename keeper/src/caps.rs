@@ -45,28 +45,9 @@ pub fn max_set_names() -> usize {
     layout::SUBVOLUMES.len()
 }
 
-/// The first `max` bytes of `text`, cut at a character boundary.
-pub fn prefix(text: &str, max: usize) -> &str {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
-/// `text` as it may be journalled, logged or shown back: itself when it is at most `max`
-/// bytes, else its first `max` bytes and how long it was (`AAAA… (100000 bytes)`).
-pub fn capped(text: &str, max: usize) -> Cow<'_, str> {
-    if text.len() <= max {
-        Cow::Borrowed(text)
-    } else {
-        Cow::Owned(format!("{}… ({} bytes)", prefix(text, max), text.len()))
-    }
-}
-
 /// A name as it may be journalled, logged or shown back.
 pub fn name(text: &str) -> Cow<'_, str> {
-    capped(text, MAX_NAME_BYTES)
+    layout::human::cap(text, MAX_NAME_BYTES)
 }
 
 #[cfg(test)]
@@ -74,13 +55,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cut_at_a_character_boundary_and_say_how_long() {
-        assert_eq!(prefix("short", 4096), "short");
-        assert_eq!(prefix("abcdef", 3), "abc");
-        // "é" is two bytes: a cut inside it goes back to before it.
-        assert_eq!(prefix("aé", 2), "a");
-        assert_eq!(capped("abc", 3), "abc");
-        assert_eq!(capped("abcdef", 3), "abc… (6 bytes)");
+    fn a_name_is_cut_and_says_how_long() {
+        // The cut itself is `layout::human::cap`'s, tested there.
         let huge = "A".repeat(100_000);
         let shown = name(&huge);
         assert!(shown.len() < MAX_NAME_BYTES + 32, "{shown}");

@@ -16,7 +16,7 @@ use std::time::SystemTime;
 use layout::{OutcomeResult, SubvolumeName};
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::words::to_micros;
+use layout::human::unix_micros as to_micros;
 
 /// Each entry moves the schema from version `index` to `index + 1`.
 const MIGRATIONS: &[&str] = &[

@@ -167,26 +167,10 @@ impl fmt::Display for Rule {
             } => write!(
                 f,
                 "free space {} is below the floor of {}; the oldest automatic snapshots go first",
-                bytes(*free_bytes),
-                bytes(*floor_bytes)
+                layout::human::bytes(*free_bytes),
+                layout::human::bytes(*floor_bytes)
             ),
         }
-    }
-}
-
-/// Bytes for people: `1.5 GiB`.
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
     }
 }
 

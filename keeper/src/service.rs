@@ -23,7 +23,7 @@ use crate::wire::{
     Cancelled, ChangedPath, KeeperError, RestoreDetails, RestoreStaged, SnapshotEntry, SnapshotSet,
     Status,
 };
-use crate::words::to_micros;
+use layout::human::{and_list, unix_micros};
 
 mod copies;
 mod list;
@@ -124,7 +124,8 @@ fn stem_error(e: StemError) -> KeeperError {
             "Pinned" => KeeperError::Protected(message.clone()),
             "BelowHardFloor" | "NoSpace" => KeeperError::NoSpace(message.clone()),
             "InvalidArgument" => KeeperError::InvalidArgument(message.clone()),
-            "NoSuchTarget" => KeeperError::NoSuchTarget(message.clone()),
+            // Quotes the caller's name as given (capped): shown escaped, here, once.
+            "NoSuchTarget" => KeeperError::NoSuchTarget(escape(message.as_bytes())),
             "TargetBusy" => KeeperError::TargetBusy(message.clone()),
             "TargetUnreachable" => KeeperError::TargetUnreachable(message.clone()),
             "HostKeyChanged" => KeeperError::HostKeyChanged(message.clone()),
@@ -156,14 +157,6 @@ fn of_path(subvolume: &str) -> &'static str {
     SubvolumeName::parse(subvolume)
         .map(|s| s.display_path())
         .unwrap_or("?")
-}
-
-/// "/persist", "/persist and /home", "/persist, /var/log and /home".
-fn and_list(items: &[&str]) -> String {
-    match items.split_last() {
-        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
-        _ => items.join(""),
-    }
 }
 
 /// Text a caller gave back, escaped (adr/0017) line by line: no control character but the
@@ -258,7 +251,7 @@ impl Keeper {
         words: &str,
         why: &str,
     ) {
-        let subject = caps::capped(subject, caps::MAX_BUILT_SUBJECT_BYTES);
+        let subject = layout::human::cap(subject, caps::MAX_BUILT_SUBJECT_BYTES);
         self.journal_refusal_of(asker, act, subject, words, why);
     }
 
@@ -270,12 +263,17 @@ impl Keeper {
         words: &str,
         why: &str,
     ) {
-        let words = caps::capped(words, caps::MAX_WORDS_BYTES);
+        let words = layout::human::cap(words, caps::MAX_WORDS_BYTES);
         let verdict = self
             .refusals
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .decide(asker.uid, act, Instant::now(), to_micros(SystemTime::now()));
+            .decide(
+                asker.uid,
+                act,
+                Instant::now(),
+                unix_micros(SystemTime::now()),
+            );
         let (row_asker, outcome, key) = match verdict {
             Verdict::Counted => return,
             Verdict::OwnRow => {
@@ -772,7 +770,7 @@ impl Keeper {
             return Err(self.refuse(&asker, Action::Restore, name, words_shown, why));
         }
         let snap = parse_snapshot(name)?;
-        let since = to_micros(SystemTime::now() - CONSENT_WINDOW);
+        let since = unix_micros(SystemTime::now() - CONSENT_WINDOW);
         // Words longer than any the keeper shows were not shown; they are not compared.
         let shown = if words_shown.len() > caps::MAX_WORDS_BYTES {
             None

@@ -4,7 +4,7 @@
 //! where the local offset cannot be read soundly, and one clock for every user of the
 //! machine is less surprising than one per terminal (adr/0011).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use layout::switch::{generation_link, Switch};
 use time::OffsetDateTime;
@@ -258,24 +258,9 @@ pub fn change_words(c: &ChangeCounts) -> String {
     }
     out.push_str(&format!(
         " since then ({at_least}{} written)",
-        byte_words(c.bytes_written)
+        layout::human::bytes(c.bytes_written)
     ));
     out
-}
-
-/// Bytes for people: `512 bytes`, `3.4 KiB`, `1.2 GiB`.
-pub fn byte_words(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if bytes < 1024 {
-        return format!("{bytes} {}", if bytes == 1 { "byte" } else { "bytes" });
-    }
-    let mut v = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1} {}", UNITS[unit])
 }
 
 /// What a restore costs, with what changed since counted: the counts are part of the exact
@@ -453,26 +438,15 @@ pub fn system_back_words(switch: &Switch) -> String {
     }
 }
 
-/// µs since the epoch, as a time.
-pub fn from_micros(micros: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_micros(micros.max(0) as u64)
-}
-
-/// A time as µs since the epoch.
-pub fn to_micros(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
-}
-
 fn utc(t: SystemTime) -> OffsetDateTime {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(to_micros(t)) * 1000)
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(layout::human::unix_micros(t)) * 1000)
         .unwrap_or(OffsetDateTime::UNIX_EPOCH)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
 
     #[test]
     fn the_taken_line_written_by_hand_is_the_three_put_together() {
@@ -562,7 +536,7 @@ mod tests {
         assert_eq!(
             change_words(&cut),
             "at least 1 file changed, 0 added, 0 removed; 1 directory added, 2 removed since \
-             then (at least 1 byte written)"
+             then (at least 1 B written)"
         );
         assert_eq!(
             change_words(&ChangeCounts::default()),
@@ -573,10 +547,8 @@ mod tests {
                 complete: true,
                 ..ChangeCounts::default()
             }),
-            "0 files changed, 0 added, 0 removed since then (0 bytes written)"
+            "0 files changed, 0 added, 0 removed since then (0 B written)"
         );
-        assert_eq!(byte_words(0), "0 bytes");
-        assert_eq!(byte_words(3 * 1024 + 400), "3.4 KiB");
     }
 
     #[test]

@@ -348,16 +348,9 @@ struct RawTarget {
 /// At most this many bytes of anything read are quoted in an error.
 const QUOTE_CAP: usize = 40;
 
+/// What was read, quoted in an error: capped, control characters escaped as Rust does.
 fn capped(s: &str) -> String {
-    let mut end = s.len().min(QUOTE_CAP);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut out: String = s[..end].escape_debug().collect();
-    if end < s.len() {
-        out.push('…');
-    }
-    out
+    crate::human::cap(s, QUOTE_CAP).escape_debug().collect()
 }
 
 impl CopiesConfig {

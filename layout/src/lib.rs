@@ -9,6 +9,7 @@ mod contract;
 pub mod copies;
 pub mod defaults;
 pub mod escape;
+pub mod human;
 pub mod origin;
 mod outcome;
 mod request;

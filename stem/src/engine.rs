@@ -159,18 +159,7 @@ pub struct ByteCount(pub u64);
 
 impl std::fmt::Display for ByteCount {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-        let mut v = self.0 as f64;
-        let mut unit = 0;
-        while v >= 1024.0 && unit + 1 < UNITS.len() {
-            v /= 1024.0;
-            unit += 1;
-        }
-        if unit == 0 {
-            write!(f, "{} B", self.0)
-        } else {
-            write!(f, "{v:.1} {}", UNITS[unit])
-        }
+        f.write_str(&layout::human::bytes(self.0))
     }
 }
 
@@ -891,13 +880,9 @@ fn read_root_file<T>(
 }
 
 mod unix_micros {
-    use std::time::{SystemTime, UNIX_EPOCH};
+    use std::time::SystemTime;
 
     pub fn serialize<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-        let micros = t
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_micros() as i64)
-            .unwrap_or(0);
-        s.serialize_i64(micros)
+        s.serialize_i64(layout::human::unix_micros(*t))
     }
 }

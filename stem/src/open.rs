@@ -175,7 +175,7 @@ pub fn shown_bytes(bytes: &[u8]) -> String {
     let cut = bytes.len().min(64);
     let mut shown = format!("\"{}\"", layout::escape::escape(&bytes[..cut]));
     if cut < bytes.len() {
-        shown.push_str(&format!("… ({} bytes)", bytes.len()));
+        shown.push_str(&layout::human::cut_mark(bytes.len()));
     }
     shown
 }

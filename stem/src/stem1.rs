@@ -30,7 +30,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use layout::{
     Outcome, OutcomeResult, Reason, RestoreMember, RestoreRequest, SnapshotName, SubvolumeName,
@@ -306,8 +306,8 @@ impl From<&OpenSnapshot> for OpenInfo {
             name: o.name.to_string(),
             part: o.part.clone(),
             path: o.path.to_string_lossy().into_owned(),
-            opened_unix_micros: unix_micros(o.opened),
-            idle_close_unix_micros: unix_micros(o.idle_close),
+            opened_unix_micros: layout::human::unix_micros(o.opened),
+            idle_close_unix_micros: layout::human::unix_micros(o.idle_close),
         }
     }
 }
@@ -1536,7 +1536,7 @@ fn parse_target(name: &str) -> Result<String, Error> {
         .map_err(|e| {
             Error::InvalidArgument(format!(
                 "{} is not a target name: {e}",
-                crate::copies::shown_capped(name)
+                layout::human::cap(name, 64)
             ))
         })
 }
@@ -1602,21 +1602,6 @@ fn parse_snapshot_set(names: &[String]) -> Result<Vec<SnapshotName>, Error> {
 
 // --- Conversions between the engine's domain types and the wire types. ---
 
-fn unix_micros(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
-        Err(before) => -i64::try_from(before.duration().as_micros()).unwrap_or(i64::MAX),
-    }
-}
-
-fn from_unix_micros(micros: i64) -> SystemTime {
-    if micros >= 0 {
-        UNIX_EPOCH + Duration::from_micros(micros.unsigned_abs())
-    } else {
-        UNIX_EPOCH - Duration::from_micros(micros.unsigned_abs())
-    }
-}
-
 impl From<engine::Origin> for Origin {
     fn from(o: engine::Origin) -> Origin {
         match o {
@@ -1643,7 +1628,7 @@ impl From<&engine::Snapshot> for SnapshotInfo {
             uuid: s.uuid.hyphenated().to_string(),
             of: s.of.to_string(),
             origin: s.origin.into(),
-            taken_unix_micros: unix_micros(s.taken),
+            taken_unix_micros: layout::human::unix_micros(s.taken),
             readonly: s.readonly,
             staged: s.staged,
         }
@@ -1673,7 +1658,7 @@ impl TryFrom<&SnapshotInfo> for engine::Snapshot {
                 .map_err(|e| wire("snapshot UUID")(e.to_string()))?,
             of: SubvolumeName::parse(&s.of).map_err(|e| wire("subvolume name")(e.to_string()))?,
             origin: s.origin.into(),
-            taken: from_unix_micros(s.taken_unix_micros),
+            taken: layout::human::from_unix_micros(s.taken_unix_micros),
             readonly: s.readonly,
             staged: s.staged,
         })
@@ -1775,7 +1760,7 @@ impl From<&Outcome> for OutcomeInfo {
                 OutcomeResult::Done => OutcomeResultInfo::Done,
                 OutcomeResult::Refused => OutcomeResultInfo::Refused,
             },
-            finished_unix_micros: unix_micros(o.finished),
+            finished_unix_micros: layout::human::unix_micros(o.finished),
             request: o.request.as_ref().map(request_infos).unwrap_or_default(),
             reason: o.reason.as_str().to_owned(),
         }
@@ -1795,7 +1780,7 @@ impl TryFrom<&OutcomeInfo> for Outcome {
         };
         Ok(Outcome::new(
             result,
-            from_unix_micros(o.finished_unix_micros),
+            layout::human::from_unix_micros(o.finished_unix_micros),
             request,
             Reason::new(&o.reason),
         ))
@@ -1805,6 +1790,7 @@ impl TryFrom<&OutcomeInfo> for Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
     use zbus::DBusError as _;
 
     #[test]

@@ -4,23 +4,23 @@
 //! enough, and it keeps blocking syscalls off the async executor that serves the bus. One
 //! thread rather than a lock also means the engine needs no `Sync` and acts never interleave.
 
-use std::sync::mpsc;
-use std::thread;
+use actor::Actor;
 
 use crate::engine::Engine;
-
-type Job = Box<dyn FnOnce(&Engine) + Send>;
 
 /// A handle to the engine's thread. Cloning it gives another handle to the same thread.
 #[derive(Debug, Clone)]
 pub struct Worker {
-    jobs: mpsc::Sender<Job>,
+    engine: Actor<Engine>,
 }
 
 /// The engine's thread has ended (a panic in an act); nothing more can be done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the stem's engine thread has stopped (see the journal); the stem must be restarted")]
 pub struct WorkerGone;
+
+/// The thread's name.
+const NAME: &str = "stem-engine";
 
 impl Worker {
     /// Start the thread that owns `engine`. `on_exit` runs on that thread when it ends, for
@@ -29,32 +29,16 @@ impl Worker {
         engine: Engine,
         on_exit: impl FnOnce() + Send + 'static,
     ) -> std::io::Result<Worker> {
-        let (jobs, queue) = mpsc::channel::<Job>();
-        thread::Builder::new()
-            .name("stem-engine".into())
-            .spawn(move || {
-                // Runs on drop, so also when a job panics and unwinds this thread.
-                struct OnExit<F: FnOnce()>(Option<F>);
-                impl<F: FnOnce()> Drop for OnExit<F> {
-                    fn drop(&mut self) {
-                        if let Some(f) = self.0.take() {
-                            f()
-                        }
-                    }
-                }
-                let _on_exit = OnExit(Some(on_exit));
-                for job in queue {
-                    job(&engine);
-                }
-            })?;
-        Ok(Worker { jobs })
+        let engine = Actor::builder(NAME).on_exit(on_exit).spawn(engine)?;
+        Ok(Worker { engine })
     }
 
     /// A handle whose thread is not running: every act answers [`WorkerGone`]. Only for
     /// producing the interface's introspection data, which calls nothing.
     pub fn stopped() -> Worker {
-        let (jobs, _queue) = mpsc::channel::<Job>();
-        Worker { jobs }
+        Worker {
+            engine: Actor::stopped(NAME),
+        }
     }
 
     /// Run `act` on the engine's thread and block this thread until it answers: for the
@@ -63,27 +47,20 @@ impl Worker {
         &self,
         act: impl FnOnce(&Engine) -> T + Send + 'static,
     ) -> Result<T, WorkerGone> {
-        let (answer, answered) = mpsc::sync_channel(1);
-        self.jobs
-            .send(Box::new(move |engine| {
-                let _ = answer.send(act(engine));
-            }))
-            .map_err(|_| WorkerGone)?;
-        answered.recv().map_err(|_| WorkerGone)
+        self.engine
+            .run_blocking(move |engine| act(engine))
+            .map_err(|_| WorkerGone)
     }
 
-    /// Run `act` on the engine's thread and wait (asynchronously) for its answer.
+    /// Run `act` on the engine's thread and wait (asynchronously) for its answer. The
+    /// caller may go away (its connection closed); the act is done anyway.
     pub async fn run<T: Send + 'static>(
         &self,
         act: impl FnOnce(&Engine) -> T + Send + 'static,
     ) -> Result<T, WorkerGone> {
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        self.jobs
-            .send(Box::new(move |engine| {
-                // The caller may have gone away (its connection closed); the act is done anyway.
-                let _ = answer.send(act(engine));
-            }))
-            .map_err(|_| WorkerGone)?;
-        answered.await.map_err(|_| WorkerGone)
+        self.engine
+            .run(move |engine| act(engine))
+            .await
+            .map_err(|_| WorkerGone)
     }
 }

@@ -8,7 +8,8 @@ use keeper::wire::{
     RestoreDetails, RestorePreview, RestoreStaged, SetRestorePreview, SetRestoreStaged,
     SnapshotRow, SnapshotSet, Status, TargetCopies,
 };
-use keeper::words::{ago, exact_time, from_micros, human_time, utc_year, write_taken};
+use keeper::words::{ago, exact_time, human_time, utc_year, write_taken};
+use layout::human::{and_list, bytes, from_unix_micros};
 use layout::switch::Switch;
 
 const NO_BACKUP: &str =
@@ -92,7 +93,7 @@ pub fn write_list(
         out.write_all(b"  of ")?;
         out.write_all(e.of_path.as_bytes())?;
         out.write_all(b"\n    taken  ")?;
-        write_taken(out, from_micros(e.taken_micros), now, now_year)?;
+        write_taken(out, from_unix_micros(e.taken_micros), now, now_year)?;
         out.write_all(b"\n    why    ")?;
         write_why(out, e)?;
         out.write_all(b"\n")?;
@@ -255,14 +256,6 @@ pub fn staged(p: &RestorePreview, s: &RestoreStaged) -> String {
     out
 }
 
-/// "/persist", "/persist and /home", "/persist, /var/log and /home".
-fn and_list(items: &[&str]) -> String {
-    match items.split_last() {
-        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
-        _ => items.join(""),
-    }
-}
-
 /// `tacid data restore SET` without `--yes`.
 pub fn set_preview(p: &SetRestorePreview) -> String {
     let mut out = String::new();
@@ -367,7 +360,7 @@ pub fn status(s: &Status, now: SystemTime) -> String {
     if s.outcome_id.is_empty() {
         let _ = writeln!(out, "No boot has reported on a restore yet.");
     } else {
-        let finished = from_micros(s.outcome_finished_micros);
+        let finished = from_unix_micros(s.outcome_finished_micros);
         let new = if s.outcome_new { "NEW: " } else { "" };
         let when = format!("{} ({})", human_time(finished, now), ago(finished, now));
         // "@home @home.…"; a set's members separated by "; ".
@@ -521,7 +514,7 @@ pub fn prune(r: &PruneReport, now: SystemTime) -> String {
         for why in reasons {
             let _ = writeln!(out, "  {why}:");
             for e in chosen.iter().filter(|e| e.why == why) {
-                let taken = from_micros(e.taken_micros);
+                let taken = from_unix_micros(e.taken_micros);
                 let _ = writeln!(
                     out,
                     "    {}  of {}, taken {} ({})",
@@ -589,10 +582,6 @@ pub fn prune(r: &PruneReport, now: SystemTime) -> String {
         );
     }
     out
-}
-
-fn bytes(n: u64) -> String {
-    keeper::retention::bytes(n)
 }
 
 #[cfg(test)]
@@ -997,7 +986,7 @@ pub fn target_copies(t: &TargetCopies, now: SystemTime) -> String {
         t.retention
     );
     for c in &t.copies {
-        let taken = from_micros(c.taken_micros);
+        let taken = from_unix_micros(c.taken_micros);
         let _ = writeln!(
             out,
             "{}  of {}{}",
@@ -1152,7 +1141,7 @@ mod copy_tests {
 /// `tacid data open`.
 pub fn opened(o: &Opened, now: SystemTime) -> String {
     let mut out = String::new();
-    let closes = from_micros(o.idle_close_micros);
+    let closes = from_unix_micros(o.idle_close_micros);
     if o.already_open {
         let _ = writeln!(
             out,

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use rusqlite::params;
 
 use super::{Action, Asker, CopyAction, Journal, JournalError, Member, State, PRESENT};
-use crate::words::to_micros;
+use layout::human::unix_micros as to_micros;
 
 /// How an act on a target ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

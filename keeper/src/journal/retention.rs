@@ -8,7 +8,7 @@ use layout::SnapshotName;
 use rusqlite::params;
 
 use super::{Action, Asker, Journal, JournalError, State, Subject, GONE, PRESENT};
-use crate::words::to_micros;
+use layout::human::unix_micros as to_micros;
 
 /// A deletion about to be asked of the stem.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -65,7 +65,7 @@ impl Default for TargetActs {
         TargetActs {
             running: Default::default(),
             rows: Default::default(),
-            started_micros: crate::words::to_micros(std::time::SystemTime::now()),
+            started_micros: layout::human::unix_micros(std::time::SystemTime::now()),
         }
     }
 }
@@ -131,7 +131,7 @@ fn whole_target_failed(e: &StemError) -> bool {
 /// A stem error's name for a report (`TargetFull`), or the class of a failure to reach it.
 fn error_name(e: &StemError) -> String {
     match e {
-        StemError::Refused { name, .. } => caps::prefix(name, 64).to_owned(),
+        StemError::Refused { name, .. } => layout::human::prefix(name, 64).to_owned(),
         StemError::NotRunning | StemError::WentAway => "StemNotRunning".into(),
         StemError::Bus(_) => "StemFailed".into(),
     }
@@ -140,7 +140,7 @@ fn error_name(e: &StemError) -> String {
 /// What the journal records of a failure: the stem's reason, capped (the far side of an SSH
 /// target may be hostile, and the stem passes on what it said).
 fn failure_reason(e: &StemError) -> String {
-    caps::capped(&format!("failed: {e}"), caps::MAX_FAILURE_BYTES).into_owned()
+    layout::human::cap(&format!("failed: {e}"), caps::MAX_FAILURE_BYTES).into_owned()
 }
 
 /// What the journal records of an act whose stem stopped while it ran (the bus said the
@@ -182,7 +182,7 @@ impl Keeper {
         name: &str,
         target: &str,
     ) -> Result<&Target, KeeperError> {
-        let shown = caps::capped(target, caps::MAX_TARGET_NAME_BYTES);
+        let shown = layout::human::cap(target, caps::MAX_TARGET_NAME_BYTES);
         let why = match TargetName::parse(target) {
             Err(e) => Some(format!("{shown:?} is not a target name: {e}")),
             Ok(_) => match self.copies.target(target) {
@@ -368,14 +368,14 @@ impl Keeper {
                     },
                     c.bytes,
                     took_ms as f64 / 1000.0,
-                    caps::prefix(&c.received_uuid, 64)
+                    layout::human::prefix(&c.received_uuid, 64)
                 );
                 let end = CopyEnd {
                     state: State::Complete,
                     outcome: outcome.clone(),
                     parent: caps::name(&c.parent).into_owned(),
                     bytes: c.bytes,
-                    received_uuid: Some(caps::prefix(&c.received_uuid, 64).to_owned()),
+                    received_uuid: Some(layout::human::prefix(&c.received_uuid, 64).to_owned()),
                 };
                 self.journal(|j| j.finish_copy(id, &end))
                     .map_err(|e| (StemError::Bus(e.message()), e.message()))?;
@@ -465,7 +465,7 @@ impl Keeper {
                     } else {
                         "a full copy".to_owned()
                     },
-                    crate::retention::bytes(c.bytes)
+                    layout::human::bytes(c.bytes)
                 );
                 report.copied.push(made(&c, took_ms));
                 Ok(report)
@@ -665,7 +665,7 @@ impl Keeper {
                     of,
                     taken_micros: parsed.map(|n| n.taken_unix_micros()).unwrap_or_default(),
                     received_uuid: if may_change {
-                        escape(caps::prefix(&h.received_uuid, 64).as_bytes())
+                        escape(layout::human::prefix(&h.received_uuid, 64).as_bytes())
                     } else {
                         String::new()
                     },
@@ -732,7 +732,7 @@ impl Keeper {
                     if bytes == 0 {
                         "the stem stopped before it said how many bytes".to_owned()
                     } else {
-                        crate::retention::bytes(bytes)
+                        layout::human::bytes(bytes)
                     },
                     took_ms as f64 / 1000.0,
                     snap.subvolume().display_path()
@@ -806,9 +806,11 @@ impl Keeper {
         Ok(all
             .into_iter()
             .map(|f| CopyInFlight {
-                target: escape(caps::capped(&f.target, caps::MAX_TARGET_NAME_BYTES).as_bytes()),
+                target: escape(
+                    layout::human::cap(&f.target, caps::MAX_TARGET_NAME_BYTES).as_bytes(),
+                ),
                 name: escape(caps::name(&f.name).as_bytes()),
-                direction: escape(caps::prefix(&f.direction, 16).as_bytes()),
+                direction: escape(layout::human::prefix(&f.direction, 16).as_bytes()),
                 bytes: f.bytes,
                 elapsed_ms: f.elapsed_ms,
             })

@@ -44,7 +44,7 @@ use crate::caps;
 use crate::journal::{Action, Asker, Journal, JournalError, State, Subject};
 use crate::stem_client::StemError;
 use crate::wire::{ChangedPath, ClosedOpen, KeeperError, Opened, PartChanges};
-use crate::words::to_micros;
+use layout::human::unix_micros;
 
 /// How many opens one caller may ask for in [`OPENS_WINDOW`] (root: no limit).
 pub const OPENS_PER_WINDOW: u32 = 20;
@@ -484,7 +484,7 @@ impl Keeper {
     /// Why the stem closed `j` without being asked to.
     fn closed_by_stem(&self, j: &Journalled) -> String {
         // The stem closes an idle open at its idle time, or later while it was in use.
-        if to_micros(SystemTime::now()) + 2_000_000 >= j.idle_close_micros {
+        if unix_micros(SystemTime::now()) + 2_000_000 >= j.idle_close_micros {
             "closed (idle): nobody used it, and the stem closed it at its idle time".into()
         } else {
             "closed by the stem before its idle time (the stem stopped or started again: \
@@ -749,7 +749,7 @@ impl Keeper {
                 if let StemError::Refused { message, .. } = &e {
                     let v = stem_refusals_logged("diff", uid);
                     if v.log() {
-                        tracing::warn!(uid, user = %asker.name, snapshot = %caps::name(name), "diff refused by the stem: {}{}", caps::capped(message, caps::MAX_FAILURE_BYTES), v.note());
+                        tracing::warn!(uid, user = %asker.name, snapshot = %caps::name(name), "diff refused by the stem: {}{}", layout::human::cap(message, caps::MAX_FAILURE_BYTES), v.note());
                     }
                 }
                 return Err(stem_error(e));
@@ -814,7 +814,7 @@ impl Keeper {
             );
             self.journal(|j| {
                 j.request(&asker, Action::Diff, Subject::Snapshot(snap))
-                    .words_shown(&caps::capped(&summary, caps::MAX_WORDS_BYTES))
+                    .words_shown(&layout::human::cap(&summary, caps::MAX_WORDS_BYTES))
                     .state(State::Shown)
                     .outcome("shown; nothing changed")
                     .begin()

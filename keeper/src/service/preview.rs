@@ -21,7 +21,8 @@ use super::{parse_snapshot, restorable_paths, stem_error, Keeper, PREVIEW_COUNT_
 use crate::authority::Authority;
 use crate::journal::{Action, State, Subject};
 use crate::wire::{KeeperError, RestorePreview, SetRestorePreview};
-use crate::words::{self, from_micros};
+use crate::words;
+use layout::human::from_unix_micros;
 
 /// Counts for people who may only look, in flight at once over all of them.
 pub const MAX_LOOKER_COUNTS: usize = 2;
@@ -244,7 +245,7 @@ impl Keeper {
         may_confirm: bool,
     ) -> String {
         let sub = snap.subvolume();
-        let (taken, now) = (from_micros(taken_micros), SystemTime::now());
+        let (taken, now) = (from_unix_micros(taken_micros), SystemTime::now());
         match self.preview_count(snap, may_confirm).await {
             Some(counts) if may_confirm => {
                 words::restore_words_counted(sub.display_path(), taken, now, &counts)

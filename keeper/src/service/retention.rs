@@ -12,7 +12,7 @@ use crate::journal::{Action, Deletion, DeletionResult};
 use crate::retention::{self, Candidate, Kind, Local, Policy};
 use crate::stem_client::{DiskSnapshot, StemError};
 use crate::wire::{Deleted, KeepMarked, KeeperError, PruneEntry, PruneReport, SnapshotSet};
-use crate::words::to_micros;
+use layout::human::unix_micros;
 
 /// The rule code journalled when a person asked for a deletion.
 const BY_PERSON: &str = "person";
@@ -32,7 +32,7 @@ pub fn describe(p: &Policy) -> String {
     let floor = if p.floor_bytes == 0 {
         "no free-space floor".into()
     } else {
-        format!("free-space floor {}", retention::bytes(p.floor_bytes))
+        format!("free-space floor {}", layout::human::bytes(p.floor_bytes))
     };
     format!(
         "keep the last {} pre-switch sets; timeline {} hourly, {} daily, {} weekly, {} monthly; \
@@ -314,7 +314,7 @@ impl Keeper {
         let plan = retention::plan(
             &candidates,
             &self.policy,
-            to_micros(SystemTime::now()),
+            unix_micros(SystemTime::now()),
             space.free_bytes,
         );
         Ok((plan, space.free_bytes, taken))

@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use layout::switch::Switch;
 use layout::{SnapshotName, SubvolumeName};
 
-use super::{and_list, parse_snapshot, stem_error, test_pause, Keeper, CONSENT_WINDOW};
+use super::{parse_snapshot, stem_error, test_pause, Keeper, CONSENT_WINDOW};
 use crate::authority::{Act, Authority};
 use crate::caps;
 use crate::journal::{Action, SnapshotState, State, Subject};
@@ -20,7 +20,9 @@ use crate::stem_client::DiskSnapshot;
 use crate::wire::{
     ChangeCount, KeeperError, SetRestoreMember, SetRestorePreview, SetRestoreStaged, StagedMember,
 };
-use crate::words::{self, from_micros, to_micros};
+use crate::words;
+use layout::human::and_list;
+use layout::human::{from_unix_micros, unix_micros};
 
 /// Why a member of the set is not put back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -370,7 +372,7 @@ impl Keeper {
             .zip(&counts)
             .map(|(m, c)| words::SetMember {
                 of_path: m.path(),
-                taken: from_micros(m.taken_micros),
+                taken: from_unix_micros(m.taken_micros),
                 counts: *c,
             })
             .collect();
@@ -465,7 +467,7 @@ impl Keeper {
         }
         let plan = self.resolve_set(set, only, true).await?;
         let subject = plan.subject();
-        let since = to_micros(SystemTime::now() - CONSENT_WINDOW);
+        let since = unix_micros(SystemTime::now() - CONSENT_WINDOW);
         // Words longer than any the keeper shows were not shown; they are not compared.
         let shown = if words_shown.len() > caps::MAX_WORDS_BYTES {
             None

@@ -735,7 +735,7 @@ impl World {
             self.keeper.is_none(),
             "stop the keeper before writing to its journal"
         );
-        let asked = keeper::words::to_micros(std::time::SystemTime::now() - age);
+        let asked = layout::human::unix_micros(std::time::SystemTime::now() - age);
         let conn = rusqlite::Connection::open(&self.journal).expect("journal opens");
         let changed = conn
             .execute(

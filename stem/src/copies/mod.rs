@@ -293,7 +293,7 @@ impl Copies {
     fn target(&self, name: &str) -> Result<&Target, CopyError> {
         self.config
             .target(name)
-            .ok_or_else(|| CopyError::NoSuchTarget(shown_capped(name)))
+            .ok_or_else(|| CopyError::NoSuchTarget(layout::human::cap(name, 64).into_owned()))
     }
 
     fn take_turn(
@@ -625,24 +625,12 @@ impl Ran {
     }
 }
 
+/// A child's output for a reason: one line, its end kept (where a program says why).
 fn capped(text: &str) -> String {
-    let text = text.trim();
-    // The end of stderr says why; keep it.
-    let start = text.len().saturating_sub(REASON_CAP);
-    let mut start = start;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    let cut = &text[start..];
-    let one_line: String = cut
+    layout::human::cap_end(text.trim(), REASON_CAP)
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if start > 0 {
-        format!("…{one_line}")
-    } else {
-        one_line
-    }
+        .collect()
 }
 
 impl<'t> Side<'t> {
@@ -1171,15 +1159,4 @@ fn stalled(e: std::io::Error, what: &str) -> CopyError {
     } else {
         failed(what, e)
     }
-}
-
-/// A caller's string as it may be shown: escaped (adr/0017), at most 64 bytes of it.
-pub fn shown_capped(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let cut = bytes.len().min(64);
-    let mut shown = layout::escape::escape(&bytes[..cut]);
-    if cut < bytes.len() {
-        shown.push_str(&format!("… ({} bytes)", bytes.len()));
-    }
-    shown
 }
