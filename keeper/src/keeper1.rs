@@ -19,15 +19,13 @@
 //!   them, read-only, with the owners and modes it had (adr/0019). Nothing is restored.
 //! - No signals and no properties.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use bus_peer::{CallerUids, UnknownCaller};
 use zbus::message::Header;
-use zbus::names::BusName;
 use zbus::object_server::Interface as _;
-use zbus::proxy::CacheProperties;
-use zbus::{fdo, interface, Connection};
+use zbus::{interface, Connection};
 
 use crate::service::{Keeper, ListedCopies, ListedRows};
 use crate::wire::{
@@ -47,7 +45,7 @@ impl Keeper1 {
     pub fn new(keeper: Arc<Keeper>) -> Self {
         Keeper1 {
             keeper,
-            callers: Arc::new(Callers::default()),
+            callers: Arc::new(new_callers()),
         }
     }
 }
@@ -60,21 +58,11 @@ pub const MAX_CALLER_LOOKUPS: usize = 32;
 /// Past this many senders remembered, the memory of them starts again.
 const REMEMBERED_SENDERS: usize = 4096;
 
-/// The uids of the connections that called. A unique name is never given to another
-/// connection while the bus runs, so what the bus said of it stays true.
-#[derive(Debug)]
-struct Callers {
-    known: std::sync::Mutex<HashMap<String, u32>>,
-    lookups: tokio::sync::Semaphore,
-}
+/// The uids of the connections that called (`bus_peer`'s memory of what the bus said).
+type Callers = CallerUids;
 
-impl Default for Callers {
-    fn default() -> Self {
-        Callers {
-            known: std::sync::Mutex::new(HashMap::new()),
-            lookups: tokio::sync::Semaphore::new(MAX_CALLER_LOOKUPS),
-        }
-    }
+fn new_callers() -> Callers {
+    CallerUids::new(REMEMBERED_SENDERS, MAX_CALLER_LOOKUPS)
 }
 
 /// The caller's uid from the bus's own record; any failure is a refusal.
@@ -83,53 +71,14 @@ async fn caller(
     connection: &Connection,
     header: &Header<'_>,
 ) -> Result<u32, KeeperError> {
-    let sender = header
-        .sender()
-        .ok_or_else(|| KeeperError::NotAuthorized("the call carries no sender; refused".into()))?;
-    let known = |callers: &Callers| {
-        callers
-            .known
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(sender.as_str())
-            .copied()
-    };
-    if let Some(uid) = known(callers) {
-        return Ok(uid);
-    }
-    let unknown = |e: zbus::Error| {
-        KeeperError::NotAuthorized(format!(
+    callers.of(connection, header).await.map_err(|e| match e {
+        UnknownCaller::NoSender => {
+            KeeperError::NotAuthorized("the call carries no sender; refused".into())
+        }
+        UnknownCaller::Bus(e) => KeeperError::NotAuthorized(format!(
             "the bus could not say who is calling ({e}); refused"
-        ))
-    };
-    let _turn = callers
-        .lookups
-        .acquire()
-        .await
-        .map_err(|e| KeeperError::NotAuthorized(format!("{e}; refused")))?;
-    // Another call of the same connection may have asked while this one waited.
-    if let Some(uid) = known(callers) {
-        return Ok(uid);
-    }
-    let bus = fdo::DBusProxy::builder(connection)
-        .cache_properties(CacheProperties::No)
-        .build()
-        .await
-        .map_err(unknown)?;
-    let uid = bus
-        .get_connection_unix_user(BusName::Unique(sender.to_owned()))
-        .await
-        .map_err(|e| {
-            KeeperError::NotAuthorized(format!(
-                "the bus could not say who is calling ({e}); refused"
-            ))
-        })?;
-    let mut known = callers.known.lock().unwrap_or_else(|p| p.into_inner());
-    if known.len() >= REMEMBERED_SENDERS {
-        known.clear();
-    }
-    known.insert(sender.as_str().to_owned(), uid);
-    Ok(uid)
+        )),
+    })
 }
 
 /// `org.tacid.Keeper1`: authority, consent and the journal in front of the stem.
@@ -494,7 +443,7 @@ impl Keeper1 {
     }
 }
 
-/// The introspection data of `org.tacid.Keeper1`, as committed in `keeper/org.tacid.Keeper1.xml`.
+/// The introspection data of `org.tacid.Keeper1`, as committed in `keeper-interface/org.tacid.Keeper1.xml`.
 pub fn introspection_xml(keeper: Arc<Keeper>) -> String {
     let iface = Keeper1::new(keeper);
     let mut xml = String::from(

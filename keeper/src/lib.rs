@@ -3,28 +3,19 @@
 //! It decides who may ask for what ([`authority`]), tells people what a restore costs
 //! ([`words`]), records who asked, what they were told and what happened ([`journal`]),
 //! and asks the stem ([`stem_client`]). [`keeper1`] serves it on the bus; [`wire`] is what
-//! crosses the bus to the CLI, which builds this crate without the `daemon` feature.
+//! crosses the bus to the CLI (the `keeper_interface` crate, which the CLI builds on).
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod authority;
+pub mod caps;
 pub mod copy_retention;
+pub mod journal;
+pub mod keeper1;
+pub mod reconcile;
+pub mod refusals;
 pub mod retention;
+pub mod service;
+pub mod stem_client;
 pub mod wire;
 pub mod words;
-
-#[cfg(feature = "daemon")]
-pub mod authority;
-#[cfg(feature = "daemon")]
-pub mod caps;
-#[cfg(feature = "daemon")]
-pub mod journal;
-#[cfg(feature = "daemon")]
-pub mod keeper1;
-#[cfg(feature = "daemon")]
-pub mod reconcile;
-#[cfg(feature = "daemon")]
-pub mod refusals;
-#[cfg(feature = "daemon")]
-pub mod service;
-#[cfg(feature = "daemon")]
-pub mod stem_client;

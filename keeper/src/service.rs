@@ -18,12 +18,13 @@ use crate::journal::{
 };
 use crate::reconcile;
 use crate::refusals::{self, Verdict};
-use crate::stem_client::{snapshot_names, Staged, StemClient, StemError, BAD_REQUEST_FILE};
+use crate::stem_client::{snapshot_names, Staged, StemClient, StemError};
 use crate::wire::{
     Cancelled, ChangedPath, KeeperError, RestoreDetails, RestoreStaged, SnapshotEntry, SnapshotSet,
     Status,
 };
 use layout::human::{and_list, unix_micros};
+use stem_interface::ErrorKind;
 
 mod copies;
 mod list;
@@ -111,34 +112,47 @@ impl From<JournalError> for KeeperError {
 fn stem_error(e: StemError) -> KeeperError {
     match e {
         StemError::NotRunning | StemError::WentAway => KeeperError::StemNotRunning(e.to_string()),
-        StemError::Refused {
-            ref name,
-            ref message,
-        } => match name.as_str() {
-            "NoSuchSnapshot" => {
-                KeeperError::NoSuchSnapshot(format!("{message}; see `tacid data list`"))
+        StemError::Refused { kind, ref message } => {
+            let message = message.clone();
+            match kind {
+                ErrorKind::NoSuchSnapshot => {
+                    KeeperError::NoSuchSnapshot(format!("{message}; see `tacid data list`"))
+                }
+                ErrorKind::NotRestorable
+                | ErrorKind::NotSnapshottable
+                | ErrorKind::NotReadOnly
+                | ErrorKind::OfAnotherSubvolume
+                | ErrorKind::NotInHistory => KeeperError::NotAllowedForSubvolume(message),
+                ErrorKind::AnotherRestoreStaged => KeeperError::AnotherRestoreStaged(message),
+                ErrorKind::Pinned => KeeperError::Protected(message),
+                ErrorKind::BelowHardFloor | ErrorKind::NoSpace => KeeperError::NoSpace(message),
+                ErrorKind::InvalidArgument => KeeperError::InvalidArgument(message),
+                // Quotes the caller's name as given (capped): shown escaped, here, once.
+                ErrorKind::NoSuchTarget => KeeperError::NoSuchTarget(escape(message.as_bytes())),
+                ErrorKind::TargetBusy => KeeperError::TargetBusy(message),
+                ErrorKind::TargetUnreachable => KeeperError::TargetUnreachable(message),
+                ErrorKind::HostKeyChanged => KeeperError::HostKeyChanged(message),
+                ErrorKind::TargetNotBtrfs => KeeperError::TargetNotBtrfs(message),
+                ErrorKind::TargetFull => KeeperError::TargetFull(message),
+                ErrorKind::TransferFailed => KeeperError::TransferFailed(message),
+                ErrorKind::AlreadyHere => KeeperError::AlreadyHere(message),
+                ErrorKind::InUse => KeeperError::InUse(message),
+                ErrorKind::NoSuchCopy => KeeperError::NoSuchSnapshot(format!(
+                    "{message}; see `tacid data copies TARGET`"
+                )),
+                ErrorKind::AccessDenied
+                | ErrorKind::StoreUnsafe
+                | ErrorKind::LiveSubvolumeMissing
+                | ErrorKind::BadRequestFile
+                | ErrorKind::BadOutcomeFile
+                | ErrorKind::PartRefused
+                | ErrorKind::TooManyOpen
+                | ErrorKind::AlreadyOpen
+                | ErrorKind::Failed => {
+                    KeeperError::StemFailed(format!("{message} (stem error {kind})"))
+                }
             }
-            "NotRestorable" | "NotSnapshottable" | "NotReadOnly" | "OfAnotherSubvolume"
-            | "NotInHistory" => KeeperError::NotAllowedForSubvolume(message.clone()),
-            "AnotherRestoreStaged" => KeeperError::AnotherRestoreStaged(message.clone()),
-            "Pinned" => KeeperError::Protected(message.clone()),
-            "BelowHardFloor" | "NoSpace" => KeeperError::NoSpace(message.clone()),
-            "InvalidArgument" => KeeperError::InvalidArgument(message.clone()),
-            // Quotes the caller's name as given (capped): shown escaped, here, once.
-            "NoSuchTarget" => KeeperError::NoSuchTarget(escape(message.as_bytes())),
-            "TargetBusy" => KeeperError::TargetBusy(message.clone()),
-            "TargetUnreachable" => KeeperError::TargetUnreachable(message.clone()),
-            "HostKeyChanged" => KeeperError::HostKeyChanged(message.clone()),
-            "TargetNotBtrfs" => KeeperError::TargetNotBtrfs(message.clone()),
-            "TargetFull" => KeeperError::TargetFull(message.clone()),
-            "TransferFailed" => KeeperError::TransferFailed(message.clone()),
-            "AlreadyHere" => KeeperError::AlreadyHere(message.clone()),
-            "InUse" => KeeperError::InUse(message.clone()),
-            "NoSuchCopy" => {
-                KeeperError::NoSuchSnapshot(format!("{message}; see `tacid data copies TARGET`"))
-            }
-            _ => KeeperError::StemFailed(format!("{message} (stem error {name})")),
-        },
+        }
         StemError::Bus(_) => KeeperError::StemFailed(e.to_string()),
     }
 }
@@ -891,28 +905,29 @@ impl Keeper {
             Ok(None) => self.nothing_to_cancel(id),
             // A bad request file is no request, yet it must go: no restore can be staged
             // beside it (adr/0015).
-            Err(StemError::Refused { name, .. }) if name == BAD_REQUEST_FILE => {
-                match self.stem.discard_bad_request().await {
-                    Ok(Some(why)) => {
-                        let message = format!(
-                            "removed a bad restore request file ({why}); no restore was staged, \
+            Err(StemError::Refused {
+                kind: ErrorKind::BadRequestFile,
+                ..
+            }) => match self.stem.discard_bad_request().await {
+                Ok(Some(why)) => {
+                    let message = format!(
+                        "removed a bad restore request file ({why}); no restore was staged, \
                              nothing else changed"
-                        );
-                        self.journal(|j| j.unsynced(|j| j.finish(id, State::Withdrawn, &message)))?;
-                        Ok(Cancelled {
-                            withdrawn: true,
-                            snapshot: String::new(),
-                            of_path: String::new(),
-                            message,
-                        })
-                    }
-                    Ok(None) => self.nothing_to_cancel(id),
-                    Err(e) => {
-                        self.settle_after_stem_error(id, &e).await?;
-                        Err(stem_error(e))
-                    }
+                    );
+                    self.journal(|j| j.unsynced(|j| j.finish(id, State::Withdrawn, &message)))?;
+                    Ok(Cancelled {
+                        withdrawn: true,
+                        snapshot: String::new(),
+                        of_path: String::new(),
+                        message,
+                    })
                 }
-            }
+                Ok(None) => self.nothing_to_cancel(id),
+                Err(e) => {
+                    self.settle_after_stem_error(id, &e).await?;
+                    Err(stem_error(e))
+                }
+            },
             Err(e) => {
                 self.settle_after_stem_error(id, &e).await?;
                 Err(stem_error(e))

@@ -8,9 +8,9 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use stem::stem1::{self, Stem1Proxy};
+use stem_interface::{self as stem1, ErrorKind, Stem1Proxy};
 use zbus::proxy::CacheProperties;
-use zbus::{Connection, DBusError as _};
+use zbus::Connection;
 
 use crate::journal::Member;
 
@@ -73,9 +73,6 @@ impl Staged {
     }
 }
 
-/// The stem's error name for a bad request file (`org.tacid.Stem1.Error.BadRequestFile`).
-pub const BAD_REQUEST_FILE: &str = "BadRequestFile";
-
 /// The initrd's outcome, as the stem reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
@@ -99,9 +96,9 @@ pub enum StemError {
         "{STEM_NOT_RUNNING} (it stopped while answering; `tacid data list` shows what exists)"
     )]
     WentAway,
-    /// A named error of `org.tacid.Stem1` (`name` is the part after `Error.`).
+    /// A named error of `org.tacid.Stem1`.
     #[error("the stem refused: {message}")]
-    Refused { name: String, message: String },
+    Refused { kind: ErrorKind, message: String },
     #[error("talking to the stem failed: {0}")]
     Bus(String),
 }
@@ -162,42 +159,27 @@ fn members(infos: &[stem1::RequestInfo]) -> Option<Vec<Request>> {
 }
 
 fn classify(e: stem1::Error) -> StemError {
-    match e {
-        stem1::Error::ZBus(zbus::Error::MethodError(name, message, _)) => {
-            let name = name.as_str();
-            // The bus answers these when nobody owns the stem's name (or activation failed).
-            if name == "org.freedesktop.DBus.Error.ServiceUnknown"
-                || name == "org.freedesktop.DBus.Error.NameHasNoOwner"
-                || name == "org.freedesktop.DBus.Error.Spawn.ServiceNotFound"
-            {
-                StemError::NotRunning
-            } else if name == "org.freedesktop.DBus.Error.NoReply" {
-                StemError::WentAway
-            } else {
-                StemError::Refused {
-                    name: name.rsplit('.').next().unwrap_or(name).to_owned(),
-                    message: message.unwrap_or_default(),
-                }
-            }
-        }
-        stem1::Error::ZBus(zbus::Error::FDO(fdo)) => match *fdo {
-            // Nobody owns the stem's name (and activation could not start it).
-            zbus::fdo::Error::ServiceUnknown(_)
-            | zbus::fdo::Error::NameHasNoOwner(_)
-            | zbus::fdo::Error::SpawnServiceNotFound(_)
-            | zbus::fdo::Error::SpawnFailed(_) => StemError::NotRunning,
-            // It went away before answering.
-            zbus::fdo::Error::NoReply(_) | zbus::fdo::Error::Disconnected(_) => StemError::WentAway,
-            other => StemError::Bus(other.to_string()),
+    match e.kind() {
+        Some(kind) => StemError::Refused {
+            kind,
+            message: e.message(),
         },
-        stem1::Error::ZBus(other) => StemError::Bus(other.to_string()),
-        named => {
-            let full = named.name().to_string();
-            StemError::Refused {
-                name: full.rsplit('.').next().unwrap_or(&full).to_owned(),
-                message: named.description().unwrap_or_default().to_owned(),
-            }
-        }
+        None => match e {
+            stem1::Error::ZBus(e) => match bus_peer::peer_gone(&e) {
+                Some(bus_peer::PeerGone::NotThere) => StemError::NotRunning,
+                Some(bus_peer::PeerGone::WentAway) => StemError::WentAway,
+                // An error this interface does not name (a newer stem's), or the bus's own.
+                None => match e {
+                    zbus::Error::MethodError(name, message, _) => StemError::Bus(format!(
+                        "{} (stem error {name})",
+                        message.unwrap_or_default()
+                    )),
+                    zbus::Error::FDO(fdo) => StemError::Bus(fdo.to_string()),
+                    other => StemError::Bus(other.to_string()),
+                },
+            },
+            named => StemError::Bus(named.to_string()),
+        },
     }
 }
 
@@ -382,9 +364,10 @@ impl StemClient {
         match self.staged().await {
             Ok(Some(r)) => Ok(Staged::Request(r)),
             Ok(None) => Ok(Staged::Nothing),
-            Err(StemError::Refused { name, message }) if name == BAD_REQUEST_FILE => {
-                Ok(Staged::Bad(message))
-            }
+            Err(StemError::Refused {
+                kind: ErrorKind::BadRequestFile,
+                message,
+            }) => Ok(Staged::Bad(message)),
             Err(e) => Err(e),
         }
     }

@@ -18,14 +18,15 @@ fn generated() -> String {
 
 #[test]
 fn committed_introspection_matches_the_interface() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("org.tacid.Keeper1.xml");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../keeper-interface/org.tacid.Keeper1.xml");
     let committed = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     let generated = generated();
     assert!(
         committed == generated,
         "{} has drifted from keeper/src/keeper1.rs. Regenerate it with\n    \
-         cargo run -p keeper --bin tacid-keeper -- --print-introspection > keeper/org.tacid.Keeper1.xml\n\
+         cargo run -p keeper --bin tacid-keeper -- --print-introspection > keeper-interface/org.tacid.Keeper1.xml\n\
          and review the diff: a changed signature is a new interface version (org.tacid.Keeper2).\n--- generated ---\n{generated}",
         path.display()
     );
@@ -35,7 +36,7 @@ fn committed_introspection_matches_the_interface() {
 fn names_are_the_layouts() {
     assert_eq!(interface_name(), layout::names::KEEPER_BUS_NAME);
     // The proxy's defaults are literals in a macro; check them against the layout here.
-    let src = include_str!("../src/wire.rs");
+    let src = include_str!("../../keeper-interface/src/lib.rs");
     assert!(src.contains(&format!(
         "default_service = \"{}\"",
         layout::names::KEEPER_BUS_NAME

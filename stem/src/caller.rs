@@ -7,27 +7,33 @@
 //! refuses strangers too; this check is the one that does not depend on a file being
 //! installed right.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use bus_peer::{CallerUids, UnknownCaller};
 use zbus::message::Header;
-use zbus::names::BusName;
-use zbus::proxy::CacheProperties;
-use zbus::{fdo, Connection};
+use zbus::Connection;
 
 /// The one user allowed to call the stem.
 #[derive(Debug, Clone)]
 pub struct Authority {
     user: String,
     uid: u32,
-    /// The unique bus names already found to be the keeper's user. The bus never gives a
-    /// unique name to a second connection, so the answer stands for the connection's life;
-    /// remembering it saves a round trip to the bus on every call (issue 15). Only admitted
-    /// names are kept, and only the last few: the keeper holds one connection.
-    admitted: Arc<Mutex<Vec<String>>>,
+    /// The uids of the unique bus names that called, as the bus said. The bus never gives
+    /// a unique name to a second connection, so the answer stands for the connection's
+    /// life; remembering it saves a round trip to the bus on every call.
+    callers: Arc<CallerUids>,
 }
 
-/// How many admitted unique names are remembered (a keeper restarting gets a new one).
-const ADMITTED_REMEMBERED: usize = 4;
+/// How many callers' uids are remembered: the keeper holds one connection (a new one when
+/// it restarts); past this, the memory starts again.
+const CALLERS_REMEMBERED: usize = 64;
+
+/// Questions "who is calling?" waiting for the bus at once.
+const CALLER_LOOKUPS: usize = 32;
+
+fn callers() -> Arc<CallerUids> {
+    Arc::new(CallerUids::new(CALLERS_REMEMBERED, CALLER_LOOKUPS))
+}
 
 impl PartialEq for Authority {
     fn eq(&self, other: &Self) -> bool {
@@ -68,7 +74,7 @@ impl Authority {
             Ok(Some(found)) => Ok(Authority {
                 user: user.to_owned(),
                 uid: found.uid.as_raw(),
-                admitted: Arc::default(),
+                callers: callers(),
             }),
             Ok(None) => Err(AuthorityError::NoSuchUser(user.to_owned())),
             Err(source) => Err(AuthorityError::Lookup {
@@ -84,7 +90,7 @@ impl Authority {
         Authority {
             user: "(nobody)".into(),
             uid: u32::MAX,
-            admitted: Arc::default(),
+            callers: callers(),
         }
     }
 
@@ -118,38 +124,17 @@ impl Authority {
         connection: &Connection,
         header: &Header<'_>,
     ) -> Result<u32, Refusal> {
-        let sender = header.sender().ok_or(Refusal::NoSender)?;
-        let admitted = |a: &Mutex<Vec<String>>| {
-            a.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .any(|n| n == sender.as_str())
-        };
-        if admitted(&self.admitted) {
-            return Ok(self.uid);
-        }
-        let uid = caller_uid(connection, sender.to_owned().into()).await?;
+        let uid = self
+            .callers
+            .of(connection, header)
+            .await
+            .map_err(|e| match e {
+                UnknownCaller::NoSender => Refusal::NoSender,
+                UnknownCaller::Bus(e) => Refusal::UnknownCaller(e),
+            })?;
         self.permits(uid)?;
-        let mut known = self.admitted.lock().unwrap_or_else(|p| p.into_inner());
-        if known.len() == ADMITTED_REMEMBERED {
-            known.remove(0);
-        }
-        known.push(sender.as_str().to_owned());
         Ok(uid)
     }
-}
-
-async fn caller_uid(connection: &Connection, sender: BusName<'static>) -> Result<u32, Refusal> {
-    let unknown = |e: zbus::Error| Refusal::UnknownCaller(e.to_string());
-    // No property cache: building the proxy then costs no round trip.
-    let bus = fdo::DBusProxy::builder(connection)
-        .cache_properties(CacheProperties::No)
-        .build()
-        .await
-        .map_err(unknown)?;
-    bus.get_connection_unix_user(sender)
-        .await
-        .map_err(|e| Refusal::UnknownCaller(e.to_string()))
 }
 
 #[cfg(test)]
@@ -161,7 +146,7 @@ mod tests {
         let a = Authority {
             user: "k".into(),
             uid: 991,
-            admitted: Arc::default(),
+            callers: callers(),
         };
         assert_eq!(a.permits(991), Ok(()));
         assert_eq!(

@@ -1,10 +1,11 @@
-//! `org.tacid.Stem1`: the stem's D-Bus interface, version 1 — server and client side.
+//! `org.tacid.Stem1`: the stem's D-Bus interface, version 1 — the server side.
 //!
 //! The server ([`Stem1`]) checks the caller, converts arguments into domain types, hands the
 //! act to the engine's thread and converts the answer back; nothing else happens here. The
-//! client ([`Stem1Proxy`], generated from the same impl so they cannot disagree) is what the
-//! keeper uses. The wire types below are exactly the ones that cross the bus; each converts
-//! back into the engine's domain type with `TryFrom`, validated by the layout's parsers.
+//! wire types, the named errors and the client's proxy are the `stem_interface` crate's
+//! (what the keeper builds on); the introspection committed there is what this serves (a
+//! test holds them equal). Each wire type converts back into the engine's domain type with
+//! `TryFrom`, validated by the layout's parsers.
 //!
 //! # What this interface deliberately lacks
 //!
@@ -32,13 +33,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use layout::{
-    Outcome, OutcomeResult, Reason, RestoreMember, RestoreRequest, SnapshotName, SubvolumeName,
+use layout::{RestoreRequest, SnapshotName, SubvolumeName};
+use stem_interface::{
+    request_from_infos, request_infos, ChangedPathInfo, ChangesInfo, CopiedInfo, CopyInfo,
+    CopyProgressInfo, Error, OpenInfo, OutcomeInfo, RequestInfo, SnapshotInfo, SpaceInfo,
+    StagedRestore, StagedSetRestore, WireError,
 };
-use serde::{Deserialize, Serialize};
 use zbus::message::Header;
 use zbus::object_server::Interface as _;
-use zbus::{interface, Connection, Type};
+use zbus::{interface, Connection};
 
 use crate::caller::{Authority, Refusal};
 use crate::copies::CopyError;
@@ -47,89 +50,6 @@ use crate::engine::{self, Commit, EngineError, Staged};
 use crate::open::{Closed, OpenError, OpenSnapshot, Opens, Part};
 use crate::worker::{Worker, WorkerGone};
 use layout::copies::CopiesConfig;
-
-/// How the engine knows what a snapshot is of (on the wire: `"parent-uuid"` or `"name-only"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
-#[zbus(signature = "s")]
-#[serde(rename_all = "kebab-case")]
-pub enum Origin {
-    /// Its parent UUID is the live subvolume's, or one the live subvolume descends from.
-    ParentUuid,
-    /// Its parent is gone (replaced by an earlier restore); only its name says what it is of.
-    NameOnly,
-}
-
-/// One snapshot in the store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
-pub struct SnapshotInfo {
-    /// The snapshot's canonical name (`@home.2026-12-01T140200.123456Z`).
-    pub name: String,
-    /// Its Btrfs subvolume id.
-    pub id: u64,
-    /// Its Btrfs UUID, lowercase and hyphenated.
-    pub uuid: String,
-    /// The subvolume it is a snapshot of (`@home`).
-    pub of: String,
-    /// How `of` is known.
-    pub origin: Origin,
-    /// When it was taken (the Btrfs creation time, or the time in its name when Btrfs
-    /// holds no valid one), in microseconds since the Unix epoch.
-    pub taken_unix_micros: i64,
-    /// Whether it is read-only (only read-only snapshots are restored).
-    pub readonly: bool,
-    /// Whether the staged restore request names it (it cannot be deleted while so).
-    pub staged: bool,
-}
-
-/// A restore request: put `subvolume` back to `snapshot`, whose Btrfs UUID is `uuid`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
-pub struct RequestInfo {
-    /// The subvolume to put back (`@home`).
-    pub subvolume: String,
-    /// The snapshot to put it back to.
-    pub snapshot: String,
-    /// The snapshot's Btrfs UUID when the request was staged; the boot restores only that.
-    pub uuid: String,
-}
-
-/// The answer to StageRestore: a request of one member.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
-pub struct StagedRestore {
-    /// The request now staged.
-    pub request: RequestInfo,
-    /// True when exactly this request was staged already and nothing changed.
-    pub already_staged: bool,
-    /// Always true: nothing is restored until the next boot.
-    pub reboot_needed: bool,
-    /// One sentence saying what happened, for the journal.
-    pub message: String,
-}
-
-/// The answer to StageSetRestore: a request of one or more members.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
-pub struct StagedSetRestore {
-    /// The request now staged: one element per member, in the order the boot exchanges them.
-    pub request: Vec<RequestInfo>,
-    /// True when exactly this request was staged already and nothing changed.
-    pub already_staged: bool,
-    /// Always true: nothing is restored until the next boot.
-    pub reboot_needed: bool,
-    /// One sentence saying what happened, for the journal.
-    pub message: String,
-}
-
-/// The filesystem's space (statvfs of the top level) and the cleaner's backlog.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
-pub struct SpaceInfo {
-    /// Bytes a writer could still use.
-    pub free_bytes: u64,
-    /// The filesystem's size in bytes.
-    pub size_bytes: u64,
-    /// Below this many free bytes snapshots are refused (0: no hard floor).
-    pub hard_floor_bytes: u64,
-    /// Deleted snapshots whose space Btrfs has not given back yet.
-    pub deletions_pending: u32,
-}
 
 impl From<&engine::FreeSpace> for SpaceInfo {
     fn from(f: &engine::FreeSpace) -> SpaceInfo {
@@ -140,86 +60,6 @@ impl From<&engine::FreeSpace> for SpaceInfo {
             deletions_pending: f.deletions_pending,
         }
     }
-}
-
-/// What the initrd did with a restore request (on the wire: `"done"` or `"refused"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
-#[zbus(signature = "s")]
-#[serde(rename_all = "kebab-case")]
-pub enum OutcomeResultInfo {
-    /// The subvolume was put back to the snapshot.
-    Done,
-    /// Nothing was changed; the reason says why.
-    Refused,
-}
-
-/// The initrd's record of what it did with the last request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
-pub struct OutcomeInfo {
-    /// Done or refused.
-    pub result: OutcomeResultInfo,
-    /// When the initrd finished with the request, in microseconds since the Unix epoch; it
-    /// identifies the outcome (the keeper reports each one once).
-    pub finished_unix_micros: i64,
-    /// The request, when it parsed: zero elements, or one per member.
-    pub request: Vec<RequestInfo>,
-    /// Why it was refused, or a note on what was done.
-    pub reason: String,
-}
-
-/// What changed in a live subvolume since one of its snapshots (ChangesSince), from Btrfs
-/// metadata only. "Files" are everything that is not a directory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
-pub struct ChangesInfo {
-    pub files_added: u64,
-    /// Files whose content or metadata changed (a rename or a new hard link modifies the
-    /// file and its directories; it never adds or removes).
-    pub files_modified: u64,
-    pub files_removed: u64,
-    pub directories_added: u64,
-    pub directories_modified: u64,
-    pub directories_removed: u64,
-    /// Logical bytes of file data written since the snapshot and still there.
-    pub bytes_written: u64,
-    /// False when the time limit cut the count short: every number is then "at least".
-    pub complete: bool,
-    /// The changed paths, when asked for (at most 10000), relative to the subvolume root.
-    pub paths: Vec<ChangedPathInfo>,
-    /// How many changed paths were left out of `paths`.
-    pub paths_left_off: u64,
-    /// ChangesInPart only: changed paths in the part that are not named, because a
-    /// directory on the way to them is one the person may not list. 0 otherwise.
-    pub paths_hidden: u64,
-}
-
-/// One changed path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
-pub struct ChangedPathInfo {
-    /// `added`, `modified` or `removed`.
-    pub change: String,
-    pub directory: bool,
-    /// Relative to the subvolume's root; for a removed one, where it was in the snapshot.
-    /// Bytes (`ay`), not a string: a name is any bytes but NUL and `/`, and D-Bus strings
-    /// are UTF-8 only. Whoever shows it escapes it (`layout::escape`, adr/0017).
-    pub path: Vec<u8>,
-}
-
-/// The answer to CopyTo: the copy made and verified on the target.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
-pub struct CopiedInfo {
-    /// The target's configured name.
-    pub target: String,
-    /// The snapshot copied (the copy has the same name on the target).
-    pub name: String,
-    /// The copy's received UUID, checked equal to the snapshot's UUID (or, for a fetched
-    /// snapshot, the UUID it was itself received from).
-    pub received_uuid: String,
-    /// The snapshot the stream was made against; "" for a full send.
-    pub parent: String,
-    /// Bytes of send stream moved.
-    pub bytes: u64,
-    /// True when sent against `parent`.
-    pub incremental: bool,
 }
 
 impl From<&Copied> for CopiedInfo {
@@ -235,17 +75,6 @@ impl From<&Copied> for CopiedInfo {
     }
 }
 
-/// One verified copy on a target (CopiesOn).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
-pub struct CopyInfo {
-    /// The copy's name: the snapshot's name.
-    pub name: String,
-    /// The copy's own UUID on the target.
-    pub uuid: String,
-    /// The UUID of the snapshot it was received from.
-    pub received_uuid: String,
-}
-
 impl From<&CopyOnTarget> for CopyInfo {
     fn from(c: &CopyOnTarget) -> Self {
         CopyInfo {
@@ -254,19 +83,6 @@ impl From<&CopyOnTarget> for CopyInfo {
             received_uuid: c.received_uuid.to_string(),
         }
     }
-}
-
-/// One copy or fetch in flight (CopyProgress).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
-pub struct CopyProgressInfo {
-    pub target: String,
-    pub name: String,
-    /// "copy" or "fetch".
-    pub kind: String,
-    /// Bytes of stream moved so far.
-    pub bytes: u64,
-    /// Milliseconds since it started.
-    pub elapsed_ms: u64,
 }
 
 impl From<&InFlight> for CopyProgressInfo {
@@ -281,24 +97,6 @@ impl From<&InFlight> for CopyProgressInfo {
     }
 }
 
-/// One snapshot open read-only for a person (OpenSnapshot, OpenSnapshots; adr/0019).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
-pub struct OpenInfo {
-    /// Whose it is: it is mounted under `/run/tacid/<for_uid>/`, which that uid alone (and
-    /// root) may enter.
-    pub for_uid: u32,
-    /// The snapshot's canonical name; also the mount point's name.
-    pub name: String,
-    /// The home directory shown (one name, bytes); empty for the whole snapshot.
-    pub part: Vec<u8>,
-    /// Where it is mounted (`/run/tacid/<for_uid>/<name>`).
-    pub path: String,
-    /// When it was first opened, in microseconds since the Unix epoch.
-    pub opened_unix_micros: i64,
-    /// When it is closed if nobody uses it then (the last open plus the idle time).
-    pub idle_close_unix_micros: i64,
-}
-
 impl From<&OpenSnapshot> for OpenInfo {
     fn from(o: &OpenSnapshot) -> OpenInfo {
         OpenInfo {
@@ -311,83 +109,6 @@ impl From<&OpenSnapshot> for OpenInfo {
         }
     }
 }
-
-/// The errors of `org.tacid.Stem1`; each has its own D-Bus name
-/// (`org.tacid.Stem1.Error.<Variant>`) and a message that says what to do.
-#[derive(Debug, zbus::DBusError)]
-#[zbus(prefix = "org.tacid.Stem1.Error")]
-pub enum Error {
-    /// Client side only: the bus or the connection failed, or an error this interface does
-    /// not name came back.
-    #[zbus(error)]
-    ZBus(zbus::Error),
-    /// The caller is not the keeper's user, or the bus could not say who the caller is.
-    AccessDenied(String),
-    /// An argument is not a subvolume of the layout or not a canonical snapshot name.
-    InvalidArgument(String),
-    /// Snapshots of that subvolume are not taken (`@root`, `@snapshots`, ...).
-    NotSnapshottable(String),
-    /// That subvolume's snapshots are never put back (`@nix`, ...).
-    NotRestorable(String),
-    /// There is no snapshot of that name in the store.
-    NoSuchSnapshot(String),
-    /// The snapshot is writable; only read-only snapshots are restored.
-    NotReadOnly(String),
-    /// The snapshot is of another subvolume than its name says.
-    OfAnotherSubvolume(String),
-    /// A different restore is already staged; withdraw it first.
-    AnotherRestoreStaged(String),
-    /// The snapshot is named by the staged restore; withdraw the restore before deleting it.
-    Pinned(String),
-    /// The filesystem is full; nothing was left half-made.
-    NoSpace(String),
-    /// The free space is below the hard floor; no snapshot was taken.
-    BelowHardFloor(String),
-    /// The snapshot store (`@snapshots`) is missing, not a subvolume, or not root-only.
-    StoreUnsafe(String),
-    /// The live subvolume to snapshot is missing or not a subvolume.
-    LiveSubvolumeMissing(String),
-    /// The staged request file is bad (unreadable, malformed, not a regular file, not
-    /// root's): the next boot refuses it; DiscardBadRequest removes it.
-    BadRequestFile(String),
-    /// The initrd's outcome file is unreadable or malformed.
-    BadOutcomeFile(String),
-    /// The snapshot holds no state the live subvolume descends from (an earlier restore
-    /// left that line behind): changes since it cannot be counted.
-    NotInHistory(String),
-    /// No copy target of that name is configured (or the name is not a target name).
-    NoSuchTarget(String),
-    /// The target is busy with another act (one at a time per target).
-    TargetBusy(String),
-    /// The target cannot be reached (not mounted; host down; refused the key).
-    TargetUnreachable(String),
-    /// The SSH target's host key is not the pinned one.
-    HostKeyChanged(String),
-    /// The target directory is not on Btrfs.
-    TargetNotBtrfs(String),
-    /// The target filesystem is full; nothing half-received was left.
-    TargetFull(String),
-    /// The transfer failed (the message says why); nothing half-received was left.
-    TransferFailed(String),
-    /// The target holds no copy of that name.
-    NoSuchCopy(String),
-    /// It is there already: the target holds that copy (CopyTo), or the store a snapshot of
-    /// that name (FetchFrom). Nothing changed.
-    AlreadyHere(String),
-    /// The part asked to open is not the owner's directory in the snapshot (missing, a
-    /// symlink or a file, or owned by another uid there).
-    PartRefused(String),
-    /// A cap on open snapshots is reached (per person or overall); close one first.
-    TooManyOpen(String),
-    /// That snapshot is open for that uid already, showing another part; close it first.
-    AlreadyOpen(String),
-    /// The snapshot is open and a process uses it (its working directory, a file or a
-    /// mapping is in it): not closed (CloseSnapshot) or not deleted (Delete); nothing changed.
-    InUse(String),
-    /// Anything else went wrong (an I/O error from Btrfs); the message says what.
-    Failed(String),
-}
-
 impl From<&EngineError> for Error {
     fn from(e: &EngineError) -> Error {
         let message = e.to_string();
@@ -407,9 +128,10 @@ impl From<&EngineError> for Error {
             EngineError::NoSpace { .. } => Error::NoSpace(message),
             EngineError::BelowHardFloor { .. } => Error::BelowHardFloor(message),
             // A set fails the way its member failed; the message names the member.
-            EngineError::SetMember { source, .. } => {
-                Error::from(source.as_ref()).with_message(message)
-            }
+            EngineError::SetMember { source, .. } => match Error::from(source.as_ref()).kind() {
+                Some(kind) => Error::new(kind, message),
+                None => Error::Failed(message),
+            },
             EngineError::BadRequestFile(_) => Error::BadRequestFile(message),
             EngineError::BadOutcomeFile(_) => Error::BadOutcomeFile(message),
             EngineError::NotInHistory { .. } => Error::NotInHistory(message),
@@ -479,46 +201,6 @@ impl From<WorkerGone> for Error {
 impl From<Refusal> for Error {
     fn from(e: Refusal) -> Error {
         Error::AccessDenied(e.to_string())
-    }
-}
-
-impl Error {
-    /// The same error name with another message.
-    fn with_message(self, message: String) -> Error {
-        use Error::*;
-        match self {
-            ZBus(e) => ZBus(e),
-            AccessDenied(_) => AccessDenied(message),
-            InvalidArgument(_) => InvalidArgument(message),
-            NotSnapshottable(_) => NotSnapshottable(message),
-            NotRestorable(_) => NotRestorable(message),
-            NoSuchSnapshot(_) => NoSuchSnapshot(message),
-            NotReadOnly(_) => NotReadOnly(message),
-            OfAnotherSubvolume(_) => OfAnotherSubvolume(message),
-            AnotherRestoreStaged(_) => AnotherRestoreStaged(message),
-            Pinned(_) => Pinned(message),
-            NoSpace(_) => NoSpace(message),
-            BelowHardFloor(_) => BelowHardFloor(message),
-            StoreUnsafe(_) => StoreUnsafe(message),
-            LiveSubvolumeMissing(_) => LiveSubvolumeMissing(message),
-            BadRequestFile(_) => BadRequestFile(message),
-            BadOutcomeFile(_) => BadOutcomeFile(message),
-            NotInHistory(_) => NotInHistory(message),
-            NoSuchTarget(_) => NoSuchTarget(message),
-            TargetBusy(_) => TargetBusy(message),
-            TargetUnreachable(_) => TargetUnreachable(message),
-            HostKeyChanged(_) => HostKeyChanged(message),
-            TargetNotBtrfs(_) => TargetNotBtrfs(message),
-            TargetFull(_) => TargetFull(message),
-            TransferFailed(_) => TransferFailed(message),
-            NoSuchCopy(_) => NoSuchCopy(message),
-            AlreadyHere(_) => AlreadyHere(message),
-            PartRefused(_) => PartRefused(message),
-            TooManyOpen(_) => TooManyOpen(message),
-            AlreadyOpen(_) => AlreadyOpen(message),
-            InUse(_) => InUse(message),
-            Failed(_) => Failed(message),
-        }
     }
 }
 
@@ -664,10 +346,7 @@ impl Stem1 {
 /// Only the keeper's user may call it.
 // The interface and bus names are literals because the macro needs literals; a unit test
 // checks them against `layout::names`.
-#[interface(
-    name = "org.tacid.Stem1",
-    proxy(default_service = "org.tacid.Stem1", default_path = "/org/tacid/Stem1")
-)]
+#[interface(name = "org.tacid.Stem1")]
 impl Stem1 {
     /// Take one read-only snapshot of a subvolume, committed to disk before the answer.
     /// `subvolume`: the layout's own name of a snapshotted subvolume (`@home`), not a path.
@@ -1371,7 +1050,7 @@ impl Stem1 {
                 tracing::debug!(
                     "{what}: given again (the live subvolume has not changed since it was counted)"
                 );
-                return Ok(ChangesInfo::from(&kept));
+                return Ok(changes_info(&kept));
             }
         }
         // Counts wait for each other (each may take seconds), never for the engine's
@@ -1395,7 +1074,7 @@ impl Stem1 {
         match counted {
             Ok(changes) => {
                 tracing::debug!("{what}: counted");
-                Ok(ChangesInfo::from(&changes))
+                Ok(changes_info(&changes))
             }
             Err(e) => {
                 let v = allowed("changes failed", u32::MAX);
@@ -1484,8 +1163,9 @@ const MAX_CHANGES_LIMIT_MS: u32 = 20_000;
 /// pool with tree searches.
 static CHANGE_COUNTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
-impl From<&btrfs::Changes> for ChangesInfo {
-    fn from(c: &btrfs::Changes) -> ChangesInfo {
+/// A count of changes as the wire carries it.
+fn changes_info(c: &btrfs::Changes) -> ChangesInfo {
+    {
         ChangesInfo {
             files_added: c.files.added,
             files_modified: c.files.modified,
@@ -1515,7 +1195,7 @@ impl From<&btrfs::Changes> for ChangesInfo {
     }
 }
 
-/// The introspection data of `org.tacid.Stem1`, as committed in `stem/org.tacid.Stem1.xml`.
+/// The introspection data of `org.tacid.Stem1`, as committed in `stem-interface/org.tacid.Stem1.xml`.
 pub fn introspection_xml() -> String {
     let iface = Stem1::new(Worker::stopped(), Authority::nobody());
     let mut xml = String::from(
@@ -1602,24 +1282,6 @@ fn parse_snapshot_set(names: &[String]) -> Result<Vec<SnapshotName>, Error> {
 
 // --- Conversions between the engine's domain types and the wire types. ---
 
-impl From<engine::Origin> for Origin {
-    fn from(o: engine::Origin) -> Origin {
-        match o {
-            engine::Origin::ParentUuid => Origin::ParentUuid,
-            engine::Origin::NameOnly => Origin::NameOnly,
-        }
-    }
-}
-
-impl From<Origin> for engine::Origin {
-    fn from(o: Origin) -> engine::Origin {
-        match o {
-            Origin::ParentUuid => engine::Origin::ParentUuid,
-            Origin::NameOnly => engine::Origin::NameOnly,
-        }
-    }
-}
-
 impl From<&engine::Snapshot> for SnapshotInfo {
     fn from(s: &engine::Snapshot) -> SnapshotInfo {
         SnapshotInfo {
@@ -1635,17 +1297,8 @@ impl From<&engine::Snapshot> for SnapshotInfo {
     }
 }
 
-/// A wire value that does not convert into its domain type (a stem that speaks another
-/// dialect, or a bug); the text names the field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the stem answered a malformed {field}: {problem}")]
-pub struct WireError {
-    pub field: &'static str,
-    pub problem: String,
-}
-
 fn wire(field: &'static str) -> impl FnOnce(String) -> WireError {
-    move |problem| WireError { field, problem }
+    WireError::in_field(field)
 }
 
 impl TryFrom<&SnapshotInfo> for engine::Snapshot {
@@ -1663,31 +1316,6 @@ impl TryFrom<&SnapshotInfo> for engine::Snapshot {
             staged: s.staged,
         })
     }
-}
-
-impl From<&RestoreMember> for RequestInfo {
-    fn from(m: &RestoreMember) -> RequestInfo {
-        RequestInfo {
-            subvolume: m.subvolume().to_string(),
-            snapshot: m.snapshot().to_string(),
-            uuid: m.uuid().hyphenated().to_string(),
-        }
-    }
-}
-
-/// A request on the wire: one element per member, in the request's order.
-fn request_infos(r: &RestoreRequest) -> Vec<RequestInfo> {
-    r.members().iter().map(RequestInfo::from).collect()
-}
-
-/// A request from the wire, through the request file's own strict parser: one canonical form
-/// for both.
-pub fn request_from_infos(members: &[RequestInfo]) -> Result<RestoreRequest, WireError> {
-    let text: String = members
-        .iter()
-        .map(|r| format!("{} {} {}\n", r.subvolume, r.snapshot, r.uuid))
-        .collect();
-    RestoreRequest::parse(text.as_bytes()).map_err(|e| wire("restore request")(e.to_string()))
 }
 
 /// What a staged request's answer says: the request, whether it was there already, and the
@@ -1753,43 +1381,10 @@ impl TryFrom<&StagedSetRestore> for Staged {
     }
 }
 
-impl From<&Outcome> for OutcomeInfo {
-    fn from(o: &Outcome) -> OutcomeInfo {
-        OutcomeInfo {
-            result: match o.result {
-                OutcomeResult::Done => OutcomeResultInfo::Done,
-                OutcomeResult::Refused => OutcomeResultInfo::Refused,
-            },
-            finished_unix_micros: layout::human::unix_micros(o.finished),
-            request: o.request.as_ref().map(request_infos).unwrap_or_default(),
-            reason: o.reason.as_str().to_owned(),
-        }
-    }
-}
-
-impl TryFrom<&OutcomeInfo> for Outcome {
-    type Error = WireError;
-    fn try_from(o: &OutcomeInfo) -> Result<Outcome, WireError> {
-        let request = match o.request.as_slice() {
-            [] => None,
-            members => Some(request_from_infos(members)?),
-        };
-        let result = match o.result {
-            OutcomeResultInfo::Done => OutcomeResult::Done,
-            OutcomeResultInfo::Refused => OutcomeResult::Refused,
-        };
-        Ok(Outcome::new(
-            result,
-            layout::human::from_unix_micros(o.finished_unix_micros),
-            request,
-            Reason::new(&o.reason),
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use layout::{Outcome, OutcomeResult, Reason, RestoreMember};
     use std::time::UNIX_EPOCH;
     use zbus::DBusError as _;
 

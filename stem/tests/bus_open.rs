@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use common::{ensure_user, require_root_and_tools, PrivateBus};
 use layout::names;
-use stem::stem1::{OpenInfo, Stem1Proxy};
+use stem_interface::{OpenInfo, Stem1Proxy};
 use zbus::proxy::CacheProperties;
 use zbus::DBusError as _;
 
@@ -175,9 +175,9 @@ impl Keeper {
     }
 }
 
-fn error_name(e: &stem::stem1::Error) -> String {
+fn error_name(e: &stem_interface::Error) -> String {
     match e {
-        stem::stem1::Error::ZBus(zbus::Error::MethodError(name, message, _)) => {
+        stem_interface::Error::ZBus(zbus::Error::MethodError(name, message, _)) => {
             format!("{} {}", name, message.clone().unwrap_or_default())
         }
         other => format!("{} {other}", other.name()),

@@ -15,7 +15,7 @@ use common::{
     as_user, dbus_send_as, ensure_user, require_root_and_tools, PrivateBus, Reply, StemDaemon,
 };
 use layout::names;
-use stem::stem1::{self, Stem1Proxy};
+use stem_interface::{self as stem1, Stem1Proxy};
 use zbus::proxy::CacheProperties;
 use zbus::DBusError as _;
 
@@ -94,7 +94,7 @@ const EVERY_METHOD: &[(&str, &[&str])] = &[
 #[test]
 fn every_method_of_the_committed_interface_is_tried_by_the_stranger_tests() {
     // A method added to Stem1 and left out of EVERY_METHOD would escape both refusal tests.
-    let xml = include_str!("../org.tacid.Stem1.xml");
+    let xml = include_str!("../../stem-interface/org.tacid.Stem1.xml");
     let mut committed: Vec<&str> = xml
         .split("<method name=\"")
         .skip(1)

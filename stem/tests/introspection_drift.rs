@@ -1,18 +1,19 @@
 //! The committed introspection XML is what the code serves; a change to the interface
-//! must show up as a change to `stem/org.tacid.Stem1.xml` in review.
+//! must show up as a change to `stem-interface/org.tacid.Stem1.xml` in review.
 
 use std::path::Path;
 
 #[test]
 fn committed_introspection_matches_the_interface() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("org.tacid.Stem1.xml");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../stem-interface/org.tacid.Stem1.xml");
     let committed = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     let generated = stem::stem1::introspection_xml();
     assert!(
         committed == generated,
-        "{} has drifted from the interface in stem/src/stem1.rs.\n\
-         Regenerate it with:\n    cargo run -p stem --bin tacid-stem -- --print-introspection > stem/org.tacid.Stem1.xml\n\
+        "{} has drifted from the interface in stem/src/stem1.rs (the proxy in\n\
+         stem-interface/src/lib.rs must follow it).\n\
+         Regenerate it with:\n    cargo run -p stem --bin tacid-stem -- --print-introspection > stem-interface/org.tacid.Stem1.xml\n\
          and review the diff: a changed signature is a new interface version (org.tacid.Stem2).\n\
          --- generated ---\n{generated}",
         path.display()

@@ -8,7 +8,7 @@
 //! whether another is known is not here: that other is `null`. Names are as the bus's.
 //! Strings are in the visible form of adr/0017, as the keeper sent them.
 
-use keeper::wire;
+use keeper_interface as wire;
 use layout::switch::{Switch, SwitchTo};
 use serde::Serialize;
 

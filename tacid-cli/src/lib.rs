@@ -50,7 +50,7 @@ pub mod timings {
 use std::process::ExitCode;
 use std::time::SystemTime;
 
-use keeper::wire::{Keeper1Proxy, KeeperError};
+use keeper_interface::{Error as KeeperError, Keeper1Proxy};
 use zbus::Connection;
 
 use crate::cli::{exit, Cli, Command, Data};
@@ -228,65 +228,58 @@ fn classify(e: KeeperError) -> Failure {
         KeeperError::TargetNotBtrfs(_) => (exit::TARGET_FAILED, "TargetNotBtrfs"),
         KeeperError::TargetFull(_) => (exit::TARGET_FAILED, "TargetFull"),
         KeeperError::TransferFailed(_) => (exit::TARGET_FAILED, "TransferFailed"),
-        KeeperError::ZBus(zbus::Error::MethodError(n, m, _)) => {
-            let n = n.as_str();
-            if n.starts_with("org.freedesktop.DBus.Error.ServiceUnknown")
-                || n.starts_with("org.freedesktop.DBus.Error.NameHasNoOwner")
-                || n.starts_with("org.freedesktop.DBus.Error.Spawn")
-            {
+        KeeperError::ZBus(e) => match bus_peer::peer_gone(e) {
+            Some(bus_peer::PeerGone::NotThere) => {
+                let name = match e {
+                    zbus::Error::MethodError(n, _, _) => n.as_str().to_owned(),
+                    _ => "ServiceUnknown".into(),
+                };
                 return Failure {
                     code: exit::KEEPER_UNREACHABLE,
-                    name: n.to_owned(),
+                    name,
                     message: "the keeper is not running; start tacid-keeper.service \
                               (`systemctl start tacid-keeper.service`) and try again"
                         .into(),
                 };
             }
-            if n == "org.freedesktop.DBus.Error.NoReply" {
-                return keeper_went_away(n);
+            Some(bus_peer::PeerGone::WentAway) => {
+                return keeper_went_away(match e {
+                    zbus::Error::MethodError(n, _, _) => n.as_str(),
+                    _ => "NoReply",
+                });
             }
-            if n == "org.freedesktop.DBus.Error.AccessDenied" {
-                return Failure {
-                    code: exit::NOT_AUTHORIZED,
-                    name: n.to_owned(),
-                    message: format!(
-                        "the bus refused the call: {}",
-                        m.clone().unwrap_or_default()
-                    ),
-                };
-            }
-            return Failure {
-                code: exit::FAILED,
-                name: n.to_owned(),
-                message: m.clone().unwrap_or_default(),
-            };
-        }
-        KeeperError::ZBus(zbus::Error::FDO(fdo)) => match **fdo {
-            zbus::fdo::Error::ServiceUnknown(_)
-            | zbus::fdo::Error::NameHasNoOwner(_)
-            | zbus::fdo::Error::SpawnServiceNotFound(_)
-            | zbus::fdo::Error::SpawnFailed(_) => {
-                return Failure {
-                    code: exit::KEEPER_UNREACHABLE,
-                    name: "ServiceUnknown".into(),
-                    message: "the keeper is not running; start tacid-keeper.service \
-                              (`systemctl start tacid-keeper.service`) and try again"
-                        .into(),
+            None => match e {
+                zbus::Error::MethodError(n, m, _) => {
+                    let n = n.as_str();
+                    if n == "org.freedesktop.DBus.Error.AccessDenied" {
+                        return Failure {
+                            code: exit::NOT_AUTHORIZED,
+                            name: n.to_owned(),
+                            message: format!(
+                                "the bus refused the call: {}",
+                                m.clone().unwrap_or_default()
+                            ),
+                        };
+                    }
+                    return Failure {
+                        code: exit::FAILED,
+                        name: n.to_owned(),
+                        message: m.clone().unwrap_or_default(),
+                    };
                 }
-            }
-            zbus::fdo::Error::AccessDenied(ref m) => {
-                return Failure {
-                    code: exit::NOT_AUTHORIZED,
-                    name: "AccessDenied".into(),
-                    message: format!("the bus refused the call: {m}"),
-                }
-            }
-            zbus::fdo::Error::NoReply(_) | zbus::fdo::Error::Disconnected(_) => {
-                return keeper_went_away("NoReply");
-            }
-            _ => (exit::FAILED, ""),
+                zbus::Error::FDO(fdo) => match **fdo {
+                    zbus::fdo::Error::AccessDenied(ref m) => {
+                        return Failure {
+                            code: exit::NOT_AUTHORIZED,
+                            name: "AccessDenied".into(),
+                            message: format!("the bus refused the call: {m}"),
+                        }
+                    }
+                    _ => (exit::FAILED, ""),
+                },
+                _ => (exit::KEEPER_UNREACHABLE, ""),
+            },
         },
-        KeeperError::ZBus(_) => (exit::KEEPER_UNREACHABLE, ""),
     };
     Failure {
         code,

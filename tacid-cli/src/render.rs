@@ -3,12 +3,12 @@
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
-use keeper::wire::{
+use keeper_interface::words::{ago, exact_time, human_time, utc_year, write_taken};
+use keeper_interface::{
     ChangedPath, CopyInFlight, CopyOfRow, CopyReport, Opened, PartChanges, PruneEntry, PruneReport,
     RestoreDetails, RestorePreview, RestoreStaged, SetRestorePreview, SetRestoreStaged,
     SnapshotRow, SnapshotSet, Status, TargetCopies,
 };
-use keeper::words::{ago, exact_time, human_time, utc_year, write_taken};
 use layout::human::{and_list, bytes, from_unix_micros};
 use layout::switch::Switch;
 
@@ -483,7 +483,7 @@ pub fn prune(r: &PruneReport, now: SystemTime) -> String {
     // newer keeper's) after them, under its code, so that nothing deleted goes unlisted.
     // The per-set detail (which set, which counts) is each entry's own `why`: two sets
     // chosen by one rule have two reasons.
-    let mut rules: Vec<(&str, String)> = keeper::retention::RULES
+    let mut rules: Vec<(&str, String)> = keeper_interface::prune::RULES
         .iter()
         .map(|(code, name)| (*code, (*name).to_owned()))
         .collect();
@@ -588,8 +588,8 @@ pub fn prune(r: &PruneReport, now: SystemTime) -> String {
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
-    use keeper::retention::Rule;
-    use keeper::wire::{PruneEntry, PruneReport};
+    use keeper_interface::prune::Rule;
+    use keeper_interface::{PruneEntry, PruneReport};
 
     /// 2026-12-02 12:00 UTC.
     const NOW_MICROS: i64 = 1_796_212_800_000_000;
@@ -601,7 +601,7 @@ mod tests {
 
     /// A pre-switch row with `reason` (as the keeper escapes it), listed in words and JSON.
     fn listed_before_switch(reason: &str) -> (String, serde_json::Value) {
-        let row = keeper::wire::SnapshotRow {
+        let row = keeper_interface::SnapshotRow {
             name: "@persist.2026-12-02T110000.000000Z",
             of: "@persist",
             of_path: "/persist",
@@ -711,8 +711,8 @@ mod tests {
         panic!("{name} is not listed in:\n{out}");
     }
 
-    fn status(staged: &str, paths: &str, words: &str, outcome: &str) -> keeper::wire::Status {
-        keeper::wire::Status {
+    fn status(staged: &str, paths: &str, words: &str, outcome: &str) -> keeper_interface::Status {
+        keeper_interface::Status {
             stem_running: false,
             staged_snapshot: staged.into(),
             staged_of_path: paths.into(),
@@ -847,7 +847,7 @@ mod tests {
             free_bytes: 1 << 20,
             floor_bytes: 2 << 30,
         };
-        let parent = keeper::retention::Protection::LastCommonParent(vec!["usb".into()]);
+        let parent = keeper_interface::prune::Protection::LastCommonParent(vec!["usb".into()]);
         let mut r = report(false, Vec::new());
         r.floor_unmet = true;
         r.floor_bytes = 2 << 30;
@@ -1039,7 +1039,7 @@ pub fn progress(f: &CopyInFlight) -> String {
 #[cfg(test)]
 mod copy_tests {
     use super::*;
-    use keeper::wire::{CopyDeleted, CopyFailed, CopyMade};
+    use keeper_interface::{CopyDeleted, CopyFailed, CopyMade};
 
     #[test]
     fn progress_says_bytes_and_rate() {

@@ -15,6 +15,7 @@ use std::time::Instant;
 use layout::copies::{CopiesConfig, Target, TargetName};
 use layout::escape::escape;
 use layout::{SnapshotName, SubvolumeName};
+use stem_interface::ErrorKind;
 
 use super::{of_path, parse_snapshot, stem_error, Keeper};
 use crate::authority::{Act, Authority};
@@ -116,13 +117,13 @@ impl TargetActs {
 /// Is this stem error one of the target as a whole (every further copy would fail alike)?
 fn whole_target_failed(e: &StemError) -> bool {
     match e {
-        StemError::Refused { name, .. } => matches!(
-            name.as_str(),
-            "TargetUnreachable"
-                | "HostKeyChanged"
-                | "TargetNotBtrfs"
-                | "TargetFull"
-                | "NoSuchTarget"
+        StemError::Refused { kind, .. } => matches!(
+            kind,
+            ErrorKind::TargetUnreachable
+                | ErrorKind::HostKeyChanged
+                | ErrorKind::TargetNotBtrfs
+                | ErrorKind::TargetFull
+                | ErrorKind::NoSuchTarget
         ),
         StemError::NotRunning | StemError::WentAway | StemError::Bus(_) => true,
     }
@@ -131,7 +132,7 @@ fn whole_target_failed(e: &StemError) -> bool {
 /// A stem error's name for a report (`TargetFull`), or the class of a failure to reach it.
 fn error_name(e: &StemError) -> String {
     match e {
-        StemError::Refused { name, .. } => layout::human::prefix(name, 64).to_owned(),
+        StemError::Refused { kind, .. } => kind.name().to_owned(),
         StemError::NotRunning | StemError::WentAway => "StemNotRunning".into(),
         StemError::Bus(_) => "StemFailed".into(),
     }
@@ -292,9 +293,10 @@ impl Keeper {
         let started = Instant::now();
         loop {
             match self.list_target(target).await {
-                Err(StemError::Refused { name, .. })
-                    if name == "TargetBusy" && started.elapsed() < ACT_WAITS_FOR_LISTING =>
-                {
+                Err(StemError::Refused {
+                    kind: ErrorKind::TargetBusy,
+                    ..
+                }) if started.elapsed() < ACT_WAITS_FOR_LISTING => {
                     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                 }
                 other => return other,
@@ -849,17 +851,17 @@ mod tests {
 
     #[test]
     fn only_failures_of_the_whole_target_stop_the_timer() {
-        let refused = |n: &str| StemError::Refused {
-            name: n.into(),
+        let refused = |kind: ErrorKind| StemError::Refused {
+            kind,
             message: String::new(),
         };
-        assert!(whole_target_failed(&refused("TargetFull")));
-        assert!(whole_target_failed(&refused("HostKeyChanged")));
+        assert!(whole_target_failed(&refused(ErrorKind::TargetFull)));
+        assert!(whole_target_failed(&refused(ErrorKind::HostKeyChanged)));
         assert!(whole_target_failed(&StemError::NotRunning));
-        assert!(!whole_target_failed(&refused("TransferFailed")));
-        assert!(!whole_target_failed(&refused("NotReadOnly")));
+        assert!(!whole_target_failed(&refused(ErrorKind::TransferFailed)));
+        assert!(!whole_target_failed(&refused(ErrorKind::NotReadOnly)));
         let long = StemError::Refused {
-            name: "TransferFailed".into(),
+            kind: ErrorKind::TransferFailed,
             message: "x".repeat(100_000),
         };
         let r = failure_reason(&long);

@@ -36,7 +36,7 @@ use layout::escape::escape;
 use layout::subtree::within;
 use layout::{SnapshotName, HOMES_MOUNT_POINT};
 use nix::unistd::{Uid, User};
-use stem::stem1::OpenInfo;
+use stem_interface::{ErrorKind, OpenInfo};
 
 use super::{parse_snapshot, stem_error, Keeper, DETAILS_COUNT_LIMIT, PREVIEW_COUNT_LIMIT};
 use crate::authority::Authority;
@@ -245,8 +245,11 @@ fn shown_path(mount: &str, rel: &[u8]) -> String {
 }
 
 /// The stem's refusals of an open that are the person's to hear, not a failure.
-fn open_refusal(error: &str) -> bool {
-    matches!(error, "PartRefused" | "TooManyOpen" | "AlreadyOpen")
+fn open_refusal(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::PartRefused | ErrorKind::TooManyOpen | ErrorKind::AlreadyOpen
+    )
 }
 
 impl Keeper {
@@ -290,22 +293,20 @@ impl Keeper {
         };
         let (info, already) = match opened {
             Ok(o) => o,
-            Err(StemError::Refused {
-                name: error,
-                message,
-            }) if open_refusal(&error) => {
-                let why = match error.as_str() {
-                    "PartRefused" => format!(
+            Err(StemError::Refused { kind, message }) if open_refusal(kind) => {
+                let why = match kind {
+                    ErrorKind::PartRefused => format!(
                         "your home ({shown_part}) in {name} is not a directory of yours there \
                          ({message}); nothing was opened. A home made, moved or given to you \
                          since the snapshot is not in it as yours"
                     ),
-                    "TooManyOpen" => format!(
+                    ErrorKind::TooManyOpen => format!(
                         "{message}; nothing was opened. Close one with `tacid data close NAME` \
                          (`tacid data list` says which are open), or wait: an unused open \
                          closes by itself after {} minutes",
                         layout::defaults::OPEN_IDLE_SECS / 60
                     ),
+                    // AlreadyOpen, the one other the guard lets through.
                     _ => format!(
                         "{message}; close it with `tacid data close {name}`, then open it again"
                     ),
@@ -731,9 +732,9 @@ impl Keeper {
         let c = match counted {
             Ok(c) => c,
             Err(StemError::Refused {
-                name: error,
+                kind: ErrorKind::PartRefused,
                 message,
-            }) if error == "PartRefused" => {
+            }) => {
                 let why = format!(
                     "your home ({}) in {name} is not a directory of yours there ({message}); \
                      there is nothing of yours to compare. A home made, moved or given to you \

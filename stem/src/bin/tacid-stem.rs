@@ -74,7 +74,7 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = layout::defaults::OPENS_TOTAL)]
     opens_total: usize,
 
-    /// Print the interface's introspection XML (as committed in stem/org.tacid.Stem1.xml)
+    /// Print the interface's introspection XML (as committed in stem-interface/org.tacid.Stem1.xml)
     /// and exit.
     #[arg(long)]
     print_introspection: bool,

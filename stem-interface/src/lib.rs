@@ -1,0 +1,749 @@
+//! `org.tacid.Stem1`, the stem's D-Bus interface, version 1, as both sides see it: the
+//! types that cross the bus, the named errors, and the client's proxy ([`Stem1Proxy`]).
+//!
+//! The server is the stem's `stem1` module; its introspection is committed beside this
+//! crate (`org.tacid.Stem1.xml`) and a test in the stem holds the two equal. This crate
+//! holds no privileged code: the keeper builds on it without building the stem (adr/0003).
+//! What the interface deliberately lacks is written at the top of the stem's `stem1.rs`.
+//!
+//! Version 1 is frozen once shipped: a change of meaning is `org.tacid.Stem2`, served
+//! beside this one for a release.
+
+use layout::{Outcome, OutcomeResult, Reason, RestoreMember, RestoreRequest};
+use serde::{Deserialize, Serialize};
+use zbus::Type;
+
+/// How the engine knows what a snapshot is of (on the wire: `"parent-uuid"` or `"name-only"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[zbus(signature = "s")]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    /// Its parent UUID is the live subvolume's, or one the live subvolume descends from.
+    ParentUuid,
+    /// Its parent is gone (replaced by an earlier restore); only its name says what it is of.
+    NameOnly,
+}
+
+/// One snapshot in the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct SnapshotInfo {
+    /// The snapshot's canonical name (`@home.2026-12-01T140200.123456Z`).
+    pub name: String,
+    /// Its Btrfs subvolume id.
+    pub id: u64,
+    /// Its Btrfs UUID, lowercase and hyphenated.
+    pub uuid: String,
+    /// The subvolume it is a snapshot of (`@home`).
+    pub of: String,
+    /// How `of` is known.
+    pub origin: Origin,
+    /// When it was taken (the Btrfs creation time, or the time in its name when Btrfs
+    /// holds no valid one), in microseconds since the Unix epoch.
+    pub taken_unix_micros: i64,
+    /// Whether it is read-only (only read-only snapshots are restored).
+    pub readonly: bool,
+    /// Whether the staged restore request names it (it cannot be deleted while so).
+    pub staged: bool,
+}
+
+/// A restore request: put `subvolume` back to `snapshot`, whose Btrfs UUID is `uuid`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct RequestInfo {
+    /// The subvolume to put back (`@home`).
+    pub subvolume: String,
+    /// The snapshot to put it back to.
+    pub snapshot: String,
+    /// The snapshot's Btrfs UUID when the request was staged; the boot restores only that.
+    pub uuid: String,
+}
+
+/// The answer to StageRestore: a request of one member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct StagedRestore {
+    /// The request now staged.
+    pub request: RequestInfo,
+    /// True when exactly this request was staged already and nothing changed.
+    pub already_staged: bool,
+    /// Always true: nothing is restored until the next boot.
+    pub reboot_needed: bool,
+    /// One sentence saying what happened, for the journal.
+    pub message: String,
+}
+
+/// The answer to StageSetRestore: a request of one or more members.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct StagedSetRestore {
+    /// The request now staged: one element per member, in the order the boot exchanges them.
+    pub request: Vec<RequestInfo>,
+    /// True when exactly this request was staged already and nothing changed.
+    pub already_staged: bool,
+    /// Always true: nothing is restored until the next boot.
+    pub reboot_needed: bool,
+    /// One sentence saying what happened, for the journal.
+    pub message: String,
+}
+
+/// The filesystem's space (statvfs of the top level) and the cleaner's backlog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct SpaceInfo {
+    /// Bytes a writer could still use.
+    pub free_bytes: u64,
+    /// The filesystem's size in bytes.
+    pub size_bytes: u64,
+    /// Below this many free bytes snapshots are refused (0: no hard floor).
+    pub hard_floor_bytes: u64,
+    /// Deleted snapshots whose space Btrfs has not given back yet.
+    pub deletions_pending: u32,
+}
+
+/// What the initrd did with a restore request (on the wire: `"done"` or `"refused"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[zbus(signature = "s")]
+#[serde(rename_all = "kebab-case")]
+pub enum OutcomeResultInfo {
+    /// The subvolume was put back to the snapshot.
+    Done,
+    /// Nothing was changed; the reason says why.
+    Refused,
+}
+
+/// The initrd's record of what it did with the last request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct OutcomeInfo {
+    /// Done or refused.
+    pub result: OutcomeResultInfo,
+    /// When the initrd finished with the request, in microseconds since the Unix epoch; it
+    /// identifies the outcome (the keeper reports each one once).
+    pub finished_unix_micros: i64,
+    /// The request, when it parsed: zero elements, or one per member.
+    pub request: Vec<RequestInfo>,
+    /// Why it was refused, or a note on what was done.
+    pub reason: String,
+}
+
+/// What changed in a live subvolume since one of its snapshots (ChangesSince), from Btrfs
+/// metadata only. "Files" are everything that is not a directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct ChangesInfo {
+    pub files_added: u64,
+    /// Files whose content or metadata changed (a rename or a new hard link modifies the
+    /// file and its directories; it never adds or removes).
+    pub files_modified: u64,
+    pub files_removed: u64,
+    pub directories_added: u64,
+    pub directories_modified: u64,
+    pub directories_removed: u64,
+    /// Logical bytes of file data written since the snapshot and still there.
+    pub bytes_written: u64,
+    /// False when the time limit cut the count short: every number is then "at least".
+    pub complete: bool,
+    /// The changed paths, when asked for (at most 10000), relative to the subvolume root.
+    pub paths: Vec<ChangedPathInfo>,
+    /// How many changed paths were left out of `paths`.
+    pub paths_left_off: u64,
+    /// ChangesInPart only: changed paths in the part that are not named, because a
+    /// directory on the way to them is one the person may not list. 0 otherwise.
+    pub paths_hidden: u64,
+}
+
+/// One changed path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct ChangedPathInfo {
+    /// `added`, `modified` or `removed`.
+    pub change: String,
+    pub directory: bool,
+    /// Relative to the subvolume's root; for a removed one, where it was in the snapshot.
+    /// Bytes (`ay`), not a string: a name is any bytes but NUL and `/`, and D-Bus strings
+    /// are UTF-8 only. Whoever shows it escapes it (`layout::escape`, adr/0017).
+    pub path: Vec<u8>,
+}
+
+/// The answer to CopyTo: the copy made and verified on the target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct CopiedInfo {
+    /// The target's configured name.
+    pub target: String,
+    /// The snapshot copied (the copy has the same name on the target).
+    pub name: String,
+    /// The copy's received UUID, checked equal to the snapshot's UUID (or, for a fetched
+    /// snapshot, the UUID it was itself received from).
+    pub received_uuid: String,
+    /// The snapshot the stream was made against; "" for a full send.
+    pub parent: String,
+    /// Bytes of send stream moved.
+    pub bytes: u64,
+    /// True when sent against `parent`.
+    pub incremental: bool,
+}
+
+/// One verified copy on a target (CopiesOn).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct CopyInfo {
+    /// The copy's name: the snapshot's name.
+    pub name: String,
+    /// The copy's own UUID on the target.
+    pub uuid: String,
+    /// The UUID of the snapshot it was received from.
+    pub received_uuid: String,
+}
+
+/// One copy or fetch in flight (CopyProgress).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct CopyProgressInfo {
+    pub target: String,
+    pub name: String,
+    /// "copy" or "fetch".
+    pub kind: String,
+    /// Bytes of stream moved so far.
+    pub bytes: u64,
+    /// Milliseconds since it started.
+    pub elapsed_ms: u64,
+}
+
+/// One snapshot open read-only for a person (OpenSnapshot, OpenSnapshots; adr/0019).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct OpenInfo {
+    /// Whose it is: it is mounted under `/run/tacid/<for_uid>/`, which that uid alone (and
+    /// root) may enter.
+    pub for_uid: u32,
+    /// The snapshot's canonical name; also the mount point's name.
+    pub name: String,
+    /// The home directory shown (one name, bytes); empty for the whole snapshot.
+    pub part: Vec<u8>,
+    /// Where it is mounted (`/run/tacid/<for_uid>/<name>`).
+    pub path: String,
+    /// When it was first opened, in microseconds since the Unix epoch.
+    pub opened_unix_micros: i64,
+    /// When it is closed if nobody uses it then (the last open plus the idle time).
+    pub idle_close_unix_micros: i64,
+}
+
+/// The errors of `org.tacid.Stem1`: one variant per [`ErrorKind`], named on the bus
+/// `org.tacid.Stem1.Error.<Kind>`, with a message that says what to do.
+#[derive(Debug, zbus::DBusError)]
+#[zbus(prefix = "org.tacid.Stem1.Error")]
+pub enum Error {
+    /// Client side only: the bus or the connection failed, or an error this interface does
+    /// not name came back.
+    #[zbus(error)]
+    ZBus(zbus::Error),
+    AccessDenied(String),
+    InvalidArgument(String),
+    NotSnapshottable(String),
+    NotRestorable(String),
+    NoSuchSnapshot(String),
+    NotReadOnly(String),
+    OfAnotherSubvolume(String),
+    AnotherRestoreStaged(String),
+    Pinned(String),
+    NoSpace(String),
+    BelowHardFloor(String),
+    StoreUnsafe(String),
+    LiveSubvolumeMissing(String),
+    BadRequestFile(String),
+    BadOutcomeFile(String),
+    NotInHistory(String),
+    NoSuchTarget(String),
+    TargetBusy(String),
+    TargetUnreachable(String),
+    HostKeyChanged(String),
+    TargetNotBtrfs(String),
+    TargetFull(String),
+    TransferFailed(String),
+    NoSuchCopy(String),
+    AlreadyHere(String),
+    PartRefused(String),
+    TooManyOpen(String),
+    AlreadyOpen(String),
+    InUse(String),
+    Failed(String),
+}
+
+/// Why the stem said no: every error `org.tacid.Stem1` names, without its message. The
+/// D-Bus name is `org.tacid.Stem1.Error.` and [`ErrorKind::name`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The caller is not the keeper's user, or the bus could not say who the caller is.
+    AccessDenied,
+    /// An argument is not a subvolume of the layout or not a canonical snapshot name.
+    InvalidArgument,
+    /// Snapshots of that subvolume are not taken (`@root`, `@snapshots`, ...).
+    NotSnapshottable,
+    /// That subvolume's snapshots are never put back (`@nix`, ...).
+    NotRestorable,
+    /// There is no snapshot of that name in the store.
+    NoSuchSnapshot,
+    /// The snapshot is writable; only read-only snapshots are restored.
+    NotReadOnly,
+    /// The snapshot is of another subvolume than its name says.
+    OfAnotherSubvolume,
+    /// A different restore is already staged; withdraw it first.
+    AnotherRestoreStaged,
+    /// The snapshot is named by the staged restore; withdraw the restore before deleting it.
+    Pinned,
+    /// The filesystem is full; nothing was left half-made.
+    NoSpace,
+    /// The free space is below the hard floor; no snapshot was taken.
+    BelowHardFloor,
+    /// The snapshot store (`@snapshots`) is missing, not a subvolume, or not root-only.
+    StoreUnsafe,
+    /// The live subvolume to snapshot is missing or not a subvolume.
+    LiveSubvolumeMissing,
+    /// The staged request file is bad (unreadable, malformed, not a regular file, not
+    /// root's): the next boot refuses it; DiscardBadRequest removes it.
+    BadRequestFile,
+    /// The initrd's outcome file is unreadable or malformed.
+    BadOutcomeFile,
+    /// The snapshot holds no state the live subvolume descends from (an earlier restore
+    /// left that line behind): changes since it cannot be counted.
+    NotInHistory,
+    /// No copy target of that name is configured (or the name is not a target name).
+    NoSuchTarget,
+    /// The target is busy with another act (one at a time per target).
+    TargetBusy,
+    /// The target cannot be reached (not mounted; host down; refused the key).
+    TargetUnreachable,
+    /// The SSH target's host key is not the pinned one.
+    HostKeyChanged,
+    /// The target directory is not on Btrfs.
+    TargetNotBtrfs,
+    /// The target filesystem is full; nothing half-received was left.
+    TargetFull,
+    /// The transfer failed (the message says why); nothing half-received was left.
+    TransferFailed,
+    /// The target holds no copy of that name.
+    NoSuchCopy,
+    /// It is there already: the target holds that copy (CopyTo), or the store a snapshot of
+    /// that name (FetchFrom). Nothing changed.
+    AlreadyHere,
+    /// The part asked to open is not the owner's directory in the snapshot (missing, a
+    /// symlink or a file, or owned by another uid there).
+    PartRefused,
+    /// A cap on open snapshots is reached (per person or overall); close one first.
+    TooManyOpen,
+    /// That snapshot is open for that uid already, showing another part; close it first.
+    AlreadyOpen,
+    /// The snapshot is open and a process uses it (its working directory, a file or a
+    /// mapping is in it): not closed (CloseSnapshot) or not deleted (Delete); nothing changed.
+    InUse,
+    /// Anything else went wrong (an I/O error from Btrfs); the message says what.
+    Failed,
+}
+
+impl ErrorKind {
+    /// Every kind, in the order the interface declares them.
+    pub const ALL: [ErrorKind; 30] = [
+        ErrorKind::AccessDenied,
+        ErrorKind::InvalidArgument,
+        ErrorKind::NotSnapshottable,
+        ErrorKind::NotRestorable,
+        ErrorKind::NoSuchSnapshot,
+        ErrorKind::NotReadOnly,
+        ErrorKind::OfAnotherSubvolume,
+        ErrorKind::AnotherRestoreStaged,
+        ErrorKind::Pinned,
+        ErrorKind::NoSpace,
+        ErrorKind::BelowHardFloor,
+        ErrorKind::StoreUnsafe,
+        ErrorKind::LiveSubvolumeMissing,
+        ErrorKind::BadRequestFile,
+        ErrorKind::BadOutcomeFile,
+        ErrorKind::NotInHistory,
+        ErrorKind::NoSuchTarget,
+        ErrorKind::TargetBusy,
+        ErrorKind::TargetUnreachable,
+        ErrorKind::HostKeyChanged,
+        ErrorKind::TargetNotBtrfs,
+        ErrorKind::TargetFull,
+        ErrorKind::TransferFailed,
+        ErrorKind::NoSuchCopy,
+        ErrorKind::AlreadyHere,
+        ErrorKind::PartRefused,
+        ErrorKind::TooManyOpen,
+        ErrorKind::AlreadyOpen,
+        ErrorKind::InUse,
+        ErrorKind::Failed,
+    ];
+
+    /// The last part of its D-Bus error name (`NoSuchSnapshot`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::AccessDenied => "AccessDenied",
+            ErrorKind::InvalidArgument => "InvalidArgument",
+            ErrorKind::NotSnapshottable => "NotSnapshottable",
+            ErrorKind::NotRestorable => "NotRestorable",
+            ErrorKind::NoSuchSnapshot => "NoSuchSnapshot",
+            ErrorKind::NotReadOnly => "NotReadOnly",
+            ErrorKind::OfAnotherSubvolume => "OfAnotherSubvolume",
+            ErrorKind::AnotherRestoreStaged => "AnotherRestoreStaged",
+            ErrorKind::Pinned => "Pinned",
+            ErrorKind::NoSpace => "NoSpace",
+            ErrorKind::BelowHardFloor => "BelowHardFloor",
+            ErrorKind::StoreUnsafe => "StoreUnsafe",
+            ErrorKind::LiveSubvolumeMissing => "LiveSubvolumeMissing",
+            ErrorKind::BadRequestFile => "BadRequestFile",
+            ErrorKind::BadOutcomeFile => "BadOutcomeFile",
+            ErrorKind::NotInHistory => "NotInHistory",
+            ErrorKind::NoSuchTarget => "NoSuchTarget",
+            ErrorKind::TargetBusy => "TargetBusy",
+            ErrorKind::TargetUnreachable => "TargetUnreachable",
+            ErrorKind::HostKeyChanged => "HostKeyChanged",
+            ErrorKind::TargetNotBtrfs => "TargetNotBtrfs",
+            ErrorKind::TargetFull => "TargetFull",
+            ErrorKind::TransferFailed => "TransferFailed",
+            ErrorKind::NoSuchCopy => "NoSuchCopy",
+            ErrorKind::AlreadyHere => "AlreadyHere",
+            ErrorKind::PartRefused => "PartRefused",
+            ErrorKind::TooManyOpen => "TooManyOpen",
+            ErrorKind::AlreadyOpen => "AlreadyOpen",
+            ErrorKind::InUse => "InUse",
+            ErrorKind::Failed => "Failed",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Error {
+    /// The error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        let m = message.into();
+        match kind {
+            ErrorKind::AccessDenied => Error::AccessDenied(m),
+            ErrorKind::InvalidArgument => Error::InvalidArgument(m),
+            ErrorKind::NotSnapshottable => Error::NotSnapshottable(m),
+            ErrorKind::NotRestorable => Error::NotRestorable(m),
+            ErrorKind::NoSuchSnapshot => Error::NoSuchSnapshot(m),
+            ErrorKind::NotReadOnly => Error::NotReadOnly(m),
+            ErrorKind::OfAnotherSubvolume => Error::OfAnotherSubvolume(m),
+            ErrorKind::AnotherRestoreStaged => Error::AnotherRestoreStaged(m),
+            ErrorKind::Pinned => Error::Pinned(m),
+            ErrorKind::NoSpace => Error::NoSpace(m),
+            ErrorKind::BelowHardFloor => Error::BelowHardFloor(m),
+            ErrorKind::StoreUnsafe => Error::StoreUnsafe(m),
+            ErrorKind::LiveSubvolumeMissing => Error::LiveSubvolumeMissing(m),
+            ErrorKind::BadRequestFile => Error::BadRequestFile(m),
+            ErrorKind::BadOutcomeFile => Error::BadOutcomeFile(m),
+            ErrorKind::NotInHistory => Error::NotInHistory(m),
+            ErrorKind::NoSuchTarget => Error::NoSuchTarget(m),
+            ErrorKind::TargetBusy => Error::TargetBusy(m),
+            ErrorKind::TargetUnreachable => Error::TargetUnreachable(m),
+            ErrorKind::HostKeyChanged => Error::HostKeyChanged(m),
+            ErrorKind::TargetNotBtrfs => Error::TargetNotBtrfs(m),
+            ErrorKind::TargetFull => Error::TargetFull(m),
+            ErrorKind::TransferFailed => Error::TransferFailed(m),
+            ErrorKind::NoSuchCopy => Error::NoSuchCopy(m),
+            ErrorKind::AlreadyHere => Error::AlreadyHere(m),
+            ErrorKind::PartRefused => Error::PartRefused(m),
+            ErrorKind::TooManyOpen => Error::TooManyOpen(m),
+            ErrorKind::AlreadyOpen => Error::AlreadyOpen(m),
+            ErrorKind::InUse => Error::InUse(m),
+            ErrorKind::Failed => Error::Failed(m),
+        }
+    }
+
+    /// Its kind; `None` for a failure of the bus itself (or an error this interface does
+    /// not name).
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            Error::AccessDenied(_) => Some(ErrorKind::AccessDenied),
+            Error::InvalidArgument(_) => Some(ErrorKind::InvalidArgument),
+            Error::NotSnapshottable(_) => Some(ErrorKind::NotSnapshottable),
+            Error::NotRestorable(_) => Some(ErrorKind::NotRestorable),
+            Error::NoSuchSnapshot(_) => Some(ErrorKind::NoSuchSnapshot),
+            Error::NotReadOnly(_) => Some(ErrorKind::NotReadOnly),
+            Error::OfAnotherSubvolume(_) => Some(ErrorKind::OfAnotherSubvolume),
+            Error::AnotherRestoreStaged(_) => Some(ErrorKind::AnotherRestoreStaged),
+            Error::Pinned(_) => Some(ErrorKind::Pinned),
+            Error::NoSpace(_) => Some(ErrorKind::NoSpace),
+            Error::BelowHardFloor(_) => Some(ErrorKind::BelowHardFloor),
+            Error::StoreUnsafe(_) => Some(ErrorKind::StoreUnsafe),
+            Error::LiveSubvolumeMissing(_) => Some(ErrorKind::LiveSubvolumeMissing),
+            Error::BadRequestFile(_) => Some(ErrorKind::BadRequestFile),
+            Error::BadOutcomeFile(_) => Some(ErrorKind::BadOutcomeFile),
+            Error::NotInHistory(_) => Some(ErrorKind::NotInHistory),
+            Error::NoSuchTarget(_) => Some(ErrorKind::NoSuchTarget),
+            Error::TargetBusy(_) => Some(ErrorKind::TargetBusy),
+            Error::TargetUnreachable(_) => Some(ErrorKind::TargetUnreachable),
+            Error::HostKeyChanged(_) => Some(ErrorKind::HostKeyChanged),
+            Error::TargetNotBtrfs(_) => Some(ErrorKind::TargetNotBtrfs),
+            Error::TargetFull(_) => Some(ErrorKind::TargetFull),
+            Error::TransferFailed(_) => Some(ErrorKind::TransferFailed),
+            Error::NoSuchCopy(_) => Some(ErrorKind::NoSuchCopy),
+            Error::AlreadyHere(_) => Some(ErrorKind::AlreadyHere),
+            Error::PartRefused(_) => Some(ErrorKind::PartRefused),
+            Error::TooManyOpen(_) => Some(ErrorKind::TooManyOpen),
+            Error::AlreadyOpen(_) => Some(ErrorKind::AlreadyOpen),
+            Error::InUse(_) => Some(ErrorKind::InUse),
+            Error::Failed(_) => Some(ErrorKind::Failed),
+            Error::ZBus(_) => None,
+        }
+    }
+
+    /// The message alone (without the error name).
+    pub fn message(&self) -> String {
+        match self {
+            Error::AccessDenied(m)
+            | Error::InvalidArgument(m)
+            | Error::NotSnapshottable(m)
+            | Error::NotRestorable(m)
+            | Error::NoSuchSnapshot(m)
+            | Error::NotReadOnly(m)
+            | Error::OfAnotherSubvolume(m)
+            | Error::AnotherRestoreStaged(m)
+            | Error::Pinned(m)
+            | Error::NoSpace(m)
+            | Error::BelowHardFloor(m)
+            | Error::StoreUnsafe(m)
+            | Error::LiveSubvolumeMissing(m)
+            | Error::BadRequestFile(m)
+            | Error::BadOutcomeFile(m)
+            | Error::NotInHistory(m)
+            | Error::NoSuchTarget(m)
+            | Error::TargetBusy(m)
+            | Error::TargetUnreachable(m)
+            | Error::HostKeyChanged(m)
+            | Error::TargetNotBtrfs(m)
+            | Error::TargetFull(m)
+            | Error::TransferFailed(m)
+            | Error::NoSuchCopy(m)
+            | Error::AlreadyHere(m)
+            | Error::PartRefused(m)
+            | Error::TooManyOpen(m)
+            | Error::AlreadyOpen(m)
+            | Error::InUse(m)
+            | Error::Failed(m) => m.clone(),
+            Error::ZBus(e) => e.to_string(),
+        }
+    }
+}
+
+/// A wire value that does not convert into its domain type (a stem that speaks another
+/// dialect, or a bug); the text names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the stem answered a malformed {field}: {problem}")]
+pub struct WireError {
+    pub field: &'static str,
+    pub problem: String,
+}
+
+impl WireError {
+    /// The error for `field`, given the problem (for `map_err` after a parser).
+    pub fn in_field(field: &'static str) -> impl FnOnce(String) -> WireError {
+        move |problem| WireError { field, problem }
+    }
+}
+
+impl From<layout::origin::Origin> for Origin {
+    fn from(o: layout::origin::Origin) -> Origin {
+        match o {
+            layout::origin::Origin::ParentUuid => Origin::ParentUuid,
+            layout::origin::Origin::NameOnly => Origin::NameOnly,
+        }
+    }
+}
+
+impl From<Origin> for layout::origin::Origin {
+    fn from(o: Origin) -> layout::origin::Origin {
+        match o {
+            Origin::ParentUuid => layout::origin::Origin::ParentUuid,
+            Origin::NameOnly => layout::origin::Origin::NameOnly,
+        }
+    }
+}
+
+impl From<&RestoreMember> for RequestInfo {
+    fn from(m: &RestoreMember) -> RequestInfo {
+        RequestInfo {
+            subvolume: m.subvolume().to_string(),
+            snapshot: m.snapshot().to_string(),
+            uuid: m.uuid().hyphenated().to_string(),
+        }
+    }
+}
+
+/// A request on the wire: one element per member, in the request's order.
+pub fn request_infos(r: &RestoreRequest) -> Vec<RequestInfo> {
+    r.members().iter().map(RequestInfo::from).collect()
+}
+
+/// A request from the wire, through the request file's own strict parser: one canonical form
+/// for both.
+pub fn request_from_infos(members: &[RequestInfo]) -> Result<RestoreRequest, WireError> {
+    let text: String = members
+        .iter()
+        .map(|r| format!("{} {} {}\n", r.subvolume, r.snapshot, r.uuid))
+        .collect();
+    RestoreRequest::parse(text.as_bytes())
+        .map_err(|e| WireError::in_field("restore request")(e.to_string()))
+}
+
+impl From<&Outcome> for OutcomeInfo {
+    fn from(o: &Outcome) -> OutcomeInfo {
+        OutcomeInfo {
+            result: match o.result {
+                OutcomeResult::Done => OutcomeResultInfo::Done,
+                OutcomeResult::Refused => OutcomeResultInfo::Refused,
+            },
+            finished_unix_micros: unix_micros(o.finished),
+            request: o.request.as_ref().map(request_infos).unwrap_or_default(),
+            reason: o.reason.as_str().to_owned(),
+        }
+    }
+}
+
+impl TryFrom<&OutcomeInfo> for Outcome {
+    type Error = WireError;
+    fn try_from(o: &OutcomeInfo) -> Result<Outcome, WireError> {
+        let request = match o.request.as_slice() {
+            [] => None,
+            members => Some(request_from_infos(members)?),
+        };
+        let result = match o.result {
+            OutcomeResultInfo::Done => OutcomeResult::Done,
+            OutcomeResultInfo::Refused => OutcomeResult::Refused,
+        };
+        Ok(Outcome::new(
+            result,
+            from_unix_micros(o.finished_unix_micros),
+            request,
+            Reason::new(&o.reason),
+        ))
+    }
+}
+
+use layout::human::{from_unix_micros, unix_micros};
+
+/// The client side of `org.tacid.Stem1` (the keeper's way in). Each method is the server's
+/// of the same name (`take_snapshot` is `TakeSnapshot`); what it does and which errors it
+/// answers is documented there, in the stem's `stem1.rs` and the committed XML.
+// The names are literals because the macro needs literals; a test checks them against
+// `layout::names`.
+#[zbus::proxy(
+    interface = "org.tacid.Stem1",
+    default_service = "org.tacid.Stem1",
+    default_path = "/org/tacid/Stem1"
+)]
+pub trait Stem1 {
+    fn take_snapshot(&self, subvolume: &str) -> Result<SnapshotInfo, Error>;
+    fn take_set(&self, subvolumes: Vec<String>) -> Result<Vec<SnapshotInfo>, Error>;
+    fn list(&self) -> Result<Vec<SnapshotInfo>, Error>;
+    fn list_since(&self, known: Vec<u64>) -> Result<(Vec<u64>, bool, Vec<SnapshotInfo>), Error>;
+    fn delete(&self, name: &str) -> Result<(), Error>;
+    fn stage_restore(&self, name: &str) -> Result<StagedRestore, Error>;
+    fn stage_set_restore(&self, snapshots: Vec<String>) -> Result<StagedSetRestore, Error>;
+    fn withdraw(&self) -> Result<Vec<RequestInfo>, Error>;
+    fn discard_bad_request(&self) -> Result<Vec<String>, Error>;
+    fn free_space(&self) -> Result<SpaceInfo, Error>;
+    fn staged(&self) -> Result<Vec<RequestInfo>, Error>;
+    fn outcome(&self) -> Result<Vec<OutcomeInfo>, Error>;
+    fn changes_since(
+        &self,
+        name: &str,
+        time_limit_ms: u32,
+        with_paths: bool,
+    ) -> Result<ChangesInfo, Error>;
+    #[allow(clippy::too_many_arguments)]
+    fn changes_in_part(
+        &self,
+        name: &str,
+        part: Vec<u8>,
+        owner_uid: u32,
+        gids: Vec<u32>,
+        below: Vec<u8>,
+        time_limit_ms: u32,
+    ) -> Result<ChangesInfo, Error>;
+    fn changes_since_last_commit(
+        &self,
+        name: &str,
+        time_limit_ms: u32,
+    ) -> Result<ChangesInfo, Error>;
+    fn copy_to(&self, name: &str, target: &str) -> Result<CopiedInfo, Error>;
+    fn copies_on(&self, target: &str) -> Result<Vec<CopyInfo>, Error>;
+    fn delete_copy(&self, target: &str, name: &str) -> Result<(), Error>;
+    fn fetch_from(&self, target: &str, name: &str) -> Result<(SnapshotInfo, u64), Error>;
+    fn copy_progress(&self) -> Result<Vec<CopyProgressInfo>, Error>;
+    fn open_snapshot(
+        &self,
+        name: &str,
+        part: Vec<u8>,
+        owner_uid: u32,
+        for_uid: u32,
+    ) -> Result<(OpenInfo, bool), Error>;
+    fn close_snapshot(&self, for_uid: u32, name: &str) -> Result<bool, Error>;
+    fn open_snapshots(&self) -> Result<Vec<OpenInfo>, Error>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zbus::DBusError as _;
+
+    #[test]
+    fn every_kind_is_named_on_the_bus_and_read_back_as_itself() {
+        for kind in ErrorKind::ALL {
+            let e = Error::new(kind, "a message");
+            let name = format!("org.tacid.Stem1.Error.{kind:?}");
+            assert_eq!(e.name().as_str(), name);
+            assert_eq!(e.kind(), Some(kind));
+            assert_eq!(e.message(), "a message");
+            assert_eq!(kind.name(), format!("{kind:?}"));
+            // What the proxy receives: a method error of that name, read back by name.
+            let received = zbus::Error::MethodError(
+                zbus::names::OwnedErrorName::try_from(name.as_str()).expect("an error name"),
+                Some("a message".into()),
+                zbus::message::Message::method_call("/", "X")
+                    .build(&())
+                    .expect("a message"),
+            );
+            let back = Error::from(received);
+            assert_eq!(back.kind(), Some(kind), "{name}");
+            assert_eq!(back.message(), "a message");
+        }
+        let other = Error::from(zbus::Error::Failure("gone".into()));
+        assert_eq!(other.kind(), None);
+    }
+
+    #[test]
+    fn the_proxys_names_are_the_layouts() {
+        let src = include_str!("lib.rs");
+        for literal in [
+            format!("interface = \"{}\"", layout::names::STEM_BUS_NAME),
+            format!("default_service = \"{}\"", layout::names::STEM_BUS_NAME),
+            format!("default_path = \"{}\"", layout::names::STEM_OBJECT_PATH),
+        ] {
+            assert!(src.contains(&literal), "{literal}");
+        }
+        let _ = std::marker::PhantomData::<Stem1Proxy<'static>>;
+    }
+
+    #[test]
+    fn a_request_crosses_the_wire_in_its_canonical_form() {
+        let name =
+            layout::SnapshotName::parse("@home.2026-12-01T140200.123456Z").expect("canonical");
+        let request =
+            RestoreRequest::one(name.subvolume(), name, uuid_of(7)).expect("a request of one");
+        let infos = request_infos(&request);
+        assert_eq!(request_from_infos(&infos), Ok(request.clone()));
+        let outcome = Outcome::new(
+            OutcomeResult::Refused,
+            name.taken(),
+            Some(request.clone()),
+            Reason::new("x"),
+        );
+        assert_eq!(Outcome::try_from(&OutcomeInfo::from(&outcome)), Ok(outcome));
+        let bad = RequestInfo {
+            subvolume: "/home".into(),
+            ..infos[0].clone()
+        };
+        assert!(request_from_infos(&[bad]).is_err());
+    }
+
+    fn uuid_of(n: u128) -> uuid::Uuid {
+        uuid::Uuid::from_u128(n)
+    }
+}
