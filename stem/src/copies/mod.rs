@@ -31,6 +31,7 @@ use layout::copies::{CopiesConfig, Place, Target, TargetName, MAX_CONFIG_BYTES};
 use layout::SnapshotName;
 use uuid::Uuid;
 
+pub use crate::engine::CopySource;
 use crate::engine::{EngineError, Snapshot};
 use crate::worker::{Worker, WorkerGone};
 use pump::{pump, Drain, Pumped};
@@ -578,15 +579,6 @@ impl Copies {
 /// received (a fetched snapshot), else its UUID.
 pub fn identity(info: &SubvolumeInfo) -> Uuid {
     info.received_uuid.unwrap_or(info.uuid)
-}
-
-/// The snapshot to send, with the store and its subvolume's other snapshots.
-#[derive(Debug)]
-pub struct CopySource {
-    pub store: Dir,
-    pub info: SubvolumeInfo,
-    /// Every snapshot of the same subvolume in the store.
-    pub siblings: Vec<(SnapshotName, SubvolumeInfo)>,
 }
 
 /// One target, opened for an act.
