@@ -15,7 +15,9 @@ use serde::Serialize;
 use uuid::Uuid;
 
 mod changes;
-pub use changes::{ChangeCount, Commit, MAX_COUNTED_INODES, MAX_PATHS, MAX_REUSED_COUNTS};
+pub use changes::{
+    ChangeCount, Commit, CountStopped, MAX_COUNTED_INODES, MAX_PATHS, MAX_REUSED_COUNTS,
+};
 mod generation;
 pub use generation::StoreGeneration;
 
@@ -749,10 +751,7 @@ pub struct CopySource {
 /// threads of their own, in the copies module).
 impl Engine {
     /// The snapshot `name` to send, and every snapshot of its subvolume (parent candidates).
-    pub fn open_for_copy(
-        &self,
-        name: SnapshotName,
-    ) -> Result<CopySource, EngineError> {
+    pub fn open_for_copy(&self, name: SnapshotName) -> Result<CopySource, EngineError> {
         let store = self.store()?;
         let info = self.open_snapshot(&store, name)?;
         let mut siblings = Vec::new();

@@ -27,7 +27,9 @@ use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags};
 use rustix::io::Errno;
 use rustix::mount::{MoveMountFlags, OpenTreeFlags, UnmountFlags};
 
+use crate::allowance::allowed;
 use crate::engine::{Engine, EngineError};
+use crate::worker::{Worker, WorkerGone};
 
 /// The longest name a directory entry may have (NAME_MAX).
 pub const MAX_PART_BYTES: usize = 255;
@@ -461,6 +463,114 @@ impl Opens {
             let _ = answer.send(act(host));
         }))?;
         answered.recv().map_err(|_| gone())
+    }
+}
+
+/// Why [`Opens::open`] opened nothing (each is logged where it happened).
+#[derive(Debug, thiserror::Error)]
+pub enum OpenFailure {
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    #[error(transparent)]
+    WorkerGone(#[from] WorkerGone),
+    /// A deletion ran between the clone and the attach.
+    #[error("{0} was deleted while it was being opened; nothing is open")]
+    DeletedMeanwhile(SnapshotName),
+    /// The asker left the bus before the open was recorded (the act, as logged).
+    #[error("{0}: the caller left the bus; closed again")]
+    OpenerLeft(String),
+}
+
+impl Opens {
+    /// Open `part` of the snapshot `name` for `for_uid`, asked by the bus connection
+    /// `opener`: the clone on the engine's thread (`worker`), the attach on the host
+    /// namespace's; `opener_still_there` answers, once the open is recorded, whether the
+    /// asker is still on the bus. Answers the open and whether it was open already.
+    pub async fn open(
+        &self,
+        worker: &Worker,
+        for_uid: u32,
+        name: SnapshotName,
+        part: Part,
+        opener: String,
+        opener_still_there: impl std::future::Future<Output = bool>,
+    ) -> Result<(OpenSnapshot, bool), OpenFailure> {
+        let what = format!("open {name} ({}) for uid {for_uid}", logged_part(&part));
+        let asked = part.bytes().to_vec();
+        let again = self
+            .run(move |h| h.admit(for_uid, name, &asked))
+            .await
+            .and_then(|r| r);
+        match again {
+            Ok(Some(open)) => {
+                tracing::info!("{what}: open already at {}", open.path.display());
+                return Ok((open, true));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let v = allowed("open refused", for_uid);
+                if v.log() {
+                    tracing::warn!("{what}: refused: {e}{}", v.note());
+                }
+                return Err(e.into());
+            }
+        }
+        let clone_part = part.clone();
+        let tree = match worker
+            .run(move |e| detached_mount(e, name, &clone_part))
+            .await?
+        {
+            Ok(tree) => tree,
+            Err(e) => {
+                let v = allowed("open refused", for_uid);
+                if v.log() {
+                    tracing::warn!("{what}: refused or failed: {e}{}", v.note());
+                }
+                return Err(e.into());
+            }
+        };
+        let bytes = part.bytes().to_vec();
+        let attach_opener = opener.clone();
+        let opened = self
+            .run(move |h| h.attach(for_uid, name, bytes, attach_opener, tree))
+            .await
+            .and_then(|r| r);
+        let open = match opened {
+            Ok(open) => open,
+            Err(e) => {
+                tracing::warn!("{what}: failed: {e}");
+                return Err(e.into());
+            }
+        };
+        // A deletion that ran between the clone and the attach did not see this open: the
+        // snapshot must still be there, or the open would hold a deleted snapshot.
+        let there = worker
+            .run(move |e| e.open_snapshot_root(name).map(drop))
+            .await;
+        if !matches!(there, Ok(Ok(()))) {
+            let _ = self.run(move |h| h.close(for_uid, name)).await;
+            tracing::warn!("{what}: deleted while it was being opened; closed again");
+            return Err(OpenFailure::DeletedMeanwhile(name));
+        }
+        tracing::info!("{what}: open at {}", open.path.display());
+        // The asker may have left the bus before the open was recorded: then no signal of
+        // its going will close it, so it is closed now.
+        if !opener_still_there.await {
+            let _ = self.run(move |h| h.close_of_opener(&opener)).await;
+            return Err(OpenFailure::OpenerLeft(what));
+        }
+        Ok((open, false))
+    }
+}
+
+/// A part as logged.
+fn logged_part(part: &Part) -> String {
+    match part {
+        Part::Whole => "whole".into(),
+        Part::Home {
+            component,
+            owner_uid,
+        } => format!("the part {} of uid {owner_uid}", shown_bytes(component)),
     }
 }
 

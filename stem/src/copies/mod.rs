@@ -31,6 +31,7 @@ use layout::copies::{CopiesConfig, Place, Target, TargetName, MAX_CONFIG_BYTES};
 use layout::SnapshotName;
 use uuid::Uuid;
 
+use crate::allowance::allowed;
 pub use crate::engine::CopySource;
 use crate::engine::{EngineError, Snapshot};
 use crate::worker::{Worker, WorkerGone};
@@ -266,6 +267,61 @@ impl Drop for Turn<'_> {
             .busy
             .remove(&self.target);
         self.copies.freed.notify_all();
+    }
+}
+
+/// How a copy act's answer is logged: a copy, fetch or deletion every time; a look that
+/// anybody may repeat within the allowance (adr/0016).
+#[derive(Debug, Clone, Copy)]
+pub enum Logged {
+    EveryTime,
+    WithinAllowance,
+}
+
+impl Copies {
+    /// Run a copy act on a thread of its own (a transfer may take hours: never the
+    /// engine's thread, never the async runtime's); log the answer as `logged` says.
+    pub async fn act<T: Send + 'static>(
+        self: &Arc<Self>,
+        what: String,
+        logged: Logged,
+        act: impl FnOnce(&Copies) -> Result<T, CopyError> + Send + 'static,
+    ) -> Result<T, CopyError> {
+        let copies = self.clone();
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("stem-copy".into())
+            .spawn(move || {
+                let _ = answer.send(act(&copies));
+            })
+            .map_err(|e| CopyError::Failed(format!("{what}: cannot start a thread: {e}")))?;
+        match (answered.await, logged) {
+            (Ok(Ok(answer)), Logged::EveryTime) => {
+                tracing::info!("{what}: done");
+                Ok(answer)
+            }
+            (Ok(Ok(answer)), Logged::WithinAllowance) => {
+                tracing::debug!("{what}: done");
+                Ok(answer)
+            }
+            (Ok(Err(e)), Logged::EveryTime) => {
+                tracing::warn!("{what}: refused or failed: {e}");
+                Err(e)
+            }
+            (Ok(Err(e)), Logged::WithinAllowance) => {
+                let v = allowed("copies look refused", u32::MAX);
+                if v.log() {
+                    tracing::warn!("{what}: refused or failed: {e}{}", v.note());
+                }
+                Err(e)
+            }
+            (Err(_), _) => {
+                tracing::error!("{what}: the copy thread stopped (a panic; see above)");
+                Err(CopyError::Failed(format!(
+                    "{what}: the copy thread stopped"
+                )))
+            }
+        }
     }
 }
 
