@@ -1,4 +1,4 @@
-//! Opening a snapshot read-only for a person (issue 16, adr/0019).
+//! Opening a snapshot read-only for a person (adr/0019).
 //!
 //! The stem mounts and never reads: it clones the mount of exactly the part to show (a
 //! snapshot's root, or one home directory in it, each opened beneath the store without
@@ -11,7 +11,8 @@
 //! namespace where the store is mounted (a mount can only be cloned from the namespace it is
 //! in). Everything in the host's namespace — the directories, attaching, detaching, the
 //! table of what is open — happens on one thread of its own ([`Opens`]), which entered the
-//! host's namespace once at start and never leaves it.
+//! host's namespace once at start and never leaves it. [`Opens::open`] is the act across
+//! both.
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr};

@@ -1,4 +1,4 @@
-//! Copies off the disk (issue 13): snapshots sent to root's configured targets, and fetched
+//! Copies off the disk: snapshots sent to root's configured targets, and fetched
 //! back.
 //!
 //! A copy is a read-only subvolume directly in the target directory, named exactly as the
@@ -9,8 +9,8 @@
 //! place rather than beside and renamed: the kernel refuses to move a read-only subvolume
 //! into another directory, EROFS; a receive sets read-only and the received UUID last.)
 //!
-//! Acts run on the caller's thread (the interface gives each its own, never the engine's);
-//! one act per target at a time. The engine's thread is used only for the short steps that
+//! Acts run on a thread of their own ([`Copies::act`]), never the engine's nor the async
+//! runtime's; one act per target at a time (`turns`). The engine's thread is used only for the short steps that
 //! touch the store: opening the snapshot to send, and putting a fetched snapshot in place.
 
 mod config;
