@@ -564,6 +564,43 @@ impl Opens {
     }
 }
 
+impl Opens {
+    /// Delete the snapshot `name` unless it is open: on the engine's thread (`engine`), as
+    /// an open's own check after it attaches, so an open is either in the table when this
+    /// looks, or finds the snapshot gone and closes.
+    pub fn delete_unless_open(
+        &self,
+        engine: &Engine,
+        name: SnapshotName,
+    ) -> Result<(), EngineError> {
+        // No thread in the host's namespace: nothing is open.
+        let open = self
+            .run_blocking(move |h| h.opens_of(name))
+            .unwrap_or_default();
+        if !open.is_empty() {
+            let held = open
+                .iter()
+                .map(|o| format!("open for uid {} at {}", o.for_uid, o.path.display()))
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(EngineError::InUse { name, held });
+        }
+        engine.delete(name)
+    }
+}
+
+/// Check, on the engine's thread, that `component` in the snapshot `name` of homes is a
+/// part `owner_uid` may be shown (as an open of it would).
+pub fn check_home_part(
+    engine: &Engine,
+    name: SnapshotName,
+    component: &[u8],
+    owner_uid: u32,
+) -> Result<(), OpenError> {
+    let root = engine.open_snapshot_root(name)?;
+    home_part_dir(root.as_fd(), name, component, owner_uid).map(drop)
+}
+
 /// A part as logged.
 fn logged_part(part: &Part) -> String {
     match part {

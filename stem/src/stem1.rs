@@ -45,7 +45,7 @@ use crate::caller::{Authority, Refusal};
 use crate::copies::CopyError;
 use crate::copies::{Copied, Copies, CopyOnTarget, InFlight, Logged, Programs};
 use crate::engine::{self, Commit, EngineError, Staged};
-use crate::open::{Closed, OpenError, OpenFailure, OpenSnapshot, Opens, Part};
+use crate::open::{check_home_part, Closed, OpenError, OpenFailure, OpenSnapshot, Opens, Part};
 use crate::worker::{Worker, WorkerGone};
 use layout::copies::CopiesConfig;
 
@@ -714,22 +714,8 @@ impl Stem1 {
         self.admit(connection, &header).await?;
         let name = parse_snapshot(name)?;
         let opens = self.opens.clone();
-        // On the engine's thread, as an open's own check after it attaches: an open is
-        // either in the table when this looks, or finds the snapshot gone and closes.
         self.act(format!("delete {name}"), move |e| {
-            // No thread in the host's namespace: nothing is open.
-            let open = opens
-                .run_blocking(move |h| h.opens_of(name))
-                .unwrap_or_default();
-            if !open.is_empty() {
-                let held = open
-                    .iter()
-                    .map(|o| format!("open for uid {} at {}", o.for_uid, o.path.display()))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Err(EngineError::InUse { name, held });
-            }
-            e.delete(name)
+            opens.delete_unless_open(e, name)
         })
         .await
     }
@@ -914,16 +900,7 @@ impl Stem1 {
         let below = relative_below(&below)?;
         let checked = component.clone();
         self.worker
-            .run(move |e| {
-                let root = e.open_snapshot_root(name)?;
-                crate::open::home_part_dir(
-                    std::os::fd::AsFd::as_fd(&root),
-                    name,
-                    &checked,
-                    owner_uid,
-                )
-                .map(drop)
-            })
+            .run(move |e| check_home_part(e, name, &checked, owner_uid))
             .await?
             .map_err(|e| {
                 // The keeper journals the refusal within its allowance (adr/0016).
