@@ -15,7 +15,9 @@ use serde::Serialize;
 use uuid::Uuid;
 
 mod changes;
-pub use changes::{ChangeCount, Commit, MAX_COUNTED_INODES, MAX_PATHS, MAX_REUSED_COUNTS};
+pub use changes::{
+    ChangeCount, Commit, CountStopped, MAX_COUNTED_INODES, MAX_PATHS, MAX_REUSED_COUNTS,
+};
 mod generation;
 pub use generation::StoreGeneration;
 
@@ -567,7 +569,7 @@ impl Engine {
     }
 
     /// The root directory of the read-only snapshot `name`, opened beneath the store, to be
-    /// mounted for a person (crate::open); nothing in it is read.
+    /// mounted for a person (by the open module); nothing in it is read.
     pub fn open_snapshot_root(&self, name: SnapshotName) -> Result<Dir, EngineError> {
         let store = self.store()?;
         let dir = store.open_dir(name.to_string()).map_err(|e| match e.kind {
@@ -725,14 +727,20 @@ impl Engine {
     }
 }
 
+/// The snapshot to send, with the store and its subvolume's other snapshots.
+#[derive(Debug)]
+pub struct CopySource {
+    pub store: Dir,
+    pub info: SubvolumeInfo,
+    /// Every snapshot of the same subvolume in the store.
+    pub siblings: Vec<(SnapshotName, SubvolumeInfo)>,
+}
+
 /// Copies off the disk: the engine's short steps of a copy and a fetch (the transfers run on
-/// threads of their own, `crate::copies`).
+/// threads of their own, in the copies module).
 impl Engine {
     /// The snapshot `name` to send, and every snapshot of its subvolume (parent candidates).
-    pub fn open_for_copy(
-        &self,
-        name: SnapshotName,
-    ) -> Result<crate::copies::CopySource, EngineError> {
+    pub fn open_for_copy(&self, name: SnapshotName) -> Result<CopySource, EngineError> {
         let store = self.store()?;
         let info = self.open_snapshot(&store, name)?;
         let mut siblings = Vec::new();
@@ -746,7 +754,7 @@ impl Engine {
                 }
             }
         }
-        Ok(crate::copies::CopySource {
+        Ok(CopySource {
             store,
             info,
             siblings,

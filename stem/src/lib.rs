@@ -5,6 +5,7 @@
 //! It reads or writes no file content for anybody: the only files it writes are the
 //! restore request, and the only ones it reads are the request and the initrd's outcome.
 
+pub mod allowance;
 pub mod caller;
 pub mod copies;
 pub mod engine;

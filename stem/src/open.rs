@@ -1,4 +1,4 @@
-//! Opening a snapshot read-only for a person (issue 16, adr/0019).
+//! Opening a snapshot read-only for a person (adr/0019).
 //!
 //! The stem mounts and never reads: it clones the mount of exactly the part to show (a
 //! snapshot's root, or one home directory in it, each opened beneath the store without
@@ -11,7 +11,8 @@
 //! namespace where the store is mounted (a mount can only be cloned from the namespace it is
 //! in). Everything in the host's namespace — the directories, attaching, detaching, the
 //! table of what is open — happens on one thread of its own ([`Opens`]), which entered the
-//! host's namespace once at start and never leaves it.
+//! host's namespace once at start and never leaves it. [`Opens::open`] is the act across
+//! both.
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr};
@@ -27,7 +28,9 @@ use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags};
 use rustix::io::Errno;
 use rustix::mount::{MoveMountFlags, OpenTreeFlags, UnmountFlags};
 
+use crate::allowance::allowed;
 use crate::engine::{Engine, EngineError};
+use crate::worker::{Worker, WorkerGone};
 
 /// The longest name a directory entry may have (NAME_MAX).
 pub const MAX_PART_BYTES: usize = 255;
@@ -461,6 +464,151 @@ impl Opens {
             let _ = answer.send(act(host));
         }))?;
         answered.recv().map_err(|_| gone())
+    }
+}
+
+/// Why [`Opens::open`] opened nothing (each is logged where it happened).
+#[derive(Debug, thiserror::Error)]
+pub enum OpenFailure {
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    #[error(transparent)]
+    WorkerGone(#[from] WorkerGone),
+    /// A deletion ran between the clone and the attach.
+    #[error("{0} was deleted while it was being opened; nothing is open")]
+    DeletedMeanwhile(SnapshotName),
+    /// The asker left the bus before the open was recorded (the act, as logged).
+    #[error("{0}: the caller left the bus; closed again")]
+    OpenerLeft(String),
+}
+
+impl Opens {
+    /// Open `part` of the snapshot `name` for `for_uid`, asked by the bus connection
+    /// `opener`: the clone on the engine's thread (`worker`), the attach on the host
+    /// namespace's; `opener_still_there` answers, once the open is recorded, whether the
+    /// asker is still on the bus. Answers the open and whether it was open already.
+    pub async fn open(
+        &self,
+        worker: &Worker,
+        for_uid: u32,
+        name: SnapshotName,
+        part: Part,
+        opener: String,
+        opener_still_there: impl std::future::Future<Output = bool>,
+    ) -> Result<(OpenSnapshot, bool), OpenFailure> {
+        let what = format!("open {name} ({}) for uid {for_uid}", logged_part(&part));
+        let asked = part.bytes().to_vec();
+        let again = self
+            .run(move |h| h.admit(for_uid, name, &asked))
+            .await
+            .and_then(|r| r);
+        match again {
+            Ok(Some(open)) => {
+                tracing::info!("{what}: open already at {}", open.path.display());
+                return Ok((open, true));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let v = allowed("open refused", for_uid);
+                if v.log() {
+                    tracing::warn!("{what}: refused: {e}{}", v.note());
+                }
+                return Err(e.into());
+            }
+        }
+        let clone_part = part.clone();
+        let tree = match worker
+            .run(move |e| detached_mount(e, name, &clone_part))
+            .await?
+        {
+            Ok(tree) => tree,
+            Err(e) => {
+                let v = allowed("open refused", for_uid);
+                if v.log() {
+                    tracing::warn!("{what}: refused or failed: {e}{}", v.note());
+                }
+                return Err(e.into());
+            }
+        };
+        let bytes = part.bytes().to_vec();
+        let attach_opener = opener.clone();
+        let opened = self
+            .run(move |h| h.attach(for_uid, name, bytes, attach_opener, tree))
+            .await
+            .and_then(|r| r);
+        let open = match opened {
+            Ok(open) => open,
+            Err(e) => {
+                tracing::warn!("{what}: failed: {e}");
+                return Err(e.into());
+            }
+        };
+        // A deletion that ran between the clone and the attach did not see this open: the
+        // snapshot must still be there, or the open would hold a deleted snapshot.
+        let there = worker
+            .run(move |e| e.open_snapshot_root(name).map(drop))
+            .await;
+        if !matches!(there, Ok(Ok(()))) {
+            let _ = self.run(move |h| h.close(for_uid, name)).await;
+            tracing::warn!("{what}: deleted while it was being opened; closed again");
+            return Err(OpenFailure::DeletedMeanwhile(name));
+        }
+        tracing::info!("{what}: open at {}", open.path.display());
+        // The asker may have left the bus before the open was recorded: then no signal of
+        // its going will close it, so it is closed now.
+        if !opener_still_there.await {
+            let _ = self.run(move |h| h.close_of_opener(&opener)).await;
+            return Err(OpenFailure::OpenerLeft(what));
+        }
+        Ok((open, false))
+    }
+}
+
+impl Opens {
+    /// Delete the snapshot `name` unless it is open: on the engine's thread (`engine`), as
+    /// an open's own check after it attaches, so an open is either in the table when this
+    /// looks, or finds the snapshot gone and closes.
+    pub fn delete_unless_open(
+        &self,
+        engine: &Engine,
+        name: SnapshotName,
+    ) -> Result<(), EngineError> {
+        // No thread in the host's namespace: nothing is open.
+        let open = self
+            .run_blocking(move |h| h.opens_of(name))
+            .unwrap_or_default();
+        if !open.is_empty() {
+            let held = open
+                .iter()
+                .map(|o| format!("open for uid {} at {}", o.for_uid, o.path.display()))
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(EngineError::InUse { name, held });
+        }
+        engine.delete(name)
+    }
+}
+
+/// Check, on the engine's thread, that `component` in the snapshot `name` of homes is a
+/// part `owner_uid` may be shown (as an open of it would).
+pub fn check_home_part(
+    engine: &Engine,
+    name: SnapshotName,
+    component: &[u8],
+    owner_uid: u32,
+) -> Result<(), OpenError> {
+    let root = engine.open_snapshot_root(name)?;
+    home_part_dir(root.as_fd(), name, component, owner_uid).map(drop)
+}
+
+/// A part as logged.
+fn logged_part(part: &Part) -> String {
+    match part {
+        Part::Whole => "whole".into(),
+        Part::Home {
+            component,
+            owner_uid,
+        } => format!("the part {} of uid {owner_uid}", shown_bytes(component)),
     }
 }
 

@@ -43,11 +43,12 @@ use zbus::message::Header;
 use zbus::object_server::Interface as _;
 use zbus::{interface, Connection};
 
+use crate::allowance::allowed;
 use crate::caller::{Authority, Refusal};
 use crate::copies::CopyError;
-use crate::copies::{Copied, Copies, CopyOnTarget, InFlight, Programs};
+use crate::copies::{Copied, Copies, CopyOnTarget, InFlight, Logged, Programs};
 use crate::engine::{self, Commit, EngineError, Staged};
-use crate::open::{Closed, OpenError, OpenSnapshot, Opens, Part};
+use crate::open::{check_home_part, Closed, OpenError, OpenFailure, OpenSnapshot, Opens, Part};
 use crate::worker::{Worker, WorkerGone};
 use layout::copies::CopiesConfig;
 
@@ -204,14 +205,6 @@ impl From<Refusal> for Error {
     }
 }
 
-/// How a copy act's answer is logged: a copy, fetch or deletion every time; a look that
-/// anybody may repeat within the allowance (adr/0016).
-#[derive(Debug, Clone, Copy)]
-enum Logged {
-    EveryTime,
-    WithinAllowance,
-}
-
 /// The server side: the interface served at `/org/tacid/Stem1`.
 #[derive(Debug)]
 pub struct Stem1 {
@@ -247,49 +240,6 @@ impl Stem1 {
     /// As it is, with `opens` serving OpenSnapshot, CloseSnapshot and OpenSnapshots.
     pub fn with_opens(self, opens: Opens) -> Stem1 {
         Stem1 { opens, ..self }
-    }
-
-    /// Run a copy act on a thread of its own (a transfer may take hours: never the
-    /// engine's thread, never the async runtime's); log the answer as `logged` says.
-    async fn copy_act<T: Send + 'static>(
-        &self,
-        what: String,
-        logged: Logged,
-        act: impl FnOnce(&Copies) -> Result<T, CopyError> + Send + 'static,
-    ) -> Result<T, Error> {
-        let copies = self.copies.clone();
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
-            .name("stem-copy".into())
-            .spawn(move || {
-                let _ = answer.send(act(&copies));
-            })
-            .map_err(|e| Error::Failed(format!("{what}: cannot start a thread: {e}")))?;
-        match (answered.await, logged) {
-            (Ok(Ok(answer)), Logged::EveryTime) => {
-                tracing::info!("{what}: done");
-                Ok(answer)
-            }
-            (Ok(Ok(answer)), Logged::WithinAllowance) => {
-                tracing::debug!("{what}: done");
-                Ok(answer)
-            }
-            (Ok(Err(e)), Logged::EveryTime) => {
-                tracing::warn!("{what}: refused or failed: {e}");
-                Err(e.into())
-            }
-            (Ok(Err(e)), Logged::WithinAllowance) => {
-                let v = allowed("copies look refused", u32::MAX);
-                if v.log() {
-                    tracing::warn!("{what}: refused or failed: {e}{}", v.note());
-                }
-                Err(e.into())
-            }
-            (Err(_), _) => {
-                tracing::error!("{what}: the copy thread stopped (a panic; see above)");
-                Err(Error::Failed(format!("{what}: the copy thread stopped")))
-            }
-        }
     }
 
     /// Admit the call or refuse it; every method starts here, before it looks at an argument.
@@ -443,22 +393,8 @@ impl Stem1 {
         self.admit(connection, &header).await?;
         let name = parse_snapshot(name)?;
         let opens = self.opens.clone();
-        // On the engine's thread, as an open's own check after it attaches: an open is
-        // either in the table when this looks, or finds the snapshot gone and closes.
         self.act(format!("delete {name}"), move |e| {
-            // No thread in the host's namespace: nothing is open.
-            let open = opens
-                .run_blocking(move |h| h.opens_of(name))
-                .unwrap_or_default();
-            if !open.is_empty() {
-                let held = open
-                    .iter()
-                    .map(|o| format!("open for uid {} at {}", o.for_uid, o.path.display()))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Err(EngineError::InUse { name, held });
-            }
-            e.delete(name)
+            opens.delete_unless_open(e, name)
         })
         .await
     }
@@ -643,16 +579,7 @@ impl Stem1 {
         let below = relative_below(&below)?;
         let checked = component.clone();
         self.worker
-            .run(move |e| {
-                let root = e.open_snapshot_root(name)?;
-                crate::open::home_part_dir(
-                    std::os::fd::AsFd::as_fd(&root),
-                    name,
-                    &checked,
-                    owner_uid,
-                )
-                .map(drop)
-            })
+            .run(move |e| check_home_part(e, name, &checked, owner_uid))
             .await?
             .map_err(|e| {
                 // The keeper journals the refusal within its allowance (adr/0016).
@@ -737,7 +664,8 @@ impl Stem1 {
         let target = parse_target(target)?;
         let what = format!("copy {name} to {target}");
         let copied = self
-            .copy_act(what, Logged::EveryTime, move |c| c.copy_to(name, &target))
+            .copies
+            .act(what, Logged::EveryTime, move |c| c.copy_to(name, &target))
             .await?;
         Ok(CopiedInfo::from(&copied))
     }
@@ -760,7 +688,8 @@ impl Stem1 {
         // is not logged, its failure only within an allowance (the keeper passes no caller;
         // the answer is the same for every caller of a target).
         let copies = self
-            .copy_act(what, Logged::WithinAllowance, move |c| c.copies_on(&target))
+            .copies
+            .act(what, Logged::WithinAllowance, move |c| c.copies_on(&target))
             .await?;
         Ok(copies.iter().map(CopyInfo::from).collect())
     }
@@ -779,10 +708,12 @@ impl Stem1 {
         let target = parse_target(target)?;
         let name = parse_snapshot(name)?;
         let what = format!("delete the copy {name} on {target}");
-        self.copy_act(what, Logged::EveryTime, move |c| {
-            c.delete_copy(&target, name)
-        })
-        .await
+        self.copies
+            .act(what, Logged::EveryTime, move |c| {
+                c.delete_copy(&target, name)
+            })
+            .await
+            .map_err(Error::from)
     }
 
     /// Fetch the copy `name` from `target` back into the store (a new disk): received into
@@ -806,7 +737,8 @@ impl Stem1 {
         let name = parse_snapshot(name)?;
         let what = format!("fetch {name} from {target}");
         let (fetched, bytes) = self
-            .copy_act(what, Logged::EveryTime, move |c| {
+            .copies
+            .act(what, Logged::EveryTime, move |c| {
                 c.fetch_counted(&target, name)
             })
             .await?;
@@ -865,80 +797,25 @@ impl Stem1 {
                 "uid 4294967295 is nobody's (the kernel's \"no uid\")".into(),
             ));
         }
-        let what = format!("open {name} ({}) for uid {for_uid}", shown_part(&part));
-        let asked = part.bytes().to_vec();
-        let again = self
-            .opens
-            .run(move |h| h.admit(for_uid, name, &asked))
-            .await
-            .and_then(|r| r);
-        match again {
-            Ok(Some(open)) => {
-                tracing::info!("{what}: open already at {}", open.path.display());
-                return Ok((OpenInfo::from(&open), true));
-            }
-            Ok(None) => {}
-            Err(e) => {
-                let v = allowed("open refused", for_uid);
-                if v.log() {
-                    tracing::warn!("{what}: refused: {e}{}", v.note());
-                }
-                return Err(e.into());
-            }
-        }
-        let clone_part = part.clone();
-        let tree = match self
-            .worker
-            .run(move |e| crate::open::detached_mount(e, name, &clone_part))
-            .await
-        {
-            Ok(Ok(tree)) => tree,
-            Ok(Err(e)) => {
-                let v = allowed("open refused", for_uid);
-                if v.log() {
-                    tracing::warn!("{what}: refused or failed: {e}{}", v.note());
-                }
-                return Err(e.into());
-            }
-            Err(gone) => return Err(gone.into()),
-        };
-        let bytes = part.bytes().to_vec();
-        let attach_opener = opener.clone();
+        let asker = opener.clone();
         let opened = self
             .opens
-            .run(move |h| h.attach(for_uid, name, bytes, attach_opener, tree))
-            .await
-            .and_then(|r| r);
-        let open = match opened {
-            Ok(open) => open,
-            Err(e) => {
-                tracing::warn!("{what}: failed: {e}");
-                return Err(e.into());
-            }
-        };
-        // A deletion that ran between the clone and the attach did not see this open: the
-        // snapshot must still be there, or the open would hold a deleted snapshot.
-        let there = self
-            .worker
-            .run(move |e| e.open_snapshot_root(name).map(drop))
+            .open(
+                &self.worker,
+                for_uid,
+                name,
+                part,
+                opener,
+                still_on_the_bus(connection, &asker),
+            )
             .await;
-        if !matches!(there, Ok(Ok(()))) {
-            let _ = self.opens.run(move |h| h.close(for_uid, name)).await;
-            tracing::warn!("{what}: deleted while it was being opened; closed again");
-            return Err(Error::NoSuchSnapshot(format!(
-                "{name} was deleted while it was being opened; nothing is open"
-            )));
+        match opened {
+            Ok((open, again)) => Ok((OpenInfo::from(&open), again)),
+            Err(OpenFailure::Open(e)) => Err(e.into()),
+            Err(OpenFailure::WorkerGone(gone)) => Err(gone.into()),
+            Err(f @ OpenFailure::DeletedMeanwhile(_)) => Err(Error::NoSuchSnapshot(f.to_string())),
+            Err(f @ OpenFailure::OpenerLeft(_)) => Err(Error::Failed(f.to_string())),
         }
-        tracing::info!("{what}: open at {}", open.path.display());
-        // The asker may have left the bus before the open was recorded: then no signal of
-        // its going will close it, so it is closed now.
-        if !still_on_the_bus(connection, &opener).await {
-            let _ = self.opens.run(move |h| h.close_of_opener(&opener)).await;
-            return Err(Error::Failed(format!(
-                "{what}: the caller left the bus; closed again"
-            )));
-        }
-        Ok((OpenInfo::from(&open), false))
     }
 
     /// Close the open snapshot `name` of `for_uid`: unmounted, and its mount point removed.
@@ -1053,14 +930,8 @@ impl Stem1 {
                 return Ok(changes_info(&kept));
             }
         }
-        // Counts wait for each other (each may take seconds), never for the engine's
-        // thread beyond the checks and the commit: a snapshot is not held up by a count.
-        let _turn = CHANGE_COUNTS
-            .acquire()
-            .await
-            .map_err(|e| Error::Failed(e.to_string()))?;
-        let counted = tokio::task::spawn_blocking(move || {
-            count.run_seen_by(deadline, with_paths, viewer.as_ref(), &mut |p| {
+        let counted = count
+            .run_in_turn(deadline, with_paths, viewer, move |p| {
                 tracing::info!(
                     items_seen = p.items_seen,
                     changes_found = p.changes_found,
@@ -1068,9 +939,8 @@ impl Stem1 {
                     p.elapsed.as_secs()
                 );
             })
-        })
-        .await
-        .map_err(|e| Error::Failed(format!("{what}: the count stopped: {e}")))?;
+            .await
+            .map_err(|e| Error::Failed(format!("{what}: the count stopped: {e}")))?;
         match counted {
             Ok(changes) => {
                 tracing::debug!("{what}: counted");
@@ -1084,35 +954,6 @@ impl Stem1 {
                 Err(e.into())
             }
         }
-    }
-}
-
-/// Whether a line of `kind` about `uid` (u32::MAX: the keeper passed none) may be logged
-/// now: calls anybody can make again and again through the keeper are logged within an
-/// allowance per caller and time (adr/0016), the rest only counted.
-fn allowed(kind: &'static str, uid: u32) -> layout::allowance::Verdict {
-    static LOGS: std::sync::LazyLock<
-        std::sync::Mutex<layout::allowance::LogAllowance<(&'static str, u32)>>,
-    > = std::sync::LazyLock::new(|| {
-        std::sync::Mutex::new(layout::allowance::LogAllowance::new(
-            std::time::Instant::now(),
-        ))
-    });
-    LOGS.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .admit(&(kind, uid), std::time::Instant::now())
-}
-
-fn shown_part(part: &Part) -> String {
-    match part {
-        Part::Whole => "whole".into(),
-        Part::Home {
-            component,
-            owner_uid,
-        } => format!(
-            "the part {} of uid {owner_uid}",
-            crate::open::shown_bytes(component)
-        ),
     }
 }
 
@@ -1158,10 +999,6 @@ fn relative_below(below: &[u8]) -> Result<Vec<u8>, Error> {
 
 /// The longest a ChangesSince may run: inside dbus-daemon's default reply timeout (25 s).
 const MAX_CHANGES_LIMIT_MS: u32 = 20_000;
-
-/// One count at a time: a burst of previews queues here instead of filling the blocking
-/// pool with tree searches.
-static CHANGE_COUNTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
 /// A count of changes as the wire carries it.
 fn changes_info(c: &btrfs::Changes) -> ChangesInfo {

@@ -80,6 +80,15 @@ pub struct ChangeCount {
     reused: Arc<Mutex<ReusedCounts>>,
 }
 
+/// One count at a time: a burst of previews queues here instead of filling the blocking
+/// pool with tree searches.
+static COUNTS_IN_TURN: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+/// A count that could not run to its answer: no turn was given, or its thread stopped.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CountStopped(String);
+
 impl ChangeCount {
     /// Count until `deadline`; see [`Engine::changes_since`]. A complete count is kept, so
     /// that [`ChangeCount::reused`] can give it again while the live subvolume's generation
@@ -91,6 +100,28 @@ impl ChangeCount {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Changes, EngineError> {
         self.run_seen_by(deadline, with_paths, None, progress)
+    }
+
+    /// [`ChangeCount::run_seen_by`] off the async runtime, in turn with every other count:
+    /// counts wait for each other (each may take seconds), never for the engine's thread
+    /// beyond the checks and the commit, so a snapshot is not held up by a count.
+    pub async fn run_in_turn(
+        self,
+        deadline: Instant,
+        with_paths: bool,
+        viewer: Option<Viewer>,
+        progress: impl FnMut(Progress) + Send + 'static,
+    ) -> Result<Result<Changes, EngineError>, CountStopped> {
+        let _turn = COUNTS_IN_TURN
+            .acquire()
+            .await
+            .map_err(|e| CountStopped(e.to_string()))?;
+        let mut progress = progress;
+        tokio::task::spawn_blocking(move || {
+            self.run_seen_by(deadline, with_paths, viewer.as_ref(), &mut progress)
+        })
+        .await
+        .map_err(|e| CountStopped(e.to_string()))
     }
 
     /// As [`ChangeCount::run`], the paths narrowed to what `viewer` may see (see

@@ -1,0 +1,91 @@
+//! A target opened for an act: what every kind of target does ([`Target`]), whatever its
+//! place (a local directory, `super::local`; a far host over SSH, `super::ssh`).
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::AtomicU64;
+
+use layout::copies::Target as Configured;
+use layout::SnapshotName;
+use uuid::Uuid;
+
+use super::process::{capped, Ran};
+use super::{CopyError, CopyOnTarget, Programs};
+use crate::engine::EngineError;
+
+/// A stream's writer: the snapshot's send, writing into the fd it is given.
+pub type Stream = Box<dyn FnOnce(OwnedFd) -> btrfs::Result<()> + Send>;
+
+/// One target, opened for an act.
+pub trait Target {
+    /// Clean (transfers that died), then list the verified copies.
+    fn list(&self) -> Result<Vec<CopyOnTarget>, CopyError>;
+
+    /// The verified copies, without cleaning (a look while another act has the target).
+    fn list_verified(&self) -> Result<Vec<CopyOnTarget>, CopyError>;
+
+    /// Delete the copy `name`.
+    fn delete(&self, name: SnapshotName) -> Result<(), CopyError>;
+
+    /// Receive the stream `send` writes as the copy `name`, then verify it: read-only,
+    /// received UUID = `identity`. Returns the received UUID.
+    fn receive(
+        &self,
+        name: SnapshotName,
+        identity: Uuid,
+        send: Stream,
+        moved: &AtomicU64,
+    ) -> Result<Uuid, CopyError>;
+
+    /// Send the copy `name` from the target into `incoming` (a directory of the store).
+    fn send_into(
+        &self,
+        name: SnapshotName,
+        incoming: &Path,
+        moved: &AtomicU64,
+    ) -> Result<(), CopyError>;
+
+    /// Delete what a transfer that died left (after a failed receive).
+    fn clean(&self);
+}
+
+/// The failure of moving `name` to or from `target`.
+pub fn transfer_failed(target: &Configured, name: SnapshotName, reason: String) -> CopyError {
+    CopyError::TransferFailed {
+        target: target.name.clone(),
+        name,
+        reason,
+    }
+}
+
+/// `btrfs receive` of a stream from a target into the store's `incoming`. The stream comes
+/// from the target, which may be hostile: `btrfs receive` follows the paths a stream names,
+/// `..` and symlinks the stream made itself included, so unconfined it writes anywhere as
+/// root. --chroot confines it to `.incoming` (a fetch is always a full stream, so no parent
+/// needs finding outside it); -e stops it at the first stream's end.
+pub fn receive_into_store(programs: &Programs, incoming: &Path) -> Command {
+    let mut receive = Command::new(&programs.btrfs);
+    receive.args(["receive", "-e", "--chroot"]).arg(incoming);
+    receive
+}
+
+/// How a fetch's `btrfs receive` into the store ended, with how the send ended.
+pub fn received_into_store(
+    target: &Configured,
+    name: SnapshotName,
+    ran: Ran,
+    sent: btrfs::Result<()>,
+) -> Result<(), CopyError> {
+    if !ran.ok() {
+        let reason = format!("btrfs receive: {}", capped(&ran.stderr));
+        return Err(if ran.stderr.contains("No space left") {
+            CopyError::Engine(EngineError::NoSpace {
+                doing: format!("fetching {name}: {reason}"),
+            })
+        } else {
+            transfer_failed(target, name, reason)
+        });
+    }
+    sent.map_err(|e| transfer_failed(target, name, format!("sending: {e}")))
+}
