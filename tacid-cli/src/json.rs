@@ -9,7 +9,7 @@
 //! Strings are in the visible form of adr/0017, as the keeper sent them.
 
 use keeper_interface as wire;
-use layout::switch::{Switch, SwitchTo};
+use layout::switch::SwitchTo;
 use serde::Serialize;
 
 /// The version of the documents' shape. Raised (and said in `--help`, the man page and
@@ -55,16 +55,6 @@ impl<'a> From<&'a crate::Failure> for Failure<'a> {
     }
 }
 
-/// The switch a pre-switch snapshot was taken before, from its reason (adr/0009). The
-/// reason arrives escaped; the grammar has no byte escaping changes, so a reason that was
-/// escaped is not a switch.
-pub(crate) fn switch_of(pre_switch: bool, reason: &str) -> Option<Switch> {
-    if !pre_switch {
-        return None;
-    }
-    Switch::parse(reason).ok().flatten()
-}
-
 /// A pre-switch snapshot's generations: `null` when it is not one, or its reason names
 /// none of them.
 #[derive(Debug, Serialize)]
@@ -75,7 +65,7 @@ pub struct SwitchJson {
 }
 
 fn switch_json(pre_switch: bool, reason: &str) -> Option<SwitchJson> {
-    let sw = switch_of(pre_switch, reason)?;
+    let sw = crate::rows::switch_of(pre_switch, reason)?;
     let (to_generation, to_toplevel) = match sw.to {
         Some(SwitchTo::Generation(n)) => (Some(n), None),
         Some(SwitchTo::Toplevel(t)) => (None, Some(t.as_str().to_owned())),
@@ -217,7 +207,7 @@ impl Serialize for List<'_> {
                 let mut seq = s.serialize_seq(Some(l.rows.len()))?;
                 let mut at = 0;
                 for (i, r) in l.rows.iter().enumerate() {
-                    let held = crate::render::copies_of(l.copies, &mut at, i);
+                    let held = crate::rows::copies_of(l.copies, &mut at, i);
                     // A person has a few opens at most: a scan of them per row costs nothing.
                     let open_at = l
                         .opens

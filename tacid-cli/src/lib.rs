@@ -5,6 +5,7 @@ pub mod cli;
 pub mod docs;
 pub mod json;
 mod render;
+mod rows;
 
 /// Where a `tacid` process spends its time after `main` begins, said on stderr when
 /// `TACID_TIMINGS` is set (the end-to-end bench reads it; issue 15). Nothing otherwise.

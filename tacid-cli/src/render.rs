@@ -44,23 +44,7 @@ fn write_why(out: &mut impl std::io::Write, e: &SnapshotRow<'_>) -> std::io::Res
 
 /// The switch a pre-switch snapshot was taken before, from its reason.
 fn switch_of(e: &SnapshotRow<'_>) -> Option<Switch> {
-    crate::json::switch_of(e.pre_switch, e.reason)
-}
-
-/// The targets of row `i`, from `copies` (sorted by row) starting at `*at`.
-pub(crate) fn copies_of<'c, 'a>(
-    copies: &'c [CopyOfRow<'a>],
-    at: &mut usize,
-    i: usize,
-) -> &'c [CopyOfRow<'a>] {
-    while *at < copies.len() && (copies[*at].row as usize) < i {
-        *at += 1;
-    }
-    let start = *at;
-    while *at < copies.len() && copies[*at].row as usize == i {
-        *at += 1;
-    }
-    &copies[start..*at]
+    crate::rows::switch_of(e.pre_switch, e.reason)
 }
 
 /// `tacid data list`, written into `out` (one buffered stdout): every field is written in
@@ -100,7 +84,7 @@ pub fn write_list(
         if e.set_id > 0 {
             writeln!(out, "    set    {}", e.set_id)?;
         }
-        let held = copies_of(copies, &mut at, i);
+        let held = crate::rows::copies_of(copies, &mut at, i);
         if let Some((first, rest)) = held.split_first() {
             write!(out, "    copies {}", first.target)?;
             for c in rest {
