@@ -5,7 +5,7 @@
 use std::fmt;
 
 use btrfs::FileKind;
-use layout::origin::{origin_of, LiveSubvolume, StoredSnapshot, Verdict};
+use layout::origin::{origin_of, Ancestry, LiveSubvolume, StoredSnapshot};
 use layout::{
     RequestError, RestoreMember, RestoreRequest, SnapshotName, SubvolumeName, MAX_REQUEST_BYTES,
 };
@@ -209,12 +209,12 @@ pub fn check_snapshot(
         parent_uuid: snapshot.parent_uuid,
     };
     match origin_of(&this, lives, &stored) {
-        Verdict::Of(of, _) if of == member.subvolume() => Ok(()),
-        Verdict::Of(of, _) => Err(RequestRefusal::OfAnotherSubvolume {
+        Ancestry::Of(of, _) if of == member.subvolume() => Ok(()),
+        Ancestry::Of(of, _) => Err(RequestRefusal::OfAnotherSubvolume {
             snapshot: name,
             by_parent: of,
         }),
-        Verdict::Contradicts { by_parent, .. } => Err(RequestRefusal::OfAnotherSubvolume {
+        Ancestry::Contradicts { by_parent, .. } => Err(RequestRefusal::OfAnotherSubvolume {
             snapshot: name,
             by_parent,
         }),

@@ -18,7 +18,7 @@ pub const WINDOW: Duration = Duration::from_secs(ALLOWANCE_WINDOW_SECS);
 
 /// Whether to write a line now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Logging {
     /// Write it, saying how many of this caller's calls, and how many of callers past the
     /// overall allowance, were not written since its last line.
     Log {
@@ -56,7 +56,7 @@ impl<K: Hash + Eq + Clone> LogAllowance<K> {
     }
 
     /// One call of `caller` at `now` that would write a line.
-    pub fn admit(&mut self, caller: &K, now: Instant) -> Verdict {
+    pub fn admit(&mut self, caller: &K, now: Instant) -> Logging {
         if now.saturating_duration_since(self.started) >= WINDOW {
             self.started = now;
             self.logged = 0;
@@ -76,19 +76,19 @@ impl<K: Hash + Eq + Clone> LogAllowance<K> {
                 }
                 if c.logged >= ALLOWANCE_PER_CALLER || over_overall {
                     c.unlogged += 1;
-                    return Verdict::Quiet;
+                    return Logging::Quiet;
                 }
                 c.logged += 1;
                 self.logged += 1;
                 let unlogged = std::mem::take(&mut c.unlogged);
-                Verdict::Log {
+                Logging::Log {
                     unlogged,
                     unlogged_overall: std::mem::take(&mut self.unlogged_overall),
                 }
             }
             None if over_overall => {
                 self.unlogged_overall += 1;
-                Verdict::Quiet
+                Logging::Quiet
             }
             None => {
                 self.callers.insert(
@@ -100,7 +100,7 @@ impl<K: Hash + Eq + Clone> LogAllowance<K> {
                     },
                 );
                 self.logged += 1;
-                Verdict::Log {
+                Logging::Log {
                     unlogged: 0,
                     unlogged_overall: std::mem::take(&mut self.unlogged_overall),
                 }
@@ -109,11 +109,11 @@ impl<K: Hash + Eq + Clone> LogAllowance<K> {
     }
 }
 
-impl Verdict {
+impl Logging {
     /// What to add to the line written: empty when nothing went unwritten.
     pub fn note(&self) -> String {
         match *self {
-            Verdict::Log {
+            Logging::Log {
                 unlogged,
                 unlogged_overall,
             } if unlogged > 0 || unlogged_overall > 0 => {
@@ -137,7 +137,7 @@ impl Verdict {
     }
 
     pub fn log(&self) -> bool {
-        matches!(self, Verdict::Log { .. })
+        matches!(self, Logging::Log { .. })
     }
 }
 
@@ -156,7 +156,7 @@ mod tests {
         let next = a.admit(&7, t0 + WINDOW + Duration::from_secs(11));
         assert_eq!(
             next,
-            Verdict::Log {
+            Logging::Log {
                 unlogged: 10_000 - u64::from(ALLOWANCE_PER_CALLER),
                 unlogged_overall: 0
             }
@@ -172,7 +172,7 @@ mod tests {
         assert_eq!(logged, ALLOWANCE_OVERALL as usize);
         assert!(a.callers.len() <= ALLOWANCE_OVERALL as usize);
         match a.admit(&1, t0 + WINDOW) {
-            Verdict::Log {
+            Logging::Log {
                 unlogged_overall, ..
             } => assert_eq!(unlogged_overall, 100_000 - u64::from(ALLOWANCE_OVERALL)),
             v => panic!("{v:?}"),

@@ -48,7 +48,7 @@ pub struct StoredSnapshot {
 
 /// The answer for one snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Ancestry {
     /// It is a snapshot of this subvolume, known this way.
     Of(SubvolumeName, Origin),
     /// Its name says one subvolume, its parent UUID proves another.
@@ -84,15 +84,15 @@ impl Lineages {
     }
 
     /// What `snapshot` is a snapshot of.
-    pub fn origin_of(&self, snapshot: &StoredSnapshot) -> Verdict {
+    pub fn origin_of(&self, snapshot: &StoredSnapshot) -> Ancestry {
         let by_name = snapshot.name.subvolume();
         let by_parent = snapshot
             .parent_uuid
             .and_then(|p| self.by_uuid.get(&p).copied());
         match by_parent {
-            Some(by_parent) if by_parent == by_name => Verdict::Of(by_name, Origin::ParentUuid),
-            Some(by_parent) => Verdict::Contradicts { by_name, by_parent },
-            None => Verdict::Of(by_name, Origin::NameOnly),
+            Some(by_parent) if by_parent == by_name => Ancestry::Of(by_name, Origin::ParentUuid),
+            Some(by_parent) => Ancestry::Contradicts { by_name, by_parent },
+            None => Ancestry::Of(by_name, Origin::NameOnly),
         }
     }
 }
@@ -102,7 +102,7 @@ pub fn origin_of(
     snapshot: &StoredSnapshot,
     lives: &[LiveSubvolume],
     store: &[StoredSnapshot],
-) -> Verdict {
+) -> Ancestry {
     Lineages::new(lives, store).origin_of(snapshot)
 }
 
@@ -140,15 +140,15 @@ mod tests {
         let lives = [live("@home", 3, Some(101)), live("@log", 50, None)];
         assert_eq!(
             origin_of(&a, &lives, &store),
-            Verdict::Of(home, Origin::ParentUuid)
+            Ancestry::Of(home, Origin::ParentUuid)
         );
         assert_eq!(
             origin_of(&b, &lives, &store),
-            Verdict::Of(home, Origin::ParentUuid)
+            Ancestry::Of(home, Origin::ParentUuid)
         );
         assert_eq!(
             origin_of(&c, &lives, &store),
-            Verdict::Of(home, Origin::NameOnly)
+            Ancestry::Of(home, Origin::NameOnly)
         );
     }
 
@@ -158,7 +158,7 @@ mod tests {
         let lives = [live("@home", 3, None), live("@log", 50, None)];
         assert!(matches!(
             origin_of(&liar, &lives, &[liar]),
-            Verdict::Contradicts { .. }
+            Ancestry::Contradicts { .. }
         ));
     }
 }

@@ -4,7 +4,7 @@
 
 /// Whether a line of `kind` about `uid` (u32::MAX: the keeper passed none) may be logged
 /// now.
-pub fn allowed(kind: &'static str, uid: u32) -> layout::allowance::Verdict {
+pub fn allowed(kind: &'static str, uid: u32) -> layout::allowance::Logging {
     static LOGS: std::sync::LazyLock<
         std::sync::Mutex<layout::allowance::LogAllowance<(&'static str, u32)>>,
     > = std::sync::LazyLock::new(|| {

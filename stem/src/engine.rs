@@ -6,7 +6,7 @@ use std::sync::{mpsc, Mutex};
 use std::time::SystemTime;
 
 use btrfs::{Dir, ErrorKind, FileKind, SubvolumeInfo};
-use layout::origin::{Lineages, LiveSubvolume, StoredSnapshot, Verdict};
+use layout::origin::{Ancestry, Lineages, LiveSubvolume, StoredSnapshot};
 use layout::{
     Outcome, RestoreMember, RestoreRequest, SnapshotName, SubvolumeName, OUTCOME_FILE_NAME,
     REQUEST_FILE_NAME, SNAPSHOTS_SUBVOLUME,
@@ -467,10 +467,10 @@ impl Engine {
         let mut out = Vec::with_capacity(view.stored.len());
         for (stored, info) in &view.stored {
             let (of, origin) = match view.lineages.origin_of(stored) {
-                Verdict::Of(of, origin) => (of, origin),
+                Ancestry::Of(of, origin) => (of, origin),
                 // Listed by its name: a contradiction matters when restoring, and is
                 // refused there; the list still shows that it exists.
-                Verdict::Contradicts { by_name, .. } => (by_name, Origin::NameOnly),
+                Ancestry::Contradicts { by_name, .. } => (by_name, Origin::NameOnly),
             };
             out.push(Snapshot {
                 name: stored.name,
@@ -635,7 +635,7 @@ impl Engine {
                 uuid: info.uuid,
                 parent_uuid: info.parent_uuid,
             };
-            if let Verdict::Contradicts { by_parent, .. } = view.lineages.origin_of(&stored) {
+            if let Ancestry::Contradicts { by_parent, .. } = view.lineages.origin_of(&stored) {
                 return Err(EngineError::OfAnotherSubvolume {
                     snapshot: name,
                     expected: subvolume,

@@ -840,7 +840,7 @@ fn begin_closed(
 
 /// Whether a look of `kind` the stem refused (a diff, a listing of a target) may be logged
 /// now for `uid`: within adr/0016's allowance per caller, kind and time.
-pub(super) fn stem_refusals_logged(kind: &'static str, uid: u32) -> layout::allowance::Verdict {
+pub(super) fn stem_refusals_logged(kind: &'static str, uid: u32) -> layout::allowance::Logging {
     static LOGS: std::sync::LazyLock<Mutex<layout::allowance::LogAllowance<(&'static str, u32)>>> =
         std::sync::LazyLock::new(|| {
             Mutex::new(layout::allowance::LogAllowance::new(Instant::now()))
