@@ -314,3 +314,142 @@ fn hostile_huge_strings_are_capped_before_they_are_parsed_journalled_logged_or_e
     let longest = log.lines().map(str::len).max().unwrap_or(0);
     assert!(longest < 2048, "a log line of {longest} bytes");
 }
+
+/// Each method of `org.tacid.Keeper1` and the types of its in-arguments, as the keeper itself
+/// says (`tacid-keeper --print-introspection`): a method added later is in this list.
+fn methods_and_in_arguments() -> Vec<(String, Vec<String>)> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tacid-keeper"))
+        .arg("--print-introspection")
+        .output()
+        .expect("tacid-keeper --print-introspection runs");
+    assert!(out.status.success(), "--print-introspection: {out:?}");
+    let xml = String::from_utf8(out.stdout).expect("the introspection is UTF-8");
+    xml.split("<method name=\"")
+        .skip(1)
+        .map(|rest| {
+            let name = rest.split('"').next().expect("a closing quote").to_owned();
+            let body = rest.split("</method>").next().expect("a method's body");
+            let args = body
+                .split("<arg ")
+                .skip(1)
+                .filter(|arg| arg.contains("direction=\"in\""))
+                .map(|arg| {
+                    let ty = arg.split("type=\"").nth(1).expect("an argument's type");
+                    ty.split('"').next().expect("a closing quote").to_owned()
+                })
+                .collect();
+            (name, args)
+        })
+        .collect()
+}
+
+/// The arguments of a call of a method whose in-arguments are `types`: the `huge` one at
+/// `at`, every other one empty (or false).
+fn arguments(types: &[String], at: usize, huge: &str) -> zbus::Structure<'static> {
+    let mut args = zbus::Structure::builder();
+    for (i, ty) in types.iter().enumerate() {
+        let big = i == at;
+        args = match ty.as_str() {
+            "s" => args.add_field(if big { huge.to_owned() } else { String::new() }),
+            "as" => args.add_field(if big { vec![huge.to_owned()] } else { vec![] }),
+            "ay" => args.add_field(if big {
+                huge.as_bytes().to_vec()
+            } else {
+                vec![]
+            }),
+            "b" => args.add_field(false),
+            other => panic!("an in-argument of type {other}: teach this test to make one"),
+        };
+    }
+    args.build().expect("the arguments")
+}
+
+#[test]
+fn hostile_every_string_argument_of_every_method_is_refused_over_its_cap() {
+    let Some(mut w) = World::start() else { return };
+    // One over-cap call per string argument of every method, as the keeper's interface lists
+    // them: a method added with a string argument is called here without a word of this test.
+    let huge = "B".repeat(HUGE);
+    let calls: Vec<(String, Vec<String>, usize)> = methods_and_in_arguments()
+        .into_iter()
+        .flat_map(|(method, types)| {
+            let strings: Vec<usize> = (0..types.len())
+                .filter(|&i| matches!(types[i].as_str(), "s" | "as" | "ay"))
+                .collect();
+            strings
+                .into_iter()
+                .map(move |i| (method.clone(), types.clone(), i))
+        })
+        .collect();
+    let called: Vec<&str> = calls.iter().map(|(m, _, _)| m.as_str()).collect();
+    for expected in [
+        "Snapshot",
+        "Copy",
+        "Fetch",
+        "Open",
+        "Diff",
+        "SetRestorePreview",
+        "SetRestoreConfirm",
+    ] {
+        assert!(
+            called.contains(&expected),
+            "{expected} has string arguments: {called:?}"
+        );
+    }
+    let answers = {
+        let (huge, calls) = (huge.clone(), calls.clone());
+        as_user(&w, APPROVER, move |keeper| async move {
+            let connection = keeper.inner().connection().clone();
+            let mut answers = Vec::new();
+            for (method, types, at) in &calls {
+                let reply = connection
+                    .call_method(
+                        Some(layout::names::KEEPER_BUS_NAME),
+                        layout::names::KEEPER_OBJECT_PATH,
+                        Some(layout::names::KEEPER_BUS_NAME),
+                        method.as_str(),
+                        &arguments(types, *at, &huge),
+                    )
+                    .await;
+                answers.push((format!("{method} argument {at}"), reply));
+            }
+            answers
+        })
+        .join()
+        .expect("the approver's thread")
+    };
+    for (call, reply) in &answers {
+        match reply {
+            Err(zbus::Error::MethodError(name, message, _)) => {
+                let message = message.as_deref().unwrap_or("");
+                assert!(
+                    message.len() < 1024 && !message.contains(&huge),
+                    "{call}: {name}: {} bytes",
+                    message.len()
+                );
+            }
+            other => panic!("{call} over its cap was not refused: {other:?}"),
+        }
+    }
+
+    // Neither journalled nor logged whole.
+    w.stop_keeper();
+    let (requests, snapshots) = w.journal_rows();
+    for row in &requests {
+        let shown = format!("{row:?}");
+        assert!(
+            !shown.contains(&huge) && shown.len() < 16 << 10,
+            "a request row of {} bytes",
+            shown.len()
+        );
+    }
+    for row in &snapshots {
+        assert!(!format!("{row:?}").contains(&huge), "a snapshot row");
+    }
+    let log = std::fs::read_to_string(w.keeper_log()).expect("the keeper's log");
+    let longest = log.lines().map(str::len).max().unwrap_or(0);
+    assert!(
+        longest < 2048 && !log.contains(&huge),
+        "a log line of {longest} bytes"
+    );
+}

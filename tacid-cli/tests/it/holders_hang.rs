@@ -16,7 +16,7 @@ fn a_process_in_a_hung_fuse_filesystem_does_not_hang_the_search_for_holders() {
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
     let flag = dir.path().join("hang");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hung_fuse.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/hung_fuse.py");
     let mut server = Command::new("python3")
         .arg(script)
         .arg(&mnt)
