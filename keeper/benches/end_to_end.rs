@@ -19,7 +19,7 @@
 //! Run (root): `cargo build --release -p stem -p tacid-cli --bins &&
 //! cargo bench -p keeper --bench end_to_end`. Not run by scripts/test (only built).
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use std::path::Path;

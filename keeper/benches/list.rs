@@ -13,7 +13,7 @@
 //! Run (root): `cargo build --release -p stem -p tacid-cli --bins &&
 //! cargo bench -p keeper --bench list`.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use std::process::Command;

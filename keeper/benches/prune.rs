@@ -9,7 +9,7 @@
 //! Run (root): `cargo build --release -p stem -p tacid-cli --bins &&
 //! cargo bench -p keeper --bench prune`.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use std::process::Command;

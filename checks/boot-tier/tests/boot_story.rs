@@ -20,7 +20,7 @@ use layout::{Outcome, OutcomeResult, RestoreMember, RestoreRequest, SubvolumeNam
 use stem::{Engine, Snapshot, Staged};
 
 /// What an ordinary user can leave in `@root` (the hostile tier's makers, shared).
-#[path = "../../../initrd/tests/common/hostile.rs"]
+#[path = "../../../initrd/tests/it/common/hostile.rs"]
 mod hostile;
 
 // ---------------------------------------------------------------------------------------

@@ -1,0 +1,21 @@
+//! The integration tests of `keeper`, one binary: each module is a file of its own, its tier the prefix of its name (`cargo test -p keeper --test it bus_`).
+
+mod bus_attack_21;
+mod bus_consent_and_reconcile;
+mod bus_copies;
+mod bus_full_disk;
+mod bus_keeper;
+mod bus_list;
+mod bus_open_in_use;
+mod bus_open_keeper;
+mod bus_request_path;
+mod bus_retention;
+mod bus_set_restore;
+mod common;
+mod hostile_bad_request;
+mod hostile_flood;
+mod hostile_previews;
+mod hostile_words;
+mod introspection_drift;
+mod no_privileged_deps;
+mod unit_files;
