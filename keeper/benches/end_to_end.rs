@@ -1,4 +1,4 @@
-//! The request path against its floors, in one run on one loop Btrfs (issue 15, item 4):
+//! The request path against its floors, in one run on one loop Btrfs:
 //! every row of the issue's table, each measured over `ROUNDS` interleaved rounds beside
 //! the floors it is judged against (taken in the same rounds), as a median with the spread
 //! (min–max) and the ratio, with `btrfs` (the CLI) and snapper beside them.

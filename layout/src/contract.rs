@@ -48,7 +48,7 @@ pub struct Contract {
     /// The stem's drop-ins for copies, by file name.
     pub stem_copies_drop_in: &'static str,
     pub stem_copies_ssh_drop_in: &'static str,
-    /// Where opened snapshots appear (issue 16), and where people's homes are.
+    /// Where opened snapshots appear, and where people's homes are.
     pub open_dir: &'static str,
     pub homes_mount_point: &'static str,
     /// NixOS's system profile (`system` in this directory), whose generation links the

@@ -1,4 +1,4 @@
-//! Copies off the disk (issue 13): root's configuration of where snapshots are copied.
+//! Copies off the disk: root's configuration of where snapshots are copied.
 //!
 //! A target is a name with a place: a directory on another mounted Btrfs, or a directory
 //! on a backup host reached over SSH (`ssh://[user@]host[:port]/abs/path`). Targets are

@@ -33,7 +33,7 @@ pub const FREE_FLOOR_BYTES: u64 = 2 << 30;
 pub const HARD_FLOOR_BYTES: u64 = 512 << 20;
 const _: () = assert!(HARD_FLOOR_BYTES < FREE_FLOOR_BYTES);
 
-/// Copies off the disk (issue 13), each target's own counts unless its configuration says
+/// Copies off the disk, each target's own counts unless its configuration says
 /// otherwise: the newest this many copies stay on the target.
 pub const KEEP_COPIES_LATEST: usize = 3;
 /// Copies: the newest copy of each of the last this many days that have one.
@@ -46,7 +46,7 @@ pub const KEEP_COPIES_MONTHLY: usize = 6;
 /// How long the words a preview showed a person stand as what they may consent to.
 pub const CONSENT_WINDOW_SECS: u64 = 15 * 60;
 
-/// Opening a snapshot read-only (issue 16, adr/0019): an open is closed this many seconds
+/// Opening a snapshot read-only (adr/0019): an open is closed this many seconds
 /// after it was opened (or last opened again) once nobody uses it; while a process still
 /// sits in it, it stays open and the close is tried again until it is let go (adr/0021).
 pub const OPEN_IDLE_SECS: u64 = 15 * 60;

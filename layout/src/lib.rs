@@ -69,7 +69,7 @@ pub const STUCK_SUFFIX: &str = ".tacid-stuck";
 /// stem remove those at their start (adr/0007).
 pub const TEMP_PREFIX: &str = ".tmp.";
 
-/// Where a person's opened snapshots appear (issue 16, adr/0019): `OPEN_DIR/<uid>/<snapshot
+/// Where a person's opened snapshots appear (adr/0019): `OPEN_DIR/<uid>/<snapshot
 /// name>`, read-only. Root's, mode 0755, on the /run tmpfs, so nothing outlives a boot.
 pub const OPEN_DIR: &str = "/run/tacid";
 /// Where people's home directories are: the mount point of the subvolume whose snapshots a

@@ -1,5 +1,5 @@
 //! Copies to a local target: tacid's stem against its floor and against btrbk, same data,
-//! same run, interleaved (issue 13, item 6).
+//! same run, interleaved.
 //!
 //! `cargo bench -p stem --bench copies` (root; needs btrfs-progs and btrbk). A 100k-file
 //! tree in `@home`, a snapshot of it, 1000 of its files changed, a second snapshot. Each

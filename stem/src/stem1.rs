@@ -641,7 +641,7 @@ impl Stem1 {
             .await
     }
 
-    /// Copy a snapshot off the disk to a configured target (issue 13): sent with
+    /// Copy a snapshot off the disk to a configured target: sent with
     /// BTRFS_IOC_SEND, incremental against the newest snapshot of the same subvolume whose
     /// identity the target holds as a copy's received UUID (a full send when there is none),
     /// received there by `btrfs receive`, and verified (read-only, received UUID = the

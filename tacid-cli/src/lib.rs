@@ -8,7 +8,7 @@ mod render;
 mod rows;
 
 /// Where a `tacid` process spends its time after `main` begins, said on stderr when
-/// `TACID_TIMINGS` is set (the end-to-end bench reads it; issue 15). Nothing otherwise.
+/// `TACID_TIMINGS` is set (the end-to-end bench reads it). Nothing otherwise.
 pub mod timings {
     use std::sync::{Mutex, OnceLock};
     use std::time::Instant;

@@ -1,4 +1,4 @@
-//! Bus tier, copies off the disk (issue 13): the CLI, the keeper and the stem on a private
+//! Bus tier, copies off the disk: the CLI, the keeper and the stem on a private
 //! bus, a second loop Btrfs as the local target `usb`, a directory that is not on Btrfs as
 //! the target `plain`. An approver copies (full, then incremental), anybody lists what the
 //! target holds, `list` says where each snapshot has a copy, a stranger and a forged target

@@ -1,4 +1,4 @@
-//! The bus tier for `tacid data list` from the keeper's kept list (issue 15): answered from
+//! The bus tier for `tacid data list` from the keeper's kept list: answered from
 //! what the keeper keeps while nothing changed, and never stale — after a snapshot, a
 //! delete, a staged and a withdrawn restore, snapshots made and deleted by root by hand
 //! behind the stem's back, and a restarted stem. `List` (nested) and `ListRows` (flat, what

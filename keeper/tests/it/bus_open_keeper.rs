@@ -1,4 +1,4 @@
-//! Opening a snapshot read-only, through the keeper and the CLI (issue 16, adr/0019), on
+//! Opening a snapshot read-only, through the keeper and the CLI (adr/0019), on
 //! real parts: a loop Btrfs, a private bus with the shipped policies, the real stem as root
 //! and the real keeper as its own user, the real `tacid` as real users: an approver, a
 //! stranger, the owner, and users whose homes are hostile cases. The opens go to a

@@ -1,4 +1,4 @@
-//! The request path's one durable write (issue 15, adr/0011): a delete and a cancel are
+//! The request path's one durable write (adr/0011): a delete and a cancel are
 //! journalled (synced) before the stem acts and settled from the disk after a crash, so a
 //! keeper SIGKILLed at any point of them, or a stem frozen and killed under them, leaves
 //! nothing pending and nothing acknowledged lost once the keeper is back.

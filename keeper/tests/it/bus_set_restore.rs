@@ -1,4 +1,4 @@
-//! The bus tier for a set restore (issue 14): a set of three taken before a switch, put back
+//! The bus tier for a set restore: a set of three taken before a switch, put back
 //! as one request under one consent, through the real daemons and the CLI as an approver
 //! (in wheel) and a stranger.
 //!

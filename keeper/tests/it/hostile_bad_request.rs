@@ -1,8 +1,8 @@
 //! The hostile tier on the bus: a bad `.restore` (a directory, a fifo, a symlink out of the
 //! filesystem, bytes that are no request) never blocks the stem or the keeper. `list`,
 //! `delete` and `status` work beside it, `status` says what is wrong with it, a restore is
-//! refused with the way out, and `tacid data cancel` removes it, journalled (issue 12,
-//! item 2; adr/0015). Real stem, keeper, bus and CLI users, as in the bus tier.
+//! refused with the way out, and `tacid data cancel` removes it, journalled
+//! (adr/0015). Real stem, keeper, bus and CLI users, as in the bus tier.
 
 #![allow(clippy::unwrap_used)] // a panic is how a test reports
 

@@ -1,5 +1,5 @@
 //! The hostile tier, words: what an ordinary user names files (any bytes but NUL and `/`)
-//! cannot forge what an approver reads before consenting (issue 12, adr/0017). Real parts:
+//! cannot forge what an approver reads before consenting (adr/0017). Real parts:
 //! a loop Btrfs, the stem as root, the keeper as its user on a private bus, a real
 //! unprivileged user making the files, and the approver's `tacid` reading them.
 //!

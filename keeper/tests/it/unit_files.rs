@@ -87,7 +87,7 @@ fn systemd_accepts_the_unit_and_scores_it_hardened() {
         out.status.success() && stderr.trim().is_empty(),
         "systemd-analyze verify: {stderr}"
     );
-    // At most what it was before the limits of issue 12 (adr/0016): limits must not cost
+    // At most what it was before the limits on hostile callers (adr/0016): limits must not cost
     // hardening. The score is read and compared; `--threshold` (on a scale of 100) makes
     // systemd-analyze itself fail above it too.
     let threshold = format!("--threshold={}", (MAX_EXPOSURE * 10.0) as u32);
@@ -111,7 +111,7 @@ fn systemd_accepts_the_unit_and_scores_it_hardened() {
 }
 
 /// The keeper's exposure score (`systemd-analyze security`, 0 to 10): 0.5 before the limits
-/// of issue 12, and no more after them (adr/0016).
+/// on hostile callers, and no more after them (adr/0016).
 const MAX_EXPOSURE: f64 = 0.5;
 
 #[test]

@@ -48,7 +48,7 @@ struct Args {
     #[arg(long, value_name = "BYTES", default_value_t = layout::defaults::HARD_FLOOR_BYTES)]
     hard_floor_bytes: u64,
 
-    /// Root's configuration of copy targets (issue 13). It must be a regular file owned by
+    /// Root's configuration of copy targets. It must be a regular file owned by
     /// root and writable by nobody else, or the stem refuses to start; a missing file means
     /// no targets. The NixOS module renders it from services.tacid.copies.
     #[arg(long, value_name = "PATH", default_value = layout::copies::CONFIG_PATH)]

@@ -1,5 +1,5 @@
 //! The store's generation: a cheap value that changes whenever a list could answer
-//! differently, so the keeper asks for the whole list only then (issue 15).
+//! differently, so the keeper asks for the whole list only then.
 //!
 //! A list is made of the store's direct children (names, ids, UUIDs, parents, times), the
 //! staged request in the store, and the live subvolumes at the top (whose UUIDs decide each

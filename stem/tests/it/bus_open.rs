@@ -1,4 +1,4 @@
-//! Opening a snapshot read-only for a person (issue 16, adr/0019), on real parts: the real
+//! Opening a snapshot read-only for a person (adr/0019), on real parts: the real
 //! `tacid-stem` as root with only the capabilities its unit leaves it (CAP_SYS_ADMIN,
 //! CAP_SYS_CHROOT, CAP_SYS_PTRACE, which it drops at start), mounting its top level privately from a loop-device Btrfs, a private
 //! `dbus-daemon` with the shipped policy, the keeper's user calling, and real users reading

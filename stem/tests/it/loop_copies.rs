@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
-//! Copies off the disk (issue 13) to a local target: a second loop-device Btrfs, received
+//! Copies off the disk to a local target: a second loop-device Btrfs, received
 //! by the real `btrfs receive`, checked against `btrfs subvolume show/list` (the oracle).
 //!
 //! Needs root, loop devices and btrfs-progs; elsewhere each test says SKIPPED loudly (and

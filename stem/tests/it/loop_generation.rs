@@ -1,6 +1,6 @@
 //! The store's generation (`Engine::list_since`, `Stem1.ListSince`) on a real loop Btrfs:
 //! unchanged while nothing a list shows changes, and changed — with the list right — after
-//! each act of the stem and each change root makes by hand behind its back (issue 15).
+//! each act of the stem and each change root makes by hand behind its back.
 
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 

@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
-//! Copies off the disk (issue 13) to an SSH target: the stem's copy engine runs the real
+//! Copies off the disk to an SSH target: the stem's copy engine runs the real
 //! `ssh` (through testbed's wrapper into a network namespace) to a real OpenSSH `sshd` whose
 //! forced command is copies/tacid-copy-target, receiving onto a second loop-device Btrfs.
 //!
