@@ -207,79 +207,94 @@ pub struct Failure {
 
 fn classify(e: KeeperError) -> Failure {
     let message = e.message();
-    let (code, name) = match &e {
-        KeeperError::NotAuthorized(_) => (exit::NOT_AUTHORIZED, "NotAuthorized"),
-        KeeperError::StemNotRunning(_) => (exit::STEM_NOT_RUNNING, "StemNotRunning"),
-        KeeperError::NoSuchSnapshot(_) => (exit::NOT_FOUND, "NoSuchSnapshot"),
-        KeeperError::InvalidArgument(_) => (exit::NOT_FOUND, "InvalidArgument"),
-        KeeperError::NotAllowedForSubvolume(_) => (exit::REFUSED, "NotAllowedForSubvolume"),
-        KeeperError::AnotherRestoreStaged(_) => (exit::REFUSED, "AnotherRestoreStaged"),
-        KeeperError::WordsNotShown(_) => (exit::REFUSED, "WordsNotShown"),
-        KeeperError::StemFailed(_) => (exit::KEEPER_FAILED, "StemFailed"),
-        KeeperError::Journal(_) => (exit::KEEPER_FAILED, "Journal"),
-        KeeperError::Protected(_) => (exit::PROTECTED, "Protected"),
-        KeeperError::NoSpace(_) => (exit::NO_SPACE, "NoSpace"),
-        KeeperError::NoSuchTarget(_) => (exit::NOT_FOUND, "NoSuchTarget"),
-        KeeperError::TargetBusy(_) => (exit::REFUSED, "TargetBusy"),
-        KeeperError::AlreadyHere(_) => (exit::REFUSED, "AlreadyHere"),
-        KeeperError::OpenRefused(_) => (exit::REFUSED, "OpenRefused"),
-        KeeperError::InUse(_) => (exit::IN_USE, "InUse"),
-        KeeperError::TargetUnreachable(_) => (exit::TARGET_FAILED, "TargetUnreachable"),
-        KeeperError::HostKeyChanged(_) => (exit::TARGET_FAILED, "HostKeyChanged"),
-        KeeperError::TargetNotBtrfs(_) => (exit::TARGET_FAILED, "TargetNotBtrfs"),
-        KeeperError::TargetFull(_) => (exit::TARGET_FAILED, "TargetFull"),
-        KeeperError::TransferFailed(_) => (exit::TARGET_FAILED, "TransferFailed"),
-        KeeperError::ZBus(e) => match bus_peer::peer_gone(e) {
-            Some(bus_peer::PeerGone::NotThere) => {
-                let name = match e {
-                    zbus::Error::MethodError(n, _, _) => n.as_str().to_owned(),
-                    _ => "ServiceUnknown".into(),
-                };
-                return Failure {
-                    code: exit::KEEPER_UNREACHABLE,
-                    name,
-                    message: "the keeper is not running; start tacid-keeper.service \
+    // A named error of the keeper: its exit code by its kind (every kind, no default);
+    // its name is the kind's.
+    if let Some(kind) = e.kind() {
+        use keeper_interface::ErrorKind as K;
+        let code = match kind {
+            K::NotAuthorized => exit::NOT_AUTHORIZED,
+            K::StemNotRunning => exit::STEM_NOT_RUNNING,
+            K::NoSuchSnapshot | K::InvalidArgument | K::NoSuchTarget => exit::NOT_FOUND,
+            K::NotAllowedForSubvolume
+            | K::AnotherRestoreStaged
+            | K::WordsNotShown
+            | K::TargetBusy
+            | K::AlreadyHere
+            | K::OpenRefused => exit::REFUSED,
+            K::StemFailed | K::Journal => exit::KEEPER_FAILED,
+            K::Protected => exit::PROTECTED,
+            K::NoSpace => exit::NO_SPACE,
+            K::InUse => exit::IN_USE,
+            K::TargetUnreachable
+            | K::HostKeyChanged
+            | K::TargetNotBtrfs
+            | K::TargetFull
+            | K::TransferFailed => exit::TARGET_FAILED,
+        };
+        return Failure {
+            code,
+            name: kind.name().to_owned(),
+            message,
+        };
+    }
+    // Only a bus error has no kind.
+    let KeeperError::ZBus(e) = &e else {
+        return Failure {
+            code: exit::FAILED,
+            name: String::new(),
+            message,
+        };
+    };
+    let (code, name) = match bus_peer::peer_gone(e) {
+        Some(bus_peer::PeerGone::NotThere) => {
+            let name = match e {
+                zbus::Error::MethodError(n, _, _) => n.as_str().to_owned(),
+                _ => "ServiceUnknown".into(),
+            };
+            return Failure {
+                code: exit::KEEPER_UNREACHABLE,
+                name,
+                message: "the keeper is not running; start tacid-keeper.service \
                               (`systemctl start tacid-keeper.service`) and try again"
-                        .into(),
-                };
-            }
-            Some(bus_peer::PeerGone::WentAway) => {
-                return keeper_went_away(match e {
-                    zbus::Error::MethodError(n, _, _) => n.as_str(),
-                    _ => "NoReply",
-                });
-            }
-            None => match e {
-                zbus::Error::MethodError(n, m, _) => {
-                    let n = n.as_str();
-                    if n == "org.freedesktop.DBus.Error.AccessDenied" {
-                        return Failure {
-                            code: exit::NOT_AUTHORIZED,
-                            name: n.to_owned(),
-                            message: format!(
-                                "the bus refused the call: {}",
-                                m.clone().unwrap_or_default()
-                            ),
-                        };
-                    }
+                    .into(),
+            };
+        }
+        Some(bus_peer::PeerGone::WentAway) => {
+            return keeper_went_away(match e {
+                zbus::Error::MethodError(n, _, _) => n.as_str(),
+                _ => "NoReply",
+            });
+        }
+        None => match e {
+            zbus::Error::MethodError(n, m, _) => {
+                let n = n.as_str();
+                if n == "org.freedesktop.DBus.Error.AccessDenied" {
                     return Failure {
-                        code: exit::FAILED,
+                        code: exit::NOT_AUTHORIZED,
                         name: n.to_owned(),
-                        message: m.clone().unwrap_or_default(),
+                        message: format!(
+                            "the bus refused the call: {}",
+                            m.clone().unwrap_or_default()
+                        ),
                     };
                 }
-                zbus::Error::FDO(fdo) => match **fdo {
-                    zbus::fdo::Error::AccessDenied(ref m) => {
-                        return Failure {
-                            code: exit::NOT_AUTHORIZED,
-                            name: "AccessDenied".into(),
-                            message: format!("the bus refused the call: {m}"),
-                        }
+                return Failure {
+                    code: exit::FAILED,
+                    name: n.to_owned(),
+                    message: m.clone().unwrap_or_default(),
+                };
+            }
+            zbus::Error::FDO(fdo) => match **fdo {
+                zbus::fdo::Error::AccessDenied(ref m) => {
+                    return Failure {
+                        code: exit::NOT_AUTHORIZED,
+                        name: "AccessDenied".into(),
+                        message: format!("the bus refused the call: {m}"),
                     }
-                    _ => (exit::FAILED, ""),
-                },
-                _ => (exit::KEEPER_UNREACHABLE, ""),
+                }
+                _ => (exit::FAILED, ""),
             },
+            _ => (exit::KEEPER_UNREACHABLE, ""),
         },
     };
     Failure {
