@@ -5,22 +5,18 @@
 //! what to do, and changes nothing.
 //!
 //! Run (root, loop devices): `cargo build -p stem -p tacid-cli -p initrd --bins &&
-//! cargo test -p keeper --features test-hooks --test it bus_consent_and_reconcile:: -- --test-threads=1`.
+//! cargo test -p keeper --test it bus_consent_and_reconcile:: -- --test-threads=1`.
 
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::common::{uid_of, World, APPROVER, STRANGER};
+use crate::common::{json, uid_of, World, APPROVER, STRANGER};
 use keeper::journal::{Action, RequestRow, State};
 use keeper::wire::KeeperError;
 use layout::{SnapshotName, SubvolumeName};
 
 const WORDS_NOT_SHOWN: &str = "org.tacid.Keeper1.Error.WordsNotShown";
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
 
 /// Take a set as the approver; its members' names, in the order asked.
 fn take(w: &World, subvolumes: &[&str]) -> Vec<String> {

@@ -6,7 +6,7 @@
 //! previewed, a target that is not Btrfs fails with its reason journalled, and the timer's
 //! act copies the newest of each subvolume and applies the target's retention.
 
-use crate::common;
+use crate::common::{self, json};
 
 use std::fs;
 use std::path::Path;
@@ -15,10 +15,6 @@ use crate::common::copies::world_with_usb;
 use crate::common::{uid_of, World, APPROVER, STRANGER};
 use keeper::journal::{CopyRow, Journal};
 use serde_json::Value;
-
-fn json(out: &str) -> Value {
-    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
-}
 
 /// Every act on a target the journal holds (read from a copy of it).
 fn copy_rows(w: &World) -> Vec<CopyRow> {

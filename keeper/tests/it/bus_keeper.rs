@@ -3,19 +3,15 @@
 //! `layout::defaults::APPROVER_GROUP`) and a stranger.
 //!
 //! Run (root, loop devices): `cargo build -p stem -p tacid-cli -p initrd --bins &&
-//! cargo test -p keeper --test it bus_keeper::`. The test build has the keeper's fault switches on
-//! (a self dev-dependency with `test-hooks`); shipped builds do not.
+//! cargo test -p keeper --test it bus_keeper::`. The keeper killed at named points of a
+//! request is in the `hooks` binary (`--features test-hooks --test hooks`).
 
-use crate::common;
+use crate::common::{self, json};
 
 use std::collections::HashSet;
 
 use crate::common::{uid_of, World, APPROVER, APPROVER_GROUP, STRANGER};
 use keeper::journal::{Action, State};
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
 
 #[test]
 fn bus_a_stranger_is_refused_and_journalled_an_approver_stages() {
@@ -257,93 +253,6 @@ fn bus_the_stem_going_away_and_back_is_survived() {
         ],
         "{requests:#?}"
     );
-}
-
-/// SIGKILL at named points of a request (a `test-hooks` build stops there first); then a
-/// restart must leave no half-made snapshot, lose no acknowledged row, and reconcile.
-#[test]
-fn bus_the_keeper_killed_mid_request_loses_nothing_acknowledged() {
-    if common::skip_without_test_hooks() {
-        return;
-    }
-    let Some(mut w) = World::start() else { return };
-    let acknowledged = [w.snapshot_home(), w.snapshot_home()];
-
-    for (point, expect) in [
-        ("set-pending", State::Failed),
-        ("set-taken", State::Complete),
-    ] {
-        w.kill_keeper();
-        w.start_keeper(Some(point));
-        let cli = w.spawn_tacid(
-            APPROVER,
-            &["data", "snapshot", "/home", "/var/log", "--json"],
-        );
-        w.wait_keeper_log(&format!("paused at {point}"));
-        w.kill_keeper();
-        let out = cli.wait_with_output().expect("tacid ends");
-        assert_ne!(
-            out.status.code(),
-            Some(0),
-            "a request the keeper died in was acknowledged"
-        );
-        w.start_keeper(None);
-        let (code, out, _) = w.tacid(APPROVER, &["data", "status", "--json"]);
-        assert_eq!(code, 0);
-        assert_eq!(json(&out)["unknown_origin"], 0, "after {point}");
-
-        let (requests, snapshots) = w.journal_rows();
-        assert!(
-            requests.iter().all(|r| r.state != State::Pending),
-            "pending after {point}: {requests:#?}"
-        );
-        let last = requests
-            .iter()
-            .rfind(|r| r.action == Action::Snapshot)
-            .expect("the killed set");
-        assert_eq!(last.state, expect, "after {point}: {last:?}");
-        let members = snapshots
-            .iter()
-            .filter(|s| s.request.as_ref().is_some_and(|r| r.id == last.id))
-            .count();
-        assert_eq!(
-            members,
-            if expect == State::Complete { 2 } else { 0 },
-            "after {point}"
-        );
-        for name in &acknowledged {
-            let row = snapshots
-                .iter()
-                .find(|s| &s.name == name)
-                .expect("an acknowledged snapshot is journalled");
-            assert_eq!(row.request.as_ref().map(|r| r.state), Some(State::Complete));
-        }
-        // The disk agrees with the journal, and nothing half-made is left.
-        let (on_disk, temps) = w.disk_snapshots();
-        assert!(temps.is_empty(), "{temps:?}");
-        let present: HashSet<_> = snapshots
-            .iter()
-            .filter(|s| s.state == "present")
-            .map(|s| s.name.clone())
-            .collect();
-        assert_eq!(
-            on_disk.into_iter().collect::<HashSet<_>>(),
-            present,
-            "after {point}"
-        );
-    }
-
-    let name = acknowledged[0].clone();
-    for (point, staged) in [("restore-pending", false), ("restore-staged", true)] {
-        let last = w.kill_keeper_mid_restore(point, &name);
-        assert_eq!(
-            last.state,
-            if staged { State::Staged } else { State::Failed },
-            "after {point}: {last:?}"
-        );
-        assert_eq!(w.request_file().is_some(), staged, "after {point}");
-        assert!(last.words_shown.starts_with("This puts /home back to"));
-    }
 }
 
 /// The journal lives on @snapshots: putting @persist back (by the initrd's own binary)

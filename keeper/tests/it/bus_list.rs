@@ -12,12 +12,8 @@
 use std::process::Command;
 use std::time::SystemTime;
 
-use crate::common::{World, APPROVER};
+use crate::common::{json, World, APPROVER};
 use layout::{SnapshotName, SubvolumeName, SNAPSHOTS_SUBVOLUME};
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
 
 /// `tacid data list --json` as an approver: (name, origin, pinned, reason) of each, in order.
 fn listed(w: &World) -> Vec<(String, String, bool, String)> {

@@ -12,7 +12,7 @@
 //!   diff or an open of a snapshot that does not exist) adds a bounded number of lines to
 //!   the stem's and the keeper's logs, however many calls.
 
-use crate::common;
+use crate::common::{self, json};
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::PathBuf;
@@ -121,10 +121,6 @@ fn hold(user: &str, dir: &str) -> Child {
     })
     .expect("the holder sits in the open");
     child
-}
-
-fn json(out: &str) -> serde_json::Value {
-    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
 }
 
 /// No deleted subvolume is left for Btrfs's cleaner, within `limit`: none is pinned.

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{mounts_under, ok, uid_of, World, APPROVER, STRANGER};
+use crate::common::{json, mounts_under, ok, uid_of, World, APPROVER, STRANGER};
 use keeper::journal::{Action, RequestRow, State};
 
 const OWNER: &str = "tacid-open-owner";
@@ -133,10 +133,6 @@ fn open_world(stem_args: &[&str]) -> Option<(OpenWorld, Unmounter)> {
     std::fs::remove_dir_all(&m).expect("rm moved home");
     std::os::unix::fs::symlink("/tmp", &m).expect("symlink");
     Some((OpenWorld { w, open_dir, name }, guard))
-}
-
-fn json(out: &str) -> serde_json::Value {
-    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
 }
 
 /// Run a command as `user`: (exit code, stdout, stderr).

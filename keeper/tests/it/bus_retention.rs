@@ -6,11 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::common::{World, APPROVER, KEEP_ONLY_THE_NEWEST_HOURLY, STRANGER};
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
+use crate::common::{json, World, APPROVER, KEEP_ONLY_THE_NEWEST_HOURLY, STRANGER};
 
 /// Take a set as the approver; its members' names.
 fn take(w: &World, args: &[&str]) -> Vec<String> {

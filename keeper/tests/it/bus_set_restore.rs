@@ -7,76 +7,14 @@
 //! naming every member.
 //!
 //! Run (root, loop devices): `cargo build -p stem -p tacid-cli -p initrd --bins &&
-//! cargo test -p keeper --features test-hooks --test it bus_set_restore::`.
+//! cargo test -p keeper --test it bus_set_restore::`.
 
-use crate::common;
+use crate::common::{self, json};
 
 use std::time::SystemTime;
 
-use crate::common::{uid_of, World, APPROVER, STRANGER};
+use crate::common::{a_set_and_changes_since, uid_of, World, APPROVER, STRANGER};
 use keeper::journal::{Action, State};
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
-
-/// A set's members as the snapshot's JSON names them: (persist, log, home).
-struct Set {
-    id: String,
-    persist: String,
-    log: String,
-    home: String,
-}
-
-impl Set {
-    fn names(&self) -> [&str; 3] {
-        [&self.persist, &self.log, &self.home]
-    }
-}
-
-/// Files before the set, the set (before a switch, as the NixOS module takes it), and
-/// changes after it: /persist one file added, /var/log two, /home one edited.
-fn a_set_and_changes_since(w: &World) -> Set {
-    let write = |sub: &str, name: &str, bytes: usize| {
-        std::fs::write(w.top().join(sub).join(name), vec![b'x'; bytes]).expect("write")
-    };
-    write("@persist", "kept", 10);
-    write("@home", "edited", 10);
-    let (code, out, err) = w.tacid(
-        APPROVER,
-        &[
-            "data",
-            "snapshot",
-            "--pre-switch",
-            "--reason",
-            "before switching to generation 42",
-            "--json",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    let v = json(&out);
-    let member = |of: &str| {
-        v["snapshots"]
-            .as_array()
-            .expect("members")
-            .iter()
-            .find(|s| s["of"] == of)
-            .and_then(|s| s["name"].as_str())
-            .unwrap_or_else(|| panic!("no member of {of}: {v}"))
-            .to_owned()
-    };
-    let set = Set {
-        id: v["set_id"].as_i64().expect("a set id").to_string(),
-        persist: member("@persist"),
-        log: member("@log"),
-        home: member("@home"),
-    };
-    write("@persist", "p-new", 4096);
-    write("@log", "l-new1", 4096);
-    write("@log", "l-new2", 4096);
-    write("@home", "edited", 8192);
-    set
-}
 
 /// A snapshot's UUID, from the btrfs CLI (an oracle independent of the stem).
 fn uuid_of(w: &World, name: &str) -> String {
@@ -580,37 +518,6 @@ fn bus_a_set_honoured_by_the_initrd_is_put_back_whole_and_reported_once_naming_e
         )]
     );
     w.give_journal_back();
-}
-
-/// SIGKILL while a set restore is with the stem (a `test-hooks` build stops there first):
-/// the restart settles the consent row from what the disk says is staged.
-#[test]
-fn bus_the_keeper_killed_mid_set_restore_settles_its_consent_from_the_disk() {
-    if common::skip_without_test_hooks() {
-        return;
-    }
-    let Some(mut w) = World::start() else { return };
-    let set = a_set_and_changes_since(&w);
-    let id = set.id.as_str();
-    for (point, staged) in [("restore-pending", false), ("restore-staged", true)] {
-        let last = w.kill_keeper_mid_restore(point, id);
-        assert_eq!(
-            (last.state, last.subject.as_str()),
-            (
-                if staged { State::Staged } else { State::Failed },
-                format!("set {id}: {}", set.names().join(" ")).as_str()
-            ),
-            "after {point}: {last:?}"
-        );
-        assert_eq!(
-            w.request_file().map(|r| r.lines().count()),
-            staged.then_some(3),
-            "after {point}"
-        );
-        let (_, out, _) = w.tacid(STRANGER, &["data", "status", "--json"]);
-        let by = json(&out)["staged_by"].as_str().map(str::to_owned);
-        assert_eq!(by.as_deref(), staged.then_some(APPROVER));
-    }
 }
 
 /// A set cut short while it was taken (its request failed, not every member made) is not one

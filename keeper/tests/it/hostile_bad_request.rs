@@ -9,12 +9,8 @@
 use std::fs;
 use std::path::PathBuf;
 
-use crate::common::{World, APPROVER, STRANGER};
+use crate::common::{json, World, APPROVER, STRANGER};
 use keeper::journal::{Action, State};
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
 
 fn snapshot_home(w: &World) -> String {
     let (code, out, err) = w.tacid(APPROVER, &["data", "snapshot", "/home", "--json"]);

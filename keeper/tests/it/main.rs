@@ -8,7 +8,6 @@ mod bus_keeper;
 mod bus_list;
 mod bus_open_in_use;
 mod bus_open_keeper;
-mod bus_request_path;
 mod bus_retention;
 mod bus_set_restore;
 mod common;

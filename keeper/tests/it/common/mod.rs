@@ -33,15 +33,6 @@ pub fn skip(why: &str) -> bool {
     true
 }
 
-/// True (and said, as [`skip`] does) when the tests are built without `test-hooks`, so that
-/// the keeper cannot be stopped at a named point.
-pub fn skip_without_test_hooks() -> bool {
-    !cfg!(feature = "test-hooks")
-        && skip(
-            "built without --features test-hooks: the keeper cannot be stopped at a named point",
-        )
-}
-
 fn run(cmd: &str, args: &[&str]) -> Output {
     Command::new(cmd)
         .args(args)
@@ -866,4 +857,67 @@ pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
         .filter_map(|l| l.split(' ').nth(4).map(PathBuf::from))
         .filter(|p| p.starts_with(dir) && p != dir)
         .collect()
+}
+
+/// The CLI's `--json` output, parsed; a test fails saying what was not JSON.
+pub fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// A set's members as the snapshot's JSON names them: (persist, log, home).
+pub struct Set {
+    pub id: String,
+    pub persist: String,
+    pub log: String,
+    pub home: String,
+}
+
+impl Set {
+    pub fn names(&self) -> [&str; 3] {
+        [&self.persist, &self.log, &self.home]
+    }
+}
+
+/// Files before the set, the set (before a switch, as the NixOS module takes it), and
+/// changes after it: /persist one file added, /var/log two, /home one edited.
+pub fn a_set_and_changes_since(w: &World) -> Set {
+    let write = |sub: &str, name: &str, bytes: usize| {
+        std::fs::write(w.top().join(sub).join(name), vec![b'x'; bytes]).expect("write")
+    };
+    write("@persist", "kept", 10);
+    write("@home", "edited", 10);
+    let (code, out, err) = w.tacid(
+        APPROVER,
+        &[
+            "data",
+            "snapshot",
+            "--pre-switch",
+            "--reason",
+            "before switching to generation 42",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    let member = |of: &str| {
+        v["snapshots"]
+            .as_array()
+            .expect("members")
+            .iter()
+            .find(|s| s["of"] == of)
+            .and_then(|s| s["name"].as_str())
+            .unwrap_or_else(|| panic!("no member of {of}: {v}"))
+            .to_owned()
+    };
+    let set = Set {
+        id: v["set_id"].as_i64().expect("a set id").to_string(),
+        persist: member("@persist"),
+        log: member("@log"),
+        home: member("@home"),
+    };
+    write("@persist", "p-new", 4096);
+    write("@log", "l-new1", 4096);
+    write("@log", "l-new2", 4096);
+    write("@home", "edited", 8192);
+    set
 }
