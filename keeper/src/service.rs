@@ -2,9 +2,12 @@
 //!
 //! Every method takes the caller's uid (from the bus) and returns wire results or a named
 //! error; the interface module only converts. Journal writes are synchronous (one fsync),
-//! done under one mutex; snapshot sets are taken one at a time (adr/0011).
+//! done one at a time on the journal's own thread; snapshot sets are taken one at a time
+//! (adr/0011).
 
 use std::sync::Mutex;
+
+use actor::Actor;
 use std::time::{Duration, Instant, SystemTime};
 
 use layout::escape::{escape, Escaped};
@@ -64,7 +67,7 @@ async fn test_pause(point: &str) {
 /// The keeper: journal, authority and the stem.
 #[derive(Debug)]
 pub struct Keeper {
-    journal: Mutex<Journal>,
+    journal: Actor<Journal>,
     stem: StemClient,
     authority: Authority,
     /// One snapshot set at a time, so a crash leaves at most one set pending.
@@ -198,10 +201,22 @@ fn parse_snapshot(name: &str) -> Result<SnapshotName, KeeperError> {
     })
 }
 
+/// The journal's own thread; a keeper whose thread cannot start answers every call with
+/// the journal's error (and says why in the log).
+fn spawn_journal(journal: Journal) -> Actor<Journal> {
+    Actor::spawn(JOURNAL_THREAD, journal).unwrap_or_else(|e| {
+        tracing::error!("cannot start the journal's thread: {e}");
+        Actor::stopped(JOURNAL_THREAD)
+    })
+}
+
+/// The name of the thread that owns the journal.
+const JOURNAL_THREAD: &str = "keeper-journal";
+
 impl Keeper {
     pub fn new(journal: Journal, authority: Authority) -> Keeper {
         Keeper {
-            journal: Mutex::new(journal),
+            journal: spawn_journal(journal),
             stem: StemClient::new(),
             authority,
             sets: tokio::sync::Mutex::new(()),
@@ -222,21 +237,21 @@ impl Keeper {
         &self.stem
     }
 
-    /// Run `f` on the journal. It blocks (an fsync), so it leaves the async worker for it.
-    fn journal<T>(
+    /// Run `f` on the journal's thread and wait for it: it blocks (an fsync), so it runs
+    /// off the executor that serves the bus, one job at a time, in the order asked.
+    async fn journal<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Journal) -> Result<T, JournalError>,
+        f: impl FnOnce(&mut Journal) -> Result<T, JournalError> + Send + 'static,
     ) -> Result<T, KeeperError> {
-        tokio::task::block_in_place(|| {
-            let mut j = self
-                .journal
-                .lock()
-                .map_err(|_| KeeperError::Journal("the journal's lock was poisoned by a crash in the keeper; restart tacid-keeper.service".into()))?;
-            f(&mut j).map_err(KeeperError::from)
-        })
+        match self.journal.run(f).await {
+            Ok(answer) => answer.map_err(KeeperError::from),
+            Err(_gone) => Err(KeeperError::Journal(
+                "the journal's thread stopped after a crash in the keeper; restart tacid-keeper.service".into(),
+            )),
+        }
     }
 
-    fn refuse(
+    async fn refuse(
         &self,
         asker: &Asker,
         act: Action,
@@ -244,20 +259,28 @@ impl Keeper {
         words: &str,
         why: String,
     ) -> KeeperError {
-        self.journal_refusal(asker, act, subject, words, &why);
+        self.journal_refusal(asker, act, subject, words, &why).await;
         KeeperError::NotAuthorized(why)
     }
 
     /// Log and journal a refused request, with its subject and the words it was sent
     /// capped; past the caller's allowance, only counted (adr/0016). A journal that cannot
     /// take it is logged, and the refusal stands.
-    fn journal_refusal(&self, asker: &Asker, act: Action, subject: &str, words: &str, why: &str) {
-        self.journal_refusal_of(asker, act, caps::name(subject), words, why);
+    async fn journal_refusal(
+        &self,
+        asker: &Asker,
+        act: Action,
+        subject: &str,
+        words: &str,
+        why: &str,
+    ) {
+        self.journal_refusal_of(asker, act, caps::name(subject), words, why)
+            .await;
     }
 
     /// [`Self::journal_refusal`] for a subject the keeper built from names it parsed (a set's
     /// members), capped at what such a subject can be rather than at one name.
-    fn journal_refusal_built(
+    async fn journal_refusal_built(
         &self,
         asker: &Asker,
         act: Action,
@@ -266,10 +289,11 @@ impl Keeper {
         why: &str,
     ) {
         let subject = layout::human::cap(subject, caps::MAX_BUILT_SUBJECT_BYTES);
-        self.journal_refusal_of(asker, act, subject, words, why);
+        self.journal_refusal_of(asker, act, subject, words, why)
+            .await;
     }
 
-    fn journal_refusal_of(
+    async fn journal_refusal_of(
         &self,
         asker: &Asker,
         act: Action,
@@ -318,13 +342,16 @@ impl Keeper {
                 (row_asker, outcome, Some(key))
             }
         };
-        let recorded = self.journal(|j| {
-            j.request(&row_asker, act, Subject::named(subject.clone()))
-                .words_shown(&words)
-                .state(State::Refused)
-                .outcome(&outcome)
-                .begin()
-        });
+        let (subject, words) = (subject.into_owned(), words.into_owned());
+        let recorded = self
+            .journal(move |j| {
+                j.request(&row_asker, act, Subject::named(subject))
+                    .words_shown(&words)
+                    .state(State::Refused)
+                    .outcome(&outcome)
+                    .begin()
+            })
+            .await;
         if let Err(e) = &recorded {
             tracing::error!("could not journal a refusal: {}", e.message());
         }
@@ -338,7 +365,7 @@ impl Keeper {
 
     /// Write the counts of refusals the journal does not have yet, in one commit; the
     /// daemon calls this every second and when it stops (adr/0016).
-    pub fn flush_refusals(&self) {
+    pub async fn flush_refusals(&self) {
         let counts = self
             .refusals
             .lock()
@@ -349,7 +376,7 @@ impl Keeper {
                 .iter()
                 .map(|f| (f.id, f.calls, f.last_micros))
                 .collect();
-            if let Err(e) = self.journal(|j| j.count_refusals(&rows)) {
+            if let Err(e) = self.journal(move |j| j.count_refusals(&rows)).await {
                 tracing::error!("could not journal the count of refusals: {}", e.message());
                 return;
             }
@@ -412,7 +439,7 @@ impl Keeper {
         // A bad request file stages nothing: the next boot refuses it.
         let staged = self.stem.staged_or_bad().await.map_err(stem_error)?;
         let staged = staged.request().map(snapshot_names);
-        self.journal(|j| {
+        self.journal(move |j| {
             let plan = reconcile::plan(&j.snapshots()?, &j.pending_sets()?, &disk);
             for name in &plan.gone {
                 j.mark_gone(name)?;
@@ -472,6 +499,7 @@ impl Keeper {
             }
             Ok(())
         })
+        .await
     }
 
     /// Read the initrd's outcome and journal it, once per outcome.
@@ -497,7 +525,8 @@ impl Keeper {
             finished_micros: o.finished_micros,
             reported: false,
         };
-        if self.journal(|j| j.record_outcome(&row))? {
+        let recording = row.clone();
+        if self.journal(move |j| j.record_outcome(&recording)).await? {
             tracing::info!(outcome = %row.id, result = outcome_result_text(row.result), request = %row.request, "boot's restore outcome: {}", row.reason);
         }
         Ok(())
@@ -516,12 +545,14 @@ impl Keeper {
         let Ok(_sets) = self.sets.try_lock() else {
             return;
         };
-        let pending = self.journal(|j| {
-            Ok(!j.pending_sets()?.is_empty()
-                || !j.pending(Action::Restore)?.is_empty()
-                || !j.pending(Action::Cancel)?.is_empty()
-                || !j.pending_deletions()?.is_empty())
-        });
+        let pending = self
+            .journal(|j| {
+                Ok(!j.pending_sets()?.is_empty()
+                    || !j.pending(Action::Restore)?.is_empty()
+                    || !j.pending(Action::Cancel)?.is_empty()
+                    || !j.pending_deletions()?.is_empty())
+            })
+            .await;
         if matches!(pending, Ok(true)) {
             if let Err(e) = self.resolve_with_disk().await {
                 tracing::warn!("settling requests left pending: {}", e.message());
@@ -598,7 +629,9 @@ impl Keeper {
         let names: Vec<String> = set.iter().map(|s| s.to_string()).collect();
         if let Err(why) = self.authority.decide(uid, Act::Change) {
             let subject = Subject::Set(set.clone()).render();
-            return Err(self.refuse(&asker, Action::Snapshot, &subject, "", why));
+            return Err(self
+                .refuse(&asker, Action::Snapshot, &subject, "", why)
+                .await);
         }
         self.ensure_reconciled().await;
         // Below the free-space floor the oldest automatic snapshots go first (adr/0013).
@@ -606,16 +639,21 @@ impl Keeper {
         let _one_at_a_time = self.sets.lock().await;
         // Sets left pending by an earlier failure are settled before a new one starts, so the
         // disk can tell them apart.
-        if !self.journal(|j| j.pending_sets())?.is_empty() {
+        if !self.journal(|j| j.pending_sets()).await?.is_empty() {
             self.resolve_with_disk().await?;
         }
         let decided = started.elapsed();
-        let id = self.journal(|j| {
-            j.set_request(&asker, &set)
-                .reason(reason)
-                .pre_switch(pre_switch)
-                .begin()
-        })?;
+        let id = self
+            .journal({
+                let (asker, set, reason) = (asker.clone(), set.clone(), reason.to_owned());
+                move |j| {
+                    j.set_request(&asker, &set)
+                        .reason(&reason)
+                        .pre_switch(pre_switch)
+                        .begin()
+                }
+            })
+            .await?;
         let pending = started.elapsed();
         test_pause("set-pending").await;
         match self.stem.take_set(&names).await {
@@ -630,7 +668,11 @@ impl Keeper {
                         .collect::<Vec<_>>()
                         .join(" ")
                 );
-                self.journal(|j| j.complete_set(id, &members, &outcome))?;
+                self.journal({
+                    let (members, outcome) = (members.clone(), outcome.clone());
+                    move |j| j.complete_set(id, &members, &outcome)
+                })
+                .await?;
                 tracing::info!(set = id, uid, user = %asker.name, "{outcome}");
                 let us = |d: Duration| d.as_micros() as u64;
                 tracing::debug!(
@@ -672,7 +714,7 @@ impl Keeper {
                 match &e {
                     StemError::Refused { .. } => {
                         let outcome = format!("failed: {e}");
-                        self.journal(|j| j.fail_set(id, &[], &outcome))?;
+                        self.journal(move |j| j.fail_set(id, &[], &outcome)).await?;
                     }
                     _ => {
                         if let Err(again) = self.resolve_with_disk().await {
@@ -718,7 +760,9 @@ impl Keeper {
     ) -> Result<RestoreDetails, KeeperError> {
         let asker = Authority::asker(uid);
         if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, Action::RestoreDetails, name, "", why));
+            return Err(self
+                .refuse(&asker, Action::RestoreDetails, name, "", why)
+                .await);
         }
         let snap = parse_snapshot(name)?;
         let sub = snap.subvolume();
@@ -756,13 +800,17 @@ impl Keeper {
                 " (the count was cut short)"
             }
         );
-        self.journal(|j| {
-            j.request(&asker, Action::RestoreDetails, Subject::Snapshot(snap))
-                .words_shown(&summary)
-                .state(State::Shown)
-                .outcome("shown; nothing changed")
-                .begin()
-        })?;
+        self.journal({
+            let asker = asker.clone();
+            move |j| {
+                j.request(&asker, Action::RestoreDetails, Subject::Snapshot(snap))
+                    .words_shown(&summary)
+                    .state(State::Shown)
+                    .outcome("shown; nothing changed")
+                    .begin()
+            }
+        })
+        .await?;
         Ok(RestoreDetails {
             snapshot: name.to_owned(),
             of_path: sub.display_path().to_owned(),
@@ -781,7 +829,9 @@ impl Keeper {
     ) -> Result<RestoreStaged, KeeperError> {
         let asker = Authority::asker(uid);
         if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, Action::Restore, name, words_shown, why));
+            return Err(self
+                .refuse(&asker, Action::Restore, name, words_shown, why)
+                .await);
         }
         let snap = parse_snapshot(name)?;
         let since = unix_micros(SystemTime::now() - CONSENT_WINDOW);
@@ -789,7 +839,8 @@ impl Keeper {
         let shown = if words_shown.len() > caps::MAX_WORDS_BYTES {
             None
         } else {
-            self.journal(|j| j.words_shown(uid, &Subject::restore(snap), since))?
+            self.journal(move |j| j.words_shown(uid, &Subject::restore(snap), since))
+                .await?
         };
         if shown.as_deref() != Some(words_shown) {
             let why = format!(
@@ -798,14 +849,20 @@ impl Keeper {
                 CONSENT_WINDOW.as_secs() / 60
             );
             // A refused request is journalled as refused, with the words given (adr/0011).
-            self.journal_refusal(&asker, Action::Restore, name, words_shown, &why);
+            self.journal_refusal(&asker, Action::Restore, name, words_shown, &why)
+                .await;
             return Err(KeeperError::WordsNotShown(why));
         }
-        let id = self.journal(|j| {
-            j.request(&asker, Action::Restore, Subject::restore(snap))
-                .words_shown(words_shown)
-                .begin()
-        })?;
+        let id = self
+            .journal({
+                let (asker, words_shown) = (asker.clone(), words_shown.to_owned());
+                move |j| {
+                    j.request(&asker, Action::Restore, Subject::restore(snap))
+                        .words_shown(&words_shown)
+                        .begin()
+                }
+            })
+            .await?;
         test_pause("restore-pending").await;
         match self.stem.stage_restore(name).await {
             Ok((_request, already, _stem_message)) => {
@@ -818,7 +875,11 @@ impl Keeper {
                 };
                 // The consent was synced before the stem acted and the stem's request is
                 // durable: after a power cut the reconciliation finds it staged (adr/0011).
-                self.journal(|j| j.unsynced(|j| j.finish(id, st, &message)))?;
+                self.journal({
+                    let message = message.clone();
+                    move |j| j.unsynced(|j| j.finish(id, st, &message))
+                })
+                .await?;
                 tracing::info!(uid, user = %asker.name, snapshot = name, "{message}");
                 Ok(RestoreStaged {
                     snapshot: name.to_owned(),
@@ -843,7 +904,8 @@ impl Keeper {
             StemError::Refused { .. } | StemError::NotRunning => {
                 // The request was synced before the stem was asked; the disk settles it.
                 let outcome = format!("failed: {e}");
-                self.journal(|j| j.unsynced(|j| j.finish(id, State::Failed, &outcome)))
+                self.journal(move |j| j.unsynced(|j| j.finish(id, State::Failed, &outcome)))
+                    .await
             }
             StemError::WentAway | StemError::Bus(_) => {
                 let _sets = self.sets.lock().await;
@@ -863,11 +925,16 @@ impl Keeper {
     pub async fn cancel(&self, uid: u32) -> Result<Cancelled, KeeperError> {
         let asker = Authority::asker(uid);
         if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, Action::Cancel, "", "", why));
+            return Err(self.refuse(&asker, Action::Cancel, "", "", why).await);
         }
         // Synced before the stem acts: the stem makes a withdrawal durable before it answers,
         // and the record of who withdrew must never be later than that (adr/0011).
-        let id = self.journal(|j| j.request(&asker, Action::Cancel, Subject::Nothing).begin())?;
+        let id = self
+            .journal({
+                let asker = asker.clone();
+                move |j| j.request(&asker, Action::Cancel, Subject::Nothing).begin()
+            })
+            .await?;
         test_pause("cancel-pending").await;
         let withdrawn = self.stem.withdraw().await;
         test_pause("cancel-done").await;
@@ -894,7 +961,11 @@ impl Keeper {
                 };
                 // The request to cancel was synced before the stem acted; the disk says
                 // what is staged after a power cut (adr/0011).
-                self.journal(|j| j.unsynced(|j| j.finish(id, State::Withdrawn, &message)))?;
+                self.journal({
+                    let message = message.clone();
+                    move |j| j.unsynced(|j| j.finish(id, State::Withdrawn, &message))
+                })
+                .await?;
                 Ok(Cancelled {
                     withdrawn: true,
                     snapshot: snapshot_names(&members),
@@ -902,7 +973,7 @@ impl Keeper {
                     message,
                 })
             }
-            Ok(None) => self.nothing_to_cancel(id),
+            Ok(None) => self.nothing_to_cancel(id).await,
             // A bad request file is no request, yet it must go: no restore can be staged
             // beside it (adr/0015).
             Err(StemError::Refused {
@@ -914,7 +985,11 @@ impl Keeper {
                         "removed a bad restore request file ({why}); no restore was staged, \
                              nothing else changed"
                     );
-                    self.journal(|j| j.unsynced(|j| j.finish(id, State::Withdrawn, &message)))?;
+                    self.journal({
+                        let message = message.clone();
+                        move |j| j.unsynced(|j| j.finish(id, State::Withdrawn, &message))
+                    })
+                    .await?;
                     Ok(Cancelled {
                         withdrawn: true,
                         snapshot: String::new(),
@@ -922,7 +997,7 @@ impl Keeper {
                         message,
                     })
                 }
-                Ok(None) => self.nothing_to_cancel(id),
+                Ok(None) => self.nothing_to_cancel(id).await,
                 Err(e) => {
                     self.settle_after_stem_error(id, &e).await?;
                     Err(stem_error(e))
@@ -936,9 +1011,13 @@ impl Keeper {
     }
 
     /// Cancel's answer when nothing was staged: journalled, nothing changed.
-    fn nothing_to_cancel(&self, id: i64) -> Result<Cancelled, KeeperError> {
+    async fn nothing_to_cancel(&self, id: i64) -> Result<Cancelled, KeeperError> {
         let message = "no restore was staged; nothing changed".to_owned();
-        self.journal(|j| j.unsynced(|j| j.finish(id, State::NothingStaged, &message)))?;
+        self.journal({
+            let message = message.clone();
+            move |j| j.unsynced(|j| j.finish(id, State::NothingStaged, &message))
+        })
+        .await?;
         Ok(Cancelled {
             withdrawn: false,
             snapshot: String::new(),
@@ -968,19 +1047,24 @@ impl Keeper {
             Err(e) => return Err(stem_error(e)),
         };
         let staging = match &staged {
-            Some(s) => self.journal(|j| j.staging_of(&snapshot_names(s)))?,
+            Some(s) => {
+                let names = snapshot_names(s);
+                self.journal(move |j| j.staging_of(&names)).await?
+            }
             None => None,
         };
-        let (outcome, unknown, failed) = self.journal(|j| {
-            let o = j.report_latest_outcome(uid)?;
-            let unknown = j
-                .snapshots()?
-                .iter()
-                .filter(|s| s.request.is_none() && s.state == SnapshotState::Present)
-                .count() as u32;
-            Ok((o, unknown, j.failed_sets()?))
-        })?;
-        let path = self.journal(|j| Ok(j.path().display().to_string()))?;
+        let (outcome, unknown, failed) = self
+            .journal(move |j| {
+                let o = j.report_latest_outcome(uid)?;
+                let unknown = j
+                    .snapshots()?
+                    .iter()
+                    .filter(|s| s.request.is_none() && s.state == SnapshotState::Present)
+                    .count() as u32;
+                Ok((o, unknown, j.failed_sets()?))
+            })
+            .await?;
+        let path = self.journal(|j| Ok(j.path().display().to_string())).await?;
         let space = if stem_running {
             self.stem.free_space().await.ok()
         } else {

@@ -176,7 +176,7 @@ impl Keeper {
     /// The configured target a caller named, or a refusal, journalled. The name is capped
     /// and checked against the grammar before it is looked up, and nothing else about the
     /// request is looked at first.
-    fn configured_target(
+    async fn configured_target(
         &self,
         asker: &Asker,
         act: Action,
@@ -209,7 +209,8 @@ impl Keeper {
         } else {
             format!("{} {to} {shown}", caps::name(name))
         };
-        self.journal_refusal_of(asker, act, subject.into(), "", &why);
+        self.journal_refusal_of(asker, act, subject.into(), "", &why)
+            .await;
         Err(KeeperError::NoSuchTarget(why))
     }
 
@@ -256,7 +257,7 @@ impl Keeper {
             Err(_) => Vec::new(),
         };
         if !running.is_empty() {
-            if let Ok(rows) = self.journal(|j| j.copy_requests()) {
+            if let Ok(rows) = self.journal(|j| j.copy_requests()).await {
                 in_flight.extend(
                     rows.iter()
                         .filter(|r| {
@@ -275,9 +276,13 @@ impl Keeper {
             }
         }
         let started = self.copy_acts.started_micros;
-        if let Err(e) =
-            self.journal(|j| j.record_target_listing(target, &pairs, &members, &in_flight, started))
-        {
+        let recording = {
+            let (target, members) = (target.to_owned(), members.clone());
+            move |j: &mut crate::journal::Journal| {
+                j.record_target_listing(&target, &pairs, &members, &in_flight, started)
+            }
+        };
+        if let Err(e) = self.journal(recording).await {
             tracing::warn!(target, "recording what the target holds: {}", e.message());
         }
         Ok((held, local))
@@ -306,7 +311,7 @@ impl Keeper {
 
     /// Journal an act on a target that failed before it reached the stem's transfer (the
     /// target could not be listed: unreachable, not Btrfs, its host key changed).
-    fn journal_failed_act(
+    async fn journal_failed_act(
         &self,
         asker: &Asker,
         action: CopyAction,
@@ -316,23 +321,31 @@ impl Keeper {
         e: &StemError,
     ) {
         let reason = failure_reason(e);
-        let recorded = self
-            .journal(|j| j.begin_copy(asker, action, target, name, rule, ""))
-            .and_then(|id| {
+        let begun = self
+            .journal({
+                let (asker, target, name, rule) = (
+                    asker.clone(),
+                    target.to_owned(),
+                    name.to_owned(),
+                    rule.to_owned(),
+                );
+                move |j| j.begin_copy(&asker, action, &target, &name, &rule, "")
+            })
+            .await;
+        let recorded = match begun {
+            Ok(id) => {
                 let _row = self.copy_acts.row(id);
-                self.journal(|j| {
-                    j.finish_copy(
-                        id,
-                        &CopyEnd {
-                            state: State::Failed,
-                            outcome: reason.clone(),
-                            parent: String::new(),
-                            bytes: 0,
-                            received_uuid: None,
-                        },
-                    )
-                })
-            });
+                let end = CopyEnd {
+                    state: State::Failed,
+                    outcome: reason.clone(),
+                    parent: String::new(),
+                    bytes: 0,
+                    received_uuid: None,
+                };
+                self.journal(move |j| j.finish_copy(id, &end)).await
+            }
+            Err(e) => Err(e),
+        };
         if let Err(je) = recorded {
             tracing::error!(
                 "could not journal a failed {}: {}",
@@ -352,7 +365,16 @@ impl Keeper {
         rule: &str,
     ) -> Result<(Copied, u64), (StemError, String)> {
         let id = self
-            .journal(|j| j.begin_copy(asker, CopyAction::Copy, target, name, rule, ""))
+            .journal({
+                let (asker, target, name, rule) = (
+                    asker.clone(),
+                    target.to_owned(),
+                    name.to_owned(),
+                    rule.to_owned(),
+                );
+                move |j| j.begin_copy(&asker, CopyAction::Copy, &target, &name, &rule, "")
+            })
+            .await
             .map_err(|e| (StemError::Bus(e.message()), e.message()))?;
         let _row = self.copy_acts.row(id);
         let started = Instant::now();
@@ -379,7 +401,8 @@ impl Keeper {
                     bytes: c.bytes,
                     received_uuid: Some(layout::human::prefix(&c.received_uuid, 64).to_owned()),
                 };
-                self.journal(|j| j.finish_copy(id, &end))
+                self.journal(move |j| j.finish_copy(id, &end))
+                    .await
                     .map_err(|e| (StemError::Bus(e.message()), e.message()))?;
                 tracing::info!(uid = asker.uid, user = %asker.name, rule, target, snapshot = name, bytes = c.bytes, took_ms, "{outcome}");
                 Ok((c, took_ms))
@@ -399,7 +422,7 @@ impl Keeper {
                         bytes: 0,
                         received_uuid: None,
                     };
-                    if let Err(je) = self.journal(|j| j.finish_copy(id, &end)) {
+                    if let Err(je) = self.journal(move |j| j.finish_copy(id, &end)).await {
                         tracing::error!("could not journal a failed copy: {}", je.message());
                     }
                 }
@@ -417,7 +440,9 @@ impl Keeper {
         target: &str,
     ) -> Result<CopyReport, KeeperError> {
         let asker = Authority::asker(uid);
-        let t = self.configured_target(&asker, Action::Copy, name, target)?;
+        let t = self
+            .configured_target(&asker, Action::Copy, name, target)
+            .await?;
         let target = t.name.as_str();
         if let Err(why) = self.authority.decide(uid, Act::Change) {
             let subject = if name.is_empty() {
@@ -425,7 +450,8 @@ impl Keeper {
             } else {
                 format!("{} to {target}", caps::name(name))
             };
-            self.journal_refusal_of(&asker, Action::Copy, subject.into(), "", &why);
+            self.journal_refusal_of(&asker, Action::Copy, subject.into(), "", &why)
+                .await;
             return Err(KeeperError::NotAuthorized(why));
         }
         if !name.is_empty() {
@@ -442,7 +468,8 @@ impl Keeper {
         let (held, local) = match self.list_target_for_act(target).await {
             Ok(listed) => listed,
             Err(e) => {
-                self.journal_failed_act(&asker, CopyAction::Copy, target, name, "", &e);
+                self.journal_failed_act(&asker, CopyAction::Copy, target, name, "", &e)
+                    .await;
                 return Err(stem_error(e));
             }
         };
@@ -485,7 +512,8 @@ impl Keeper {
         let (held, _) = match self.list_target_for_act(target).await {
             Ok(listed) => listed,
             Err(e) => {
-                self.journal_failed_act(asker, CopyAction::Copy, target, "", &rule, &e);
+                self.journal_failed_act(asker, CopyAction::Copy, target, "", &rule, &e)
+                    .await;
                 return Err(stem_error(e));
             }
         };
@@ -587,9 +615,21 @@ impl Keeper {
         let rule = retention_rule(target);
         for d in copy_retention::plan(&copies, keep) {
             let why = format!("{rule}: {}", d.why);
-            let id = match self.journal(|j| {
-                j.begin_copy(asker, CopyAction::DeleteCopy, target, &d.name, &rule, &why)
-            }) {
+            let begun = self
+                .journal({
+                    let (asker, target, name, rule, why) = (
+                        asker.clone(),
+                        target.to_owned(),
+                        d.name.clone(),
+                        rule.clone(),
+                        why.clone(),
+                    );
+                    move |j| {
+                        j.begin_copy(&asker, CopyAction::DeleteCopy, &target, &name, &rule, &why)
+                    }
+                })
+                .await;
+            let id = match begun {
                 Ok(id) => id,
                 Err(e) => {
                     report.deleted.push(CopyDeleted {
@@ -619,7 +659,7 @@ impl Keeper {
                     bytes: 0,
                     received_uuid: None,
                 };
-                if let Err(e) = self.journal(|j| j.finish_copy(id, &end)) {
+                if let Err(e) = self.journal(move |j| j.finish_copy(id, &end)).await {
                     tracing::error!("could not journal a deletion on {target}: {}", e.message());
                 }
             }
@@ -639,7 +679,9 @@ impl Keeper {
     /// What `target` holds. Anybody may ask; the received UUIDs only for root and approvers.
     pub async fn copies(&self, uid: u32, target: &str) -> Result<TargetCopies, KeeperError> {
         let asker = Authority::asker(uid);
-        let t = self.configured_target(&asker, Action::Copies, "", target)?;
+        let t = self
+            .configured_target(&asker, Action::Copies, "", target)
+            .await?;
         let target = t.name.as_str();
         let may_change = self.may_change(uid);
         let _turn = self.looker_turn(may_change).await;
@@ -690,11 +732,14 @@ impl Keeper {
     /// Receive the copy `name` from `target` into the local store, verified; journalled.
     pub async fn fetch(&self, uid: u32, name: &str, target: &str) -> Result<Fetched, KeeperError> {
         let asker = Authority::asker(uid);
-        let t = self.configured_target(&asker, Action::Fetch, name, target)?;
+        let t = self
+            .configured_target(&asker, Action::Fetch, name, target)
+            .await?;
         let target = t.name.as_str();
         if let Err(why) = self.authority.decide(uid, Act::Change) {
             let subject = format!("{} from {target}", caps::name(name));
-            self.journal_refusal_of(&asker, Action::Fetch, subject.into(), "", &why);
+            self.journal_refusal_of(&asker, Action::Fetch, subject.into(), "", &why)
+                .await;
             return Err(KeeperError::NotAuthorized(why));
         }
         let snap = parse_snapshot(name)?;
@@ -704,8 +749,17 @@ impl Keeper {
             .ok_or_else(|| Self::busy(target))?;
         self.ensure_reconciled().await;
         let reason = format!("fetched from {target}");
-        let id =
-            self.journal(|j| j.begin_copy(&asker, CopyAction::Fetch, target, name, "", &reason))?;
+        let id = self
+            .journal({
+                let (asker, target, name, reason) = (
+                    asker.clone(),
+                    target.to_owned(),
+                    name.to_owned(),
+                    reason.clone(),
+                );
+                move |j| j.begin_copy(&asker, CopyAction::Fetch, &target, &name, "", &reason)
+            })
+            .await?;
         let _row = self.copy_acts.row(id);
         let started = Instant::now();
         let result = match self.stem.fetch_from(target, name).await {
@@ -717,8 +771,15 @@ impl Keeper {
                 Ok(disk) => {
                     let found = disk.into_iter().find(|d| d.member.name == name);
                     match found {
-                        Some(d) if self.journal(|j| j.fetched_by(id, &d.member))? => Ok((d, 0)),
-                        _ => Err(StemError::WentAway),
+                        Some(d) => {
+                            let member = d.member.clone();
+                            if self.journal(move |j| j.fetched_by(id, &member)).await? {
+                                Ok((d, 0))
+                            } else {
+                                Err(StemError::WentAway)
+                            }
+                        }
+                        None => Err(StemError::WentAway),
                     }
                 }
                 Err(_) => Err(StemError::WentAway),
@@ -743,19 +804,23 @@ impl Keeper {
                     taken_micros: snap.taken_unix_micros(),
                     ..d.member.clone()
                 };
-                self.journal(|j| {
-                    j.finish_copy(
-                        id,
-                        &CopyEnd {
-                            state: State::Complete,
-                            outcome: message.clone(),
-                            parent: String::new(),
-                            bytes,
-                            received_uuid: None,
-                        },
-                    )?;
-                    j.record_fetched(id, &member)
-                })?;
+                self.journal({
+                    let (message, member) = (message.clone(), member.clone());
+                    move |j| {
+                        j.finish_copy(
+                            id,
+                            &CopyEnd {
+                                state: State::Complete,
+                                outcome: message,
+                                parent: String::new(),
+                                bytes,
+                                received_uuid: None,
+                            },
+                        )?;
+                        j.record_fetched(id, &member)
+                    }
+                })
+                .await?;
                 tracing::info!(uid, user = %asker.name, target, snapshot = name, "{message}");
                 let sub = snap.subvolume();
                 Ok(Fetched {
@@ -793,7 +858,7 @@ impl Keeper {
                         bytes: 0,
                         received_uuid: None,
                     };
-                    self.journal(|j| j.finish_copy(id, &end))?;
+                    self.journal(move |j| j.finish_copy(id, &end)).await?;
                 }
                 tracing::warn!(uid, user = %asker.name, target, snapshot = name, "fetch {reason}");
                 Err(stem_error(e))

@@ -379,7 +379,7 @@ impl Keeper {
         self.ensure_reconciled().await;
         self.settle_leftovers().await;
         let started = std::time::Instant::now();
-        let changes = self.journal(|j| Ok(j.changes()))?;
+        let changes = self.journal(|j| Ok(j.changes())).await?;
         let kept: Option<(Vec<u64>, Arc<Listed>)> = self
             .list_cache
             .lock()
@@ -401,11 +401,18 @@ impl Keeper {
                 return Ok(listed);
             }
         }
-        let configured = self.configured_target_names();
-        let (journal_changes, listed) = self.journal(|j| {
-            let changes = j.changes();
-            Ok((changes, Arc::new(on_disk.finish(j, &configured)?)))
-        })?;
+        let configured: std::collections::BTreeSet<String> = self
+            .configured_target_names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let (journal_changes, listed) = self
+            .journal(move |j| {
+                let changes = j.changes();
+                let configured = configured.iter().map(String::as_str).collect();
+                Ok((changes, Arc::new(on_disk.finish(j, &configured)?)))
+            })
+            .await?;
         *self.list_cache.lock() = Some(Kept {
             generation,
             journal_changes,

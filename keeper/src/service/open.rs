@@ -260,7 +260,8 @@ impl Keeper {
         let snap = parse_snapshot(name)?;
         let sub = snap.subvolume();
         if let Err(why) = self.opens.allow_open(uid, Instant::now()) {
-            self.journal_refusal(&asker, Action::Open, name, "", &why);
+            self.journal_refusal(&asker, Action::Open, name, "", &why)
+                .await;
             return Err(KeeperError::OpenRefused(why));
         }
         let whole = self.may_change(uid);
@@ -275,11 +276,11 @@ impl Keeper {
                     sub.display_path(),
                     self.authority.approver_group()
                 );
-                return Err(self.refuse(&asker, Action::Open, name, "", why));
+                return Err(self.refuse(&asker, Action::Open, name, "", why).await);
             }
             match home_part(uid) {
                 Ok(p) => p,
-                Err(why) => return Err(self.refuse(&asker, Action::Open, name, "", why)),
+                Err(why) => return Err(self.refuse(&asker, Action::Open, name, "", why).await),
             }
         };
         let shown_part = if whole {
@@ -311,7 +312,8 @@ impl Keeper {
                         "{message}; close it with `tacid data close {name}`, then open it again"
                     ),
                 };
-                self.journal_refusal(&asker, Action::Open, name, "", &why);
+                self.journal_refusal(&asker, Action::Open, name, "", &why)
+                    .await;
                 return Err(KeeperError::OpenRefused(why));
             }
             Err(e) => return Err(stem_error(e)),
@@ -332,12 +334,20 @@ impl Keeper {
             out.shows,
             (info.idle_close_unix_micros - info.opened_unix_micros).max(0) / 60_000_000
         );
-        let recorded = self.journal(|j| {
-            j.request(&asker, Action::Open, Subject::Snapshot(snap))
-                .state(State::Open)
-                .outcome(&format!("open at {} ({})", info.path, out.shows))
-                .begin()
-        });
+        let recorded = self
+            .journal({
+                let (asker, outcome) = (
+                    asker.clone(),
+                    format!("open at {} ({})", info.path, out.shows),
+                );
+                move |j| {
+                    j.request(&asker, Action::Open, Subject::Snapshot(snap))
+                        .state(State::Open)
+                        .outcome(&outcome)
+                        .begin()
+                }
+            })
+            .await;
         let row = match recorded {
             Ok(row) => row,
             Err(e) => {
@@ -423,7 +433,8 @@ impl Keeper {
         if !closed {
             // Journalled open, yet the stem had it no more: it closed it itself.
             if let Some(j) = known {
-                self.journal_closed(uid, name, &j, &self.closed_by_stem(&j));
+                self.journal_closed(uid, name, &j, &self.closed_by_stem(&j))
+                    .await;
             }
             return Ok(ClosedOpen {
                 snapshot: name.to_owned(),
@@ -440,11 +451,14 @@ impl Keeper {
         );
         let how = format!("closed by {} (uid {uid})", escape(asker.name.as_bytes()));
         match known {
-            Some(j) => self.journal_closed(uid, name, &j, &how),
+            Some(j) => self.journal_closed(uid, name, &j, &how).await,
             None => {
                 // Opened by an earlier keeper is impossible (the stem closed those when it
                 // left); the row, if any, is settled at the next check.
-                let _ = self.journal(|j| begin_closed(j, &asker, name, &how));
+                let (asker, name, how) = (asker.clone(), name.to_owned(), how.clone());
+                let _ = self
+                    .journal(move |j| begin_closed(j, &asker, &name, &how))
+                    .await;
             }
         }
         tracing::info!(uid, user = %asker.name, snapshot = name, "{message}");
@@ -457,20 +471,24 @@ impl Keeper {
 
     /// Journal that the open `j` of `uid`'s `name` is closed, and `how`: a close row, and
     /// the open's row settled.
-    fn journal_closed(&self, uid: u32, name: &str, j: &Journalled, how: &str) {
+    async fn journal_closed(&self, uid: u32, name: &str, j: &Journalled, how: &str) {
         let asker = if j.asker.uid == uid {
             j.asker.clone()
         } else {
             Authority::asker(uid)
         };
-        let done = self.journal(|jn| {
-            begin_closed(jn, &asker, name, &format!("{} at {}", how, j.path))?;
-            jn.finish(
-                j.row,
-                State::Closed,
-                &format!("was open at {}; {how}", j.path),
-            )
-        });
+        let (name_owned, closed, settled, row) = (
+            name.to_owned(),
+            format!("{} at {}", how, j.path),
+            format!("was open at {}; {how}", j.path),
+            j.row,
+        );
+        let done = self
+            .journal(move |jn| {
+                begin_closed(jn, &asker, &name_owned, &closed)?;
+                jn.finish(row, State::Closed, &settled)
+            })
+            .await;
         match done {
             Ok(()) => tracing::info!(uid, snapshot = name, path = %j.path, "{how}"),
             Err(e) => tracing::error!(
@@ -535,11 +553,11 @@ impl Keeper {
         };
         for ((uid, name), j) in gone {
             let how = self.closed_by_stem(&j);
-            self.journal_closed(uid, &name, &j, &how);
+            self.journal_closed(uid, &name, &j, &how).await;
         }
         if !*earlier_settled {
             let mine: HashSet<i64> = self.opens.ledger().values().map(|j| j.row).collect();
-            let rows = match self.journal(|j| j.open_rows()) {
+            let rows = match self.journal(|j| j.open_rows()).await {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!("reading the journal's open rows: {}", e.message());
@@ -587,7 +605,7 @@ impl Keeper {
                     idle_close_micros: 0,
                     recorded: asked,
                 };
-                self.journal_closed(r.uid, &r.subject, &j, how);
+                self.journal_closed(r.uid, &r.subject, &j, how).await;
             }
             *earlier_settled = true;
         }
@@ -610,11 +628,15 @@ impl Keeper {
                         "closed by the keeper: uid {uid} is no longer root or an approver, who \
                          alone may open a snapshot whole"
                     );
-                    match self.opens.ledger().remove(&(uid, name.to_owned())) {
-                        Some(j) => self.journal_closed(uid, name, &j, &how),
+                    let known = self.opens.ledger().remove(&(uid, name.to_owned()));
+                    match known {
+                        Some(j) => self.journal_closed(uid, name, &j, &how).await,
                         None if closed => {
                             let asker = Authority::asker(uid);
-                            let _ = self.journal(|j| begin_closed(j, &asker, name, &how));
+                            let name = name.to_owned();
+                            let _ = self
+                                .journal(move |j| begin_closed(j, &asker, &name, &how))
+                                .await;
                         }
                         None => {}
                     }
@@ -686,11 +708,17 @@ impl Keeper {
                      {:?} may see any snapshot's changes",
                     self.authority.approver_group()
                 );
-                return Err(self.refuse(&asker, Action::Diff, name, &shown_asked, why));
+                return Err(self
+                    .refuse(&asker, Action::Diff, name, &shown_asked, why)
+                    .await);
             }
             match home_part(uid) {
                 Ok(p) => p,
-                Err(why) => return Err(self.refuse(&asker, Action::Diff, name, &shown_asked, why)),
+                Err(why) => {
+                    return Err(self
+                        .refuse(&asker, Action::Diff, name, &shown_asked, why)
+                        .await)
+                }
             }
         };
         let subtree = if path.is_empty() {
@@ -702,7 +730,9 @@ impl Keeper {
                     "{shown_asked} is outside your home ({}); you may see what changed only in it",
                     shown_path(HOMES_MOUNT_POINT, &base)
                 );
-                return Err(self.refuse(&asker, Action::Diff, name, &shown_asked, why));
+                return Err(self
+                    .refuse(&asker, Action::Diff, name, &shown_asked, why)
+                    .await);
             }
             rel
         };
@@ -715,7 +745,9 @@ impl Keeper {
                 Ok(g) => g,
                 Err(why) => {
                     let why = format!("{why}; refused");
-                    return Err(self.refuse(&asker, Action::Diff, name, &shown_asked, why));
+                    return Err(self
+                        .refuse(&asker, Action::Diff, name, &shown_asked, why)
+                        .await);
                 }
             };
             // Inside the home: `subtree` is the home or below it (checked above).
@@ -741,7 +773,9 @@ impl Keeper {
                      since the snapshot is not in it as yours",
                     shown_path(HOMES_MOUNT_POINT, &base)
                 );
-                return Err(self.refuse(&asker, Action::Diff, name, &shown_asked, why));
+                return Err(self
+                    .refuse(&asker, Action::Diff, name, &shown_asked, why)
+                    .await);
             }
             Err(e) => {
                 // The stem logs its refusals of counts within one allowance for all callers
@@ -813,13 +847,18 @@ impl Keeper {
                 out.subtree,
                 if out.at_least { " (at least)" } else { "" }
             );
-            self.journal(|j| {
+            let (asker, shown) = (
+                asker.clone(),
+                layout::human::cap(&summary, caps::MAX_WORDS_BYTES).into_owned(),
+            );
+            self.journal(move |j| {
                 j.request(&asker, Action::Diff, Subject::Snapshot(snap))
-                    .words_shown(&layout::human::cap(&summary, caps::MAX_WORDS_BYTES))
+                    .words_shown(&shown)
                     .state(State::Shown)
                     .outcome("shown; nothing changed")
                     .begin()
-            })?;
+            })
+            .await?;
         }
         Ok(out)
     }

@@ -213,15 +213,17 @@ impl Keeper {
             let asker = Authority::asker(uid);
             // Not synced: a preview changes nothing, and words lost to a power cut are only
             // shown again (the consent that quotes them is synced) — adr/0011.
-            self.journal(|j| {
+            let (snap, shown) = (*snap, words.clone());
+            self.journal(move |j| {
                 j.unsynced(|j| {
-                    j.request(&asker, Action::RestorePreview, Subject::restore(*snap))
-                        .words_shown(&words)
+                    j.request(&asker, Action::RestorePreview, Subject::restore(snap))
+                        .words_shown(&shown)
                         .state(State::Shown)
                         .outcome("shown; nothing changed")
                         .begin()
                 })
-            })?;
+            })
+            .await?;
         }
         Ok(RestorePreview {
             snapshot: name.clone(),

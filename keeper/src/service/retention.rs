@@ -88,7 +88,7 @@ impl Keeper {
     /// Settle deletions a stopped keeper left pending: the disk says whether they happened.
     /// Call with `sets` held (a delete in flight holds it too).
     pub(super) async fn settle_pending_deletions(&self) -> Result<(), KeeperError> {
-        let pending = self.journal(|j| j.pending_deletions())?;
+        let pending = self.journal(|j| j.pending_deletions()).await?;
         if pending.is_empty() {
             return Ok(());
         }
@@ -111,7 +111,7 @@ impl Keeper {
                 }
             })
             .collect();
-        self.journal(|j| j.finish_deletions(&results))
+        self.journal(move |j| j.finish_deletions(&results)).await
     }
 
     /// Delete one snapshot a person named; journalled with the person. The last common
@@ -125,10 +125,12 @@ impl Keeper {
     ) -> Result<Deleted, KeeperError> {
         let asker = Authority::asker(uid);
         if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, Action::Delete, name, "", why));
+            return Err(self.refuse(&asker, Action::Delete, name, "", why).await);
         }
         parse_snapshot(name)?;
-        let (keeps, copies) = self.journal(|j| Ok((j.keeps()?, j.copies_by_snapshot()?)))?;
+        let (keeps, copies) = self
+            .journal(|j| Ok((j.keeps()?, j.copies_by_snapshot()?)))
+            .await?;
         if let Some(by) = keeps.get(name) {
             return Err(KeeperError::Protected(format!(
                 "{name} is marked to keep (by {by}); take the mark off first with \
@@ -167,7 +169,12 @@ impl Keeper {
         };
         // A pending deletion is settled from the disk only while no delete is in flight.
         let _one_at_a_time = self.sets.lock().await;
-        let id = self.journal(|j| j.begin_deletion_synced(&asker, &deletion))?;
+        let id = self
+            .journal({
+                let asker = asker.clone();
+                move |j| j.begin_deletion_synced(&asker, &deletion)
+            })
+            .await?;
         super::test_pause("delete-pending").await;
         let result = self.stem.delete(name).await;
         match result {
@@ -175,15 +182,17 @@ impl Keeper {
                 super::test_pause("delete-done").await;
                 // Synced before the act, settled from the disk after a power cut: the end
                 // needs no sync of its own (adr/0011).
-                self.journal(|j| {
+                let name_owned = name.to_owned();
+                self.journal(move |j| {
                     j.unsynced(|j| {
                         j.finish_deletions(&[DeletionResult {
                             id,
-                            name: name.to_owned(),
+                            name: name_owned,
                             result: Ok(()),
                         }])
                     })
-                })?;
+                })
+                .await?;
                 let message = format!(
                     "deleted {name} ({why}); its space comes back in the background \
                      (`tacid data status` shows it)"
@@ -198,15 +207,17 @@ impl Keeper {
             Err(e) => {
                 // Gone mid-call: left pending, settled from the disk by the next prune.
                 if matches!(e, StemError::Refused { .. } | StemError::NotRunning) {
-                    self.journal(|j| {
+                    let (name, failed) = (name.to_owned(), e.to_string());
+                    self.journal(move |j| {
                         j.unsynced(|j| {
                             j.finish_deletions(&[DeletionResult {
                                 id,
-                                name: name.to_owned(),
-                                result: Err(e.to_string()),
+                                name,
+                                result: Err(failed),
                             }])
                         })
-                    })?;
+                    })
+                    .await?;
                 }
                 Err(match stem_error(e) {
                     KeeperError::Protected(m) => KeeperError::Protected(format!(
@@ -223,14 +234,19 @@ impl Keeper {
         let asker = Authority::asker(uid);
         let act = if keep { Action::Keep } else { Action::Unkeep };
         if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, act, name, "", why));
+            return Err(self.refuse(&asker, act, name, "", why).await);
         }
         let snap = parse_snapshot(name)?;
         if keep {
             // Only what exists can be kept; a mark may be taken off a snapshot already gone.
             self.find(&snap).await?;
         }
-        let changed = self.journal(|j| j.set_keep(&asker, &snap, keep))?;
+        let changed = self
+            .journal({
+                let asker = asker.clone();
+                move |j| j.set_keep(&asker, &snap, keep)
+            })
+            .await?;
         let message = match (keep, changed) {
             (true, true) => format!("{name} is marked to keep: no retention rule deletes it"),
             (true, false) => format!("{name} was already marked to keep; nothing changed"),
@@ -272,14 +288,16 @@ impl Keeper {
             places.sort();
             places.dedup();
         }
-        let (rows, timeline, keeps, copies) = self.journal(|j| {
-            Ok((
-                j.snapshots()?,
-                j.timeline_sets()?,
-                j.keeps()?,
-                j.copies_by_snapshot()?,
-            ))
-        })?;
+        let (rows, timeline, keeps, copies) = self
+            .journal(|j| {
+                Ok((
+                    j.snapshots()?,
+                    j.timeline_sets()?,
+                    j.keeps()?,
+                    j.copies_by_snapshot()?,
+                ))
+            })
+            .await?;
         let mut parents = self.parents_on_disk(&disk, &copies);
         let requests: BTreeMap<&str, _> = rows
             .iter()
@@ -325,7 +343,9 @@ impl Keeper {
         let asker = Authority::asker(uid);
         let may_change = match self.authority.decide(uid, Act::Change) {
             Ok(()) => true,
-            Err(why) if !dry_run => return Err(self.refuse(&asker, Action::Prune, "", "", why)),
+            Err(why) if !dry_run => {
+                return Err(self.refuse(&asker, Action::Prune, "", "", why).await)
+            }
             Err(_) => false,
         };
         let _turn = self.looker_turn(may_change).await;
@@ -362,7 +382,7 @@ impl Keeper {
             floor_unmet: plan.floor_unmet,
         };
         if plan.floor_held_by_parents {
-            self.journal_floor_held(&asker, &plan, dry_run);
+            self.journal_floor_held(&asker, &plan, dry_run).await;
         }
         if dry_run || plan.delete.is_empty() {
             report.deleted = plan
@@ -381,7 +401,12 @@ impl Keeper {
                 why: d.rule.to_string(),
             })
             .collect();
-        let ids = self.journal(|j| j.begin_deletions(&asker, &deletions))?;
+        let ids = self
+            .journal({
+                let asker = asker.clone();
+                move |j| j.begin_deletions(&asker, &deletions)
+            })
+            .await?;
         let mut results = Vec::with_capacity(ids.len());
         let mut stem_gone = None;
         for (d, id) in plan.delete.iter().zip(&ids) {
@@ -423,7 +448,7 @@ impl Keeper {
                 }
             }
         }
-        self.journal(|j| j.finish_deletions(&results))?;
+        self.journal(move |j| j.finish_deletions(&results)).await?;
         tracing::info!(
             uid,
             user = %asker.name,
@@ -440,7 +465,7 @@ impl Keeper {
     /// The floor could be met only by deleting a last common parent with a copy target: it
     /// stays, and the journal says so (a failed deletion by the floor's rule, with why), as
     /// does the log; a dry run only logs.
-    fn journal_floor_held(
+    async fn journal_floor_held(
         &self,
         asker: &crate::journal::Asker,
         plan: &retention::Plan,
@@ -471,24 +496,36 @@ impl Keeper {
                 why: s.rule.to_string(),
             })
             .collect();
-        let recorded = self.journal(|j| {
-            let ids = j.begin_deletions(asker, &deletions)?;
-            let results: Vec<DeletionResult> = held
-                .iter()
-                .zip(ids)
-                .map(|(s, id)| DeletionResult {
-                    id,
-                    name: s.name.clone(),
-                    result: Err(format!(
+        let failed: Vec<(String, String)> = held
+            .iter()
+            .map(|s| {
+                (
+                    s.name.clone(),
+                    format!(
                         "not deleted: kept: {}; the free-space floor is not met (delete it by \
                          hand with `tacid data delete {} --next-copy-full` if the space matters \
                          more than an incremental copy)",
                         s.protection, s.name
-                    )),
-                })
-                .collect();
-            j.finish_deletions(&results)
-        });
+                    ),
+                )
+            })
+            .collect();
+        let asker = asker.clone();
+        let recorded = self
+            .journal(move |j| {
+                let ids = j.begin_deletions(&asker, &deletions)?;
+                let results: Vec<DeletionResult> = failed
+                    .into_iter()
+                    .zip(ids)
+                    .map(|((name, why), id)| DeletionResult {
+                        id,
+                        name,
+                        result: Err(why),
+                    })
+                    .collect();
+                j.finish_deletions(&results)
+            })
+            .await;
         if let Err(e) = recorded {
             tracing::error!(
                 "could not journal the floor held by a last common parent: {}",
@@ -527,11 +564,14 @@ impl Keeper {
     pub async fn snapshot_timeline(&self, uid: u32) -> Result<SnapshotSet, KeeperError> {
         let asker = Authority::asker(uid);
         if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, Action::Snapshot, "timeline", "", why));
+            return Err(self
+                .refuse(&asker, Action::Snapshot, "timeline", "", why)
+                .await);
         }
         let set = self.snapshot(uid, &[], "timeline", false).await?;
         // A crash before this line leaves the set manual: kept until deleted, the safe side.
-        self.journal(|j| j.mark_timeline(set.set_id))?;
+        let set_id = set.set_id;
+        self.journal(move |j| j.mark_timeline(set_id)).await?;
         Ok(set)
     }
 }

@@ -171,7 +171,7 @@ impl Keeper {
             let _turn = self.looker_turn(may_confirm).await;
             self.stem.list().await.map_err(stem_error)?
         };
-        let rows = self.journal(|j| j.snapshots())?;
+        let rows = self.journal(|j| j.snapshots()).await?;
         let of_a_set = |r: &crate::journal::SnapshotRow| {
             r.request
                 .as_ref()
@@ -394,15 +394,17 @@ impl Keeper {
             let subject = plan.subject();
             // Not synced: a preview changes nothing, and words lost to a power cut are only
             // shown again (the consent that quotes them is synced) — adr/0011.
-            self.journal(|j| {
+            let shown = text.clone();
+            self.journal(move |j| {
                 j.unsynced(|j| {
                     j.request(&asker, Action::RestorePreview, subject)
-                        .words_shown(&text)
+                        .words_shown(&shown)
                         .state(State::Shown)
                         .outcome("shown; nothing changed")
                         .begin()
                 })
-            })?;
+            })
+            .await?;
         }
         let mut sum = words::ChangeCounts {
             complete: true,
@@ -463,7 +465,9 @@ impl Keeper {
     ) -> Result<SetRestoreStaged, KeeperError> {
         let asker = Authority::asker(uid);
         if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, Action::Restore, set, words_shown, why));
+            return Err(self
+                .refuse(&asker, Action::Restore, set, words_shown, why)
+                .await);
         }
         let plan = self.resolve_set(set, only, true).await?;
         let subject = plan.subject();
@@ -472,7 +476,9 @@ impl Keeper {
         let shown = if words_shown.len() > caps::MAX_WORDS_BYTES {
             None
         } else {
-            self.journal(|j| j.words_shown(uid, &subject, since))?
+            let subject = subject.clone();
+            self.journal(move |j| j.words_shown(uid, &subject, since))
+                .await?
         };
         if shown.as_deref() != Some(words_shown) {
             let why = format!(
@@ -490,14 +496,20 @@ impl Keeper {
                 &subject.render(),
                 words_shown,
                 &why,
-            );
+            )
+            .await;
             return Err(KeeperError::WordsNotShown(why));
         }
-        let id = self.journal(|j| {
-            j.request(&asker, Action::Restore, subject)
-                .words_shown(words_shown)
-                .begin()
-        })?;
+        let id = self
+            .journal({
+                let (asker, words_shown) = (asker.clone(), words_shown.to_owned());
+                move |j| {
+                    j.request(&asker, Action::Restore, subject)
+                        .words_shown(&words_shown)
+                        .begin()
+                }
+            })
+            .await?;
         test_pause("restore-pending").await;
         match self.stem.stage_set_restore(&plan.names()).await {
             Ok((request, already, _stem_message)) => {
@@ -541,7 +553,11 @@ impl Keeper {
                 };
                 // Synced consent before, a durable request from the stem: the disk stands
                 // in for this row after a power cut (adr/0011).
-                self.journal(|j| j.unsynced(|j| j.finish(id, st, &message)))?;
+                self.journal({
+                    let message = message.clone();
+                    move |j| j.unsynced(|j| j.finish(id, st, &message))
+                })
+                .await?;
                 tracing::info!(uid, user = %asker.name, set = plan.id, "{message}");
                 Ok(SetRestoreStaged {
                     set_id: plan.id,
