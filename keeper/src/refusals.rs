@@ -35,7 +35,7 @@ pub struct Key {
 
 /// What to do with one refusal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Journalling {
     /// Journal it in a row of its own, and log it.
     OwnRow,
     /// Journal it as the row that counts the refusals of `key` from now on, then tell
@@ -118,7 +118,7 @@ impl Limiter {
 
     /// Decide what to do with a refusal of `act` for `uid`, at `now` (`now_micros` on the
     /// wall clock, for the journal).
-    pub fn decide(&mut self, uid: u32, act: Action, now: Instant, now_micros: i64) -> Verdict {
+    pub fn decide(&mut self, uid: u32, act: Action, now: Instant, now_micros: i64) -> Journalling {
         // An open counting row takes every refusal of its key until its window is over.
         for key in [
             Key { uid, act },
@@ -134,12 +134,12 @@ impl Limiter {
                             c.row = Row::Opening;
                             c.calls += 1;
                             c.last_micros = now_micros;
-                            Verdict::OpenRow(key)
+                            Journalling::OpenRow(key)
                         }
                         Row::Opening | Row::Open(_) => {
                             c.calls += 1;
                             c.last_micros = now_micros;
-                            Verdict::Counted
+                            Journalling::Counted
                         }
                     };
                 }
@@ -175,7 +175,7 @@ impl Limiter {
                     ..caller
                 },
             );
-            return Verdict::OwnRow;
+            return Journalling::OwnRow;
         };
         match self.counting.get_mut(&key) {
             // A row whose window is over but whose count the journal does not have yet (or
@@ -183,7 +183,7 @@ impl Limiter {
             Some(old) if old.row == Row::Opening || old.flushed < old.calls => {
                 old.calls += 1;
                 old.last_micros = now_micros;
-                Verdict::Counted
+                Journalling::Counted
             }
             _ => {
                 self.counting.insert(
@@ -196,7 +196,7 @@ impl Limiter {
                         last_micros: now_micros,
                     },
                 );
-                Verdict::OpenRow(key)
+                Journalling::OpenRow(key)
             }
         }
     }
@@ -272,27 +272,30 @@ mod tests {
         let t0 = Instant::now();
         let mut l = Limiter::new(t0);
         for i in 0..OWN_ROWS_PER_CALLER {
-            assert_eq!(l.decide(1000, DELETE, t0, i64::from(i)), Verdict::OwnRow);
+            assert_eq!(
+                l.decide(1000, DELETE, t0, i64::from(i)),
+                Journalling::OwnRow
+            );
         }
         let key = Key {
             uid: 1000,
             act: DELETE,
         };
-        assert_eq!(l.decide(1000, DELETE, t0, 10), Verdict::OpenRow(key));
+        assert_eq!(l.decide(1000, DELETE, t0, 10), Journalling::OpenRow(key));
         // Before the row has an id, refusals are counted, not opened twice.
-        assert_eq!(l.decide(1000, DELETE, t0, 11), Verdict::Counted);
+        assert_eq!(l.decide(1000, DELETE, t0, 11), Journalling::Counted);
         l.opened(key, Some(7));
         for i in 0..10_000 {
-            assert_eq!(l.decide(1000, DELETE, t0, 12 + i), Verdict::Counted);
+            assert_eq!(l.decide(1000, DELETE, t0, 12 + i), Journalling::Counted);
         }
         // Another act of the same caller: a row of its own that counts.
         let keep = Key {
             uid: 1000,
             act: KEEP,
         };
-        assert_eq!(l.decide(1000, KEEP, t0, 1), Verdict::OpenRow(keep));
+        assert_eq!(l.decide(1000, KEEP, t0, 1), Journalling::OpenRow(keep));
         // Another caller still has its allowance.
-        assert_eq!(l.decide(1001, DELETE, t0, 1), Verdict::OwnRow);
+        assert_eq!(l.decide(1001, DELETE, t0, 1), Journalling::OwnRow);
         let f = l.to_flush();
         assert_eq!(
             f,
@@ -311,16 +314,16 @@ mod tests {
         let t0 = Instant::now();
         let mut l = Limiter::new(t0);
         for uid in 0..OWN_ROWS_OVERALL {
-            assert_eq!(l.decide(uid, DELETE, t0, 0), Verdict::OwnRow);
+            assert_eq!(l.decide(uid, DELETE, t0, 0), Journalling::OwnRow);
         }
         let several = Key {
             uid: SEVERAL_CALLERS,
             act: DELETE,
         };
-        assert_eq!(l.decide(5000, DELETE, t0, 0), Verdict::OpenRow(several));
+        assert_eq!(l.decide(5000, DELETE, t0, 0), Journalling::OpenRow(several));
         l.opened(several, Some(1));
         for uid in 5001..70_000 {
-            assert_eq!(l.decide(uid, DELETE, t0, 0), Verdict::Counted);
+            assert_eq!(l.decide(uid, DELETE, t0, 0), Journalling::Counted);
         }
         assert!(
             l.callers.len() <= OWN_ROWS_OVERALL as usize,
@@ -340,12 +343,12 @@ mod tests {
             uid: 1000,
             act: DELETE,
         };
-        assert_eq!(l.decide(1000, DELETE, t0, 0), Verdict::OpenRow(key));
+        assert_eq!(l.decide(1000, DELETE, t0, 0), Journalling::OpenRow(key));
         l.opened(key, Some(3));
-        assert_eq!(l.decide(1000, DELETE, t0, 5), Verdict::Counted);
+        assert_eq!(l.decide(1000, DELETE, t0, 5), Journalling::Counted);
         let later = t0 + WINDOW;
         // A new window: rows of its own again; the old row's count is still written.
-        assert_eq!(l.decide(1000, DELETE, later, 6), Verdict::OwnRow);
+        assert_eq!(l.decide(1000, DELETE, later, 6), Journalling::OwnRow);
         let f = l.to_flush();
         assert_eq!(f[0].calls, 2);
         let closed = l.flushed(&f, later);
@@ -371,12 +374,12 @@ mod tests {
             uid: 1,
             act: DELETE,
         };
-        assert_eq!(l.decide(1, DELETE, t0, 0), Verdict::OpenRow(key));
+        assert_eq!(l.decide(1, DELETE, t0, 0), Journalling::OpenRow(key));
         l.opened(key, None);
         assert!(l.to_flush().is_empty());
-        assert_eq!(l.decide(1, DELETE, t0, 0), Verdict::OpenRow(key));
+        assert_eq!(l.decide(1, DELETE, t0, 0), Journalling::OpenRow(key));
         l.opened(key, Some(9));
-        assert_eq!(l.decide(1, DELETE, t0, 0), Verdict::Counted);
+        assert_eq!(l.decide(1, DELETE, t0, 0), Journalling::Counted);
         assert_eq!(l.to_flush()[0].calls, 3);
     }
 }

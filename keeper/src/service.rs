@@ -15,17 +15,19 @@ use layout::{SnapshotName, SubvolumeName};
 
 use crate::authority::{Act, Authority};
 use crate::caps;
+use crate::caps::parse_snapshot;
 use crate::journal::{
     outcome_result_text, Action, Asker, Journal, JournalError, Member, OutcomeRow, SnapshotState,
     State, Subject,
 };
 use crate::reconcile;
-use crate::refusals::{self, Verdict};
-use crate::stem_client::{snapshot_names, Staged, StemClient, StemError};
+use crate::refusals::{self, Journalling};
+use crate::stem_client::{snapshot_names, stem_error, StagedOnDisk, StemClient, StemError};
 use crate::wire::{
     Cancelled, ChangedPath, KeeperError, RestoreDetails, RestoreStaged, SnapshotEntry, SnapshotSet,
     Status,
 };
+use crate::words::{escape_lines, of_path};
 use layout::human::{and_list, unix_micros};
 use stem_interface::ErrorKind;
 
@@ -96,110 +98,6 @@ pub struct Keeper {
 /// reach the stem, in flight at once over all of them: however many such calls arrive, the
 /// rest wait in the keeper, and root's and approvers' requests never queue behind them.
 pub const MAX_LOOKER_REQUESTS: usize = 8;
-
-impl From<JournalError> for KeeperError {
-    fn from(e: JournalError) -> Self {
-        if e.is_disk_full() {
-            return KeeperError::Journal(format!(
-                "{e}; nothing was done. The journal shares its filesystem with what tacid \
-                 snapshots: free space on it (delete files, or old snapshots with \
-                 `tacid data prune`) and ask again"
-            ));
-        }
-        KeeperError::Journal(format!(
-            "{e}; nothing was done. See `journalctl -u tacid-keeper`"
-        ))
-    }
-}
-
-fn stem_error(e: StemError) -> KeeperError {
-    match e {
-        StemError::NotRunning | StemError::WentAway => KeeperError::StemNotRunning(e.to_string()),
-        StemError::Refused { kind, ref message } => {
-            let message = message.clone();
-            match kind {
-                ErrorKind::NoSuchSnapshot => {
-                    KeeperError::NoSuchSnapshot(format!("{message}; see `tacid data list`"))
-                }
-                ErrorKind::NotRestorable
-                | ErrorKind::NotSnapshottable
-                | ErrorKind::NotReadOnly
-                | ErrorKind::OfAnotherSubvolume
-                | ErrorKind::NotInHistory => KeeperError::NotAllowedForSubvolume(message),
-                ErrorKind::AnotherRestoreStaged => KeeperError::AnotherRestoreStaged(message),
-                ErrorKind::Pinned => KeeperError::Protected(message),
-                ErrorKind::BelowHardFloor | ErrorKind::NoSpace => KeeperError::NoSpace(message),
-                ErrorKind::InvalidArgument => KeeperError::InvalidArgument(message),
-                // Quotes the caller's name as given (capped): shown escaped, here, once.
-                ErrorKind::NoSuchTarget => KeeperError::NoSuchTarget(escape(message.as_bytes())),
-                ErrorKind::TargetBusy => KeeperError::TargetBusy(message),
-                ErrorKind::TargetUnreachable => KeeperError::TargetUnreachable(message),
-                ErrorKind::HostKeyChanged => KeeperError::HostKeyChanged(message),
-                ErrorKind::TargetNotBtrfs => KeeperError::TargetNotBtrfs(message),
-                ErrorKind::TargetFull => KeeperError::TargetFull(message),
-                ErrorKind::TransferFailed => KeeperError::TransferFailed(message),
-                ErrorKind::AlreadyHere => KeeperError::AlreadyHere(message),
-                ErrorKind::InUse => KeeperError::InUse(message),
-                ErrorKind::NoSuchCopy => KeeperError::NoSuchSnapshot(format!(
-                    "{message}; see `tacid data copies TARGET`"
-                )),
-                ErrorKind::AccessDenied
-                | ErrorKind::StoreUnsafe
-                | ErrorKind::LiveSubvolumeMissing
-                | ErrorKind::BadRequestFile
-                | ErrorKind::BadOutcomeFile
-                | ErrorKind::PartRefused
-                | ErrorKind::TooManyOpen
-                | ErrorKind::AlreadyOpen
-                | ErrorKind::Failed => {
-                    KeeperError::StemFailed(format!("{message} (stem error {kind})"))
-                }
-            }
-        }
-        StemError::Bus(_) => KeeperError::StemFailed(e.to_string()),
-    }
-}
-
-/// "/persist, /var/log and /home": the restorable subvolumes where people see them.
-fn restorable_paths() -> String {
-    let paths: Vec<&str> = SubvolumeName::restorable()
-        .iter()
-        .map(|s| s.display_path())
-        .collect();
-    and_list(&paths)
-}
-
-/// Where people see a subvolume of the layout (`/home`), or `?` for a name the layout lacks.
-fn of_path(subvolume: &str) -> &'static str {
-    SubvolumeName::parse(subvolume)
-        .map(|s| s.display_path())
-        .unwrap_or("?")
-}
-
-/// Text a caller gave back, escaped (adr/0017) line by line: no control character but the
-/// line breaks between lines.
-fn escape_lines(text: &str) -> String {
-    text.split('\n')
-        .map(|line| escape(line.as_bytes()))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// A snapshot name from a caller; one longer than any name is refused before it is parsed,
-/// and the error shows it capped.
-fn parse_snapshot(name: &str) -> Result<SnapshotName, KeeperError> {
-    let parsed = if name.len() > caps::MAX_NAME_BYTES {
-        Err(layout::SnapshotNameError::TooLong)
-    } else {
-        SnapshotName::parse(name)
-    };
-    parsed.map_err(|e| {
-        KeeperError::InvalidArgument(format!(
-            "{:?} is not a snapshot name: {e}; see `tacid data list` for names",
-            caps::name(name)
-        ))
-    })
-}
 
 /// The journal's own thread; a keeper whose thread cannot start answers every call with
 /// the journal's error (and says why in the log).
@@ -313,12 +211,12 @@ impl Keeper {
                 unix_micros(SystemTime::now()),
             );
         let (row_asker, outcome, key) = match verdict {
-            Verdict::Counted => return,
-            Verdict::OwnRow => {
+            Journalling::Counted => return,
+            Journalling::OwnRow => {
                 tracing::warn!(uid = asker.uid, user = %asker.name, act = %act, subject = %subject, "refused: {why}");
                 (asker.clone(), why.to_owned(), None)
             }
-            Verdict::OpenRow(key) => {
+            Journalling::OpenRow(key) => {
                 let minutes = refusals::WINDOW.as_secs() / 60;
                 let (who, row_asker) = if key.uid == refusals::SEVERAL_CALLERS {
                     (
@@ -509,11 +407,7 @@ impl Keeper {
         };
         let row = OutcomeRow {
             id: o.id.clone(),
-            result: if o.done {
-                layout::OutcomeResult::Done
-            } else {
-                layout::OutcomeResult::Refused
-            },
+            result: o.result,
             // "@home @home.…", one member; a set's members separated by "; ".
             request: o
                 .request
@@ -1039,11 +933,11 @@ impl Keeper {
             }
         }
         let (staged, staged_problem) = match staged {
-            Ok(Staged::Request(r)) => (Some(r), String::new()),
-            Ok(Staged::Nothing) | Err(StemError::NotRunning | StemError::WentAway) => {
+            Ok(StagedOnDisk::Request(r)) => (Some(r), String::new()),
+            Ok(StagedOnDisk::Nothing) | Err(StemError::NotRunning | StemError::WentAway) => {
                 (None, String::new())
             }
-            Ok(Staged::Bad(why)) => (None, why),
+            Ok(StagedOnDisk::Bad(why)) => (None, why),
             Err(e) => return Err(stem_error(e)),
         };
         let staging = match &staged {

@@ -17,11 +17,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use layout::SnapshotName;
 
-use super::{parse_snapshot, restorable_paths, stem_error, Keeper, PREVIEW_COUNT_LIMIT};
+use super::{parse_snapshot, stem_error, Keeper, PREVIEW_COUNT_LIMIT};
 use crate::authority::Authority;
 use crate::journal::{Action, State, Subject};
 use crate::wire::{KeeperError, RestorePreview, SetRestorePreview};
 use crate::words;
+use crate::words::restorable_paths;
 use layout::human::from_unix_micros;
 
 /// Counts for people who may only look, in flight at once over all of them.
