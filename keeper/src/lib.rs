@@ -9,9 +9,13 @@
 
 pub mod authority;
 pub mod caps;
-pub mod copy_retention;
+pub mod consent;
+pub mod copies;
+pub mod handles;
 pub mod journal;
 pub mod keeper1;
+pub mod list;
+pub mod opens;
 pub mod reconcile;
 pub mod refusals;
 pub mod retention;

@@ -12,9 +12,15 @@
 //! Pure logic: times are given in, so tests need no clock.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
 
-use crate::journal::Action;
+use layout::human::unix_micros;
+
+use crate::caps;
+use crate::handles::Handles;
+use crate::journal::{Action, Asker, State, Subject};
+use crate::wire::KeeperError;
 
 /// How long a window of allowances, and a row that counts refusals, lasts.
 /// The same window and numbers as every allowance of log lines (`layout::allowance`).
@@ -258,6 +264,174 @@ impl Limiter {
         });
         closed
     }
+}
+
+/// The refusals service: journals and logs a refused request, or only counts it past the
+/// caller's allowance; owns the counts.
+#[derive(Debug)]
+pub struct Refusals {
+    limiter: Mutex<Limiter>,
+    h: Handles,
+}
+
+impl Refusals {
+    pub fn new(h: Handles) -> Refusals {
+        Refusals {
+            limiter: Mutex::new(Limiter::new(Instant::now())),
+            h,
+        }
+    }
+
+    /// The limiter, whatever a panicking holder left in it (counts are only counts).
+    fn limiter(&self) -> std::sync::MutexGuard<'_, Limiter> {
+        self.limiter.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub async fn refuse(
+        &self,
+        asker: &Asker,
+        act: Action,
+        subject: &str,
+        words: &str,
+        why: String,
+    ) -> KeeperError {
+        self.journal_refusal(asker, act, subject, words, &why).await;
+        KeeperError::NotAuthorized(why)
+    }
+
+    /// Log and journal a refused request, with its subject and the words it was sent
+    /// capped; past the caller's allowance, only counted (adr/0016). A journal that cannot
+    /// take it is logged, and the refusal stands.
+    pub async fn journal_refusal(
+        &self,
+        asker: &Asker,
+        act: Action,
+        subject: &str,
+        words: &str,
+        why: &str,
+    ) {
+        self.journal_refusal_of(asker, act, caps::name(subject), words, why)
+            .await;
+    }
+
+    /// [`Self::journal_refusal`] for a subject the keeper built from names it parsed (a set's
+    /// members), capped at what such a subject can be rather than at one name.
+    pub async fn journal_refusal_built(
+        &self,
+        asker: &Asker,
+        act: Action,
+        subject: &str,
+        words: &str,
+        why: &str,
+    ) {
+        let subject = layout::human::cap(subject, caps::MAX_BUILT_SUBJECT_BYTES);
+        self.journal_refusal_of(asker, act, subject, words, why)
+            .await;
+    }
+
+    pub async fn journal_refusal_of(
+        &self,
+        asker: &Asker,
+        act: Action,
+        subject: std::borrow::Cow<'_, str>,
+        words: &str,
+        why: &str,
+    ) {
+        let words = layout::human::cap(words, caps::MAX_WORDS_BYTES);
+        let verdict = self.limiter().decide(
+            asker.uid,
+            act,
+            Instant::now(),
+            unix_micros(SystemTime::now()),
+        );
+        let (row_asker, outcome, key) = match verdict {
+            Journalling::Counted => return,
+            Journalling::OwnRow => {
+                tracing::warn!(uid = asker.uid, user = %asker.name, act = %act, subject = %subject, "refused: {why}");
+                (asker.clone(), why.to_owned(), None)
+            }
+            Journalling::OpenRow(key) => {
+                let minutes = WINDOW.as_secs() / 60;
+                let (who, row_asker) = if key.uid == SEVERAL_CALLERS {
+                    (
+                        "callers past the keeper's overall allowance".to_owned(),
+                        Asker {
+                            uid: SEVERAL_CALLERS,
+                            name: format!("several callers, the first {}", asker.name),
+                        },
+                    )
+                } else {
+                    (format!("{} (uid {})", asker.name, asker.uid), asker.clone())
+                };
+                tracing::warn!(
+                    uid = asker.uid, user = %asker.name, act = %act, subject = %subject,
+                    "refused again and again: {why}; the refusals of {act} from {who} are counted in one journal row for {minutes} minutes, not journalled or logged one by one"
+                );
+                let outcome = format!(
+                    "{why} (this row counts the refusals of {act} from {who} over {minutes} \
+                     minutes, in its calls; the subject shown is the first one's)"
+                );
+                (row_asker, outcome, Some(key))
+            }
+        };
+        let (subject, words) = (subject.into_owned(), words.into_owned());
+        let recorded = self
+            .h
+            .journal(move |j| {
+                j.request(&row_asker, act, Subject::named(subject))
+                    .words_shown(&words)
+                    .state(State::Refused)
+                    .outcome(&outcome)
+                    .begin()
+            })
+            .await;
+        if let Err(e) = &recorded {
+            tracing::error!("could not journal a refusal: {}", e.message());
+        }
+        if let Some(key) = key {
+            self.limiter().opened(key, recorded.ok());
+        }
+    }
+
+    /// Write the counts of refusals the journal does not have yet, in one commit; the
+    /// daemon calls this every second and when it stops (adr/0016).
+    pub async fn flush(&self) {
+        let counts = self.limiter().to_flush();
+        if !counts.is_empty() {
+            let rows: Vec<(i64, u64, i64)> = counts
+                .iter()
+                .map(|f| (f.id, f.calls, f.last_micros))
+                .collect();
+            if let Err(e) = self.h.journal(move |j| j.count_refusals(&rows)).await {
+                tracing::error!("could not journal the count of refusals: {}", e.message());
+                return;
+            }
+        }
+        let closed = self.limiter().flushed(&counts, Instant::now());
+        for c in closed {
+            tracing::info!(
+                uid = c.key.uid,
+                act = %c.key.act,
+                row = c.id,
+                "{} refusals of {} counted in journal row {}",
+                c.calls,
+                c.key.act,
+                c.id
+            );
+        }
+    }
+}
+
+/// Whether a look of `kind` the stem refused (a diff, a listing of a target) may be logged
+/// now for `uid`: within adr/0016's allowance per caller, kind and time.
+pub fn stem_refusals_logged(kind: &'static str, uid: u32) -> layout::allowance::Verdict {
+    static LOGS: std::sync::LazyLock<Mutex<layout::allowance::LogAllowance<(&'static str, u32)>>> =
+        std::sync::LazyLock::new(|| {
+            Mutex::new(layout::allowance::LogAllowance::new(Instant::now()))
+        });
+    LOGS.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .admit(&(kind, uid), Instant::now())
 }
 
 #[cfg(test)]

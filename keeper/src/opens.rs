@@ -38,10 +38,14 @@ use layout::{SnapshotName, HOMES_MOUNT_POINT};
 use nix::unistd::{Uid, User};
 use stem_interface::{ErrorKind, OpenInfo};
 
-use super::{parse_snapshot, stem_error, Keeper, DETAILS_COUNT_LIMIT, PREVIEW_COUNT_LIMIT};
 use crate::authority::Authority;
 use crate::caps;
+use crate::caps::parse_snapshot;
+use crate::consent::{DETAILS_COUNT_LIMIT, PREVIEW_COUNT_LIMIT};
+use crate::handles::Handles;
 use crate::journal::{Action, Asker, Journal, JournalError, State, Subject};
+use crate::refusals::Refusals;
+use crate::stem_client::stem_error;
 use crate::stem_client::StemError;
 use crate::wire::{ChangedPath, ClosedOpen, KeeperError, Opened, PartChanges};
 use layout::human::unix_micros;
@@ -74,7 +78,7 @@ struct Journalled {
 
 /// What the keeper keeps about opens and diffs.
 #[derive(Debug)]
-pub(super) struct OpenState {
+struct OpenState {
     journalled: Mutex<HashMap<(u32, String), Journalled>>,
     rates: Mutex<HashMap<u32, (Instant, u32)>>,
     diff_turns: Mutex<HashMap<u32, Arc<tokio::sync::Mutex<()>>>>,
@@ -87,7 +91,7 @@ pub(super) struct OpenState {
 }
 
 impl OpenState {
-    pub(super) fn new() -> OpenState {
+    fn new() -> OpenState {
         OpenState {
             journalled: Mutex::new(HashMap::new()),
             rates: Mutex::new(HashMap::new()),
@@ -252,19 +256,37 @@ fn open_refusal(kind: ErrorKind) -> bool {
     )
 }
 
-impl Keeper {
+/// The opens service: who may open what, and diffs narrowed to a person's part; owns what
+/// the keeper keeps about opens and diffs.
+#[derive(Debug)]
+pub struct Opens {
+    h: Handles,
+    refusals: Arc<Refusals>,
+    state: OpenState,
+}
+
+impl Opens {
+    pub fn new(h: Handles, refusals: Arc<Refusals>) -> Opens {
+        Opens {
+            h,
+            refusals,
+            state: OpenState::new(),
+        }
+    }
+
     /// Open the snapshot `name` read-only for `uid`: whole for root and approvers, else only
     /// the caller's home in a snapshot of `/home`. Journalled; so is every refusal.
     pub async fn open(&self, uid: u32, name: &str) -> Result<Opened, KeeperError> {
         let asker = Authority::asker(uid);
         let snap = parse_snapshot(name)?;
         let sub = snap.subvolume();
-        if let Err(why) = self.opens.allow_open(uid, Instant::now()) {
-            self.journal_refusal(&asker, Action::Open, name, "", &why)
+        if let Err(why) = self.state.allow_open(uid, Instant::now()) {
+            self.refusals
+                .journal_refusal(&asker, Action::Open, name, "", &why)
                 .await;
             return Err(KeeperError::OpenRefused(why));
         }
-        let whole = self.may_change(uid);
+        let whole = self.h.may_change(uid);
         let part = if whole {
             Vec::new()
         } else {
@@ -274,13 +296,21 @@ impl Keeper {
                      of {HOMES_MOUNT_POINT}. Root and members of the group {:?} may open any \
                      snapshot whole",
                     sub.display_path(),
-                    self.authority.approver_group()
+                    self.h.authority.approver_group()
                 );
-                return Err(self.refuse(&asker, Action::Open, name, "", why).await);
+                return Err(self
+                    .refusals
+                    .refuse(&asker, Action::Open, name, "", why)
+                    .await);
             }
             match home_part(uid) {
                 Ok(p) => p,
-                Err(why) => return Err(self.refuse(&asker, Action::Open, name, "", why).await),
+                Err(why) => {
+                    return Err(self
+                        .refusals
+                        .refuse(&asker, Action::Open, name, "", why)
+                        .await)
+                }
             }
         };
         let shown_part = if whole {
@@ -289,8 +319,8 @@ impl Keeper {
             shown_path(HOMES_MOUNT_POINT, &part)
         };
         let opened = {
-            let _turn = self.looker_turn(whole).await;
-            self.stem.open_snapshot(name, &part, uid, uid).await
+            let _turn = self.h.looker_turn(whole).await;
+            self.h.stem.open_snapshot(name, &part, uid, uid).await
         };
         let (info, already) = match opened {
             Ok(o) => o,
@@ -312,7 +342,8 @@ impl Keeper {
                         "{message}; close it with `tacid data close {name}`, then open it again"
                     ),
                 };
-                self.journal_refusal(&asker, Action::Open, name, "", &why)
+                self.refusals
+                    .journal_refusal(&asker, Action::Open, name, "", &why)
                     .await;
                 return Err(KeeperError::OpenRefused(why));
             }
@@ -320,7 +351,7 @@ impl Keeper {
         };
         let mut out = self.opened(uid, &snap, &info, already);
         if already {
-            if let Some(j) = self.opens.ledger().get_mut(&(uid, name.to_owned())) {
+            if let Some(j) = self.state.ledger().get_mut(&(uid, name.to_owned())) {
                 j.idle_close_micros = info.idle_close_unix_micros;
             }
             tracing::info!(uid, user = %asker.name, snapshot = name, path = %info.path, "open again: its idle time starts again");
@@ -335,6 +366,7 @@ impl Keeper {
             (info.idle_close_unix_micros - info.opened_unix_micros).max(0) / 60_000_000
         );
         let recorded = self
+            .h
             .journal({
                 let (asker, outcome) = (
                     asker.clone(),
@@ -352,7 +384,7 @@ impl Keeper {
             Ok(row) => row,
             Err(e) => {
                 // Nothing stays open that the journal does not record.
-                if let Err(again) = self.stem.close_snapshot(uid, name).await {
+                if let Err(again) = self.h.stem.close_snapshot(uid, name).await {
                     tracing::error!(
                         uid,
                         snapshot = name,
@@ -362,7 +394,7 @@ impl Keeper {
                 return Err(e);
             }
         };
-        self.opens.ledger().insert(
+        self.state.ledger().insert(
             (uid, name.to_owned()),
             Journalled {
                 row,
@@ -420,12 +452,12 @@ impl Keeper {
         let asker = Authority::asker(uid);
         parse_snapshot(name)?;
         let key = (uid, name.to_owned());
-        let known = self.opens.ledger().remove(&key);
-        let closed = match self.stem.close_snapshot(uid, name).await {
+        let known = self.state.ledger().remove(&key);
+        let closed = match self.h.stem.close_snapshot(uid, name).await {
             Ok(c) => c,
             Err(e) => {
                 if let Some(j) = known {
-                    self.opens.ledger().insert(key, j);
+                    self.state.ledger().insert(key, j);
                 }
                 return Err(stem_error(e));
             }
@@ -457,6 +489,7 @@ impl Keeper {
                 // left); the row, if any, is settled at the next check.
                 let (asker, name, how) = (asker.clone(), name.to_owned(), how.clone());
                 let _ = self
+                    .h
                     .journal(move |j| begin_closed(j, &asker, &name, &how))
                     .await;
             }
@@ -484,6 +517,7 @@ impl Keeper {
             j.row,
         );
         let done = self
+            .h
             .journal(move |jn| {
                 begin_closed(jn, &asker, &name_owned, &closed)?;
                 jn.finish(row, State::Closed, &settled)
@@ -517,14 +551,14 @@ impl Keeper {
     /// open (the stem closed those when that keeper left the bus). Costs nothing when there
     /// is nothing to settle.
     pub async fn check_opens(&self) {
-        let Ok(mut earlier_settled) = self.opens.checking.try_lock() else {
+        let Ok(mut earlier_settled) = self.state.checking.try_lock() else {
             return;
         };
-        if *earlier_settled && self.opens.ledger().is_empty() {
+        if *earlier_settled && self.state.ledger().is_empty() {
             return;
         }
         let asked = Instant::now();
-        let listed = match self.stem.open_snapshots().await {
+        let listed = match self.h.stem.open_snapshots().await {
             Ok(l) => l,
             Err(e) => {
                 tracing::debug!("checking opens: {e}");
@@ -536,7 +570,7 @@ impl Keeper {
             .map(|o| (o.for_uid, o.name.as_str()))
             .collect();
         let gone: Vec<((u32, String), Journalled)> = {
-            let mut ledger = self.opens.ledger();
+            let mut ledger = self.state.ledger();
             for o in &listed {
                 if let Some(j) = ledger.get_mut(&(o.for_uid, o.name.clone())) {
                     j.idle_close_micros = o.idle_close_unix_micros;
@@ -556,8 +590,8 @@ impl Keeper {
             self.journal_closed(uid, &name, &j, &how).await;
         }
         if !*earlier_settled {
-            let mine: HashSet<i64> = self.opens.ledger().values().map(|j| j.row).collect();
-            let rows = match self.journal(|j| j.open_rows()).await {
+            let mine: HashSet<i64> = self.state.ledger().values().map(|j| j.row).collect();
+            let rows = match self.h.journal(|j| j.open_rows()).await {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!("reading the journal's open rows: {}", e.message());
@@ -578,7 +612,7 @@ impl Keeper {
                         .iter()
                         .find(|o| o.for_uid == r.uid && o.name == r.subject)
                         .map_or(0, |o| o.idle_close_unix_micros);
-                    self.opens.ledger().insert(
+                    self.state.ledger().insert(
                         (r.uid, r.subject.clone()),
                         Journalled {
                             row: r.id,
@@ -619,22 +653,23 @@ impl Keeper {
     async fn close_whole_opens_of_non_approvers(&self, listed: &[OpenInfo]) {
         for o in listed
             .iter()
-            .filter(|o| o.part.is_empty() && !self.may_change(o.for_uid))
+            .filter(|o| o.part.is_empty() && !self.h.may_change(o.for_uid))
         {
             let (uid, name) = (o.for_uid, o.name.as_str());
-            match self.stem.close_snapshot(uid, name).await {
+            match self.h.stem.close_snapshot(uid, name).await {
                 Ok(closed) => {
                     let how = format!(
                         "closed by the keeper: uid {uid} is no longer root or an approver, who \
                          alone may open a snapshot whole"
                     );
-                    let known = self.opens.ledger().remove(&(uid, name.to_owned()));
+                    let known = self.state.ledger().remove(&(uid, name.to_owned()));
                     match known {
                         Some(j) => self.journal_closed(uid, name, &j, &how).await,
                         None if closed => {
                             let asker = Authority::asker(uid);
                             let name = name.to_owned();
                             let _ = self
+                                .h
                                 .journal(move |j| begin_closed(j, &asker, &name, &how))
                                 .await;
                         }
@@ -643,7 +678,7 @@ impl Keeper {
                 }
                 Err(e) => {
                     let v = self
-                        .opens
+                        .state
                         .in_use_logs
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -665,9 +700,9 @@ impl Keeper {
 
     /// `uid`'s open snapshots (anybody may ask; each sees only their own).
     pub async fn opens(&self, uid: u32) -> Result<Vec<Opened>, KeeperError> {
-        let _turn = self.looker_turn(self.may_change(uid)).await;
+        let _turn = self.h.looker_turn(self.h.may_change(uid)).await;
         self.check_opens().await;
-        let listed = self.stem.open_snapshots().await.map_err(stem_error)?;
+        let listed = self.h.stem.open_snapshots().await.map_err(stem_error)?;
         Ok(listed
             .iter()
             .filter(|o| o.for_uid == uid)
@@ -696,7 +731,7 @@ impl Keeper {
         let snap = parse_snapshot(name)?;
         let sub = snap.subvolume();
         let mount = sub.display_path();
-        let may = self.may_change(uid);
+        let may = self.h.may_change(uid);
         let shown_asked = escape(path);
         let base = if may {
             Vec::new()
@@ -706,9 +741,10 @@ impl Keeper {
                     "{name} is a snapshot of {mount}; you may see what changed only in your own \
                      home, in a snapshot of {HOMES_MOUNT_POINT}. Root and members of the group \
                      {:?} may see any snapshot's changes",
-                    self.authority.approver_group()
+                    self.h.authority.approver_group()
                 );
                 return Err(self
+                    .refusals
                     .refuse(&asker, Action::Diff, name, &shown_asked, why)
                     .await);
             }
@@ -716,6 +752,7 @@ impl Keeper {
                 Ok(p) => p,
                 Err(why) => {
                     return Err(self
+                        .refusals
                         .refuse(&asker, Action::Diff, name, &shown_asked, why)
                         .await)
                 }
@@ -731,13 +768,15 @@ impl Keeper {
                     shown_path(HOMES_MOUNT_POINT, &base)
                 );
                 return Err(self
+                    .refusals
                     .refuse(&asker, Action::Diff, name, &shown_asked, why)
                     .await);
             }
             rel
         };
         let counted = if may {
-            self.stem
+            self.h
+                .stem
                 .changes_since(name, DETAILS_COUNT_LIMIT, true)
                 .await
         } else {
@@ -746,6 +785,7 @@ impl Keeper {
                 Err(why) => {
                     let why = format!("{why}; refused");
                     return Err(self
+                        .refusals
                         .refuse(&asker, Action::Diff, name, &shown_asked, why)
                         .await);
                 }
@@ -753,11 +793,12 @@ impl Keeper {
             // Inside the home: `subtree` is the home or below it (checked above).
             let below = subtree.get(base.len() + 1..).unwrap_or_default();
             // One at a time per caller, and at most MAX_LOOKER_DIFFS over all lookers.
-            let turn = self.opens.diff_turn(uid);
+            let turn = self.state.diff_turn(uid);
             let _mine = turn.lock().await;
-            let _looker = self.looker_turn(false).await;
-            let _count = self.opens.looker_diffs.acquire().await;
-            self.stem
+            let _looker = self.h.looker_turn(false).await;
+            let _count = self.state.looker_diffs.acquire().await;
+            self.h
+                .stem
                 .changes_in_part(name, &base, uid, &gids, below, PREVIEW_COUNT_LIMIT)
                 .await
         };
@@ -774,6 +815,7 @@ impl Keeper {
                     shown_path(HOMES_MOUNT_POINT, &base)
                 );
                 return Err(self
+                    .refusals
                     .refuse(&asker, Action::Diff, name, &shown_asked, why)
                     .await);
             }
@@ -782,7 +824,7 @@ impl Keeper {
                 // (it is not told who asks): said here per caller, so one caller's flood
                 // does not silence another's.
                 if let StemError::Refused { message, .. } = &e {
-                    let v = stem_refusals_logged("diff", uid);
+                    let v = crate::refusals::stem_refusals_logged("diff", uid);
                     if v.log() {
                         tracing::warn!(uid, user = %asker.name, snapshot = %caps::name(name), "diff refused by the stem: {}{}", layout::human::cap(message, caps::MAX_FAILURE_BYTES), v.note());
                     }
@@ -851,14 +893,15 @@ impl Keeper {
                 asker.clone(),
                 layout::human::cap(&summary, caps::MAX_WORDS_BYTES).into_owned(),
             );
-            self.journal(move |j| {
-                j.request(&asker, Action::Diff, Subject::Snapshot(snap))
-                    .words_shown(&shown)
-                    .state(State::Shown)
-                    .outcome("shown; nothing changed")
-                    .begin()
-            })
-            .await?;
+            self.h
+                .journal(move |j| {
+                    j.request(&asker, Action::Diff, Subject::Snapshot(snap))
+                        .words_shown(&shown)
+                        .state(State::Shown)
+                        .outcome("shown; nothing changed")
+                        .begin()
+                })
+                .await?;
         }
         Ok(out)
     }
@@ -875,18 +918,6 @@ fn begin_closed(
         .state(State::Closed)
         .outcome(outcome)
         .begin()
-}
-
-/// Whether a look of `kind` the stem refused (a diff, a listing of a target) may be logged
-/// now for `uid`: within adr/0016's allowance per caller, kind and time.
-pub(super) fn stem_refusals_logged(kind: &'static str, uid: u32) -> layout::allowance::Verdict {
-    static LOGS: std::sync::LazyLock<Mutex<layout::allowance::LogAllowance<(&'static str, u32)>>> =
-        std::sync::LazyLock::new(|| {
-            Mutex::new(layout::allowance::LogAllowance::new(Instant::now()))
-        });
-    LOGS.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .admit(&(kind, uid), Instant::now())
 }
 
 #[cfg(test)]

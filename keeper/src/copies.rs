@@ -1,4 +1,4 @@
-//! Copies off the disk (issue 13): the keeper's side. Authority, the journal, and the
+//! Copies off the disk: the keeper's side. Authority, the journal, and the
 //! timer's act (the newest snapshot of each subvolume the target lacks, then the target's
 //! retention); the stem does the sending, and the send stream never passes through here.
 //!
@@ -17,16 +17,21 @@ use layout::escape::escape;
 use layout::{SnapshotName, SubvolumeName};
 use stem_interface::ErrorKind;
 
-use super::{of_path, parse_snapshot, stem_error, Keeper};
 use crate::authority::{Act, Authority};
 use crate::caps;
-use crate::copy_retention::{self, HeldCopy, TargetKeep};
+use crate::caps::parse_snapshot;
+use crate::handles::Handles;
 use crate::journal::{Action, Asker, CopyAction, CopyEnd, Member, State};
+use crate::reconcile::Reconcile;
+use crate::refusals::Refusals;
+use crate::retention::copies::{self as copy_retention, HeldCopy, TargetKeep};
+use crate::stem_client::stem_error;
 use crate::stem_client::{Copied, StemError};
 use crate::wire::{
     CopyDeleted, CopyFailed, CopyHeld, CopyInFlight, CopyMade, CopyReport, Fetched, KeeperError,
     SnapshotEntry, TargetCopies,
 };
+use crate::words::of_path;
 
 /// The longest an act waits for a looker's listing of its target to end.
 const ACT_WAITS_FOR_LISTING: std::time::Duration = std::time::Duration::from_secs(120);
@@ -51,7 +56,7 @@ fn path_of_snapshot(name: &str) -> String {
 /// The keeper's record of which acts on which targets are running: one at a time per
 /// target, so the timer's act and a person's copy do not meet at the stem.
 #[derive(Debug)]
-pub(super) struct TargetActs {
+struct TargetActs {
     running: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The journal rows of acts this keeper is running: a listing settles only rows a
     /// stopped keeper left pending, never these.
@@ -161,16 +166,38 @@ fn stem_stopped(action: CopyAction) -> String {
     format!("failed: the stem stopped before it answered; {what}")
 }
 
-impl Keeper {
-    /// Use `config` for the copy targets (from `--copies-config`).
-    pub fn with_copies(mut self, config: CopiesConfig) -> Keeper {
-        self.copies = config;
-        self
+/// The copies service: who may copy and fetch, and the timer's act; owns the turns of the
+/// acts on each target.
+#[derive(Debug)]
+pub struct Copies {
+    h: Handles,
+    refusals: Arc<Refusals>,
+    reconcile: Arc<Reconcile>,
+    /// The copy targets (root's configuration; none when it is missing).
+    config: Arc<CopiesConfig>,
+    /// One act at a time on each target.
+    acts: TargetActs,
+}
+
+impl Copies {
+    pub fn new(
+        h: Handles,
+        refusals: Arc<Refusals>,
+        reconcile: Arc<Reconcile>,
+        config: Arc<CopiesConfig>,
+    ) -> Copies {
+        Copies {
+            h,
+            refusals,
+            reconcile,
+            config,
+            acts: TargetActs::default(),
+        }
     }
 
     /// The configured copy targets.
-    pub fn copies_config(&self) -> &CopiesConfig {
-        &self.copies
+    pub fn config(&self) -> &CopiesConfig {
+        &self.config
     }
 
     /// The configured target a caller named, or a refusal, journalled. The name is capped
@@ -186,12 +213,12 @@ impl Keeper {
         let shown = layout::human::cap(target, caps::MAX_TARGET_NAME_BYTES);
         let why = match TargetName::parse(target) {
             Err(e) => Some(format!("{shown:?} is not a target name: {e}")),
-            Ok(_) => match self.copies.target(target) {
+            Ok(_) => match self.config.target(target) {
                 Some(t) => return Ok(t),
                 None => Some(format!("no target {shown:?} is configured")),
             },
         };
-        let configured: Vec<&str> = self.copies.targets.keys().map(|t| t.as_str()).collect();
+        let configured: Vec<&str> = self.config.targets.keys().map(|t| t.as_str()).collect();
         let why = format!(
             "{}; targets are root's configuration ({}), not a caller's: {}",
             why.unwrap_or_default(),
@@ -209,7 +236,8 @@ impl Keeper {
         } else {
             format!("{} {to} {shown}", caps::name(name))
         };
-        self.journal_refusal_of(asker, act, subject.into(), "", &why)
+        self.refusals
+            .journal_refusal_of(asker, act, subject.into(), "", &why)
             .await;
         Err(KeeperError::NoSuchTarget(why))
     }
@@ -236,8 +264,9 @@ impl Keeper {
         &self,
         target: &str,
     ) -> Result<(Vec<crate::stem_client::HeldCopy>, BTreeSet<String>), StemError> {
-        let held = self.stem.copies_on(target).await?;
+        let held = self.h.stem.copies_on(target).await?;
         let members: Vec<Member> = self
+            .h
             .stem
             .list()
             .await?
@@ -249,15 +278,15 @@ impl Keeper {
             .iter()
             .map(|h| (h.name.clone(), h.received_uuid.clone()))
             .collect();
-        let mut in_flight = self.copy_acts.rows_in_flight();
+        let mut in_flight = self.acts.rows_in_flight();
         // A transfer the stem still runs for a keeper that stopped is not settled "not done"
         // yet: it may be done a moment later (what is already done is settled).
-        let running: Vec<_> = match self.stem.copy_progress().await {
+        let running: Vec<_> = match self.h.stem.copy_progress().await {
             Ok(all) => all.into_iter().filter(|f| f.target == target).collect(),
             Err(_) => Vec::new(),
         };
         if !running.is_empty() {
-            if let Ok(rows) = self.journal(|j| j.copy_requests()).await {
+            if let Ok(rows) = self.h.journal(|j| j.copy_requests()).await {
                 in_flight.extend(
                     rows.iter()
                         .filter(|r| {
@@ -275,14 +304,14 @@ impl Keeper {
                 );
             }
         }
-        let started = self.copy_acts.started_micros;
+        let started = self.acts.started_micros;
         let recording = {
             let (target, members) = (target.to_owned(), members.clone());
             move |j: &mut crate::journal::Journal| {
                 j.record_target_listing(&target, &pairs, &members, &in_flight, started)
             }
         };
-        if let Err(e) = self.journal(recording).await {
+        if let Err(e) = self.h.journal(recording).await {
             tracing::warn!(target, "recording what the target holds: {}", e.message());
         }
         Ok((held, local))
@@ -322,6 +351,7 @@ impl Keeper {
     ) {
         let reason = failure_reason(e);
         let begun = self
+            .h
             .journal({
                 let (asker, target, name, rule) = (
                     asker.clone(),
@@ -334,7 +364,7 @@ impl Keeper {
             .await;
         let recorded = match begun {
             Ok(id) => {
-                let _row = self.copy_acts.row(id);
+                let _row = self.acts.row(id);
                 let end = CopyEnd {
                     state: State::Failed,
                     outcome: reason.clone(),
@@ -342,7 +372,7 @@ impl Keeper {
                     bytes: 0,
                     received_uuid: None,
                 };
-                self.journal(move |j| j.finish_copy(id, &end)).await
+                self.h.journal(move |j| j.finish_copy(id, &end)).await
             }
             Err(e) => Err(e),
         };
@@ -365,6 +395,7 @@ impl Keeper {
         rule: &str,
     ) -> Result<(Copied, u64), (StemError, String)> {
         let id = self
+            .h
             .journal({
                 let (asker, target, name, rule) = (
                     asker.clone(),
@@ -376,9 +407,9 @@ impl Keeper {
             })
             .await
             .map_err(|e| (StemError::Bus(e.message()), e.message()))?;
-        let _row = self.copy_acts.row(id);
+        let _row = self.acts.row(id);
         let started = Instant::now();
-        let result = self.stem.copy_to(name, target).await;
+        let result = self.h.stem.copy_to(name, target).await;
         let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         match result {
             Ok(c) => {
@@ -401,7 +432,8 @@ impl Keeper {
                     bytes: c.bytes,
                     received_uuid: Some(layout::human::prefix(&c.received_uuid, 64).to_owned()),
                 };
-                self.journal(move |j| j.finish_copy(id, &end))
+                self.h
+                    .journal(move |j| j.finish_copy(id, &end))
                     .await
                     .map_err(|e| (StemError::Bus(e.message()), e.message()))?;
                 tracing::info!(uid = asker.uid, user = %asker.name, rule, target, snapshot = name, bytes = c.bytes, took_ms, "{outcome}");
@@ -422,7 +454,7 @@ impl Keeper {
                         bytes: 0,
                         received_uuid: None,
                     };
-                    if let Err(je) = self.journal(move |j| j.finish_copy(id, &end)).await {
+                    if let Err(je) = self.h.journal(move |j| j.finish_copy(id, &end)).await {
                         tracing::error!("could not journal a failed copy: {}", je.message());
                     }
                 }
@@ -444,13 +476,14 @@ impl Keeper {
             .configured_target(&asker, Action::Copy, name, target)
             .await?;
         let target = t.name.as_str();
-        if let Err(why) = self.authority.decide(uid, Act::Change) {
+        if let Err(why) = self.h.authority.decide(uid, Act::Change) {
             let subject = if name.is_empty() {
                 format!("to {target}")
             } else {
                 format!("{} to {target}", caps::name(name))
             };
-            self.journal_refusal_of(&asker, Action::Copy, subject.into(), "", &why)
+            self.refusals
+                .journal_refusal_of(&asker, Action::Copy, subject.into(), "", &why)
                 .await;
             return Err(KeeperError::NotAuthorized(why));
         }
@@ -458,10 +491,10 @@ impl Keeper {
             parse_snapshot(name)?;
         }
         let _turn = self
-            .copy_acts
+            .acts
             .try_turn(target)
             .ok_or_else(|| Self::busy(target))?;
-        self.ensure_reconciled().await;
+        self.reconcile.ensure().await;
         if name.is_empty() {
             return self.copy_timer(&asker, t).await;
         }
@@ -517,7 +550,7 @@ impl Keeper {
                 return Err(stem_error(e));
             }
         };
-        let disk = self.stem.list().await.map_err(stem_error)?;
+        let disk = self.h.stem.list().await.map_err(stem_error)?;
         // The newest snapshot of each snapshotted subvolume.
         let mut newest: BTreeMap<String, (i64, String)> = BTreeMap::new();
         for d in &disk {
@@ -616,6 +649,7 @@ impl Keeper {
         for d in copy_retention::plan(&copies, keep) {
             let why = format!("{rule}: {}", d.why);
             let begun = self
+                .h
                 .journal({
                     let (asker, target, name, rule, why) = (
                         asker.clone(),
@@ -641,8 +675,8 @@ impl Keeper {
                     break;
                 }
             };
-            let _row = self.copy_acts.row(id);
-            let result = self.stem.delete_copy(target, &d.name).await;
+            let _row = self.acts.row(id);
+            let result = self.h.stem.delete_copy(target, &d.name).await;
             let (st, outcome, note) = match &result {
                 Ok(()) => (State::Complete, "deleted".to_owned(), String::new()),
                 Err(StemError::WentAway) => {
@@ -659,7 +693,7 @@ impl Keeper {
                     bytes: 0,
                     received_uuid: None,
                 };
-                if let Err(e) = self.journal(move |j| j.finish_copy(id, &end)).await {
+                if let Err(e) = self.h.journal(move |j| j.finish_copy(id, &end)).await {
                     tracing::error!("could not journal a deletion on {target}: {}", e.message());
                 }
             }
@@ -683,12 +717,12 @@ impl Keeper {
             .configured_target(&asker, Action::Copies, "", target)
             .await?;
         let target = t.name.as_str();
-        let may_change = self.may_change(uid);
-        let _turn = self.looker_turn(may_change).await;
+        let may_change = self.h.may_change(uid);
+        let _turn = self.h.looker_turn(may_change).await;
         let (held, local) = self.list_target(target).await.map_err(|e| {
             // The stem logs failed looks within one allowance for all callers: said here per
             // caller, so one caller's flood does not silence another's.
-            let v = super::open::stem_refusals_logged("copies", uid);
+            let v = crate::refusals::stem_refusals_logged("copies", uid);
             if v.log() {
                 tracing::warn!(uid, user = %asker.name, target, "listing the target failed: {}{}", failure_reason(&e), v.note());
             }
@@ -736,20 +770,22 @@ impl Keeper {
             .configured_target(&asker, Action::Fetch, name, target)
             .await?;
         let target = t.name.as_str();
-        if let Err(why) = self.authority.decide(uid, Act::Change) {
+        if let Err(why) = self.h.authority.decide(uid, Act::Change) {
             let subject = format!("{} from {target}", caps::name(name));
-            self.journal_refusal_of(&asker, Action::Fetch, subject.into(), "", &why)
+            self.refusals
+                .journal_refusal_of(&asker, Action::Fetch, subject.into(), "", &why)
                 .await;
             return Err(KeeperError::NotAuthorized(why));
         }
         let snap = parse_snapshot(name)?;
         let _turn = self
-            .copy_acts
+            .acts
             .try_turn(target)
             .ok_or_else(|| Self::busy(target))?;
-        self.ensure_reconciled().await;
+        self.reconcile.ensure().await;
         let reason = format!("fetched from {target}");
         let id = self
+            .h
             .journal({
                 let (asker, target, name, reason) = (
                     asker.clone(),
@@ -760,20 +796,20 @@ impl Keeper {
                 move |j| j.begin_copy(&asker, CopyAction::Fetch, &target, &name, "", &reason)
             })
             .await?;
-        let _row = self.copy_acts.row(id);
+        let _row = self.acts.row(id);
         let started = Instant::now();
-        let result = match self.stem.fetch_from(target, name).await {
+        let result = match self.h.stem.fetch_from(target, name).await {
             // The stem stopped mid-fetch: it did nothing unless the store holds a snapshot of
             // that name that this attempt made (the stem may stop after its last step, before
             // its answer). A stem not back yet cannot be asked: a stem that stops mid-receive
             // keeps nothing, so the fetch is journalled failed.
-            Err(StemError::WentAway) => match self.stem.list().await {
+            Err(StemError::WentAway) => match self.h.stem.list().await {
                 Ok(disk) => {
                     let found = disk.into_iter().find(|d| d.member.name == name);
                     match found {
                         Some(d) => {
                             let member = d.member.clone();
-                            if self.journal(move |j| j.fetched_by(id, &member)).await? {
+                            if self.h.journal(move |j| j.fetched_by(id, &member)).await? {
                                 Ok((d, 0))
                             } else {
                                 Err(StemError::WentAway)
@@ -804,23 +840,24 @@ impl Keeper {
                     taken_micros: snap.taken_unix_micros(),
                     ..d.member.clone()
                 };
-                self.journal({
-                    let (message, member) = (message.clone(), member.clone());
-                    move |j| {
-                        j.finish_copy(
-                            id,
-                            &CopyEnd {
-                                state: State::Complete,
-                                outcome: message,
-                                parent: String::new(),
-                                bytes,
-                                received_uuid: None,
-                            },
-                        )?;
-                        j.record_fetched(id, &member)
-                    }
-                })
-                .await?;
+                self.h
+                    .journal({
+                        let (message, member) = (message.clone(), member.clone());
+                        move |j| {
+                            j.finish_copy(
+                                id,
+                                &CopyEnd {
+                                    state: State::Complete,
+                                    outcome: message,
+                                    parent: String::new(),
+                                    bytes,
+                                    received_uuid: None,
+                                },
+                            )?;
+                            j.record_fetched(id, &member)
+                        }
+                    })
+                    .await?;
                 tracing::info!(uid, user = %asker.name, target, snapshot = name, "{message}");
                 let sub = snap.subvolume();
                 Ok(Fetched {
@@ -858,7 +895,7 @@ impl Keeper {
                         bytes: 0,
                         received_uuid: None,
                     };
-                    self.journal(move |j| j.finish_copy(id, &end)).await?;
+                    self.h.journal(move |j| j.finish_copy(id, &end)).await?;
                 }
                 tracing::warn!(uid, user = %asker.name, target, snapshot = name, "fetch {reason}");
                 Err(stem_error(e))
@@ -868,8 +905,8 @@ impl Keeper {
 
     /// Copies and fetches in flight. Anybody may ask.
     pub async fn copy_progress(&self, uid: u32) -> Result<Vec<CopyInFlight>, KeeperError> {
-        let _turn = self.looker_turn(self.may_change(uid)).await;
-        let all = self.stem.copy_progress().await.map_err(stem_error)?;
+        let _turn = self.h.looker_turn(self.h.may_change(uid)).await;
+        let all = self.h.stem.copy_progress().await.map_err(stem_error)?;
         Ok(all
             .into_iter()
             .map(|f| CopyInFlight {
