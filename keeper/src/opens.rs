@@ -1,5 +1,5 @@
 //! Opening a snapshot read-only for a person, and what changed in their part of it
-//! (issue 16, adr/0019).
+//! (adr/0019).
 //!
 //! The stem mounts; the keeper decides who may open what, and journals every open, every
 //! close and every refusal:
@@ -12,7 +12,7 @@
 //! - **Closes**: by the person (`Close`); by the stem when an open is idle, or when the
 //!   stem stops or starts; by the stem when the keeper leaves the bus. The stem has no
 //!   signals, so the keeper learns of the ones it did not ask for by listing the stem's
-//!   opens ([`Keeper::check_opens`]): at each `Open`, `Close` and `Opens`, and every
+//!   opens ([`Opens::check_opens`]): at each `Open`, `Close` and `Opens`, and every
 //!   [`CHECK_EVERY`] while it has journalled opens that are not closed. Rows left open by
 //!   an earlier keeper are closed in the journal at the first check after a start.
 //! - **Floods**: the stem caps opens per person and overall; the keeper also allows one

@@ -324,8 +324,8 @@ mod tests {
 
     use super::{Previews, MAX_LOOKER_COUNTS};
     use crate::authority::Authority;
-    use crate::journal::Journal;
     use crate::handles::{Handles, MAX_LOOKER_REQUESTS};
+    use crate::journal::Journal;
     use crate::wire::{KeeperError, RestorePreview};
 
     /// What adr/0016 promises: at most 2 lookers' counts and 8 lookers' requests at once.

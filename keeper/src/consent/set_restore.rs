@@ -1,4 +1,4 @@
-//! Restores of a snapshot set (issue 14): the members a person chooses put back together,
+//! Restores of a snapshot set: the members a person chooses put back together,
 //! at one boot, as one request, with one consent that names every member.
 //!
 //! A set is what one `Snapshot` request took: the journal's request id, as `tacid data list`
