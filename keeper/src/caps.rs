@@ -7,6 +7,10 @@
 
 use std::borrow::Cow;
 
+use layout::SnapshotName;
+
+use crate::wire::KeeperError;
+
 /// A name (of a snapshot, a subvolume or a mount point): at most a snapshot name's length,
 /// which is longer than every name of the layout.
 pub const MAX_NAME_BYTES: usize = layout::MAX_SNAPSHOT_NAME_BYTES;
@@ -48,6 +52,22 @@ pub fn max_set_names() -> usize {
 /// A name as it may be journalled, logged or shown back.
 pub fn name(text: &str) -> Cow<'_, str> {
     layout::human::cap(text, MAX_NAME_BYTES)
+}
+
+/// A snapshot name from a caller; one longer than any name is refused before it is parsed,
+/// and the error shows it capped.
+pub(crate) fn parse_snapshot(name: &str) -> Result<SnapshotName, KeeperError> {
+    let parsed = if name.len() > MAX_NAME_BYTES {
+        Err(layout::SnapshotNameError::TooLong)
+    } else {
+        SnapshotName::parse(name)
+    };
+    parsed.map_err(|e| {
+        KeeperError::InvalidArgument(format!(
+            "{:?} is not a snapshot name: {e}; see `tacid data list` for names",
+            self::name(name)
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -981,6 +981,21 @@ impl Journal {
     }
 }
 
+impl From<JournalError> for crate::wire::KeeperError {
+    fn from(e: JournalError) -> Self {
+        if e.is_disk_full() {
+            return crate::wire::KeeperError::Journal(format!(
+                "{e}; nothing was done. The journal shares its filesystem with what tacid \
+                 snapshots: free space on it (delete files, or old snapshots with \
+                 `tacid data prune`) and ask again"
+            ));
+        }
+        crate::wire::KeeperError::Journal(format!(
+            "{e}; nothing was done. See `journalctl -u tacid-keeper`"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,9 +12,15 @@
 //! Pure logic: times are given in, so tests need no clock.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
 
-use crate::journal::Action;
+use layout::human::unix_micros;
+
+use crate::caps;
+use crate::handles::Handles;
+use crate::journal::{Action, Asker, State, Subject};
+use crate::wire::KeeperError;
 
 /// How long a window of allowances, and a row that counts refusals, lasts.
 /// The same window and numbers as every allowance of log lines (`layout::allowance`).
@@ -35,7 +41,7 @@ pub struct Key {
 
 /// What to do with one refusal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Journalling {
     /// Journal it in a row of its own, and log it.
     OwnRow,
     /// Journal it as the row that counts the refusals of `key` from now on, then tell
@@ -118,7 +124,7 @@ impl Limiter {
 
     /// Decide what to do with a refusal of `act` for `uid`, at `now` (`now_micros` on the
     /// wall clock, for the journal).
-    pub fn decide(&mut self, uid: u32, act: Action, now: Instant, now_micros: i64) -> Verdict {
+    pub fn decide(&mut self, uid: u32, act: Action, now: Instant, now_micros: i64) -> Journalling {
         // An open counting row takes every refusal of its key until its window is over.
         for key in [
             Key { uid, act },
@@ -134,12 +140,12 @@ impl Limiter {
                             c.row = Row::Opening;
                             c.calls += 1;
                             c.last_micros = now_micros;
-                            Verdict::OpenRow(key)
+                            Journalling::OpenRow(key)
                         }
                         Row::Opening | Row::Open(_) => {
                             c.calls += 1;
                             c.last_micros = now_micros;
-                            Verdict::Counted
+                            Journalling::Counted
                         }
                     };
                 }
@@ -175,7 +181,7 @@ impl Limiter {
                     ..caller
                 },
             );
-            return Verdict::OwnRow;
+            return Journalling::OwnRow;
         };
         match self.counting.get_mut(&key) {
             // A row whose window is over but whose count the journal does not have yet (or
@@ -183,7 +189,7 @@ impl Limiter {
             Some(old) if old.row == Row::Opening || old.flushed < old.calls => {
                 old.calls += 1;
                 old.last_micros = now_micros;
-                Verdict::Counted
+                Journalling::Counted
             }
             _ => {
                 self.counting.insert(
@@ -196,7 +202,7 @@ impl Limiter {
                         last_micros: now_micros,
                     },
                 );
-                Verdict::OpenRow(key)
+                Journalling::OpenRow(key)
             }
         }
     }
@@ -260,6 +266,174 @@ impl Limiter {
     }
 }
 
+/// The refusals service: journals and logs a refused request, or only counts it past the
+/// caller's allowance; owns the counts.
+#[derive(Debug)]
+pub struct Refusals {
+    limiter: Mutex<Limiter>,
+    h: Handles,
+}
+
+impl Refusals {
+    pub fn new(h: Handles) -> Refusals {
+        Refusals {
+            limiter: Mutex::new(Limiter::new(Instant::now())),
+            h,
+        }
+    }
+
+    /// The limiter, whatever a panicking holder left in it (counts are only counts).
+    fn limiter(&self) -> std::sync::MutexGuard<'_, Limiter> {
+        self.limiter.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub async fn refuse(
+        &self,
+        asker: &Asker,
+        act: Action,
+        subject: &str,
+        words: &str,
+        why: String,
+    ) -> KeeperError {
+        self.journal_refusal(asker, act, subject, words, &why).await;
+        KeeperError::NotAuthorized(why)
+    }
+
+    /// Log and journal a refused request, with its subject and the words it was sent
+    /// capped; past the caller's allowance, only counted (adr/0016). A journal that cannot
+    /// take it is logged, and the refusal stands.
+    pub async fn journal_refusal(
+        &self,
+        asker: &Asker,
+        act: Action,
+        subject: &str,
+        words: &str,
+        why: &str,
+    ) {
+        self.journal_refusal_of(asker, act, caps::name(subject), words, why)
+            .await;
+    }
+
+    /// [`Self::journal_refusal`] for a subject the keeper built from names it parsed (a set's
+    /// members), capped at what such a subject can be rather than at one name.
+    pub async fn journal_refusal_built(
+        &self,
+        asker: &Asker,
+        act: Action,
+        subject: &str,
+        words: &str,
+        why: &str,
+    ) {
+        let subject = layout::human::cap(subject, caps::MAX_BUILT_SUBJECT_BYTES);
+        self.journal_refusal_of(asker, act, subject, words, why)
+            .await;
+    }
+
+    pub async fn journal_refusal_of(
+        &self,
+        asker: &Asker,
+        act: Action,
+        subject: std::borrow::Cow<'_, str>,
+        words: &str,
+        why: &str,
+    ) {
+        let words = layout::human::cap(words, caps::MAX_WORDS_BYTES);
+        let verdict = self.limiter().decide(
+            asker.uid,
+            act,
+            Instant::now(),
+            unix_micros(SystemTime::now()),
+        );
+        let (row_asker, outcome, key) = match verdict {
+            Journalling::Counted => return,
+            Journalling::OwnRow => {
+                tracing::warn!(uid = asker.uid, user = %asker.name, act = %act, subject = %subject, "refused: {why}");
+                (asker.clone(), why.to_owned(), None)
+            }
+            Journalling::OpenRow(key) => {
+                let minutes = WINDOW.as_secs() / 60;
+                let (who, row_asker) = if key.uid == SEVERAL_CALLERS {
+                    (
+                        "callers past the keeper's overall allowance".to_owned(),
+                        Asker {
+                            uid: SEVERAL_CALLERS,
+                            name: format!("several callers, the first {}", asker.name),
+                        },
+                    )
+                } else {
+                    (format!("{} (uid {})", asker.name, asker.uid), asker.clone())
+                };
+                tracing::warn!(
+                    uid = asker.uid, user = %asker.name, act = %act, subject = %subject,
+                    "refused again and again: {why}; the refusals of {act} from {who} are counted in one journal row for {minutes} minutes, not journalled or logged one by one"
+                );
+                let outcome = format!(
+                    "{why} (this row counts the refusals of {act} from {who} over {minutes} \
+                     minutes, in its calls; the subject shown is the first one's)"
+                );
+                (row_asker, outcome, Some(key))
+            }
+        };
+        let (subject, words) = (subject.into_owned(), words.into_owned());
+        let recorded = self
+            .h
+            .journal(move |j| {
+                j.request(&row_asker, act, Subject::named(subject))
+                    .words_shown(&words)
+                    .state(State::Refused)
+                    .outcome(&outcome)
+                    .begin()
+            })
+            .await;
+        if let Err(e) = &recorded {
+            tracing::error!("could not journal a refusal: {}", e.message());
+        }
+        if let Some(key) = key {
+            self.limiter().opened(key, recorded.ok());
+        }
+    }
+
+    /// Write the counts of refusals the journal does not have yet, in one commit; the
+    /// daemon calls this every second and when it stops (adr/0016).
+    pub async fn flush(&self) {
+        let counts = self.limiter().to_flush();
+        if !counts.is_empty() {
+            let rows: Vec<(i64, u64, i64)> = counts
+                .iter()
+                .map(|f| (f.id, f.calls, f.last_micros))
+                .collect();
+            if let Err(e) = self.h.journal(move |j| j.count_refusals(&rows)).await {
+                tracing::error!("could not journal the count of refusals: {}", e.message());
+                return;
+            }
+        }
+        let closed = self.limiter().flushed(&counts, Instant::now());
+        for c in closed {
+            tracing::info!(
+                uid = c.key.uid,
+                act = %c.key.act,
+                row = c.id,
+                "{} refusals of {} counted in journal row {}",
+                c.calls,
+                c.key.act,
+                c.id
+            );
+        }
+    }
+}
+
+/// Whether a look of `kind` the stem refused (a diff, a listing of a target) may be logged
+/// now for `uid`: within adr/0016's allowance per caller, kind and time.
+pub fn stem_refusals_logged(kind: &'static str, uid: u32) -> layout::allowance::Logging {
+    static LOGS: std::sync::LazyLock<Mutex<layout::allowance::LogAllowance<(&'static str, u32)>>> =
+        std::sync::LazyLock::new(|| {
+            Mutex::new(layout::allowance::LogAllowance::new(Instant::now()))
+        });
+    LOGS.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .admit(&(kind, uid), Instant::now())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,27 +446,30 @@ mod tests {
         let t0 = Instant::now();
         let mut l = Limiter::new(t0);
         for i in 0..OWN_ROWS_PER_CALLER {
-            assert_eq!(l.decide(1000, DELETE, t0, i64::from(i)), Verdict::OwnRow);
+            assert_eq!(
+                l.decide(1000, DELETE, t0, i64::from(i)),
+                Journalling::OwnRow
+            );
         }
         let key = Key {
             uid: 1000,
             act: DELETE,
         };
-        assert_eq!(l.decide(1000, DELETE, t0, 10), Verdict::OpenRow(key));
+        assert_eq!(l.decide(1000, DELETE, t0, 10), Journalling::OpenRow(key));
         // Before the row has an id, refusals are counted, not opened twice.
-        assert_eq!(l.decide(1000, DELETE, t0, 11), Verdict::Counted);
+        assert_eq!(l.decide(1000, DELETE, t0, 11), Journalling::Counted);
         l.opened(key, Some(7));
         for i in 0..10_000 {
-            assert_eq!(l.decide(1000, DELETE, t0, 12 + i), Verdict::Counted);
+            assert_eq!(l.decide(1000, DELETE, t0, 12 + i), Journalling::Counted);
         }
         // Another act of the same caller: a row of its own that counts.
         let keep = Key {
             uid: 1000,
             act: KEEP,
         };
-        assert_eq!(l.decide(1000, KEEP, t0, 1), Verdict::OpenRow(keep));
+        assert_eq!(l.decide(1000, KEEP, t0, 1), Journalling::OpenRow(keep));
         // Another caller still has its allowance.
-        assert_eq!(l.decide(1001, DELETE, t0, 1), Verdict::OwnRow);
+        assert_eq!(l.decide(1001, DELETE, t0, 1), Journalling::OwnRow);
         let f = l.to_flush();
         assert_eq!(
             f,
@@ -311,16 +488,16 @@ mod tests {
         let t0 = Instant::now();
         let mut l = Limiter::new(t0);
         for uid in 0..OWN_ROWS_OVERALL {
-            assert_eq!(l.decide(uid, DELETE, t0, 0), Verdict::OwnRow);
+            assert_eq!(l.decide(uid, DELETE, t0, 0), Journalling::OwnRow);
         }
         let several = Key {
             uid: SEVERAL_CALLERS,
             act: DELETE,
         };
-        assert_eq!(l.decide(5000, DELETE, t0, 0), Verdict::OpenRow(several));
+        assert_eq!(l.decide(5000, DELETE, t0, 0), Journalling::OpenRow(several));
         l.opened(several, Some(1));
         for uid in 5001..70_000 {
-            assert_eq!(l.decide(uid, DELETE, t0, 0), Verdict::Counted);
+            assert_eq!(l.decide(uid, DELETE, t0, 0), Journalling::Counted);
         }
         assert!(
             l.callers.len() <= OWN_ROWS_OVERALL as usize,
@@ -340,12 +517,12 @@ mod tests {
             uid: 1000,
             act: DELETE,
         };
-        assert_eq!(l.decide(1000, DELETE, t0, 0), Verdict::OpenRow(key));
+        assert_eq!(l.decide(1000, DELETE, t0, 0), Journalling::OpenRow(key));
         l.opened(key, Some(3));
-        assert_eq!(l.decide(1000, DELETE, t0, 5), Verdict::Counted);
+        assert_eq!(l.decide(1000, DELETE, t0, 5), Journalling::Counted);
         let later = t0 + WINDOW;
         // A new window: rows of its own again; the old row's count is still written.
-        assert_eq!(l.decide(1000, DELETE, later, 6), Verdict::OwnRow);
+        assert_eq!(l.decide(1000, DELETE, later, 6), Journalling::OwnRow);
         let f = l.to_flush();
         assert_eq!(f[0].calls, 2);
         let closed = l.flushed(&f, later);
@@ -371,12 +548,12 @@ mod tests {
             uid: 1,
             act: DELETE,
         };
-        assert_eq!(l.decide(1, DELETE, t0, 0), Verdict::OpenRow(key));
+        assert_eq!(l.decide(1, DELETE, t0, 0), Journalling::OpenRow(key));
         l.opened(key, None);
         assert!(l.to_flush().is_empty());
-        assert_eq!(l.decide(1, DELETE, t0, 0), Verdict::OpenRow(key));
+        assert_eq!(l.decide(1, DELETE, t0, 0), Journalling::OpenRow(key));
         l.opened(key, Some(9));
-        assert_eq!(l.decide(1, DELETE, t0, 0), Verdict::Counted);
+        assert_eq!(l.decide(1, DELETE, t0, 0), Journalling::Counted);
         assert_eq!(l.to_flush()[0].calls, 3);
     }
 }

@@ -13,6 +13,7 @@ use zbus::proxy::CacheProperties;
 use zbus::Connection;
 
 use crate::journal::Member;
+use crate::wire::KeeperError;
 
 /// What the caller is told when the stem is not on the bus.
 pub const STEM_NOT_RUNNING: &str =
@@ -55,7 +56,7 @@ pub fn snapshot_names(members: &[Request]) -> String {
 
 /// What is staged, as the stem reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Staged {
+pub enum StagedOnDisk {
     Nothing,
     /// A request of one or more members, in the order the boot exchanges them.
     Request(Vec<Request>),
@@ -63,21 +64,22 @@ pub enum Staged {
     Bad(String),
 }
 
-impl Staged {
+impl StagedOnDisk {
     /// The request's members, when a good one is staged.
     pub fn request(&self) -> Option<&[Request]> {
         match self {
-            Staged::Request(r) => Some(r),
-            Staged::Nothing | Staged::Bad(_) => None,
+            StagedOnDisk::Request(r) => Some(r),
+            StagedOnDisk::Nothing | StagedOnDisk::Bad(_) => None,
         }
     }
 }
 
-/// The initrd's outcome, as the stem reports it.
+/// The initrd's outcome, as the stem reports it (what the journal records of one; the
+/// outcome file itself is `layout::Outcome`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct BootOutcome {
     pub id: String,
-    pub done: bool,
+    pub result: layout::OutcomeResult,
     pub finished_micros: i64,
     /// The request's members (none when the request did not parse).
     pub request: Vec<Request>,
@@ -360,14 +362,14 @@ impl StemClient {
 
     /// The staged request, if any, or what is wrong with the request file when it is bad:
     /// a bad one stages nothing (the next boot refuses it), so it never stops the keeper.
-    pub async fn staged_or_bad(&self) -> Result<Staged, StemError> {
+    pub async fn staged_or_bad(&self) -> Result<StagedOnDisk, StemError> {
         match self.staged().await {
-            Ok(Some(r)) => Ok(Staged::Request(r)),
-            Ok(None) => Ok(Staged::Nothing),
+            Ok(Some(r)) => Ok(StagedOnDisk::Request(r)),
+            Ok(None) => Ok(StagedOnDisk::Nothing),
             Err(StemError::Refused {
                 kind: ErrorKind::BadRequestFile,
                 message,
-            }) => Ok(Staged::Bad(message)),
+            }) => Ok(StagedOnDisk::Bad(message)),
             Err(e) => Err(e),
         }
     }
@@ -381,16 +383,19 @@ impl StemClient {
     }
 
     /// The initrd's last outcome, if any.
-    pub async fn outcome(&self) -> Result<Option<Outcome>, StemError> {
+    pub async fn outcome(&self) -> Result<Option<BootOutcome>, StemError> {
         let o = self.call(|p| async move { p.outcome().await }).await?;
         let Some(o) = o.first() else { return Ok(None) };
         // The same identity the layout gives an outcome: its finishing time, as stamped.
         let id = layout::Outcome::try_from(o)
             .map(|x| x.id())
             .unwrap_or_else(|_| o.finished_unix_micros.to_string());
-        Ok(Some(Outcome {
+        Ok(Some(BootOutcome {
             id,
-            done: o.result == stem1::OutcomeResultInfo::Done,
+            result: match o.result {
+                stem1::OutcomeResultInfo::Done => layout::OutcomeResult::Done,
+                stem1::OutcomeResultInfo::Refused => layout::OutcomeResult::Refused,
+            },
             finished_micros: o.finished_unix_micros,
             request: o.request.iter().map(request).collect(),
             reason: o.reason.clone(),
@@ -590,5 +595,56 @@ impl StemClient {
     /// Every open snapshot, everybody's.
     pub async fn open_snapshots(&self) -> Result<Vec<stem1::OpenInfo>, StemError> {
         self.call(|p| async move { p.open_snapshots().await }).await
+    }
+}
+
+/// The stem's answer as the keeper's error to its caller: kind to kind, every kind named.
+pub(crate) fn stem_error(e: StemError) -> KeeperError {
+    match e {
+        StemError::NotRunning | StemError::WentAway => KeeperError::StemNotRunning(e.to_string()),
+        StemError::Refused { kind, ref message } => {
+            let message = message.clone();
+            match kind {
+                ErrorKind::NoSuchSnapshot => {
+                    KeeperError::NoSuchSnapshot(format!("{message}; see `tacid data list`"))
+                }
+                ErrorKind::NotRestorable
+                | ErrorKind::NotSnapshottable
+                | ErrorKind::NotReadOnly
+                | ErrorKind::OfAnotherSubvolume
+                | ErrorKind::NotInHistory => KeeperError::NotAllowedForSubvolume(message),
+                ErrorKind::AnotherRestoreStaged => KeeperError::AnotherRestoreStaged(message),
+                ErrorKind::Pinned => KeeperError::Protected(message),
+                ErrorKind::BelowHardFloor | ErrorKind::NoSpace => KeeperError::NoSpace(message),
+                ErrorKind::InvalidArgument => KeeperError::InvalidArgument(message),
+                // Quotes the caller's name as given (capped): shown escaped, here, once.
+                ErrorKind::NoSuchTarget => {
+                    KeeperError::NoSuchTarget(layout::escape::escape(message.as_bytes()))
+                }
+                ErrorKind::TargetBusy => KeeperError::TargetBusy(message),
+                ErrorKind::TargetUnreachable => KeeperError::TargetUnreachable(message),
+                ErrorKind::HostKeyChanged => KeeperError::HostKeyChanged(message),
+                ErrorKind::TargetNotBtrfs => KeeperError::TargetNotBtrfs(message),
+                ErrorKind::TargetFull => KeeperError::TargetFull(message),
+                ErrorKind::TransferFailed => KeeperError::TransferFailed(message),
+                ErrorKind::AlreadyHere => KeeperError::AlreadyHere(message),
+                ErrorKind::InUse => KeeperError::InUse(message),
+                ErrorKind::NoSuchCopy => KeeperError::NoSuchSnapshot(format!(
+                    "{message}; see `tacid data copies TARGET`"
+                )),
+                ErrorKind::AccessDenied
+                | ErrorKind::StoreUnsafe
+                | ErrorKind::LiveSubvolumeMissing
+                | ErrorKind::BadRequestFile
+                | ErrorKind::BadOutcomeFile
+                | ErrorKind::PartRefused
+                | ErrorKind::TooManyOpen
+                | ErrorKind::AlreadyOpen
+                | ErrorKind::Failed => {
+                    KeeperError::StemFailed(format!("{message} (stem error {kind})"))
+                }
+            }
+        }
+        StemError::Bus(_) => KeeperError::StemFailed(e.to_string()),
     }
 }

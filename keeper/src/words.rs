@@ -274,6 +274,31 @@ pub fn system_back_words(switch: &Switch) -> String {
     }
 }
 
+/// "/persist, /var/log and /home": the restorable subvolumes where people see them.
+pub(crate) fn restorable_paths() -> String {
+    let paths: Vec<&str> = layout::SubvolumeName::restorable()
+        .iter()
+        .map(|s| s.display_path())
+        .collect();
+    layout::human::and_list(&paths)
+}
+
+/// Where people see a subvolume of the layout (`/home`), or `?` for a name the layout lacks.
+pub(crate) fn of_path(subvolume: &str) -> &'static str {
+    layout::SubvolumeName::parse(subvolume)
+        .map(|s| s.display_path())
+        .unwrap_or("?")
+}
+
+/// Text a caller gave back, escaped (adr/0017) line by line: no control character but the
+/// line breaks between lines.
+pub(crate) fn escape_lines(text: &str) -> String {
+    text.split('\n')
+        .map(|line| layout::escape::escape(line.as_bytes()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -79,7 +79,7 @@ impl RetentionArgs {
     }
 }
 
-/// Threads for blocking work (journal writes) beside the two workers.
+/// Threads for blocking work beside the two workers (the journal has a thread of its own).
 const BLOCKING_THREADS: usize = 4;
 
 fn init_logging() {
@@ -118,9 +118,8 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     init_logging();
-    // Journal writes leave the workers with block_in_place, each for a thread of the
-    // blocking pool; they queue on the journal's one lock anyway, so a few threads are
-    // plenty, and a flood of requests cannot make hundreds (adr/0016).
+    // Journal writes run on the journal's own thread, one after another; the blocking pool
+    // is kept small all the same, so a flood of requests cannot make hundreds (adr/0016).
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(BLOCKING_THREADS)
@@ -227,7 +226,7 @@ async fn run(args: Args) -> Result<(), String> {
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            counting.flush_refusals();
+            counting.flush_refusals().await;
         }
     });
     // The stem has no signals: opens it closed by itself (idle, a restart) are learnt by
@@ -250,6 +249,6 @@ async fn run(args: Args) -> Result<(), String> {
     tracing::info!("stopping");
     flusher.abort();
     open_checker.abort();
-    keeper.flush_refusals();
+    keeper.flush_refusals().await;
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! Opening a snapshot read-only for a person, and what changed in their part of it
-//! (issue 16, adr/0019).
+//! (adr/0019).
 //!
 //! The stem mounts; the keeper decides who may open what, and journals every open, every
 //! close and every refusal:
@@ -12,7 +12,7 @@
 //! - **Closes**: by the person (`Close`); by the stem when an open is idle, or when the
 //!   stem stops or starts; by the stem when the keeper leaves the bus. The stem has no
 //!   signals, so the keeper learns of the ones it did not ask for by listing the stem's
-//!   opens ([`Keeper::check_opens`]): at each `Open`, `Close` and `Opens`, and every
+//!   opens ([`Opens::check_opens`]): at each `Open`, `Close` and `Opens`, and every
 //!   [`CHECK_EVERY`] while it has journalled opens that are not closed. Rows left open by
 //!   an earlier keeper are closed in the journal at the first check after a start.
 //! - **Floods**: the stem caps opens per person and overall; the keeper also allows one
@@ -38,10 +38,14 @@ use layout::{SnapshotName, HOMES_MOUNT_POINT};
 use nix::unistd::{Uid, User};
 use stem_interface::{ErrorKind, OpenInfo};
 
-use super::{parse_snapshot, stem_error, Keeper, DETAILS_COUNT_LIMIT, PREVIEW_COUNT_LIMIT};
 use crate::authority::Authority;
 use crate::caps;
+use crate::caps::parse_snapshot;
+use crate::consent::{DETAILS_COUNT_LIMIT, PREVIEW_COUNT_LIMIT};
+use crate::handles::Handles;
 use crate::journal::{Action, Asker, Journal, JournalError, State, Subject};
+use crate::refusals::Refusals;
+use crate::stem_client::stem_error;
 use crate::stem_client::StemError;
 use crate::wire::{ChangedPath, ClosedOpen, KeeperError, Opened, PartChanges};
 use layout::human::unix_micros;
@@ -74,7 +78,7 @@ struct Journalled {
 
 /// What the keeper keeps about opens and diffs.
 #[derive(Debug)]
-pub(super) struct OpenState {
+struct OpenState {
     journalled: Mutex<HashMap<(u32, String), Journalled>>,
     rates: Mutex<HashMap<u32, (Instant, u32)>>,
     diff_turns: Mutex<HashMap<u32, Arc<tokio::sync::Mutex<()>>>>,
@@ -87,7 +91,7 @@ pub(super) struct OpenState {
 }
 
 impl OpenState {
-    pub(super) fn new() -> OpenState {
+    fn new() -> OpenState {
         OpenState {
             journalled: Mutex::new(HashMap::new()),
             rates: Mutex::new(HashMap::new()),
@@ -252,18 +256,37 @@ fn open_refusal(kind: ErrorKind) -> bool {
     )
 }
 
-impl Keeper {
+/// The opens service: who may open what, and diffs narrowed to a person's part; owns what
+/// the keeper keeps about opens and diffs.
+#[derive(Debug)]
+pub struct Opens {
+    h: Handles,
+    refusals: Arc<Refusals>,
+    state: OpenState,
+}
+
+impl Opens {
+    pub fn new(h: Handles, refusals: Arc<Refusals>) -> Opens {
+        Opens {
+            h,
+            refusals,
+            state: OpenState::new(),
+        }
+    }
+
     /// Open the snapshot `name` read-only for `uid`: whole for root and approvers, else only
     /// the caller's home in a snapshot of `/home`. Journalled; so is every refusal.
     pub async fn open(&self, uid: u32, name: &str) -> Result<Opened, KeeperError> {
         let asker = Authority::asker(uid);
         let snap = parse_snapshot(name)?;
         let sub = snap.subvolume();
-        if let Err(why) = self.opens.allow_open(uid, Instant::now()) {
-            self.journal_refusal(&asker, Action::Open, name, "", &why);
+        if let Err(why) = self.state.allow_open(uid, Instant::now()) {
+            self.refusals
+                .journal_refusal(&asker, Action::Open, name, "", &why)
+                .await;
             return Err(KeeperError::OpenRefused(why));
         }
-        let whole = self.may_change(uid);
+        let whole = self.h.may_change(uid);
         let part = if whole {
             Vec::new()
         } else {
@@ -273,13 +296,21 @@ impl Keeper {
                      of {HOMES_MOUNT_POINT}. Root and members of the group {:?} may open any \
                      snapshot whole",
                     sub.display_path(),
-                    self.authority.approver_group()
+                    self.h.authority.approver_group()
                 );
-                return Err(self.refuse(&asker, Action::Open, name, "", why));
+                return Err(self
+                    .refusals
+                    .refuse(&asker, Action::Open, name, "", why)
+                    .await);
             }
             match home_part(uid) {
                 Ok(p) => p,
-                Err(why) => return Err(self.refuse(&asker, Action::Open, name, "", why)),
+                Err(why) => {
+                    return Err(self
+                        .refusals
+                        .refuse(&asker, Action::Open, name, "", why)
+                        .await)
+                }
             }
         };
         let shown_part = if whole {
@@ -288,8 +319,8 @@ impl Keeper {
             shown_path(HOMES_MOUNT_POINT, &part)
         };
         let opened = {
-            let _turn = self.looker_turn(whole).await;
-            self.stem.open_snapshot(name, &part, uid, uid).await
+            let _turn = self.h.looker_turn(whole).await;
+            self.h.stem.open_snapshot(name, &part, uid, uid).await
         };
         let (info, already) = match opened {
             Ok(o) => o,
@@ -311,14 +342,16 @@ impl Keeper {
                         "{message}; close it with `tacid data close {name}`, then open it again"
                     ),
                 };
-                self.journal_refusal(&asker, Action::Open, name, "", &why);
+                self.refusals
+                    .journal_refusal(&asker, Action::Open, name, "", &why)
+                    .await;
                 return Err(KeeperError::OpenRefused(why));
             }
             Err(e) => return Err(stem_error(e)),
         };
         let mut out = self.opened(uid, &snap, &info, already);
         if already {
-            if let Some(j) = self.opens.ledger().get_mut(&(uid, name.to_owned())) {
+            if let Some(j) = self.state.ledger().get_mut(&(uid, name.to_owned())) {
                 j.idle_close_micros = info.idle_close_unix_micros;
             }
             tracing::info!(uid, user = %asker.name, snapshot = name, path = %info.path, "open again: its idle time starts again");
@@ -332,17 +365,26 @@ impl Keeper {
             out.shows,
             (info.idle_close_unix_micros - info.opened_unix_micros).max(0) / 60_000_000
         );
-        let recorded = self.journal(|j| {
-            j.request(&asker, Action::Open, Subject::Snapshot(snap))
-                .state(State::Open)
-                .outcome(&format!("open at {} ({})", info.path, out.shows))
-                .begin()
-        });
+        let recorded = self
+            .h
+            .journal({
+                let (asker, outcome) = (
+                    asker.clone(),
+                    format!("open at {} ({})", info.path, out.shows),
+                );
+                move |j| {
+                    j.request(&asker, Action::Open, Subject::Snapshot(snap))
+                        .state(State::Open)
+                        .outcome(&outcome)
+                        .begin()
+                }
+            })
+            .await;
         let row = match recorded {
             Ok(row) => row,
             Err(e) => {
                 // Nothing stays open that the journal does not record.
-                if let Err(again) = self.stem.close_snapshot(uid, name).await {
+                if let Err(again) = self.h.stem.close_snapshot(uid, name).await {
                     tracing::error!(
                         uid,
                         snapshot = name,
@@ -352,7 +394,7 @@ impl Keeper {
                 return Err(e);
             }
         };
-        self.opens.ledger().insert(
+        self.state.ledger().insert(
             (uid, name.to_owned()),
             Journalled {
                 row,
@@ -410,12 +452,12 @@ impl Keeper {
         let asker = Authority::asker(uid);
         parse_snapshot(name)?;
         let key = (uid, name.to_owned());
-        let known = self.opens.ledger().remove(&key);
-        let closed = match self.stem.close_snapshot(uid, name).await {
+        let known = self.state.ledger().remove(&key);
+        let closed = match self.h.stem.close_snapshot(uid, name).await {
             Ok(c) => c,
             Err(e) => {
                 if let Some(j) = known {
-                    self.opens.ledger().insert(key, j);
+                    self.state.ledger().insert(key, j);
                 }
                 return Err(stem_error(e));
             }
@@ -423,7 +465,8 @@ impl Keeper {
         if !closed {
             // Journalled open, yet the stem had it no more: it closed it itself.
             if let Some(j) = known {
-                self.journal_closed(uid, name, &j, &self.closed_by_stem(&j));
+                self.journal_closed(uid, name, &j, &self.closed_by_stem(&j))
+                    .await;
             }
             return Ok(ClosedOpen {
                 snapshot: name.to_owned(),
@@ -440,11 +483,15 @@ impl Keeper {
         );
         let how = format!("closed by {} (uid {uid})", escape(asker.name.as_bytes()));
         match known {
-            Some(j) => self.journal_closed(uid, name, &j, &how),
+            Some(j) => self.journal_closed(uid, name, &j, &how).await,
             None => {
                 // Opened by an earlier keeper is impossible (the stem closed those when it
                 // left); the row, if any, is settled at the next check.
-                let _ = self.journal(|j| begin_closed(j, &asker, name, &how));
+                let (asker, name, how) = (asker.clone(), name.to_owned(), how.clone());
+                let _ = self
+                    .h
+                    .journal(move |j| begin_closed(j, &asker, &name, &how))
+                    .await;
             }
         }
         tracing::info!(uid, user = %asker.name, snapshot = name, "{message}");
@@ -457,20 +504,25 @@ impl Keeper {
 
     /// Journal that the open `j` of `uid`'s `name` is closed, and `how`: a close row, and
     /// the open's row settled.
-    fn journal_closed(&self, uid: u32, name: &str, j: &Journalled, how: &str) {
+    async fn journal_closed(&self, uid: u32, name: &str, j: &Journalled, how: &str) {
         let asker = if j.asker.uid == uid {
             j.asker.clone()
         } else {
             Authority::asker(uid)
         };
-        let done = self.journal(|jn| {
-            begin_closed(jn, &asker, name, &format!("{} at {}", how, j.path))?;
-            jn.finish(
-                j.row,
-                State::Closed,
-                &format!("was open at {}; {how}", j.path),
-            )
-        });
+        let (name_owned, closed, settled, row) = (
+            name.to_owned(),
+            format!("{} at {}", how, j.path),
+            format!("was open at {}; {how}", j.path),
+            j.row,
+        );
+        let done = self
+            .h
+            .journal(move |jn| {
+                begin_closed(jn, &asker, &name_owned, &closed)?;
+                jn.finish(row, State::Closed, &settled)
+            })
+            .await;
         match done {
             Ok(()) => tracing::info!(uid, snapshot = name, path = %j.path, "{how}"),
             Err(e) => tracing::error!(
@@ -499,14 +551,14 @@ impl Keeper {
     /// open (the stem closed those when that keeper left the bus). Costs nothing when there
     /// is nothing to settle.
     pub async fn check_opens(&self) {
-        let Ok(mut earlier_settled) = self.opens.checking.try_lock() else {
+        let Ok(mut earlier_settled) = self.state.checking.try_lock() else {
             return;
         };
-        if *earlier_settled && self.opens.ledger().is_empty() {
+        if *earlier_settled && self.state.ledger().is_empty() {
             return;
         }
         let asked = Instant::now();
-        let listed = match self.stem.open_snapshots().await {
+        let listed = match self.h.stem.open_snapshots().await {
             Ok(l) => l,
             Err(e) => {
                 tracing::debug!("checking opens: {e}");
@@ -518,7 +570,7 @@ impl Keeper {
             .map(|o| (o.for_uid, o.name.as_str()))
             .collect();
         let gone: Vec<((u32, String), Journalled)> = {
-            let mut ledger = self.opens.ledger();
+            let mut ledger = self.state.ledger();
             for o in &listed {
                 if let Some(j) = ledger.get_mut(&(o.for_uid, o.name.clone())) {
                     j.idle_close_micros = o.idle_close_unix_micros;
@@ -535,11 +587,11 @@ impl Keeper {
         };
         for ((uid, name), j) in gone {
             let how = self.closed_by_stem(&j);
-            self.journal_closed(uid, &name, &j, &how);
+            self.journal_closed(uid, &name, &j, &how).await;
         }
         if !*earlier_settled {
-            let mine: HashSet<i64> = self.opens.ledger().values().map(|j| j.row).collect();
-            let rows = match self.journal(|j| j.open_rows()) {
+            let mine: HashSet<i64> = self.state.ledger().values().map(|j| j.row).collect();
+            let rows = match self.h.journal(|j| j.open_rows()).await {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!("reading the journal's open rows: {}", e.message());
@@ -560,7 +612,7 @@ impl Keeper {
                         .iter()
                         .find(|o| o.for_uid == r.uid && o.name == r.subject)
                         .map_or(0, |o| o.idle_close_unix_micros);
-                    self.opens.ledger().insert(
+                    self.state.ledger().insert(
                         (r.uid, r.subject.clone()),
                         Journalled {
                             row: r.id,
@@ -587,7 +639,7 @@ impl Keeper {
                     idle_close_micros: 0,
                     recorded: asked,
                 };
-                self.journal_closed(r.uid, &r.subject, &j, how);
+                self.journal_closed(r.uid, &r.subject, &j, how).await;
             }
             *earlier_settled = true;
         }
@@ -601,27 +653,32 @@ impl Keeper {
     async fn close_whole_opens_of_non_approvers(&self, listed: &[OpenInfo]) {
         for o in listed
             .iter()
-            .filter(|o| o.part.is_empty() && !self.may_change(o.for_uid))
+            .filter(|o| o.part.is_empty() && !self.h.may_change(o.for_uid))
         {
             let (uid, name) = (o.for_uid, o.name.as_str());
-            match self.stem.close_snapshot(uid, name).await {
+            match self.h.stem.close_snapshot(uid, name).await {
                 Ok(closed) => {
                     let how = format!(
                         "closed by the keeper: uid {uid} is no longer root or an approver, who \
                          alone may open a snapshot whole"
                     );
-                    match self.opens.ledger().remove(&(uid, name.to_owned())) {
-                        Some(j) => self.journal_closed(uid, name, &j, &how),
+                    let known = self.state.ledger().remove(&(uid, name.to_owned()));
+                    match known {
+                        Some(j) => self.journal_closed(uid, name, &j, &how).await,
                         None if closed => {
                             let asker = Authority::asker(uid);
-                            let _ = self.journal(|j| begin_closed(j, &asker, name, &how));
+                            let name = name.to_owned();
+                            let _ = self
+                                .h
+                                .journal(move |j| begin_closed(j, &asker, &name, &how))
+                                .await;
                         }
                         None => {}
                     }
                 }
                 Err(e) => {
                     let v = self
-                        .opens
+                        .state
                         .in_use_logs
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -643,9 +700,9 @@ impl Keeper {
 
     /// `uid`'s open snapshots (anybody may ask; each sees only their own).
     pub async fn opens(&self, uid: u32) -> Result<Vec<Opened>, KeeperError> {
-        let _turn = self.looker_turn(self.may_change(uid)).await;
+        let _turn = self.h.looker_turn(self.h.may_change(uid)).await;
         self.check_opens().await;
-        let listed = self.stem.open_snapshots().await.map_err(stem_error)?;
+        let listed = self.h.stem.open_snapshots().await.map_err(stem_error)?;
         Ok(listed
             .iter()
             .filter(|o| o.for_uid == uid)
@@ -674,7 +731,7 @@ impl Keeper {
         let snap = parse_snapshot(name)?;
         let sub = snap.subvolume();
         let mount = sub.display_path();
-        let may = self.may_change(uid);
+        let may = self.h.may_change(uid);
         let shown_asked = escape(path);
         let base = if may {
             Vec::new()
@@ -684,13 +741,21 @@ impl Keeper {
                     "{name} is a snapshot of {mount}; you may see what changed only in your own \
                      home, in a snapshot of {HOMES_MOUNT_POINT}. Root and members of the group \
                      {:?} may see any snapshot's changes",
-                    self.authority.approver_group()
+                    self.h.authority.approver_group()
                 );
-                return Err(self.refuse(&asker, Action::Diff, name, &shown_asked, why));
+                return Err(self
+                    .refusals
+                    .refuse(&asker, Action::Diff, name, &shown_asked, why)
+                    .await);
             }
             match home_part(uid) {
                 Ok(p) => p,
-                Err(why) => return Err(self.refuse(&asker, Action::Diff, name, &shown_asked, why)),
+                Err(why) => {
+                    return Err(self
+                        .refusals
+                        .refuse(&asker, Action::Diff, name, &shown_asked, why)
+                        .await)
+                }
             }
         };
         let subtree = if path.is_empty() {
@@ -702,12 +767,16 @@ impl Keeper {
                     "{shown_asked} is outside your home ({}); you may see what changed only in it",
                     shown_path(HOMES_MOUNT_POINT, &base)
                 );
-                return Err(self.refuse(&asker, Action::Diff, name, &shown_asked, why));
+                return Err(self
+                    .refusals
+                    .refuse(&asker, Action::Diff, name, &shown_asked, why)
+                    .await);
             }
             rel
         };
         let counted = if may {
-            self.stem
+            self.h
+                .stem
                 .changes_since(name, DETAILS_COUNT_LIMIT, true)
                 .await
         } else {
@@ -715,17 +784,21 @@ impl Keeper {
                 Ok(g) => g,
                 Err(why) => {
                     let why = format!("{why}; refused");
-                    return Err(self.refuse(&asker, Action::Diff, name, &shown_asked, why));
+                    return Err(self
+                        .refusals
+                        .refuse(&asker, Action::Diff, name, &shown_asked, why)
+                        .await);
                 }
             };
             // Inside the home: `subtree` is the home or below it (checked above).
             let below = subtree.get(base.len() + 1..).unwrap_or_default();
             // One at a time per caller, and at most MAX_LOOKER_DIFFS over all lookers.
-            let turn = self.opens.diff_turn(uid);
+            let turn = self.state.diff_turn(uid);
             let _mine = turn.lock().await;
-            let _looker = self.looker_turn(false).await;
-            let _count = self.opens.looker_diffs.acquire().await;
-            self.stem
+            let _looker = self.h.looker_turn(false).await;
+            let _count = self.state.looker_diffs.acquire().await;
+            self.h
+                .stem
                 .changes_in_part(name, &base, uid, &gids, below, PREVIEW_COUNT_LIMIT)
                 .await
         };
@@ -741,14 +814,17 @@ impl Keeper {
                      since the snapshot is not in it as yours",
                     shown_path(HOMES_MOUNT_POINT, &base)
                 );
-                return Err(self.refuse(&asker, Action::Diff, name, &shown_asked, why));
+                return Err(self
+                    .refusals
+                    .refuse(&asker, Action::Diff, name, &shown_asked, why)
+                    .await);
             }
             Err(e) => {
                 // The stem logs its refusals of counts within one allowance for all callers
                 // (it is not told who asks): said here per caller, so one caller's flood
                 // does not silence another's.
                 if let StemError::Refused { message, .. } = &e {
-                    let v = stem_refusals_logged("diff", uid);
+                    let v = crate::refusals::stem_refusals_logged("diff", uid);
                     if v.log() {
                         tracing::warn!(uid, user = %asker.name, snapshot = %caps::name(name), "diff refused by the stem: {}{}", layout::human::cap(message, caps::MAX_FAILURE_BYTES), v.note());
                     }
@@ -813,13 +889,19 @@ impl Keeper {
                 out.subtree,
                 if out.at_least { " (at least)" } else { "" }
             );
-            self.journal(|j| {
-                j.request(&asker, Action::Diff, Subject::Snapshot(snap))
-                    .words_shown(&layout::human::cap(&summary, caps::MAX_WORDS_BYTES))
-                    .state(State::Shown)
-                    .outcome("shown; nothing changed")
-                    .begin()
-            })?;
+            let (asker, shown) = (
+                asker.clone(),
+                layout::human::cap(&summary, caps::MAX_WORDS_BYTES).into_owned(),
+            );
+            self.h
+                .journal(move |j| {
+                    j.request(&asker, Action::Diff, Subject::Snapshot(snap))
+                        .words_shown(&shown)
+                        .state(State::Shown)
+                        .outcome("shown; nothing changed")
+                        .begin()
+                })
+                .await?;
         }
         Ok(out)
     }
@@ -836,18 +918,6 @@ fn begin_closed(
         .state(State::Closed)
         .outcome(outcome)
         .begin()
-}
-
-/// Whether a look of `kind` the stem refused (a diff, a listing of a target) may be logged
-/// now for `uid`: within adr/0016's allowance per caller, kind and time.
-pub(super) fn stem_refusals_logged(kind: &'static str, uid: u32) -> layout::allowance::Logging {
-    static LOGS: std::sync::LazyLock<Mutex<layout::allowance::LogAllowance<(&'static str, u32)>>> =
-        std::sync::LazyLock::new(|| {
-            Mutex::new(layout::allowance::LogAllowance::new(Instant::now()))
-        });
-    LOGS.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .admit(&(kind, uid), Instant::now())
 }
 
 #[cfg(test)]

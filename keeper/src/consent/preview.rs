@@ -17,11 +17,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use layout::SnapshotName;
 
-use super::{parse_snapshot, restorable_paths, stem_error, Keeper, PREVIEW_COUNT_LIMIT};
+use super::{parse_snapshot, stem_error, Consent, PREVIEW_COUNT_LIMIT};
 use crate::authority::Authority;
 use crate::journal::{Action, State, Subject};
 use crate::wire::{KeeperError, RestorePreview, SetRestorePreview};
 use crate::words;
+use crate::words::restorable_paths;
 use layout::human::from_unix_micros;
 
 /// Counts for people who may only look, in flight at once over all of them.
@@ -147,7 +148,7 @@ impl Previews {
     }
 }
 
-impl Keeper {
+impl Consent {
     /// What restoring `name` would do, in words. Changes nothing on disk; the words shown
     /// to somebody who may confirm are journalled, so the confirmation can be checked.
     pub async fn restore_preview(
@@ -188,10 +189,10 @@ impl Keeper {
     ) -> Result<RestorePreview, KeeperError> {
         let name = snap.to_string();
         let sub = snap.subvolume();
-        let may_confirm = self.may_change(uid);
+        let may_confirm = self.h.may_change(uid);
         let (disk, staged_alone) = {
-            let _turn = self.looker_turn(may_confirm).await;
-            let listed = self.stem.list().await.map_err(stem_error)?;
+            let _turn = self.h.looker_turn(may_confirm).await;
+            let listed = self.h.stem.list().await.map_err(stem_error)?;
             // "Already staged" is for exactly this restore: a set's request names several
             // snapshots, each shown staged, and staging this one alone would be refused.
             let staged_alone = listed.iter().filter(|d| d.staged).count() == 1;
@@ -213,15 +214,18 @@ impl Keeper {
             let asker = Authority::asker(uid);
             // Not synced: a preview changes nothing, and words lost to a power cut are only
             // shown again (the consent that quotes them is synced) — adr/0011.
-            self.journal(|j| {
-                j.unsynced(|j| {
-                    j.request(&asker, Action::RestorePreview, Subject::restore(*snap))
-                        .words_shown(&words)
-                        .state(State::Shown)
-                        .outcome("shown; nothing changed")
-                        .begin()
+            let (snap, shown) = (*snap, words.clone());
+            self.h
+                .journal(move |j| {
+                    j.unsynced(|j| {
+                        j.request(&asker, Action::RestorePreview, Subject::restore(snap))
+                            .words_shown(&shown)
+                            .state(State::Shown)
+                            .outcome("shown; nothing changed")
+                            .begin()
+                    })
                 })
-            })?;
+                .await?;
         }
         Ok(RestorePreview {
             snapshot: name.clone(),
@@ -276,14 +280,15 @@ impl Keeper {
             None
         };
         let counted = if may_confirm {
-            self.stem
+            self.h
+                .stem
                 .changes_since(&name, PREVIEW_COUNT_LIMIT, false)
                 .await
         } else {
             let counted = self
                 .previews
                 .looker_count(PREVIEW_COUNT_LIMIT, |left| {
-                    self.stem.changes_since_last_commit(&name, left)
+                    self.h.stem.changes_since_last_commit(&name, left)
                 })
                 .await;
             let Some(counted) = counted else {
@@ -319,8 +324,8 @@ mod tests {
 
     use super::{Previews, MAX_LOOKER_COUNTS};
     use crate::authority::Authority;
+    use crate::handles::{Handles, MAX_LOOKER_REQUESTS};
     use crate::journal::Journal;
-    use crate::service::{Keeper, MAX_LOOKER_REQUESTS};
     use crate::wire::{KeeperError, RestorePreview};
 
     /// What adr/0016 promises: at most 2 lookers' counts and 8 lookers' requests at once.
@@ -522,7 +527,7 @@ mod tests {
     async fn lookers_requests_to_the_stem_are_bounded_over_all_and_approvers_never_wait() {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(&dir.path().join("journal.sqlite")).unwrap();
-        let keeper = Arc::new(Keeper::new(
+        let keeper = Arc::new(Handles::new(
             journal,
             Authority::new("tacid-no-such-group-in-a-unit-test"),
         ));

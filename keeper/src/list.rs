@@ -1,4 +1,4 @@
-//! `tacid data list` from the keeper's own state (issue 15).
+//! `tacid data list` from the keeper's own state.
 //!
 //! The keeper keeps the last list it made, with what it was made from: the store's
 //! generation as the stem answered it (`Stem1.ListSince`) and the journal's change count.
@@ -22,8 +22,12 @@ use layout::SubvolumeName;
 use serde::ser::{Serialize, SerializeSeq, Serializer};
 use zbus::{Signature, Type};
 
-use super::{stem_error, Keeper};
+use layout::copies::CopiesConfig;
+
+use crate::handles::Handles;
 use crate::journal::{Journal, JournalError, ListedRequest};
+use crate::reconcile::Reconcile;
+use crate::stem_client::stem_error;
 use crate::stem_client::OnDisk;
 use crate::wire::{CopyOfRow, KeeperError, SnapshotEntry, SnapshotRow};
 
@@ -195,7 +199,7 @@ struct Kept {
 
 /// The keeper's kept list (at most one).
 #[derive(Debug, Default)]
-pub(super) struct ListCache(Mutex<Option<Kept>>);
+struct ListCache(Mutex<Option<Kept>>);
 
 impl ListCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Kept>> {
@@ -366,7 +370,27 @@ impl OnDiskRows {
     }
 }
 
-impl Keeper {
+/// The list service; owns the last list made.
+#[derive(Debug)]
+pub struct List {
+    h: Handles,
+    reconcile: Arc<Reconcile>,
+    /// The copy targets, to say which snapshot is the last common parent with which.
+    config: Arc<CopiesConfig>,
+    /// The last list made, kept while the store and the journal stay as they were.
+    cache: ListCache,
+}
+
+impl List {
+    pub fn new(h: Handles, reconcile: Arc<Reconcile>, config: Arc<CopiesConfig>) -> List {
+        List {
+            h,
+            reconcile,
+            config,
+            cache: ListCache::default(),
+        }
+    }
+
     /// Every snapshot, newest first, with what the journal knows of each (`List`).
     pub async fn list(&self, uid: u32) -> Result<Vec<SnapshotEntry>, KeeperError> {
         Ok(self.list_rows(uid).await?.to_entries())
@@ -375,13 +399,13 @@ impl Keeper {
     /// Every snapshot, newest first, with what the journal knows of each, as kept
     /// (`ListRows`): made again only when the store or the journal changed.
     pub async fn list_rows(&self, uid: u32) -> Result<Arc<Listed>, KeeperError> {
-        let _turn = self.looker_turn(self.may_change(uid)).await;
-        self.ensure_reconciled().await;
-        self.settle_leftovers().await;
+        let _turn = self.h.looker_turn(self.h.may_change(uid)).await;
+        self.reconcile.ensure().await;
+        self.reconcile.settle_leftovers().await;
         let started = std::time::Instant::now();
-        let changes = self.journal(|j| Ok(j.changes()))?;
+        let changes = self.h.journal(|j| Ok(j.changes())).await?;
         let kept: Option<(Vec<u64>, Arc<Listed>)> = self
-            .list_cache
+            .cache
             .lock()
             .as_ref()
             .filter(|k| k.journal_changes == changes)
@@ -390,6 +414,7 @@ impl Keeper {
         let known: &[u64] = kept.as_ref().map(|k| k.0.as_slice()).unwrap_or(&[]);
         let mut on_disk = OnDiskRows::default();
         let (generation, changed) = self
+            .h
             .stem
             .list_since(known, |d| on_disk.push(d))
             .await
@@ -401,12 +426,21 @@ impl Keeper {
                 return Ok(listed);
             }
         }
-        let configured = self.configured_target_names();
-        let (journal_changes, listed) = self.journal(|j| {
-            let changes = j.changes();
-            Ok((changes, Arc::new(on_disk.finish(j, &configured)?)))
-        })?;
-        *self.list_cache.lock() = Some(Kept {
+        let configured: std::collections::BTreeSet<String> = self
+            .config
+            .targets
+            .keys()
+            .map(|t| t.as_str().to_owned())
+            .collect();
+        let (journal_changes, listed) = self
+            .h
+            .journal(move |j| {
+                let changes = j.changes();
+                let configured = configured.iter().map(String::as_str).collect();
+                Ok((changes, Arc::new(on_disk.finish(j, &configured)?)))
+            })
+            .await?;
+        *self.cache.lock() = Some(Kept {
             generation,
             journal_changes,
             listed: listed.clone(),

@@ -26,6 +26,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+pub mod copies;
+pub mod prune;
+pub use prune::describe;
+
 /// What made a snapshot, for retention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {

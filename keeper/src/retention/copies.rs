@@ -1,4 +1,4 @@
-//! Retention on a copy target (issue 13): which copies go, by the target's own counts.
+//! Retention on a copy target: which copies go, by the target's own counts.
 //!
 //! A pure function, like [`crate::retention::plan`], whose periods it shares: per
 //! subvolume, a copy stays when it is among the newest `latest` copies, or the newest copy

@@ -1,4 +1,4 @@
-//! Copies off the disk (issue 13): the keeper's side. Authority, the journal, and the
+//! Copies off the disk: the keeper's side. Authority, the journal, and the
 //! timer's act (the newest snapshot of each subvolume the target lacks, then the target's
 //! retention); the stem does the sending, and the send stream never passes through here.
 //!
@@ -17,16 +17,21 @@ use layout::escape::escape;
 use layout::{SnapshotName, SubvolumeName};
 use stem_interface::ErrorKind;
 
-use super::{of_path, parse_snapshot, stem_error, Keeper};
 use crate::authority::{Act, Authority};
 use crate::caps;
-use crate::copy_retention::{self, HeldCopy, TargetKeep};
+use crate::caps::parse_snapshot;
+use crate::handles::Handles;
 use crate::journal::{Action, Asker, CopyAction, CopyEnd, Member, State};
+use crate::reconcile::Reconcile;
+use crate::refusals::Refusals;
+use crate::retention::copies::{self as copy_retention, HeldCopy, TargetKeep};
+use crate::stem_client::stem_error;
 use crate::stem_client::{Copied, StemError};
 use crate::wire::{
     CopyDeleted, CopyFailed, CopyHeld, CopyInFlight, CopyMade, CopyReport, Fetched, KeeperError,
     SnapshotEntry, TargetCopies,
 };
+use crate::words::of_path;
 
 /// The longest an act waits for a looker's listing of its target to end.
 const ACT_WAITS_FOR_LISTING: std::time::Duration = std::time::Duration::from_secs(120);
@@ -51,7 +56,7 @@ fn path_of_snapshot(name: &str) -> String {
 /// The keeper's record of which acts on which targets are running: one at a time per
 /// target, so the timer's act and a person's copy do not meet at the stem.
 #[derive(Debug)]
-pub(super) struct TargetActs {
+struct TargetActs {
     running: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The journal rows of acts this keeper is running: a listing settles only rows a
     /// stopped keeper left pending, never these.
@@ -161,22 +166,44 @@ fn stem_stopped(action: CopyAction) -> String {
     format!("failed: the stem stopped before it answered; {what}")
 }
 
-impl Keeper {
-    /// Use `config` for the copy targets (from `--copies-config`).
-    pub fn with_copies(mut self, config: CopiesConfig) -> Keeper {
-        self.copies = config;
-        self
+/// The copies service: who may copy and fetch, and the timer's act; owns the turns of the
+/// acts on each target.
+#[derive(Debug)]
+pub struct Copies {
+    h: Handles,
+    refusals: Arc<Refusals>,
+    reconcile: Arc<Reconcile>,
+    /// The copy targets (root's configuration; none when it is missing).
+    config: Arc<CopiesConfig>,
+    /// One act at a time on each target.
+    acts: TargetActs,
+}
+
+impl Copies {
+    pub fn new(
+        h: Handles,
+        refusals: Arc<Refusals>,
+        reconcile: Arc<Reconcile>,
+        config: Arc<CopiesConfig>,
+    ) -> Copies {
+        Copies {
+            h,
+            refusals,
+            reconcile,
+            config,
+            acts: TargetActs::default(),
+        }
     }
 
     /// The configured copy targets.
-    pub fn copies_config(&self) -> &CopiesConfig {
-        &self.copies
+    pub fn config(&self) -> &CopiesConfig {
+        &self.config
     }
 
     /// The configured target a caller named, or a refusal, journalled. The name is capped
     /// and checked against the grammar before it is looked up, and nothing else about the
     /// request is looked at first.
-    fn configured_target(
+    async fn configured_target(
         &self,
         asker: &Asker,
         act: Action,
@@ -186,12 +213,12 @@ impl Keeper {
         let shown = layout::human::cap(target, caps::MAX_TARGET_NAME_BYTES);
         let why = match TargetName::parse(target) {
             Err(e) => Some(format!("{shown:?} is not a target name: {e}")),
-            Ok(_) => match self.copies.target(target) {
+            Ok(_) => match self.config.target(target) {
                 Some(t) => return Ok(t),
                 None => Some(format!("no target {shown:?} is configured")),
             },
         };
-        let configured: Vec<&str> = self.copies.targets.keys().map(|t| t.as_str()).collect();
+        let configured: Vec<&str> = self.config.targets.keys().map(|t| t.as_str()).collect();
         let why = format!(
             "{}; targets are root's configuration ({}), not a caller's: {}",
             why.unwrap_or_default(),
@@ -209,7 +236,9 @@ impl Keeper {
         } else {
             format!("{} {to} {shown}", caps::name(name))
         };
-        self.journal_refusal_of(asker, act, subject.into(), "", &why);
+        self.refusals
+            .journal_refusal_of(asker, act, subject.into(), "", &why)
+            .await;
         Err(KeeperError::NoSuchTarget(why))
     }
 
@@ -235,8 +264,9 @@ impl Keeper {
         &self,
         target: &str,
     ) -> Result<(Vec<crate::stem_client::HeldCopy>, BTreeSet<String>), StemError> {
-        let held = self.stem.copies_on(target).await?;
+        let held = self.h.stem.copies_on(target).await?;
         let members: Vec<Member> = self
+            .h
             .stem
             .list()
             .await?
@@ -248,15 +278,15 @@ impl Keeper {
             .iter()
             .map(|h| (h.name.clone(), h.received_uuid.clone()))
             .collect();
-        let mut in_flight = self.copy_acts.rows_in_flight();
+        let mut in_flight = self.acts.rows_in_flight();
         // A transfer the stem still runs for a keeper that stopped is not settled "not done"
         // yet: it may be done a moment later (what is already done is settled).
-        let running: Vec<_> = match self.stem.copy_progress().await {
+        let running: Vec<_> = match self.h.stem.copy_progress().await {
             Ok(all) => all.into_iter().filter(|f| f.target == target).collect(),
             Err(_) => Vec::new(),
         };
         if !running.is_empty() {
-            if let Ok(rows) = self.journal(|j| j.copy_requests()) {
+            if let Ok(rows) = self.h.journal(|j| j.copy_requests()).await {
                 in_flight.extend(
                     rows.iter()
                         .filter(|r| {
@@ -274,10 +304,14 @@ impl Keeper {
                 );
             }
         }
-        let started = self.copy_acts.started_micros;
-        if let Err(e) =
-            self.journal(|j| j.record_target_listing(target, &pairs, &members, &in_flight, started))
-        {
+        let started = self.acts.started_micros;
+        let recording = {
+            let (target, members) = (target.to_owned(), members.clone());
+            move |j: &mut crate::journal::Journal| {
+                j.record_target_listing(&target, &pairs, &members, &in_flight, started)
+            }
+        };
+        if let Err(e) = self.h.journal(recording).await {
             tracing::warn!(target, "recording what the target holds: {}", e.message());
         }
         Ok((held, local))
@@ -306,7 +340,7 @@ impl Keeper {
 
     /// Journal an act on a target that failed before it reached the stem's transfer (the
     /// target could not be listed: unreachable, not Btrfs, its host key changed).
-    fn journal_failed_act(
+    async fn journal_failed_act(
         &self,
         asker: &Asker,
         action: CopyAction,
@@ -316,23 +350,32 @@ impl Keeper {
         e: &StemError,
     ) {
         let reason = failure_reason(e);
-        let recorded = self
-            .journal(|j| j.begin_copy(asker, action, target, name, rule, ""))
-            .and_then(|id| {
-                let _row = self.copy_acts.row(id);
-                self.journal(|j| {
-                    j.finish_copy(
-                        id,
-                        &CopyEnd {
-                            state: State::Failed,
-                            outcome: reason.clone(),
-                            parent: String::new(),
-                            bytes: 0,
-                            received_uuid: None,
-                        },
-                    )
-                })
-            });
+        let begun = self
+            .h
+            .journal({
+                let (asker, target, name, rule) = (
+                    asker.clone(),
+                    target.to_owned(),
+                    name.to_owned(),
+                    rule.to_owned(),
+                );
+                move |j| j.begin_copy(&asker, action, &target, &name, &rule, "")
+            })
+            .await;
+        let recorded = match begun {
+            Ok(id) => {
+                let _row = self.acts.row(id);
+                let end = CopyEnd {
+                    state: State::Failed,
+                    outcome: reason.clone(),
+                    parent: String::new(),
+                    bytes: 0,
+                    received_uuid: None,
+                };
+                self.h.journal(move |j| j.finish_copy(id, &end)).await
+            }
+            Err(e) => Err(e),
+        };
         if let Err(je) = recorded {
             tracing::error!(
                 "could not journal a failed {}: {}",
@@ -352,11 +395,21 @@ impl Keeper {
         rule: &str,
     ) -> Result<(Copied, u64), (StemError, String)> {
         let id = self
-            .journal(|j| j.begin_copy(asker, CopyAction::Copy, target, name, rule, ""))
+            .h
+            .journal({
+                let (asker, target, name, rule) = (
+                    asker.clone(),
+                    target.to_owned(),
+                    name.to_owned(),
+                    rule.to_owned(),
+                );
+                move |j| j.begin_copy(&asker, CopyAction::Copy, &target, &name, &rule, "")
+            })
+            .await
             .map_err(|e| (StemError::Bus(e.message()), e.message()))?;
-        let _row = self.copy_acts.row(id);
+        let _row = self.acts.row(id);
         let started = Instant::now();
-        let result = self.stem.copy_to(name, target).await;
+        let result = self.h.stem.copy_to(name, target).await;
         let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         match result {
             Ok(c) => {
@@ -379,7 +432,9 @@ impl Keeper {
                     bytes: c.bytes,
                     received_uuid: Some(layout::human::prefix(&c.received_uuid, 64).to_owned()),
                 };
-                self.journal(|j| j.finish_copy(id, &end))
+                self.h
+                    .journal(move |j| j.finish_copy(id, &end))
+                    .await
                     .map_err(|e| (StemError::Bus(e.message()), e.message()))?;
                 tracing::info!(uid = asker.uid, user = %asker.name, rule, target, snapshot = name, bytes = c.bytes, took_ms, "{outcome}");
                 Ok((c, took_ms))
@@ -399,7 +454,7 @@ impl Keeper {
                         bytes: 0,
                         received_uuid: None,
                     };
-                    if let Err(je) = self.journal(|j| j.finish_copy(id, &end)) {
+                    if let Err(je) = self.h.journal(move |j| j.finish_copy(id, &end)).await {
                         tracing::error!("could not journal a failed copy: {}", je.message());
                     }
                 }
@@ -417,32 +472,37 @@ impl Keeper {
         target: &str,
     ) -> Result<CopyReport, KeeperError> {
         let asker = Authority::asker(uid);
-        let t = self.configured_target(&asker, Action::Copy, name, target)?;
+        let t = self
+            .configured_target(&asker, Action::Copy, name, target)
+            .await?;
         let target = t.name.as_str();
-        if let Err(why) = self.authority.decide(uid, Act::Change) {
+        if let Err(why) = self.h.authority.decide(uid, Act::Change) {
             let subject = if name.is_empty() {
                 format!("to {target}")
             } else {
                 format!("{} to {target}", caps::name(name))
             };
-            self.journal_refusal_of(&asker, Action::Copy, subject.into(), "", &why);
+            self.refusals
+                .journal_refusal_of(&asker, Action::Copy, subject.into(), "", &why)
+                .await;
             return Err(KeeperError::NotAuthorized(why));
         }
         if !name.is_empty() {
             parse_snapshot(name)?;
         }
         let _turn = self
-            .copy_acts
+            .acts
             .try_turn(target)
             .ok_or_else(|| Self::busy(target))?;
-        self.ensure_reconciled().await;
+        self.reconcile.ensure().await;
         if name.is_empty() {
             return self.copy_timer(&asker, t).await;
         }
         let (held, local) = match self.list_target_for_act(target).await {
             Ok(listed) => listed,
             Err(e) => {
-                self.journal_failed_act(&asker, CopyAction::Copy, target, name, "", &e);
+                self.journal_failed_act(&asker, CopyAction::Copy, target, name, "", &e)
+                    .await;
                 return Err(stem_error(e));
             }
         };
@@ -485,11 +545,12 @@ impl Keeper {
         let (held, _) = match self.list_target_for_act(target).await {
             Ok(listed) => listed,
             Err(e) => {
-                self.journal_failed_act(asker, CopyAction::Copy, target, "", &rule, &e);
+                self.journal_failed_act(asker, CopyAction::Copy, target, "", &rule, &e)
+                    .await;
                 return Err(stem_error(e));
             }
         };
-        let disk = self.stem.list().await.map_err(stem_error)?;
+        let disk = self.h.stem.list().await.map_err(stem_error)?;
         // The newest snapshot of each snapshotted subvolume.
         let mut newest: BTreeMap<String, (i64, String)> = BTreeMap::new();
         for d in &disk {
@@ -587,9 +648,22 @@ impl Keeper {
         let rule = retention_rule(target);
         for d in copy_retention::plan(&copies, keep) {
             let why = format!("{rule}: {}", d.why);
-            let id = match self.journal(|j| {
-                j.begin_copy(asker, CopyAction::DeleteCopy, target, &d.name, &rule, &why)
-            }) {
+            let begun = self
+                .h
+                .journal({
+                    let (asker, target, name, rule, why) = (
+                        asker.clone(),
+                        target.to_owned(),
+                        d.name.clone(),
+                        rule.clone(),
+                        why.clone(),
+                    );
+                    move |j| {
+                        j.begin_copy(&asker, CopyAction::DeleteCopy, &target, &name, &rule, &why)
+                    }
+                })
+                .await;
+            let id = match begun {
                 Ok(id) => id,
                 Err(e) => {
                     report.deleted.push(CopyDeleted {
@@ -601,8 +675,8 @@ impl Keeper {
                     break;
                 }
             };
-            let _row = self.copy_acts.row(id);
-            let result = self.stem.delete_copy(target, &d.name).await;
+            let _row = self.acts.row(id);
+            let result = self.h.stem.delete_copy(target, &d.name).await;
             let (st, outcome, note) = match &result {
                 Ok(()) => (State::Complete, "deleted".to_owned(), String::new()),
                 Err(StemError::WentAway) => {
@@ -619,7 +693,7 @@ impl Keeper {
                     bytes: 0,
                     received_uuid: None,
                 };
-                if let Err(e) = self.journal(|j| j.finish_copy(id, &end)) {
+                if let Err(e) = self.h.journal(move |j| j.finish_copy(id, &end)).await {
                     tracing::error!("could not journal a deletion on {target}: {}", e.message());
                 }
             }
@@ -639,14 +713,16 @@ impl Keeper {
     /// What `target` holds. Anybody may ask; the received UUIDs only for root and approvers.
     pub async fn copies(&self, uid: u32, target: &str) -> Result<TargetCopies, KeeperError> {
         let asker = Authority::asker(uid);
-        let t = self.configured_target(&asker, Action::Copies, "", target)?;
+        let t = self
+            .configured_target(&asker, Action::Copies, "", target)
+            .await?;
         let target = t.name.as_str();
-        let may_change = self.may_change(uid);
-        let _turn = self.looker_turn(may_change).await;
+        let may_change = self.h.may_change(uid);
+        let _turn = self.h.looker_turn(may_change).await;
         let (held, local) = self.list_target(target).await.map_err(|e| {
             // The stem logs failed looks within one allowance for all callers: said here per
             // caller, so one caller's flood does not silence another's.
-            let v = super::open::stem_refusals_logged("copies", uid);
+            let v = crate::refusals::stem_refusals_logged("copies", uid);
             if v.log() {
                 tracing::warn!(uid, user = %asker.name, target, "listing the target failed: {}{}", failure_reason(&e), v.note());
             }
@@ -690,35 +766,56 @@ impl Keeper {
     /// Receive the copy `name` from `target` into the local store, verified; journalled.
     pub async fn fetch(&self, uid: u32, name: &str, target: &str) -> Result<Fetched, KeeperError> {
         let asker = Authority::asker(uid);
-        let t = self.configured_target(&asker, Action::Fetch, name, target)?;
+        let t = self
+            .configured_target(&asker, Action::Fetch, name, target)
+            .await?;
         let target = t.name.as_str();
-        if let Err(why) = self.authority.decide(uid, Act::Change) {
+        if let Err(why) = self.h.authority.decide(uid, Act::Change) {
             let subject = format!("{} from {target}", caps::name(name));
-            self.journal_refusal_of(&asker, Action::Fetch, subject.into(), "", &why);
+            self.refusals
+                .journal_refusal_of(&asker, Action::Fetch, subject.into(), "", &why)
+                .await;
             return Err(KeeperError::NotAuthorized(why));
         }
         let snap = parse_snapshot(name)?;
         let _turn = self
-            .copy_acts
+            .acts
             .try_turn(target)
             .ok_or_else(|| Self::busy(target))?;
-        self.ensure_reconciled().await;
+        self.reconcile.ensure().await;
         let reason = format!("fetched from {target}");
-        let id =
-            self.journal(|j| j.begin_copy(&asker, CopyAction::Fetch, target, name, "", &reason))?;
-        let _row = self.copy_acts.row(id);
+        let id = self
+            .h
+            .journal({
+                let (asker, target, name, reason) = (
+                    asker.clone(),
+                    target.to_owned(),
+                    name.to_owned(),
+                    reason.clone(),
+                );
+                move |j| j.begin_copy(&asker, CopyAction::Fetch, &target, &name, "", &reason)
+            })
+            .await?;
+        let _row = self.acts.row(id);
         let started = Instant::now();
-        let result = match self.stem.fetch_from(target, name).await {
+        let result = match self.h.stem.fetch_from(target, name).await {
             // The stem stopped mid-fetch: it did nothing unless the store holds a snapshot of
             // that name that this attempt made (the stem may stop after its last step, before
             // its answer). A stem not back yet cannot be asked: a stem that stops mid-receive
             // keeps nothing, so the fetch is journalled failed.
-            Err(StemError::WentAway) => match self.stem.list().await {
+            Err(StemError::WentAway) => match self.h.stem.list().await {
                 Ok(disk) => {
                     let found = disk.into_iter().find(|d| d.member.name == name);
                     match found {
-                        Some(d) if self.journal(|j| j.fetched_by(id, &d.member))? => Ok((d, 0)),
-                        _ => Err(StemError::WentAway),
+                        Some(d) => {
+                            let member = d.member.clone();
+                            if self.h.journal(move |j| j.fetched_by(id, &member)).await? {
+                                Ok((d, 0))
+                            } else {
+                                Err(StemError::WentAway)
+                            }
+                        }
+                        None => Err(StemError::WentAway),
                     }
                 }
                 Err(_) => Err(StemError::WentAway),
@@ -743,19 +840,24 @@ impl Keeper {
                     taken_micros: snap.taken_unix_micros(),
                     ..d.member.clone()
                 };
-                self.journal(|j| {
-                    j.finish_copy(
-                        id,
-                        &CopyEnd {
-                            state: State::Complete,
-                            outcome: message.clone(),
-                            parent: String::new(),
-                            bytes,
-                            received_uuid: None,
-                        },
-                    )?;
-                    j.record_fetched(id, &member)
-                })?;
+                self.h
+                    .journal({
+                        let (message, member) = (message.clone(), member.clone());
+                        move |j| {
+                            j.finish_copy(
+                                id,
+                                &CopyEnd {
+                                    state: State::Complete,
+                                    outcome: message,
+                                    parent: String::new(),
+                                    bytes,
+                                    received_uuid: None,
+                                },
+                            )?;
+                            j.record_fetched(id, &member)
+                        }
+                    })
+                    .await?;
                 tracing::info!(uid, user = %asker.name, target, snapshot = name, "{message}");
                 let sub = snap.subvolume();
                 Ok(Fetched {
@@ -793,7 +895,7 @@ impl Keeper {
                         bytes: 0,
                         received_uuid: None,
                     };
-                    self.journal(|j| j.finish_copy(id, &end))?;
+                    self.h.journal(move |j| j.finish_copy(id, &end)).await?;
                 }
                 tracing::warn!(uid, user = %asker.name, target, snapshot = name, "fetch {reason}");
                 Err(stem_error(e))
@@ -803,8 +905,8 @@ impl Keeper {
 
     /// Copies and fetches in flight. Anybody may ask.
     pub async fn copy_progress(&self, uid: u32) -> Result<Vec<CopyInFlight>, KeeperError> {
-        let _turn = self.looker_turn(self.may_change(uid)).await;
-        let all = self.stem.copy_progress().await.map_err(stem_error)?;
+        let _turn = self.h.looker_turn(self.h.may_change(uid)).await;
+        let all = self.h.stem.copy_progress().await.map_err(stem_error)?;
         Ok(all
             .into_iter()
             .map(|f| CopyInFlight {

@@ -6,12 +6,20 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use super::{parse_snapshot, stem_error, Keeper};
+use std::sync::Arc;
+
+use layout::copies::CopiesConfig;
+
 use crate::authority::{Act, Authority};
+use crate::caps::parse_snapshot;
+use crate::handles::Handles;
 use crate::journal::{Action, Deletion, DeletionResult};
+use crate::reconcile::Reconcile;
+use crate::refusals::Refusals;
 use crate::retention::{self, Candidate, Kind, Local, Policy};
+use crate::stem_client::stem_error;
 use crate::stem_client::{DiskSnapshot, StemError};
-use crate::wire::{Deleted, KeepMarked, KeeperError, PruneEntry, PruneReport, SnapshotSet};
+use crate::wire::{Deleted, KeepMarked, KeeperError, PruneEntry, PruneReport};
 use layout::human::unix_micros;
 
 /// The rule code journalled when a person asked for a deletion.
@@ -41,11 +49,39 @@ pub fn describe(p: &Policy) -> String {
     )
 }
 
-impl Keeper {
+/// The retention service: delete, keep and prune; owns the policy.
+#[derive(Debug)]
+pub struct Retention {
+    h: Handles,
+    refusals: Arc<Refusals>,
+    reconcile: Arc<Reconcile>,
+    /// What retention keeps (adr/0013).
+    policy: Policy,
+    /// The copy targets: the last common parent with one is kept.
+    config: Arc<CopiesConfig>,
+}
+
+impl Retention {
+    pub fn new(
+        h: Handles,
+        refusals: Arc<Refusals>,
+        reconcile: Arc<Reconcile>,
+        policy: Policy,
+        config: Arc<CopiesConfig>,
+    ) -> Retention {
+        Retention {
+            h,
+            refusals,
+            reconcile,
+            policy,
+            config,
+        }
+    }
+
     /// For each snapshot on `disk` that is the last common parent with a configured copy
     /// target, those targets (adr/0013): from the journal's record of what each target
     /// held (verified copies and listings), so a target away is remembered, not listed.
-    pub(super) fn parents_on_disk(
+    fn parents_on_disk(
         &self,
         disk: &[DiskSnapshot],
         copies: &BTreeMap<String, Vec<String>>,
@@ -70,48 +106,13 @@ impl Keeper {
     }
 
     /// The names of the configured copy targets.
-    pub(super) fn configured_target_names(&self) -> std::collections::BTreeSet<&str> {
-        self.copies.targets.keys().map(|t| t.as_str()).collect()
-    }
-
-    /// Use `policy` for retention (from the keeper's flags).
-    pub fn with_policy(mut self, policy: Policy) -> Keeper {
-        self.policy = policy;
-        self
+    fn configured_target_names(&self) -> std::collections::BTreeSet<&str> {
+        self.config.targets.keys().map(|t| t.as_str()).collect()
     }
 
     /// The retention policy in force.
     pub fn policy(&self) -> &Policy {
         &self.policy
-    }
-
-    /// Settle deletions a stopped keeper left pending: the disk says whether they happened.
-    /// Call with `sets` held (a delete in flight holds it too).
-    pub(super) async fn settle_pending_deletions(&self) -> Result<(), KeeperError> {
-        let pending = self.journal(|j| j.pending_deletions())?;
-        if pending.is_empty() {
-            return Ok(());
-        }
-        let disk = self.stem.list().await.map_err(stem_error)?;
-        let results: Vec<DeletionResult> = pending
-            .into_iter()
-            .map(|(id, name)| {
-                let there = disk.iter().any(|d| d.member.name == name);
-                DeletionResult {
-                    id,
-                    name,
-                    result: if there {
-                        Err(
-                            "the keeper stopped before the stem answered; it is still on disk"
-                                .into(),
-                        )
-                    } else {
-                        Ok(())
-                    },
-                }
-            })
-            .collect();
-        self.journal(|j| j.finish_deletions(&results))
     }
 
     /// Delete one snapshot a person named; journalled with the person. The last common
@@ -124,11 +125,17 @@ impl Keeper {
         next_copy_full: bool,
     ) -> Result<Deleted, KeeperError> {
         let asker = Authority::asker(uid);
-        if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, Action::Delete, name, "", why));
+        if let Err(why) = self.h.authority.decide(uid, Act::Change) {
+            return Err(self
+                .refusals
+                .refuse(&asker, Action::Delete, name, "", why)
+                .await);
         }
         parse_snapshot(name)?;
-        let (keeps, copies) = self.journal(|j| Ok((j.keeps()?, j.copies_by_snapshot()?)))?;
+        let (keeps, copies) = self
+            .h
+            .journal(|j| Ok((j.keeps()?, j.copies_by_snapshot()?)))
+            .await?;
         if let Some(by) = keeps.get(name) {
             return Err(KeeperError::Protected(format!(
                 "{name} is marked to keep (by {by}); take the mark off first with \
@@ -137,7 +144,7 @@ impl Keeper {
         }
         let mut parent_of = Vec::new();
         if copies.contains_key(name) {
-            let disk = self.stem.list().await.map_err(stem_error)?;
+            let disk = self.h.stem.list().await.map_err(stem_error)?;
             parent_of = self
                 .parents_on_disk(&disk, &copies)
                 .remove(name)
@@ -166,24 +173,33 @@ impl Keeper {
             why: why.clone(),
         };
         // A pending deletion is settled from the disk only while no delete is in flight.
-        let _one_at_a_time = self.sets.lock().await;
-        let id = self.journal(|j| j.begin_deletion_synced(&asker, &deletion))?;
-        super::test_pause("delete-pending").await;
-        let result = self.stem.delete(name).await;
+        let _one_at_a_time = self.reconcile.one_at_a_time().await;
+        let id = self
+            .h
+            .journal({
+                let asker = asker.clone();
+                move |j| j.begin_deletion_synced(&asker, &deletion)
+            })
+            .await?;
+        crate::handles::test_pause("delete-pending").await;
+        let result = self.h.stem.delete(name).await;
         match result {
             Ok(()) => {
-                super::test_pause("delete-done").await;
+                crate::handles::test_pause("delete-done").await;
                 // Synced before the act, settled from the disk after a power cut: the end
                 // needs no sync of its own (adr/0011).
-                self.journal(|j| {
-                    j.unsynced(|j| {
-                        j.finish_deletions(&[DeletionResult {
-                            id,
-                            name: name.to_owned(),
-                            result: Ok(()),
-                        }])
+                let name_owned = name.to_owned();
+                self.h
+                    .journal(move |j| {
+                        j.unsynced(|j| {
+                            j.finish_deletions(&[DeletionResult {
+                                id,
+                                name: name_owned,
+                                result: Ok(()),
+                            }])
+                        })
                     })
-                })?;
+                    .await?;
                 let message = format!(
                     "deleted {name} ({why}); its space comes back in the background \
                      (`tacid data status` shows it)"
@@ -198,15 +214,18 @@ impl Keeper {
             Err(e) => {
                 // Gone mid-call: left pending, settled from the disk by the next prune.
                 if matches!(e, StemError::Refused { .. } | StemError::NotRunning) {
-                    self.journal(|j| {
-                        j.unsynced(|j| {
-                            j.finish_deletions(&[DeletionResult {
-                                id,
-                                name: name.to_owned(),
-                                result: Err(e.to_string()),
-                            }])
+                    let (name, failed) = (name.to_owned(), e.to_string());
+                    self.h
+                        .journal(move |j| {
+                            j.unsynced(|j| {
+                                j.finish_deletions(&[DeletionResult {
+                                    id,
+                                    name,
+                                    result: Err(failed),
+                                }])
+                            })
                         })
-                    })?;
+                        .await?;
                 }
                 Err(match stem_error(e) {
                     KeeperError::Protected(m) => KeeperError::Protected(format!(
@@ -222,15 +241,21 @@ impl Keeper {
     pub async fn keep(&self, uid: u32, name: &str, keep: bool) -> Result<KeepMarked, KeeperError> {
         let asker = Authority::asker(uid);
         let act = if keep { Action::Keep } else { Action::Unkeep };
-        if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, act, name, "", why));
+        if let Err(why) = self.h.authority.decide(uid, Act::Change) {
+            return Err(self.refusals.refuse(&asker, act, name, "", why).await);
         }
         let snap = parse_snapshot(name)?;
         if keep {
             // Only what exists can be kept; a mark may be taken off a snapshot already gone.
-            self.find(&snap).await?;
+            self.h.find(&snap).await?;
         }
-        let changed = self.journal(|j| j.set_keep(&asker, &snap, keep))?;
+        let changed = self
+            .h
+            .journal({
+                let asker = asker.clone();
+                move |j| j.set_keep(&asker, &snap, keep)
+            })
+            .await?;
         let message = match (keep, changed) {
             (true, true) => format!("{name} is marked to keep: no retention rule deletes it"),
             (true, false) => format!("{name} was already marked to keep; nothing changed"),
@@ -255,12 +280,12 @@ impl Keeper {
         &self,
         may_change: bool,
     ) -> Result<(retention::Plan, u64, BTreeMap<String, i64>), KeeperError> {
-        let disk = self.stem.list().await.map_err(stem_error)?;
-        let space = self.stem.free_space().await.map_err(stem_error)?;
+        let disk = self.h.stem.list().await.map_err(stem_error)?;
+        let space = self.h.stem.free_space().await.map_err(stem_error)?;
         // An open snapshot is not deleted (adr/0021): the plan keeps it, so that a dry run
         // says what the real run does, and the real run does not try.
         let mut open_at: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for o in self.stem.open_snapshots().await.map_err(stem_error)? {
+        for o in self.h.stem.open_snapshots().await.map_err(stem_error)? {
             let place = if may_change {
                 o.path
             } else {
@@ -272,14 +297,17 @@ impl Keeper {
             places.sort();
             places.dedup();
         }
-        let (rows, timeline, keeps, copies) = self.journal(|j| {
-            Ok((
-                j.snapshots()?,
-                j.timeline_sets()?,
-                j.keeps()?,
-                j.copies_by_snapshot()?,
-            ))
-        })?;
+        let (rows, timeline, keeps, copies) = self
+            .h
+            .journal(|j| {
+                Ok((
+                    j.snapshots()?,
+                    j.timeline_sets()?,
+                    j.keeps()?,
+                    j.copies_by_snapshot()?,
+                ))
+            })
+            .await?;
         let mut parents = self.parents_on_disk(&disk, &copies);
         let requests: BTreeMap<&str, _> = rows
             .iter()
@@ -323,17 +351,22 @@ impl Keeper {
     /// Apply the retention policy; with `dry_run`, only say what would go and why.
     pub async fn prune(&self, uid: u32, dry_run: bool) -> Result<PruneReport, KeeperError> {
         let asker = Authority::asker(uid);
-        let may_change = match self.authority.decide(uid, Act::Change) {
+        let may_change = match self.h.authority.decide(uid, Act::Change) {
             Ok(()) => true,
-            Err(why) if !dry_run => return Err(self.refuse(&asker, Action::Prune, "", "", why)),
+            Err(why) if !dry_run => {
+                return Err(self
+                    .refusals
+                    .refuse(&asker, Action::Prune, "", "", why)
+                    .await)
+            }
             Err(_) => false,
         };
-        let _turn = self.looker_turn(may_change).await;
-        self.ensure_reconciled().await;
+        let _turn = self.h.looker_turn(may_change).await;
+        self.reconcile.ensure().await;
         // No set is taken while retention looks at the store.
-        let _sets = self.sets.lock().await;
+        let _sets = self.reconcile.one_at_a_time().await;
         if !dry_run {
-            self.settle_pending_deletions().await?;
+            self.reconcile.settle_pending_deletions().await?;
         }
         let started = std::time::Instant::now();
         let (plan, free_bytes, taken) = self.retention_plan(may_change).await?;
@@ -362,7 +395,7 @@ impl Keeper {
             floor_unmet: plan.floor_unmet,
         };
         if plan.floor_held_by_parents {
-            self.journal_floor_held(&asker, &plan, dry_run);
+            self.journal_floor_held(&asker, &plan, dry_run).await;
         }
         if dry_run || plan.delete.is_empty() {
             report.deleted = plan
@@ -381,7 +414,13 @@ impl Keeper {
                 why: d.rule.to_string(),
             })
             .collect();
-        let ids = self.journal(|j| j.begin_deletions(&asker, &deletions))?;
+        let ids = self
+            .h
+            .journal({
+                let asker = asker.clone();
+                move |j| j.begin_deletions(&asker, &deletions)
+            })
+            .await?;
         let mut results = Vec::with_capacity(ids.len());
         let mut stem_gone = None;
         for (d, id) in plan.delete.iter().zip(&ids) {
@@ -396,7 +435,7 @@ impl Keeper {
                     .push(entry(&d.name, &d.rule, format!("not tried: {why}")));
                 continue;
             }
-            match self.stem.delete(&d.name).await {
+            match self.h.stem.delete(&d.name).await {
                 Ok(()) => {
                     results.push(DeletionResult {
                         id: *id,
@@ -423,7 +462,9 @@ impl Keeper {
                 }
             }
         }
-        self.journal(|j| j.finish_deletions(&results))?;
+        self.h
+            .journal(move |j| j.finish_deletions(&results))
+            .await?;
         tracing::info!(
             uid,
             user = %asker.name,
@@ -440,7 +481,7 @@ impl Keeper {
     /// The floor could be met only by deleting a last common parent with a copy target: it
     /// stays, and the journal says so (a failed deletion by the floor's rule, with why), as
     /// does the log; a dry run only logs.
-    fn journal_floor_held(
+    async fn journal_floor_held(
         &self,
         asker: &crate::journal::Asker,
         plan: &retention::Plan,
@@ -471,24 +512,37 @@ impl Keeper {
                 why: s.rule.to_string(),
             })
             .collect();
-        let recorded = self.journal(|j| {
-            let ids = j.begin_deletions(asker, &deletions)?;
-            let results: Vec<DeletionResult> = held
-                .iter()
-                .zip(ids)
-                .map(|(s, id)| DeletionResult {
-                    id,
-                    name: s.name.clone(),
-                    result: Err(format!(
+        let failed: Vec<(String, String)> = held
+            .iter()
+            .map(|s| {
+                (
+                    s.name.clone(),
+                    format!(
                         "not deleted: kept: {}; the free-space floor is not met (delete it by \
                          hand with `tacid data delete {} --next-copy-full` if the space matters \
                          more than an incremental copy)",
                         s.protection, s.name
-                    )),
-                })
-                .collect();
-            j.finish_deletions(&results)
-        });
+                    ),
+                )
+            })
+            .collect();
+        let asker = asker.clone();
+        let recorded = self
+            .h
+            .journal(move |j| {
+                let ids = j.begin_deletions(&asker, &deletions)?;
+                let results: Vec<DeletionResult> = failed
+                    .into_iter()
+                    .zip(ids)
+                    .map(|((name, why), id)| DeletionResult {
+                        id,
+                        name,
+                        result: Err(why),
+                    })
+                    .collect();
+                j.finish_deletions(&results)
+            })
+            .await;
         if let Err(e) = recorded {
             tracing::error!(
                 "could not journal the floor held by a last common parent: {}",
@@ -499,11 +553,11 @@ impl Keeper {
 
     /// Below the free-space floor, prune before a snapshot. A failure is only logged: the
     /// snapshot is still tried, and the stem's hard floor still protects the disk.
-    pub(super) async fn prune_below_floor(&self, uid: u32) {
+    pub async fn prune_below_floor(&self, uid: u32) {
         if self.policy.floor_bytes == 0 {
             return;
         }
-        match self.stem.free_space().await {
+        match self.h.stem.free_space().await {
             Ok(space) if space.free_bytes < self.policy.floor_bytes => {
                 match self.prune(uid, false).await {
                     Ok(r) => tracing::info!(
@@ -522,16 +576,8 @@ impl Keeper {
         }
     }
 
-    /// Take the timeline's snapshot set (below the free-space floor, `snapshot` prunes
-    /// first).
-    pub async fn snapshot_timeline(&self, uid: u32) -> Result<SnapshotSet, KeeperError> {
-        let asker = Authority::asker(uid);
-        if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, Action::Snapshot, "timeline", "", why));
-        }
-        let set = self.snapshot(uid, &[], "timeline", false).await?;
-        // A crash before this line leaves the set manual: kept until deleted, the safe side.
-        self.journal(|j| j.mark_timeline(set.set_id))?;
-        Ok(set)
+    /// Mark the set `set_id` as the timeline's: retention's rules for the timeline apply.
+    pub async fn mark_timeline(&self, set_id: i64) -> Result<(), KeeperError> {
+        self.h.journal(move |j| j.mark_timeline(set_id)).await
     }
 }

@@ -1,4 +1,4 @@
-//! Restores of a snapshot set (issue 14): the members a person chooses put back together,
+//! Restores of a snapshot set: the members a person chooses put back together,
 //! at one boot, as one request, with one consent that names every member.
 //!
 //! A set is what one `Snapshot` request took: the journal's request id, as `tacid data list`
@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use layout::switch::Switch;
 use layout::{SnapshotName, SubvolumeName};
 
-use super::{parse_snapshot, stem_error, test_pause, Keeper, CONSENT_WINDOW};
+use super::{parse_snapshot, stem_error, test_pause, Consent, CONSENT_WINDOW};
 use crate::authority::{Act, Authority};
 use crate::caps;
 use crate::journal::{Action, SnapshotState, State, Subject};
@@ -152,7 +152,7 @@ fn check_set_arguments(set: &str, only: &[String]) -> Result<Option<i64>, Keeper
     Ok(None)
 }
 
-impl Keeper {
+impl Consent {
     /// The set named by `set` (its id, or a member's name) and the members `only` asks for.
     async fn resolve_set(
         &self,
@@ -162,16 +162,16 @@ impl Keeper {
     ) -> Result<SetPlan, KeeperError> {
         let by_id = check_set_arguments(set, only)?;
         // As list and status do: a keeper just started knows its sets only once reconciled.
-        self.ensure_reconciled().await;
+        self.reconcile.ensure().await;
         let by_name = match by_id {
             Some(_) => None,
             None => Some(parse_snapshot(set)?),
         };
         let disk: Vec<DiskSnapshot> = {
-            let _turn = self.looker_turn(may_confirm).await;
-            self.stem.list().await.map_err(stem_error)?
+            let _turn = self.h.looker_turn(may_confirm).await;
+            self.h.stem.list().await.map_err(stem_error)?
         };
-        let rows = self.journal(|j| j.snapshots())?;
+        let rows = self.h.journal(|j| j.snapshots()).await?;
         let of_a_set = |r: &crate::journal::SnapshotRow| {
             r.request
                 .as_ref()
@@ -360,7 +360,7 @@ impl Keeper {
         set: &str,
         only: &[String],
     ) -> Result<SetRestorePreview, KeeperError> {
-        let may_confirm = self.may_change(uid);
+        let may_confirm = self.h.may_change(uid);
         let plan = self.resolve_set(set, only, may_confirm).await?;
         let mut counts: Vec<Option<words::ChangeCounts>> = Vec::new();
         for m in plan.put_back() {
@@ -394,15 +394,18 @@ impl Keeper {
             let subject = plan.subject();
             // Not synced: a preview changes nothing, and words lost to a power cut are only
             // shown again (the consent that quotes them is synced) — adr/0011.
-            self.journal(|j| {
-                j.unsynced(|j| {
-                    j.request(&asker, Action::RestorePreview, subject)
-                        .words_shown(&text)
-                        .state(State::Shown)
-                        .outcome("shown; nothing changed")
-                        .begin()
+            let shown = text.clone();
+            self.h
+                .journal(move |j| {
+                    j.unsynced(|j| {
+                        j.request(&asker, Action::RestorePreview, subject)
+                            .words_shown(&shown)
+                            .state(State::Shown)
+                            .outcome("shown; nothing changed")
+                            .begin()
+                    })
                 })
-            })?;
+                .await?;
         }
         let mut sum = words::ChangeCounts {
             complete: true,
@@ -462,8 +465,11 @@ impl Keeper {
         words_shown: &str,
     ) -> Result<SetRestoreStaged, KeeperError> {
         let asker = Authority::asker(uid);
-        if let Err(why) = self.authority.decide(uid, Act::Change) {
-            return Err(self.refuse(&asker, Action::Restore, set, words_shown, why));
+        if let Err(why) = self.h.authority.decide(uid, Act::Change) {
+            return Err(self
+                .refusals
+                .refuse(&asker, Action::Restore, set, words_shown, why)
+                .await);
         }
         let plan = self.resolve_set(set, only, true).await?;
         let subject = plan.subject();
@@ -472,7 +478,10 @@ impl Keeper {
         let shown = if words_shown.len() > caps::MAX_WORDS_BYTES {
             None
         } else {
-            self.journal(|j| j.words_shown(uid, &subject, since))?
+            let subject = subject.clone();
+            self.h
+                .journal(move |j| j.words_shown(uid, &subject, since))
+                .await?
         };
         if shown.as_deref() != Some(words_shown) {
             let why = format!(
@@ -484,22 +493,30 @@ impl Keeper {
                 CONSENT_WINDOW.as_secs() / 60,
                 plan.id
             );
-            self.journal_refusal_built(
-                &asker,
-                Action::Restore,
-                &subject.render(),
-                words_shown,
-                &why,
-            );
+            self.refusals
+                .journal_refusal_built(
+                    &asker,
+                    Action::Restore,
+                    &subject.render(),
+                    words_shown,
+                    &why,
+                )
+                .await;
             return Err(KeeperError::WordsNotShown(why));
         }
-        let id = self.journal(|j| {
-            j.request(&asker, Action::Restore, subject)
-                .words_shown(words_shown)
-                .begin()
-        })?;
+        let id = self
+            .h
+            .journal({
+                let (asker, words_shown) = (asker.clone(), words_shown.to_owned());
+                move |j| {
+                    j.request(&asker, Action::Restore, subject)
+                        .words_shown(&words_shown)
+                        .begin()
+                }
+            })
+            .await?;
         test_pause("restore-pending").await;
-        match self.stem.stage_set_restore(&plan.names()).await {
+        match self.h.stem.stage_set_restore(&plan.names()).await {
             Ok((request, already, _stem_message)) => {
                 test_pause("restore-staged").await;
                 let members: Vec<StagedMember> = request
@@ -507,7 +524,7 @@ impl Keeper {
                     .map(|r| StagedMember {
                         snapshot: r.snapshot.clone(),
                         of: r.subvolume.clone(),
-                        of_path: super::of_path(&r.subvolume).to_owned(),
+                        of_path: crate::words::of_path(&r.subvolume).to_owned(),
                     })
                     .collect();
                 let paths: Vec<&str> = members.iter().map(|m| m.of_path.as_str()).collect();
@@ -541,7 +558,12 @@ impl Keeper {
                 };
                 // Synced consent before, a durable request from the stem: the disk stands
                 // in for this row after a power cut (adr/0011).
-                self.journal(|j| j.unsynced(|j| j.finish(id, st, &message)))?;
+                self.h
+                    .journal({
+                        let message = message.clone();
+                        move |j| j.unsynced(|j| j.finish(id, st, &message))
+                    })
+                    .await?;
                 tracing::info!(uid, user = %asker.name, set = plan.id, "{message}");
                 Ok(SetRestoreStaged {
                     set_id: plan.id,
@@ -552,7 +574,7 @@ impl Keeper {
                 })
             }
             Err(e) => {
-                self.settle_after_stem_error(id, &e).await?;
+                self.reconcile.settle_after_stem_error(id, &e).await?;
                 Err(stem_error(e))
             }
         }
