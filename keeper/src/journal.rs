@@ -77,7 +77,7 @@ const MIGRATIONS: &[&str] = &[
     // 4: a refused row may stand for many calls: refusals past a caller's allowance are
     // counted in one row (adr/0016), from asked_micros to finished_micros.
     "ALTER TABLE requests ADD COLUMN calls INTEGER NOT NULL DEFAULT 1;",
-    // 5: copies off the disk (issue 13): a copy, a fetch or a deletion on a target names
+    // 5: copies off the disk: a copy, a fetch or a deletion on a target names
     // the target, the parent an incremental copy was sent against, and the bytes sent;
     // `copies` is what the keeper last knew each target to hold, verified.
     "ALTER TABLE requests ADD COLUMN target TEXT NOT NULL DEFAULT '';

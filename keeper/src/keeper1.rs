@@ -13,7 +13,7 @@
 //! - No method takes the caller's identity or the words shown as trusted facts: the caller
 //!   is who the bus says, and the words are checked against what the keeper showed them.
 //! - No method takes a path, a host or a file descriptor to copy to or from: a caller names
-//!   a target, and the targets are root's configuration (issue 13).
+//!   a target, and the targets are root's configuration.
 //! - No method opens a path a caller names, or another person's home: `Open` shows root
 //!   and approvers a snapshot whole, anybody else only the home the user database gives
 //!   them, read-only, with the owners and modes it had (adr/0019). Nothing is restored.

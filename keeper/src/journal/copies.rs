@@ -1,4 +1,4 @@
-//! The journal's side of copies off the disk (issue 13): every copy to a target, every fetch
+//! The journal's side of copies off the disk: every copy to a target, every fetch
 //! from one and every deletion on one, with who asked or which rule, the parent an
 //! incremental copy was sent against, the bytes sent, and the failure's reason; and what
 //! each target held, verified, when the keeper last looked.

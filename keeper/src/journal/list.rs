@@ -1,5 +1,5 @@
 //! What `tacid data list` reads from the journal: only the columns it shows, one pass each,
-//! and a counter that says whether anything was written since (issue 15).
+//! and a counter that says whether anything was written since.
 
 use rusqlite::types::Type;
 

@@ -4,5 +4,6 @@ mod docs_defaults;
 mod fuzz_seeds;
 mod module_graph;
 mod nix_names;
+mod no_issue_numbers;
 mod rust_version;
 mod self_contained;
