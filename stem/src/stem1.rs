@@ -44,12 +44,12 @@ use zbus::object_server::Interface as _;
 use zbus::{interface, Connection};
 
 use crate::allowance::allowed;
-use crate::caller::{Authority, Refusal};
+use crate::caller::{CallerRefused, KeeperOnly};
 use crate::copies::CopyError;
 use crate::copies::{Copied, Copies, CopyOnTarget, InFlight, Logged, Programs};
 use crate::engine::{self, Commit, EngineError, Staged};
 use crate::open::{check_home_part, Closed, OpenError, OpenFailure, OpenSnapshot, Opens, Part};
-use crate::worker::{Worker, WorkerGone};
+use crate::worker::{CountFailure, Worker, WorkerGone};
 use layout::copies::CopiesConfig;
 
 impl From<&engine::FreeSpace> for SpaceInfo {
@@ -193,14 +193,24 @@ impl From<OpenError> for Error {
     }
 }
 
+impl From<CountFailure> for Error {
+    fn from(e: CountFailure) -> Error {
+        match e {
+            CountFailure::Engine(e) => Error::from(&e),
+            CountFailure::WorkerGone(gone) => Error::from(gone),
+            f @ CountFailure::Stopped { .. } => Error::Failed(f.to_string()),
+        }
+    }
+}
+
 impl From<WorkerGone> for Error {
     fn from(e: WorkerGone) -> Error {
         Error::Failed(e.to_string())
     }
 }
 
-impl From<Refusal> for Error {
-    fn from(e: Refusal) -> Error {
+impl From<CallerRefused> for Error {
+    fn from(e: CallerRefused) -> Error {
         Error::AccessDenied(e.to_string())
     }
 }
@@ -209,29 +219,29 @@ impl From<Refusal> for Error {
 #[derive(Debug)]
 pub struct Stem1 {
     worker: Worker,
-    authority: Authority,
+    keeper_only: KeeperOnly,
     copies: Arc<Copies>,
     opens: Opens,
 }
 
 impl Stem1 {
-    /// Serve the engine running on `worker` to the one user `authority` allows, with no
+    /// Serve the engine running on `worker` to the one user `keeper_only` allows, with no
     /// copy targets.
-    pub fn new(worker: Worker, authority: Authority) -> Stem1 {
+    pub fn new(worker: Worker, keeper_only: KeeperOnly) -> Stem1 {
         let copies = Copies::new(
             CopiesConfig::default(),
             Programs::default(),
             worker.clone(),
             PathBuf::new(),
         );
-        Stem1::with_copies(worker, authority, Arc::new(copies))
+        Stem1::with_copies(worker, keeper_only, Arc::new(copies))
     }
 
     /// As [`Stem1::new`], with the copy engine `copies` (root's configured targets).
-    pub fn with_copies(worker: Worker, authority: Authority, copies: Arc<Copies>) -> Stem1 {
+    pub fn with_copies(worker: Worker, keeper_only: KeeperOnly, copies: Arc<Copies>) -> Stem1 {
         Stem1 {
             worker,
-            authority,
+            keeper_only,
             copies,
             opens: Opens::unavailable("the stem was started without it"),
         }
@@ -248,7 +258,7 @@ impl Stem1 {
             .member()
             .map(|m| m.as_str().to_owned())
             .unwrap_or_default();
-        match self.authority.check(connection, header).await {
+        match self.keeper_only.check(connection, header).await {
             Ok(uid) => {
                 tracing::debug!(uid, member, "call admitted");
                 Ok(uid)
@@ -535,8 +545,17 @@ impl Stem1 {
     ) -> Result<ChangesInfo, Error> {
         self.admit(connection, &header).await?;
         let name = parse_snapshot(name)?;
-        self.count_changes(name, time_limit_ms, with_paths, Commit::First, None)
-            .await
+        let changes = self
+            .worker
+            .count_changes(
+                name,
+                changes_limit(time_limit_ms),
+                with_paths,
+                Commit::First,
+                None,
+            )
+            .await?;
+        Ok(changes_info(&changes))
     }
 
     /// What changed since the snapshot `name` in one person's home, as that person may see
@@ -596,31 +615,18 @@ impl Stem1 {
             gids,
             within,
         };
-        let mut c = self
-            .count_changes(name, time_limit_ms, true, Commit::First, Some(viewer))
+        // Counted from the paths the person is shown.
+        let changes = self
+            .worker
+            .count_changes(
+                name,
+                changes_limit(time_limit_ms),
+                true,
+                Commit::First,
+                Some(viewer),
+            )
             .await?;
-        // What the person is shown is counted from what they are shown.
-        let (mut files, mut dirs) = ([0u64; 3], [0u64; 3]);
-        for p in &c.paths {
-            let at = match p.change.as_str() {
-                "added" => 0,
-                "modified" => 1,
-                _ => 2,
-            };
-            if p.directory {
-                dirs[at] += 1;
-            } else {
-                files[at] += 1;
-            }
-        }
-        [c.files_added, c.files_modified, c.files_removed] = files;
-        [
-            c.directories_added,
-            c.directories_modified,
-            c.directories_removed,
-        ] = dirs;
-        c.bytes_written = 0;
-        Ok(c)
+        Ok(changes_info(&changes))
     }
 
     /// As ChangesSince without paths, but never commits the filesystem: it counts what the
@@ -637,8 +643,17 @@ impl Stem1 {
     ) -> Result<ChangesInfo, Error> {
         self.admit(connection, &header).await?;
         let name = parse_snapshot(name)?;
-        self.count_changes(name, time_limit_ms, false, Commit::Never, None)
-            .await
+        let changes = self
+            .worker
+            .count_changes(
+                name,
+                changes_limit(time_limit_ms),
+                false,
+                Commit::Never,
+                None,
+            )
+            .await?;
+        Ok(changes_info(&changes))
     }
 
     /// Copy a snapshot off the disk to a configured target (issue 13): sent with
@@ -888,75 +903,6 @@ impl Stem1 {
     }
 }
 
-impl Stem1 {
-    /// ChangesSince and ChangesSinceLastCommit: the checks (and the commit) on the engine's
-    /// thread, a kept count when there is one, else the count off it, one at a time.
-    async fn count_changes(
-        &self,
-        name: SnapshotName,
-        time_limit_ms: u32,
-        with_paths: bool,
-        commit: Commit,
-        viewer: Option<btrfs::Viewer>,
-    ) -> Result<ChangesInfo, Error> {
-        let limit = Duration::from_millis(u64::from(time_limit_ms.min(MAX_CHANGES_LIMIT_MS)));
-        let deadline = std::time::Instant::now() + limit;
-        let what = format!("read changes since {name}");
-        // Lookers' previews and diffs reach here with any name, as often as they like: a
-        // failure is logged within an allowance (the keeper passes no caller; per kind).
-        let count = match self
-            .worker
-            .run(move |e| e.prepare_change_count(name, commit))
-            .await
-        {
-            Ok(Ok(count)) => count,
-            Ok(Err(e)) => {
-                let v = allowed("changes refused", u32::MAX);
-                if v.log() {
-                    tracing::warn!("{what}: refused or failed: {e}{}", v.note());
-                }
-                return Err(e.into());
-            }
-            Err(gone) => {
-                tracing::error!("{what}: {gone}");
-                return Err(gone.into());
-            }
-        };
-        if !with_paths {
-            if let Some(kept) = count.reused() {
-                tracing::debug!(
-                    "{what}: given again (the live subvolume has not changed since it was counted)"
-                );
-                return Ok(changes_info(&kept));
-            }
-        }
-        let counted = count
-            .run_in_turn(deadline, with_paths, viewer, move |p| {
-                tracing::info!(
-                    items_seen = p.items_seen,
-                    changes_found = p.changes_found,
-                    "counting changes since {name}: {} s so far",
-                    p.elapsed.as_secs()
-                );
-            })
-            .await
-            .map_err(|e| Error::Failed(format!("{what}: the count stopped: {e}")))?;
-        match counted {
-            Ok(changes) => {
-                tracing::debug!("{what}: counted");
-                Ok(changes_info(&changes))
-            }
-            Err(e) => {
-                let v = allowed("changes failed", u32::MAX);
-                if v.log() {
-                    tracing::warn!("{what}: failed: {e}{}", v.note());
-                }
-                Err(e.into())
-            }
-        }
-    }
-}
-
 /// Whether the bus connection `unique` is still there; any failure to ask is "no".
 async fn still_on_the_bus(connection: &Connection, unique: &str) -> bool {
     let Ok(bus) = zbus::fdo::DBusProxy::builder(connection)
@@ -1000,41 +946,44 @@ fn relative_below(below: &[u8]) -> Result<Vec<u8>, Error> {
 /// The longest a ChangesSince may run: inside dbus-daemon's default reply timeout (25 s).
 const MAX_CHANGES_LIMIT_MS: u32 = 20_000;
 
+/// A count's time limit from the wire, at most [`MAX_CHANGES_LIMIT_MS`].
+fn changes_limit(time_limit_ms: u32) -> Duration {
+    Duration::from_millis(u64::from(time_limit_ms.min(MAX_CHANGES_LIMIT_MS)))
+}
+
 /// A count of changes as the wire carries it.
 fn changes_info(c: &btrfs::Changes) -> ChangesInfo {
-    {
-        ChangesInfo {
-            files_added: c.files.added,
-            files_modified: c.files.modified,
-            files_removed: c.files.removed,
-            directories_added: c.directories.added,
-            directories_modified: c.directories.modified,
-            directories_removed: c.directories.removed,
-            bytes_written: c.bytes_written,
-            complete: c.complete,
-            paths: c
-                .paths
-                .iter()
-                .map(|p| ChangedPathInfo {
-                    change: match p.change {
-                        btrfs::Change::Added => "added",
-                        btrfs::Change::Modified => "modified",
-                        btrfs::Change::Removed => "removed",
-                    }
-                    .to_owned(),
-                    directory: p.directory,
-                    path: p.path.clone(),
-                })
-                .collect(),
-            paths_left_off: c.paths_left_off,
-            paths_hidden: c.paths_hidden,
-        }
+    ChangesInfo {
+        files_added: c.files.added,
+        files_modified: c.files.modified,
+        files_removed: c.files.removed,
+        directories_added: c.directories.added,
+        directories_modified: c.directories.modified,
+        directories_removed: c.directories.removed,
+        bytes_written: c.bytes_written,
+        complete: c.complete,
+        paths: c
+            .paths
+            .iter()
+            .map(|p| ChangedPathInfo {
+                change: match p.change {
+                    btrfs::Change::Added => "added",
+                    btrfs::Change::Modified => "modified",
+                    btrfs::Change::Removed => "removed",
+                }
+                .to_owned(),
+                directory: p.directory,
+                path: p.path.clone(),
+            })
+            .collect(),
+        paths_left_off: c.paths_left_off,
+        paths_hidden: c.paths_hidden,
     }
 }
 
 /// The introspection data of `org.tacid.Stem1`, as committed in `stem-interface/org.tacid.Stem1.xml`.
 pub fn introspection_xml() -> String {
-    let iface = Stem1::new(Worker::stopped(), Authority::nobody());
+    let iface = Stem1::new(Worker::stopped(), KeeperOnly::nobody());
     let mut xml = String::from(
         "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \
          \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n\
