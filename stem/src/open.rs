@@ -548,6 +548,40 @@ impl Opens {
 }
 
 impl Opens {
+    /// Close the open `name` of `for_uid` ([`HostSide::close`]), and log how it went.
+    pub async fn close(&self, for_uid: u32, name: SnapshotName) -> Result<Closed, OpenError> {
+        let closed = self
+            .run(move |h| h.close(for_uid, name))
+            .await
+            .and_then(|r| r);
+        match &closed {
+            Ok(Closed::NotOpen) => {
+                // Anybody may ask the keeper to close anything, as often as they like.
+                let v = allowed("close of what is not open", for_uid);
+                if v.log() {
+                    tracing::info!(
+                        "close {name} for uid {for_uid}: it was not open; nothing changed{}",
+                        v.note()
+                    );
+                }
+            }
+            Ok(Closed::Busy) => {
+                let v = allowed("close of an open in use", for_uid);
+                if v.log() {
+                    tracing::info!(
+                        "close {name} for uid {for_uid}: in use; it stays open{}",
+                        v.note()
+                    );
+                }
+            }
+            Ok(Closed::Closed) => tracing::info!("close {name} for uid {for_uid}: closed"),
+            Err(e) => tracing::warn!("close {name} for uid {for_uid}: failed: {e}"),
+        }
+        closed
+    }
+}
+
+impl Opens {
     /// Delete the snapshot `name` unless it is open: on the engine's thread (`engine`), as
     /// an open's own check after it attaches, so an open is either in the table when this
     /// looks, or finds the snapshot gone and closes.
@@ -572,16 +606,25 @@ impl Opens {
     }
 }
 
-/// Check, on the engine's thread, that `component` in the snapshot `name` of homes is a
-/// part `owner_uid` may be shown (as an open of it would).
-pub fn check_home_part(
-    engine: &Engine,
+/// Check, on the engine's thread (`worker`), that `component` in the snapshot `name` of
+/// homes is a part `owner_uid` may be shown (as an open of it would).
+pub async fn check_home_part(
+    worker: &Worker,
     name: SnapshotName,
-    component: &[u8],
+    component: Vec<u8>,
     owner_uid: u32,
-) -> Result<(), OpenError> {
-    let root = engine.open_snapshot_root(name)?;
-    home_part_dir(root.as_fd(), name, component, owner_uid).map(drop)
+) -> Result<(), OpenFailure> {
+    worker
+        .run(move |e| {
+            let root = e.open_snapshot_root(name)?;
+            home_part_dir(root.as_fd(), name, &component, owner_uid).map(drop)
+        })
+        .await?
+        .map_err(|e| {
+            // The keeper journals the refusal within its allowance (adr/0016).
+            tracing::debug!("the changes in a part of {name}: refused: {e}");
+            OpenFailure::Open(e)
+        })
 }
 
 /// A part as logged.

@@ -43,13 +43,12 @@ use zbus::message::Header;
 use zbus::object_server::Interface as _;
 use zbus::{interface, Connection};
 
-use crate::allowance::allowed;
 use crate::caller::{CallerRefused, KeeperOnly};
 use crate::copies::CopyError;
 use crate::copies::{Copied, Copies, CopyOnTarget, InFlight, Logged, Programs};
 use crate::engine::{self, Commit, EngineError, Staged};
 use crate::open::{check_home_part, Closed, OpenError, OpenFailure, OpenSnapshot, Opens, Part};
-use crate::worker::{CountFailure, Worker, WorkerGone};
+use crate::worker::{ActFailure, CountFailure, Worker, WorkerGone};
 use layout::copies::CopiesConfig;
 
 impl From<&engine::FreeSpace> for SpaceInfo {
@@ -193,12 +192,32 @@ impl From<OpenError> for Error {
     }
 }
 
+impl From<ActFailure> for Error {
+    fn from(e: ActFailure) -> Error {
+        match e {
+            ActFailure::Engine(e) => Error::from(&e),
+            ActFailure::WorkerGone(gone) => Error::from(gone),
+        }
+    }
+}
+
 impl From<CountFailure> for Error {
     fn from(e: CountFailure) -> Error {
         match e {
             CountFailure::Engine(e) => Error::from(&e),
             CountFailure::WorkerGone(gone) => Error::from(gone),
             f @ CountFailure::Stopped { .. } => Error::Failed(f.to_string()),
+        }
+    }
+}
+
+impl From<OpenFailure> for Error {
+    fn from(f: OpenFailure) -> Error {
+        match f {
+            OpenFailure::Open(e) => e.into(),
+            OpenFailure::WorkerGone(gone) => gone.into(),
+            f @ OpenFailure::DeletedMeanwhile(_) => Error::NoSuchSnapshot(f.to_string()),
+            f @ OpenFailure::OpenerLeft(_) => Error::Failed(f.to_string()),
         }
     }
 }
@@ -270,35 +289,13 @@ impl Stem1 {
         }
     }
 
-    /// Run `act` on the engine's thread; log the answer.
+    /// Run `act` on the engine's thread ([`Worker::act`], which logs the answer).
     async fn act<T: Send + 'static>(
         &self,
         what: String,
         act: impl FnOnce(&engine::Engine) -> Result<T, EngineError> + Send + 'static,
     ) -> Result<T, Error> {
-        let started = std::time::Instant::now();
-        match self.worker.run(act).await {
-            Ok(Ok(answer)) => {
-                // The act's time on the engine's thread, with the hop there and back: what
-                // the end-to-end bench subtracts from the keeper's view of the call.
-                let took_us = started.elapsed().as_micros() as u64;
-                // Reads are frequent and change nothing: kept out of the journal by default.
-                if what.starts_with("list") || what.starts_with("read ") {
-                    tracing::debug!(took_us, "{what}: done");
-                } else {
-                    tracing::info!(took_us, "{what}: done");
-                }
-                Ok(answer)
-            }
-            Ok(Err(e)) => {
-                tracing::warn!("{what}: refused or failed: {e}");
-                Err(e.into())
-            }
-            Err(gone) => {
-                tracing::error!("{what}: {gone}");
-                Err(gone.into())
-            }
-        }
+        Ok(self.worker.act(what, act).await?)
     }
 }
 
@@ -596,15 +593,7 @@ impl Stem1 {
             )));
         }
         let below = relative_below(&below)?;
-        let checked = component.clone();
-        self.worker
-            .run(move |e| check_home_part(e, name, &checked, owner_uid))
-            .await?
-            .map_err(|e| {
-                // The keeper journals the refusal within its allowance (adr/0016).
-                tracing::debug!("the changes in a part of {name}: refused: {e}");
-                Error::from(e)
-            })?;
+        check_home_part(&self.worker, name, component.clone(), owner_uid).await?;
         let mut within = component;
         if !below.is_empty() {
             within.push(b'/');
@@ -824,13 +813,8 @@ impl Stem1 {
                 still_on_the_bus(connection, &asker),
             )
             .await;
-        match opened {
-            Ok((open, again)) => Ok((OpenInfo::from(&open), again)),
-            Err(OpenFailure::Open(e)) => Err(e.into()),
-            Err(OpenFailure::WorkerGone(gone)) => Err(gone.into()),
-            Err(f @ OpenFailure::DeletedMeanwhile(_)) => Err(Error::NoSuchSnapshot(f.to_string())),
-            Err(f @ OpenFailure::OpenerLeft(_)) => Err(Error::Failed(f.to_string())),
-        }
+        let (open, again) = opened?;
+        Ok((OpenInfo::from(&open), again))
     }
 
     /// Close the open snapshot `name` of `for_uid`: unmounted, and its mount point removed.
@@ -848,45 +832,14 @@ impl Stem1 {
     ) -> Result<bool, Error> {
         self.admit(connection, &header).await?;
         let name = parse_snapshot(name)?;
-        let closed = self
-            .opens
-            .run(move |h| h.close(for_uid, name))
-            .await
-            .and_then(|r| r);
-        match closed {
-            Ok(Closed::NotOpen) => {
-                // Anybody may ask the keeper to close anything, as often as they like.
-                let v = allowed("close of what is not open", for_uid);
-                if v.log() {
-                    tracing::info!(
-                        "close {name} for uid {for_uid}: it was not open; nothing changed{}",
-                        v.note()
-                    );
-                }
-                Ok(false)
-            }
-            Ok(Closed::Busy) => {
-                let v = allowed("close of an open in use", for_uid);
-                if v.log() {
-                    tracing::info!(
-                        "close {name} for uid {for_uid}: in use; it stays open{}",
-                        v.note()
-                    );
-                }
-                Err(Error::InUse(format!(
-                    "{name} is in use: a process has its working directory, an open file or a \
-                     mapping in it; nothing was closed. Leave it (`cd` out of it, end what has \
-                     files open in it), then close it again"
-                )))
-            }
-            Ok(Closed::Closed) => {
-                tracing::info!("close {name} for uid {for_uid}: closed");
-                Ok(true)
-            }
-            Err(e) => {
-                tracing::warn!("close {name} for uid {for_uid}: failed: {e}");
-                Err(e.into())
-            }
+        match self.opens.close(for_uid, name).await? {
+            Closed::NotOpen => Ok(false),
+            Closed::Busy => Err(Error::InUse(format!(
+                "{name} is in use: a process has its working directory, an open file or a \
+                 mapping in it; nothing was closed. Leave it (`cd` out of it, end what has \
+                 files open in it), then close it again"
+            ))),
+            Closed::Closed => Ok(true),
         }
     }
 

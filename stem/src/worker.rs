@@ -23,6 +23,16 @@ pub struct Worker {
 #[error("the stem's engine thread has stopped (see the journal); the stem must be restarted")]
 pub struct WorkerGone;
 
+/// Why an act gave no answer (each is logged where it happened).
+#[derive(Debug, thiserror::Error)]
+pub enum ActFailure {
+    /// Refused or failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    WorkerGone(#[from] WorkerGone),
+}
+
 /// Why a count of changes gave no answer (each is logged where it happened).
 #[derive(Debug, thiserror::Error)]
 pub enum CountFailure {
@@ -83,6 +93,38 @@ impl Worker {
 }
 
 impl Worker {
+    /// Run `act` on the engine's thread and log its answer: what was done and how long it
+    /// took, or why it was refused or failed.
+    pub async fn act<T: Send + 'static>(
+        &self,
+        what: String,
+        act: impl FnOnce(&Engine) -> Result<T, EngineError> + Send + 'static,
+    ) -> Result<T, ActFailure> {
+        let started = Instant::now();
+        match self.run(act).await {
+            Ok(Ok(answer)) => {
+                // The act's time on the engine's thread, with the hop there and back: what
+                // the end-to-end bench subtracts from the keeper's view of the call.
+                let took_us = started.elapsed().as_micros() as u64;
+                // Reads are frequent and change nothing: kept out of the journal by default.
+                if what.starts_with("list") || what.starts_with("read ") {
+                    tracing::debug!(took_us, "{what}: done");
+                } else {
+                    tracing::info!(took_us, "{what}: done");
+                }
+                Ok(answer)
+            }
+            Ok(Err(e)) => {
+                tracing::warn!("{what}: refused or failed: {e}");
+                Err(e.into())
+            }
+            Err(gone) => {
+                tracing::error!("{what}: {gone}");
+                Err(gone.into())
+            }
+        }
+    }
+
     /// What changed since the snapshot `name`, counted until `limit` has passed: the checks
     /// (and, with [`Commit::First`], the commit) on the engine's thread; then a count kept
     /// from earlier when there is one (without paths), else the count off that thread, in
