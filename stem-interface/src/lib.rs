@@ -13,11 +13,12 @@ use layout::{Outcome, OutcomeResult, Reason, RestoreMember, RestoreRequest};
 use serde::{Deserialize, Serialize};
 use zbus::Type;
 
-/// How the engine knows what a snapshot is of (on the wire: `"parent-uuid"` or `"name-only"`).
+/// How the engine knows what a snapshot is of: [`layout::origin::Origin`] as the wire
+/// carries it (`"parent-uuid"` or `"name-only"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
 #[zbus(signature = "s")]
 #[serde(rename_all = "kebab-case")]
-pub enum Origin {
+pub enum OriginInfo {
     /// Its parent UUID is the live subvolume's, or one the live subvolume descends from.
     ParentUuid,
     /// Its parent is gone (replaced by an earlier restore); only its name says what it is of.
@@ -36,7 +37,7 @@ pub struct SnapshotInfo {
     /// The subvolume it is a snapshot of (`@home`).
     pub of: String,
     /// How `of` is known.
-    pub origin: Origin,
+    pub origin: OriginInfo,
     /// When it was taken (the Btrfs creation time, or the time in its name when Btrfs
     /// holds no valid one), in microseconds since the Unix epoch.
     pub taken_unix_micros: i64,
@@ -538,20 +539,20 @@ impl WireError {
     }
 }
 
-impl From<layout::origin::Origin> for Origin {
-    fn from(o: layout::origin::Origin) -> Origin {
+impl From<layout::origin::Origin> for OriginInfo {
+    fn from(o: layout::origin::Origin) -> OriginInfo {
         match o {
-            layout::origin::Origin::ParentUuid => Origin::ParentUuid,
-            layout::origin::Origin::NameOnly => Origin::NameOnly,
+            layout::origin::Origin::ParentUuid => OriginInfo::ParentUuid,
+            layout::origin::Origin::NameOnly => OriginInfo::NameOnly,
         }
     }
 }
 
-impl From<Origin> for layout::origin::Origin {
-    fn from(o: Origin) -> layout::origin::Origin {
+impl From<OriginInfo> for layout::origin::Origin {
+    fn from(o: OriginInfo) -> layout::origin::Origin {
         match o {
-            Origin::ParentUuid => layout::origin::Origin::ParentUuid,
-            Origin::NameOnly => layout::origin::Origin::NameOnly,
+            OriginInfo::ParentUuid => layout::origin::Origin::ParentUuid,
+            OriginInfo::NameOnly => layout::origin::Origin::NameOnly,
         }
     }
 }

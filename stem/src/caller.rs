@@ -15,7 +15,7 @@ use zbus::Connection;
 
 /// The one user allowed to call the stem.
 #[derive(Debug, Clone)]
-pub struct Authority {
+pub struct KeeperOnly {
     user: String,
     uid: u32,
     /// The uids of the unique bus names that called, as the bus said. The bus never gives
@@ -35,17 +35,17 @@ fn callers() -> Arc<CallerUids> {
     Arc::new(CallerUids::new(CALLERS_REMEMBERED, CALLER_LOOKUPS))
 }
 
-impl PartialEq for Authority {
+impl PartialEq for KeeperOnly {
     fn eq(&self, other: &Self) -> bool {
         self.user == other.user && self.uid == other.uid
     }
 }
 
-impl Eq for Authority {}
+impl Eq for KeeperOnly {}
 
 /// Why a call was refused. The text is for the caller and the journal.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub enum CallerRefused {
     #[error("the call carries no sender; refused")]
     NoSender,
     #[error("the bus could not say who sent the call ({0}); refused")]
@@ -60,24 +60,24 @@ pub enum Refusal {
 
 /// The allowed user could not be resolved at start.
 #[derive(Debug, thiserror::Error)]
-pub enum AuthorityError {
+pub enum KeeperUserError {
     #[error("there is no user named {0:?}; create the keeper's system user (the NixOS module does) or name another with --keeper-user")]
     NoSuchUser(String),
     #[error("looking up user {user:?} failed: {source}")]
     Lookup { user: String, source: nix::Error },
 }
 
-impl Authority {
+impl KeeperOnly {
     /// The user named `user`, resolved now through the system's user database (NSS).
-    pub fn of_user(user: &str) -> Result<Authority, AuthorityError> {
+    pub fn of_user(user: &str) -> Result<KeeperOnly, KeeperUserError> {
         match nix::unistd::User::from_name(user) {
-            Ok(Some(found)) => Ok(Authority {
+            Ok(Some(found)) => Ok(KeeperOnly {
                 user: user.to_owned(),
                 uid: found.uid.as_raw(),
                 callers: callers(),
             }),
-            Ok(None) => Err(AuthorityError::NoSuchUser(user.to_owned())),
-            Err(source) => Err(AuthorityError::Lookup {
+            Ok(None) => Err(KeeperUserError::NoSuchUser(user.to_owned())),
+            Err(source) => Err(KeeperUserError::Lookup {
                 user: user.to_owned(),
                 source,
             }),
@@ -85,9 +85,9 @@ impl Authority {
     }
 
     /// Nobody at all may call: for producing introspection data, where nothing is called.
-    pub fn nobody() -> Authority {
+    pub fn nobody() -> KeeperOnly {
         // (uid_t)-1 is never a process's uid; the kernel reserves it as "no change".
-        Authority {
+        KeeperOnly {
             user: "(nobody)".into(),
             uid: u32::MAX,
             callers: callers(),
@@ -105,11 +105,11 @@ impl Authority {
     }
 
     /// Whether `uid` is the allowed user.
-    pub fn permits(&self, uid: u32) -> Result<(), Refusal> {
+    pub fn permits(&self, uid: u32) -> Result<(), CallerRefused> {
         if uid == self.uid {
             Ok(())
         } else {
-            Err(Refusal::NotTheKeeper {
+            Err(CallerRefused::NotTheKeeper {
                 uid,
                 user: self.user.clone(),
                 allowed: self.uid,
@@ -123,14 +123,14 @@ impl Authority {
         &self,
         connection: &Connection,
         header: &Header<'_>,
-    ) -> Result<u32, Refusal> {
+    ) -> Result<u32, CallerRefused> {
         let uid = self
             .callers
             .of(connection, header)
             .await
             .map_err(|e| match e {
-                UnknownCaller::NoSender => Refusal::NoSender,
-                UnknownCaller::Bus(e) => Refusal::UnknownCaller(e),
+                UnknownCaller::NoSender => CallerRefused::NoSender,
+                UnknownCaller::Bus(e) => CallerRefused::UnknownCaller(e),
             })?;
         self.permits(uid)?;
         Ok(uid)
@@ -143,7 +143,7 @@ mod tests {
 
     #[test]
     fn only_the_one_uid_is_permitted() {
-        let a = Authority {
+        let a = KeeperOnly {
             user: "k".into(),
             uid: 991,
             callers: callers(),
@@ -151,20 +151,20 @@ mod tests {
         assert_eq!(a.permits(991), Ok(()));
         assert_eq!(
             a.permits(0),
-            Err(Refusal::NotTheKeeper {
+            Err(CallerRefused::NotTheKeeper {
                 uid: 0,
                 user: "k".into(),
                 allowed: 991
             })
         );
-        assert!(Authority::nobody().permits(0).is_err());
+        assert!(KeeperOnly::nobody().permits(0).is_err());
     }
 
     #[test]
     fn root_resolves_and_a_missing_user_is_named() {
-        assert_eq!(Authority::of_user("root").expect("root exists").uid(), 0);
-        match Authority::of_user("tacid-no-such-user-xyz") {
-            Err(AuthorityError::NoSuchUser(name)) => assert_eq!(name, "tacid-no-such-user-xyz"),
+        assert_eq!(KeeperOnly::of_user("root").expect("root exists").uid(), 0);
+        match KeeperOnly::of_user("tacid-no-such-user-xyz") {
+            Err(KeeperUserError::NoSuchUser(name)) => assert_eq!(name, "tacid-no-such-user-xyz"),
             other => panic!("expected NoSuchUser, got {other:?}"),
         }
     }

@@ -16,7 +16,8 @@ use uuid::Uuid;
 
 mod changes;
 pub use changes::{
-    ChangeCount, Commit, CountStopped, MAX_COUNTED_INODES, MAX_PATHS, MAX_REUSED_COUNTS,
+    counted_from_paths, ChangeCount, Commit, CountStopped, MAX_COUNTED_INODES, MAX_PATHS,
+    MAX_REUSED_COUNTS,
 };
 mod generation;
 pub use generation::StoreGeneration;

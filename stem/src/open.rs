@@ -20,9 +20,9 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
+use actor::{Actor, StartError};
 use layout::SnapshotName;
 use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags};
 use rustix::io::Errno;
@@ -323,16 +323,17 @@ fn set_read_only(tree: BorrowedFd<'_>) -> Result<(), OpenError> {
 
 // --- The host's side: a thread in the host's mount namespace. ---
 
-type Job = Box<dyn FnOnce(&mut HostSide) + Send>;
-
 /// A handle to the thread that attaches and detaches opens in the host's mount namespace,
 /// and holds the table of what is open. Cloning gives another handle to the same thread.
 #[derive(Debug, Clone)]
 pub struct Opens {
-    jobs: Option<mpsc::Sender<Job>>,
+    host: Actor<HostSide>,
     /// Why there is no thread (the stem serves everything else).
     unavailable: Option<String>,
 }
+
+/// The thread's name.
+const NAME: &str = "stem-host-ns";
 
 /// Drop CAP_SYS_PTRACE from this thread's sets (every thread made later inherits them).
 fn drop_ptrace() {
@@ -386,59 +387,49 @@ impl Opens {
     /// Opens that always answer `Unavailable` with `why`.
     pub fn unavailable(why: impl Into<String>) -> Opens {
         Opens {
-            jobs: None,
+            host: Actor::stopped(NAME),
             unavailable: Some(why.into()),
         }
     }
 
     /// Start the thread: it enters `host_ns`, makes `open_dir` (root's, 0755) when missing
     /// and checks it, and closes whatever is left mounted beneath it (a stem that died).
-    /// Returns the handle and the mount points of the leftovers it closed.
+    /// Returns the handle and the mount points of the leftovers it closed. When the last
+    /// handle is gone (the stem stops), every open is closed: nothing stays mounted.
     pub fn start(
         host_ns: OwnedFd,
         open_dir: PathBuf,
         limits: OpenLimits,
     ) -> Result<(Opens, Vec<PathBuf>), OpenError> {
-        let (jobs, queue) = mpsc::channel::<Job>();
-        let (started, start_result) = mpsc::sync_channel(1);
-        std::thread::Builder::new()
-            .name("stem-host-ns".into())
-            .spawn(move || {
-                let mut host = match HostSide::enter(host_ns, &open_dir, limits) {
-                    Ok(host) => host,
-                    Err(e) => {
-                        let _ = started.send(Err(e));
-                        return;
-                    }
-                };
-                let leftovers = host.close_leftovers();
-                let _ = started.send(Ok(leftovers));
-                for job in queue {
-                    job(&mut host);
-                }
-                // Every handle is gone: the stem is stopping. Nothing stays mounted.
+        let host = Actor::builder(NAME)
+            .on_stop(|mut host: HostSide| {
                 host.close_all("the stem stops");
             })
-            .map_err(|source| OpenError::Sys {
-                doing: "start the host namespace's thread".into(),
-                source,
+            .spawn_with(move || HostSide::enter(host_ns, &open_dir, limits))
+            .map_err(|e| match e {
+                StartError::Thread(source) => OpenError::Sys {
+                    doing: "start the host namespace's thread".into(),
+                    source,
+                },
+                StartError::State(e) => e,
+                StartError::Panicked => gone(),
             })?;
-        let leftovers = start_result.recv().map_err(|_| gone())??;
-        Ok((
-            Opens {
-                jobs: Some(jobs),
-                unavailable: None,
-            },
-            leftovers,
-        ))
+        // The first job, before any handle is given out.
+        let leftovers = host
+            .run_blocking(HostSide::close_leftovers)
+            .map_err(|_| gone())?;
+        let opens = Opens {
+            host,
+            unavailable: None,
+        };
+        Ok((opens, leftovers))
     }
 
-    fn send(&self, job: Job) -> Result<(), OpenError> {
-        match (&self.jobs, &self.unavailable) {
-            (Some(jobs), _) => jobs.send(job).map_err(|_| gone()),
-            (None, why) => Err(OpenError::Unavailable(
-                why.clone().unwrap_or_else(|| "not started".into()),
-            )),
+    /// Why a job could not run: there is no thread, or it has stopped.
+    fn not_run(&self) -> OpenError {
+        match &self.unavailable {
+            Some(why) => OpenError::Unavailable(why.clone()),
+            None => gone(),
         }
     }
 
@@ -447,11 +438,7 @@ impl Opens {
         &self,
         act: impl FnOnce(&mut HostSide) -> T + Send + 'static,
     ) -> Result<T, OpenError> {
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        self.send(Box::new(move |host| {
-            let _ = answer.send(act(host));
-        }))?;
-        answered.await.map_err(|_| gone())
+        self.host.run(act).await.map_err(|_| self.not_run())
     }
 
     /// As [`Opens::run`], blocking this thread.
@@ -459,11 +446,7 @@ impl Opens {
         &self,
         act: impl FnOnce(&mut HostSide) -> T + Send + 'static,
     ) -> Result<T, OpenError> {
-        let (answer, answered) = mpsc::sync_channel(1);
-        self.send(Box::new(move |host| {
-            let _ = answer.send(act(host));
-        }))?;
-        answered.recv().map_err(|_| gone())
+        self.host.run_blocking(act).map_err(|_| self.not_run())
     }
 }
 
@@ -565,6 +548,40 @@ impl Opens {
 }
 
 impl Opens {
+    /// Close the open `name` of `for_uid` ([`HostSide::close`]), and log how it went.
+    pub async fn close(&self, for_uid: u32, name: SnapshotName) -> Result<Closed, OpenError> {
+        let closed = self
+            .run(move |h| h.close(for_uid, name))
+            .await
+            .and_then(|r| r);
+        match &closed {
+            Ok(Closed::NotOpen) => {
+                // Anybody may ask the keeper to close anything, as often as they like.
+                let v = allowed("close of what is not open", for_uid);
+                if v.log() {
+                    tracing::info!(
+                        "close {name} for uid {for_uid}: it was not open; nothing changed{}",
+                        v.note()
+                    );
+                }
+            }
+            Ok(Closed::Busy) => {
+                let v = allowed("close of an open in use", for_uid);
+                if v.log() {
+                    tracing::info!(
+                        "close {name} for uid {for_uid}: in use; it stays open{}",
+                        v.note()
+                    );
+                }
+            }
+            Ok(Closed::Closed) => tracing::info!("close {name} for uid {for_uid}: closed"),
+            Err(e) => tracing::warn!("close {name} for uid {for_uid}: failed: {e}"),
+        }
+        closed
+    }
+}
+
+impl Opens {
     /// Delete the snapshot `name` unless it is open: on the engine's thread (`engine`), as
     /// an open's own check after it attaches, so an open is either in the table when this
     /// looks, or finds the snapshot gone and closes.
@@ -589,16 +606,25 @@ impl Opens {
     }
 }
 
-/// Check, on the engine's thread, that `component` in the snapshot `name` of homes is a
-/// part `owner_uid` may be shown (as an open of it would).
-pub fn check_home_part(
-    engine: &Engine,
+/// Check, on the engine's thread (`worker`), that `component` in the snapshot `name` of
+/// homes is a part `owner_uid` may be shown (as an open of it would).
+pub async fn check_home_part(
+    worker: &Worker,
     name: SnapshotName,
-    component: &[u8],
+    component: Vec<u8>,
     owner_uid: u32,
-) -> Result<(), OpenError> {
-    let root = engine.open_snapshot_root(name)?;
-    home_part_dir(root.as_fd(), name, component, owner_uid).map(drop)
+) -> Result<(), OpenFailure> {
+    worker
+        .run(move |e| {
+            let root = e.open_snapshot_root(name)?;
+            home_part_dir(root.as_fd(), name, &component, owner_uid).map(drop)
+        })
+        .await?
+        .map_err(|e| {
+            // The keeper journals the refusal within its allowance (adr/0016).
+            tracing::debug!("the changes in a part of {name}: refused: {e}");
+            OpenFailure::Open(e)
+        })
 }
 
 /// A part as logged.

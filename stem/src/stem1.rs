@@ -43,13 +43,12 @@ use zbus::message::Header;
 use zbus::object_server::Interface as _;
 use zbus::{interface, Connection};
 
-use crate::allowance::allowed;
-use crate::caller::{Authority, Refusal};
+use crate::caller::{CallerRefused, KeeperOnly};
 use crate::copies::CopyError;
 use crate::copies::{Copied, Copies, CopyOnTarget, InFlight, Logged, Programs};
 use crate::engine::{self, Commit, EngineError, Staged};
 use crate::open::{check_home_part, Closed, OpenError, OpenFailure, OpenSnapshot, Opens, Part};
-use crate::worker::{Worker, WorkerGone};
+use crate::worker::{ActFailure, CountFailure, Worker, WorkerGone};
 use layout::copies::CopiesConfig;
 
 impl From<&engine::FreeSpace> for SpaceInfo {
@@ -193,14 +192,44 @@ impl From<OpenError> for Error {
     }
 }
 
+impl From<ActFailure> for Error {
+    fn from(e: ActFailure) -> Error {
+        match e {
+            ActFailure::Engine(e) => Error::from(&e),
+            ActFailure::WorkerGone(gone) => Error::from(gone),
+        }
+    }
+}
+
+impl From<CountFailure> for Error {
+    fn from(e: CountFailure) -> Error {
+        match e {
+            CountFailure::Engine(e) => Error::from(&e),
+            CountFailure::WorkerGone(gone) => Error::from(gone),
+            f @ CountFailure::Stopped { .. } => Error::Failed(f.to_string()),
+        }
+    }
+}
+
+impl From<OpenFailure> for Error {
+    fn from(f: OpenFailure) -> Error {
+        match f {
+            OpenFailure::Open(e) => e.into(),
+            OpenFailure::WorkerGone(gone) => gone.into(),
+            f @ OpenFailure::DeletedMeanwhile(_) => Error::NoSuchSnapshot(f.to_string()),
+            f @ OpenFailure::OpenerLeft(_) => Error::Failed(f.to_string()),
+        }
+    }
+}
+
 impl From<WorkerGone> for Error {
     fn from(e: WorkerGone) -> Error {
         Error::Failed(e.to_string())
     }
 }
 
-impl From<Refusal> for Error {
-    fn from(e: Refusal) -> Error {
+impl From<CallerRefused> for Error {
+    fn from(e: CallerRefused) -> Error {
         Error::AccessDenied(e.to_string())
     }
 }
@@ -209,29 +238,29 @@ impl From<Refusal> for Error {
 #[derive(Debug)]
 pub struct Stem1 {
     worker: Worker,
-    authority: Authority,
+    keeper_only: KeeperOnly,
     copies: Arc<Copies>,
     opens: Opens,
 }
 
 impl Stem1 {
-    /// Serve the engine running on `worker` to the one user `authority` allows, with no
+    /// Serve the engine running on `worker` to the one user `keeper_only` allows, with no
     /// copy targets.
-    pub fn new(worker: Worker, authority: Authority) -> Stem1 {
+    pub fn new(worker: Worker, keeper_only: KeeperOnly) -> Stem1 {
         let copies = Copies::new(
             CopiesConfig::default(),
             Programs::default(),
             worker.clone(),
             PathBuf::new(),
         );
-        Stem1::with_copies(worker, authority, Arc::new(copies))
+        Stem1::with_copies(worker, keeper_only, Arc::new(copies))
     }
 
     /// As [`Stem1::new`], with the copy engine `copies` (root's configured targets).
-    pub fn with_copies(worker: Worker, authority: Authority, copies: Arc<Copies>) -> Stem1 {
+    pub fn with_copies(worker: Worker, keeper_only: KeeperOnly, copies: Arc<Copies>) -> Stem1 {
         Stem1 {
             worker,
-            authority,
+            keeper_only,
             copies,
             opens: Opens::unavailable("the stem was started without it"),
         }
@@ -248,7 +277,7 @@ impl Stem1 {
             .member()
             .map(|m| m.as_str().to_owned())
             .unwrap_or_default();
-        match self.authority.check(connection, header).await {
+        match self.keeper_only.check(connection, header).await {
             Ok(uid) => {
                 tracing::debug!(uid, member, "call admitted");
                 Ok(uid)
@@ -260,35 +289,13 @@ impl Stem1 {
         }
     }
 
-    /// Run `act` on the engine's thread; log the answer.
+    /// Run `act` on the engine's thread ([`Worker::act`], which logs the answer).
     async fn act<T: Send + 'static>(
         &self,
         what: String,
         act: impl FnOnce(&engine::Engine) -> Result<T, EngineError> + Send + 'static,
     ) -> Result<T, Error> {
-        let started = std::time::Instant::now();
-        match self.worker.run(act).await {
-            Ok(Ok(answer)) => {
-                // The act's time on the engine's thread, with the hop there and back: what
-                // the end-to-end bench subtracts from the keeper's view of the call.
-                let took_us = started.elapsed().as_micros() as u64;
-                // Reads are frequent and change nothing: kept out of the journal by default.
-                if what.starts_with("list") || what.starts_with("read ") {
-                    tracing::debug!(took_us, "{what}: done");
-                } else {
-                    tracing::info!(took_us, "{what}: done");
-                }
-                Ok(answer)
-            }
-            Ok(Err(e)) => {
-                tracing::warn!("{what}: refused or failed: {e}");
-                Err(e.into())
-            }
-            Err(gone) => {
-                tracing::error!("{what}: {gone}");
-                Err(gone.into())
-            }
-        }
+        Ok(self.worker.act(what, act).await?)
     }
 }
 
@@ -535,8 +542,17 @@ impl Stem1 {
     ) -> Result<ChangesInfo, Error> {
         self.admit(connection, &header).await?;
         let name = parse_snapshot(name)?;
-        self.count_changes(name, time_limit_ms, with_paths, Commit::First, None)
-            .await
+        let changes = self
+            .worker
+            .count_changes(
+                name,
+                changes_limit(time_limit_ms),
+                with_paths,
+                Commit::First,
+                None,
+            )
+            .await?;
+        Ok(changes_info(&changes))
     }
 
     /// What changed since the snapshot `name` in one person's home, as that person may see
@@ -577,15 +593,7 @@ impl Stem1 {
             )));
         }
         let below = relative_below(&below)?;
-        let checked = component.clone();
-        self.worker
-            .run(move |e| check_home_part(e, name, &checked, owner_uid))
-            .await?
-            .map_err(|e| {
-                // The keeper journals the refusal within its allowance (adr/0016).
-                tracing::debug!("the changes in a part of {name}: refused: {e}");
-                Error::from(e)
-            })?;
+        check_home_part(&self.worker, name, component.clone(), owner_uid).await?;
         let mut within = component;
         if !below.is_empty() {
             within.push(b'/');
@@ -596,31 +604,18 @@ impl Stem1 {
             gids,
             within,
         };
-        let mut c = self
-            .count_changes(name, time_limit_ms, true, Commit::First, Some(viewer))
+        // Counted from the paths the person is shown.
+        let changes = self
+            .worker
+            .count_changes(
+                name,
+                changes_limit(time_limit_ms),
+                true,
+                Commit::First,
+                Some(viewer),
+            )
             .await?;
-        // What the person is shown is counted from what they are shown.
-        let (mut files, mut dirs) = ([0u64; 3], [0u64; 3]);
-        for p in &c.paths {
-            let at = match p.change.as_str() {
-                "added" => 0,
-                "modified" => 1,
-                _ => 2,
-            };
-            if p.directory {
-                dirs[at] += 1;
-            } else {
-                files[at] += 1;
-            }
-        }
-        [c.files_added, c.files_modified, c.files_removed] = files;
-        [
-            c.directories_added,
-            c.directories_modified,
-            c.directories_removed,
-        ] = dirs;
-        c.bytes_written = 0;
-        Ok(c)
+        Ok(changes_info(&changes))
     }
 
     /// As ChangesSince without paths, but never commits the filesystem: it counts what the
@@ -637,8 +632,17 @@ impl Stem1 {
     ) -> Result<ChangesInfo, Error> {
         self.admit(connection, &header).await?;
         let name = parse_snapshot(name)?;
-        self.count_changes(name, time_limit_ms, false, Commit::Never, None)
-            .await
+        let changes = self
+            .worker
+            .count_changes(
+                name,
+                changes_limit(time_limit_ms),
+                false,
+                Commit::Never,
+                None,
+            )
+            .await?;
+        Ok(changes_info(&changes))
     }
 
     /// Copy a snapshot off the disk to a configured target: sent with
@@ -809,13 +813,8 @@ impl Stem1 {
                 still_on_the_bus(connection, &asker),
             )
             .await;
-        match opened {
-            Ok((open, again)) => Ok((OpenInfo::from(&open), again)),
-            Err(OpenFailure::Open(e)) => Err(e.into()),
-            Err(OpenFailure::WorkerGone(gone)) => Err(gone.into()),
-            Err(f @ OpenFailure::DeletedMeanwhile(_)) => Err(Error::NoSuchSnapshot(f.to_string())),
-            Err(f @ OpenFailure::OpenerLeft(_)) => Err(Error::Failed(f.to_string())),
-        }
+        let (open, again) = opened?;
+        Ok((OpenInfo::from(&open), again))
     }
 
     /// Close the open snapshot `name` of `for_uid`: unmounted, and its mount point removed.
@@ -833,45 +832,14 @@ impl Stem1 {
     ) -> Result<bool, Error> {
         self.admit(connection, &header).await?;
         let name = parse_snapshot(name)?;
-        let closed = self
-            .opens
-            .run(move |h| h.close(for_uid, name))
-            .await
-            .and_then(|r| r);
-        match closed {
-            Ok(Closed::NotOpen) => {
-                // Anybody may ask the keeper to close anything, as often as they like.
-                let v = allowed("close of what is not open", for_uid);
-                if v.log() {
-                    tracing::info!(
-                        "close {name} for uid {for_uid}: it was not open; nothing changed{}",
-                        v.note()
-                    );
-                }
-                Ok(false)
-            }
-            Ok(Closed::Busy) => {
-                let v = allowed("close of an open in use", for_uid);
-                if v.log() {
-                    tracing::info!(
-                        "close {name} for uid {for_uid}: in use; it stays open{}",
-                        v.note()
-                    );
-                }
-                Err(Error::InUse(format!(
-                    "{name} is in use: a process has its working directory, an open file or a \
-                     mapping in it; nothing was closed. Leave it (`cd` out of it, end what has \
-                     files open in it), then close it again"
-                )))
-            }
-            Ok(Closed::Closed) => {
-                tracing::info!("close {name} for uid {for_uid}: closed");
-                Ok(true)
-            }
-            Err(e) => {
-                tracing::warn!("close {name} for uid {for_uid}: failed: {e}");
-                Err(e.into())
-            }
+        match self.opens.close(for_uid, name).await? {
+            Closed::NotOpen => Ok(false),
+            Closed::Busy => Err(Error::InUse(format!(
+                "{name} is in use: a process has its working directory, an open file or a \
+                 mapping in it; nothing was closed. Leave it (`cd` out of it, end what has \
+                 files open in it), then close it again"
+            ))),
+            Closed::Closed => Ok(true),
         }
     }
 
@@ -885,75 +853,6 @@ impl Stem1 {
         self.admit(connection, &header).await?;
         let opens = self.opens.run(|h| h.list()).await?;
         Ok(opens.iter().map(OpenInfo::from).collect())
-    }
-}
-
-impl Stem1 {
-    /// ChangesSince and ChangesSinceLastCommit: the checks (and the commit) on the engine's
-    /// thread, a kept count when there is one, else the count off it, one at a time.
-    async fn count_changes(
-        &self,
-        name: SnapshotName,
-        time_limit_ms: u32,
-        with_paths: bool,
-        commit: Commit,
-        viewer: Option<btrfs::Viewer>,
-    ) -> Result<ChangesInfo, Error> {
-        let limit = Duration::from_millis(u64::from(time_limit_ms.min(MAX_CHANGES_LIMIT_MS)));
-        let deadline = std::time::Instant::now() + limit;
-        let what = format!("read changes since {name}");
-        // Lookers' previews and diffs reach here with any name, as often as they like: a
-        // failure is logged within an allowance (the keeper passes no caller; per kind).
-        let count = match self
-            .worker
-            .run(move |e| e.prepare_change_count(name, commit))
-            .await
-        {
-            Ok(Ok(count)) => count,
-            Ok(Err(e)) => {
-                let v = allowed("changes refused", u32::MAX);
-                if v.log() {
-                    tracing::warn!("{what}: refused or failed: {e}{}", v.note());
-                }
-                return Err(e.into());
-            }
-            Err(gone) => {
-                tracing::error!("{what}: {gone}");
-                return Err(gone.into());
-            }
-        };
-        if !with_paths {
-            if let Some(kept) = count.reused() {
-                tracing::debug!(
-                    "{what}: given again (the live subvolume has not changed since it was counted)"
-                );
-                return Ok(changes_info(&kept));
-            }
-        }
-        let counted = count
-            .run_in_turn(deadline, with_paths, viewer, move |p| {
-                tracing::info!(
-                    items_seen = p.items_seen,
-                    changes_found = p.changes_found,
-                    "counting changes since {name}: {} s so far",
-                    p.elapsed.as_secs()
-                );
-            })
-            .await
-            .map_err(|e| Error::Failed(format!("{what}: the count stopped: {e}")))?;
-        match counted {
-            Ok(changes) => {
-                tracing::debug!("{what}: counted");
-                Ok(changes_info(&changes))
-            }
-            Err(e) => {
-                let v = allowed("changes failed", u32::MAX);
-                if v.log() {
-                    tracing::warn!("{what}: failed: {e}{}", v.note());
-                }
-                Err(e.into())
-            }
-        }
     }
 }
 
@@ -1000,41 +899,44 @@ fn relative_below(below: &[u8]) -> Result<Vec<u8>, Error> {
 /// The longest a ChangesSince may run: inside dbus-daemon's default reply timeout (25 s).
 const MAX_CHANGES_LIMIT_MS: u32 = 20_000;
 
+/// A count's time limit from the wire, at most [`MAX_CHANGES_LIMIT_MS`].
+fn changes_limit(time_limit_ms: u32) -> Duration {
+    Duration::from_millis(u64::from(time_limit_ms.min(MAX_CHANGES_LIMIT_MS)))
+}
+
 /// A count of changes as the wire carries it.
 fn changes_info(c: &btrfs::Changes) -> ChangesInfo {
-    {
-        ChangesInfo {
-            files_added: c.files.added,
-            files_modified: c.files.modified,
-            files_removed: c.files.removed,
-            directories_added: c.directories.added,
-            directories_modified: c.directories.modified,
-            directories_removed: c.directories.removed,
-            bytes_written: c.bytes_written,
-            complete: c.complete,
-            paths: c
-                .paths
-                .iter()
-                .map(|p| ChangedPathInfo {
-                    change: match p.change {
-                        btrfs::Change::Added => "added",
-                        btrfs::Change::Modified => "modified",
-                        btrfs::Change::Removed => "removed",
-                    }
-                    .to_owned(),
-                    directory: p.directory,
-                    path: p.path.clone(),
-                })
-                .collect(),
-            paths_left_off: c.paths_left_off,
-            paths_hidden: c.paths_hidden,
-        }
+    ChangesInfo {
+        files_added: c.files.added,
+        files_modified: c.files.modified,
+        files_removed: c.files.removed,
+        directories_added: c.directories.added,
+        directories_modified: c.directories.modified,
+        directories_removed: c.directories.removed,
+        bytes_written: c.bytes_written,
+        complete: c.complete,
+        paths: c
+            .paths
+            .iter()
+            .map(|p| ChangedPathInfo {
+                change: match p.change {
+                    btrfs::Change::Added => "added",
+                    btrfs::Change::Modified => "modified",
+                    btrfs::Change::Removed => "removed",
+                }
+                .to_owned(),
+                directory: p.directory,
+                path: p.path.clone(),
+            })
+            .collect(),
+        paths_left_off: c.paths_left_off,
+        paths_hidden: c.paths_hidden,
     }
 }
 
 /// The introspection data of `org.tacid.Stem1`, as committed in `stem-interface/org.tacid.Stem1.xml`.
 pub fn introspection_xml() -> String {
-    let iface = Stem1::new(Worker::stopped(), Authority::nobody());
+    let iface = Stem1::new(Worker::stopped(), KeeperOnly::nobody());
     let mut xml = String::from(
         "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \
          \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n\

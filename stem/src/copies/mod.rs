@@ -129,7 +129,27 @@ impl From<EngineError> for CopyError {
             EngineError::AlreadyHere(n) => CopyError::AlreadyHere(format!(
                 "a snapshot named {n} is already in the store; nothing was fetched"
             )),
-            e => CopyError::Engine(e),
+            // Named by the message the engine gives it.
+            e @ (EngineError::Store(_)
+            | EngineError::NotSnapshottable(_)
+            | EngineError::NotRestorable(_)
+            | EngineError::LiveSubvolume { .. }
+            | EngineError::OfAnotherSubvolume { .. }
+            | EngineError::AnotherRestoreStaged { .. }
+            | EngineError::Pinned(_)
+            | EngineError::BeingSent(_)
+            | EngineError::InUse { .. }
+            | EngineError::InvalidSet(_)
+            | EngineError::NoSpace { .. }
+            | EngineError::BelowHardFloor { .. }
+            | EngineError::SetMember { .. }
+            | EngineError::BadRequestFile(_)
+            | EngineError::BadOutcomeFile(_)
+            | EngineError::NotInHistory { .. }
+            | EngineError::FetchUnverified { .. }
+            | EngineError::NotTopLevel { .. }
+            | EngineError::NoFreeName(_)
+            | EngineError::Btrfs(_)) => CopyError::Engine(e),
         }
     }
 }

@@ -5,7 +5,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use btrfs::{Changes, ChangesOptions, Progress, SubvolumeEntry, SubvolumeInfo, Viewer};
+use btrfs::{
+    Change, Changes, ChangesOptions, Counts, Progress, SubvolumeEntry, SubvolumeInfo, Viewer,
+};
 use layout::SnapshotName;
 use uuid::Uuid;
 
@@ -167,6 +169,29 @@ impl ChangeCount {
             .unwrap_or_else(|p| p.into_inner())
             .get(&self.key)
     }
+}
+
+/// `changes` counted from its listed paths alone, with no bytes written (Btrfs counts those
+/// per subvolume): a person's diff, where what they are shown is counted from what they
+/// are shown.
+pub fn counted_from_paths(mut changes: Changes) -> Changes {
+    let (mut files, mut directories) = (Counts::default(), Counts::default());
+    for p in &changes.paths {
+        let counts = if p.directory {
+            &mut directories
+        } else {
+            &mut files
+        };
+        match p.change {
+            Change::Added => counts.added += 1,
+            Change::Modified => counts.modified += 1,
+            Change::Removed => counts.removed += 1,
+        }
+    }
+    changes.files = files;
+    changes.directories = directories;
+    changes.bytes_written = 0;
+    changes
 }
 
 impl Engine {
