@@ -121,11 +121,23 @@ impl Mounted {
     /// Unmount now (everything written is on the image afterwards).
     pub fn unmount(mut self) -> Result<()> {
         self.mounted = false;
-        run(
-            "unmounting the disk image",
-            Command::new(tools::UMOUNT).arg(self.dir.path()),
-        )?;
-        Ok(())
+        // The cases run on threads of one process: another case's child between its fork and
+        // its exec holds a copy of every descriptor, ours beneath this mount too (CLOEXEC
+        // closes them only at the exec). That window is short but real on a loaded machine,
+        // so a busy mount is asked again for a while before it counts as a failure.
+        let mut attempts = 0;
+        loop {
+            match run(
+                "unmounting the disk image",
+                Command::new(tools::UMOUNT).arg(self.dir.path()),
+            ) {
+                Err(e) if attempts < 50 && e.to_string().contains("target is busy") => {
+                    attempts += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                other => return other.map(|_| ()),
+            }
+        }
     }
 
     /// Every subvolume, as `btrfs subvolume list` says: path → (id, uuid, parent uuid).
