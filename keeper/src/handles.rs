@@ -35,10 +35,23 @@ impl Handles {
     /// Start the journal's thread; a keeper whose thread cannot start answers every call
     /// with the journal's error (and says why in the log).
     pub fn new(journal: Journal, authority: Authority) -> Handles {
-        let journal = Actor::spawn(JOURNAL_THREAD, journal).unwrap_or_else(|e| {
-            tracing::error!("cannot start the journal's thread: {e}");
-            Actor::stopped(JOURNAL_THREAD)
-        });
+        // A job that panics leaves the journal unusable: the keeper exits then, as the stem
+        // does when its engine's thread dies, so that systemd starts a whole one again
+        // (`Restart=on-failure`) rather than one answering "the journal stopped" forever.
+        let journal = Actor::builder(JOURNAL_THREAD)
+            .on_exit(|| {
+                if std::thread::panicking() {
+                    tracing::error!(
+                        "the journal's thread crashed; the keeper exits to be restarted"
+                    );
+                    std::process::exit(70);
+                }
+            })
+            .spawn(journal)
+            .unwrap_or_else(|e| {
+                tracing::error!("cannot start the journal's thread: {e}");
+                Actor::stopped(JOURNAL_THREAD)
+            });
         Handles {
             journal,
             stem: Arc::new(StemClient::new()),
