@@ -138,8 +138,10 @@ fn whole_target_failed(e: &StemError) -> bool {
 fn error_name(e: &StemError) -> String {
     match e {
         StemError::Refused { kind, .. } => kind.name().to_owned(),
-        StemError::NotRunning | StemError::WentAway => "StemNotRunning".into(),
-        StemError::Bus(_) => "StemFailed".into(),
+        StemError::NotRunning | StemError::WentAway => keeper_interface::ErrorKind::StemNotRunning
+            .name()
+            .to_owned(),
+        StemError::Bus(_) => keeper_interface::ErrorKind::StemFailed.name().to_owned(),
     }
 }
 
@@ -231,6 +233,8 @@ impl Copies {
         );
         // A fetch is from its target; a copy (and a listing) to or of it.
         let to = if act == Action::Fetch { "from" } else { "to" };
+        // Journalled and logged: in the visible form, never a caller's control bytes (adr/0017).
+        let shown = escape(shown.as_bytes());
         let subject = if name.is_empty() {
             format!("{to} {shown}")
         } else {

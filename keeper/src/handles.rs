@@ -32,8 +32,8 @@ pub struct Handles {
 }
 
 impl Handles {
-    /// Start the journal's thread; a keeper whose thread cannot start answers every call
-    /// with the journal's error (and says why in the log).
+    /// Start the journal's thread; a keeper whose thread cannot start exits (and says why in
+    /// the log).
     pub fn new(journal: Journal, authority: Authority) -> Handles {
         // A job that panics leaves the journal unusable: the keeper exits then, as the stem
         // does when its engine's thread dies, so that systemd starts a whole one again
@@ -49,8 +49,9 @@ impl Handles {
             })
             .spawn(journal)
             .unwrap_or_else(|e| {
-                tracing::error!("cannot start the journal's thread: {e}");
-                Actor::stopped(JOURNAL_THREAD)
+                // A keeper without its journal could only refuse: exit, to be started again.
+                tracing::error!("cannot start the journal's thread: {e}; the keeper exits");
+                std::process::exit(71);
             });
         Handles {
             journal,

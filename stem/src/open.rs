@@ -402,6 +402,15 @@ impl Opens {
         limits: OpenLimits,
     ) -> Result<(Opens, Vec<PathBuf>), OpenError> {
         let host = Actor::builder(NAME)
+            // A job that panicked leaves every open unreachable, mounts included: the stem
+            // exits then, as it does when the engine's thread dies, so that systemd starts a
+            // whole one again, which closes what was left mounted.
+            .on_exit(|| {
+                if std::thread::panicking() {
+                    tracing::error!("the opens' thread crashed; the stem exits to be restarted");
+                    std::process::exit(70);
+                }
+            })
             .on_stop(|mut host: HostSide| {
                 host.close_all("the stem stops");
             })
