@@ -58,6 +58,7 @@ fn references(text: &str, own: &[String]) -> Vec<Vec<String>> {
     for (start, _) in code
         .match_indices("crate::")
         .chain(code.match_indices("super::"))
+        .chain(code.match_indices("self::"))
     {
         // Skip `$crate::` and paths inside longer identifiers.
         if let Some(&before) = start.checked_sub(1).and_then(|i| code.as_bytes().get(i)) {
@@ -86,6 +87,7 @@ fn paths_at(text: &str, own: &[String], found: &mut Vec<Vec<String>>) {
             "super" if path.is_empty() => {
                 base.pop();
             }
+            "self" if path.is_empty() => {}
             "" => {}
             w => path.push(w.to_string()),
         }
@@ -195,6 +197,63 @@ fn crate_sources() -> Vec<PathBuf> {
         .collect()
 }
 
+/// What each module re-exports (`pub use engine::{Engine, Snapshot}` in `lib.rs`): (the
+/// module, a name) → the path the name comes from, so that `crate::Engine` counts as an arrow
+/// to `engine`, not to the crate root.
+fn reexports(files: &[(Vec<String>, PathBuf)]) -> BTreeMap<(Vec<String>, String), Vec<String>> {
+    let mut out = BTreeMap::new();
+    for (own, path) in files {
+        let text = fs::read_to_string(path).expect("readable source");
+        let text = text.split("#[cfg(test)]").next().unwrap_or("");
+        for (at, _) in text
+            .match_indices("pub use ")
+            .chain(text.match_indices("pub(crate) use "))
+        {
+            let rest = &text[at..];
+            let rest = &rest[rest.find("use ").map_or(0, |i| i + 4)..];
+            let statement = rest.split(';').next().unwrap_or("");
+            let mut found = Vec::new();
+            paths_at(statement, own, &mut found);
+            for full in found {
+                if let Some(name) = full.last() {
+                    out.insert((own.clone(), name.clone()), full.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `target` with every re-exported name replaced by where it comes from, then cut to the
+/// longest module that exists.
+fn resolve(
+    mut target: Vec<String>,
+    known: &BTreeSet<Vec<String>>,
+    reexported: &BTreeMap<(Vec<String>, String), Vec<String>>,
+) -> Vec<String> {
+    for _ in 0..8 {
+        let mut module = target.clone();
+        while !module.is_empty() && !known.contains(&module) {
+            module.pop();
+        }
+        let Some(next) = target.get(module.len()) else {
+            break;
+        };
+        match reexported.get(&(module.clone(), next.clone())) {
+            Some(origin) if *origin != target[..=module.len()] => {
+                let mut resolved = origin.clone();
+                resolved.extend(target[module.len() + 1..].iter().cloned());
+                target = resolved;
+            }
+            _ => break,
+        }
+    }
+    while !target.is_empty() && !known.contains(&target) {
+        target.pop();
+    }
+    target
+}
+
 #[test]
 fn no_crate_has_a_cycle_among_its_modules() {
     let mut problems = Vec::new();
@@ -204,6 +263,7 @@ fn no_crate_has_a_cycle_among_its_modules() {
         let mut files = Vec::new();
         modules(src, src, &mut files);
         let known: BTreeSet<Vec<String>> = files.iter().map(|(m, _)| m.clone()).collect();
+        let reexported = reexports(&files);
         // Edges between siblings: a file in `parent::a` naming `parent::b::…` is `a → b`.
         let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (own, path) in &files {
@@ -211,11 +271,8 @@ fn no_crate_has_a_cycle_among_its_modules() {
             // Test modules may reach anything; they are not part of the shape.
             let text = text.split("#[cfg(test)]").next().unwrap_or("");
             for target in references(text, own) {
-                // Cut the path to the longest module that exists.
-                let mut target = target;
-                while !target.is_empty() && !known.contains(&target) {
-                    target.pop();
-                }
+                // Through re-exports, to the longest module that exists.
+                let target = resolve(target, &known, &reexported);
                 let common = own.iter().zip(&target).take_while(|(a, b)| a == b).count();
                 // Naming an ancestor (or oneself) is not an arrow between siblings.
                 if common == target.len() || common == own.len() {
@@ -246,6 +303,27 @@ fn the_graph_sees_a_cycle_when_there_is_one() {
         &own,
     );
     let refs: Vec<String> = refs.iter().map(|r| r.join("::")).collect();
+    let deep = vec!["a".to_string(), "b".to_string()];
+    let refs2 = references("use super::super::c::D;\nuse self::e::F;", &deep);
+    let refs2: Vec<String> = refs2.iter().map(|r| r.join("::")).collect();
+    assert_eq!(refs2, ["c::D", "a::b::e::F"]);
+    // `crate::Engine`, re-exported at the root from `engine`, is an arrow to `engine`.
+    let known: BTreeSet<Vec<String>> = [
+        vec![],
+        vec!["engine".to_string()],
+        vec!["worker".to_string()],
+    ]
+    .into_iter()
+    .collect();
+    let mut reexported = BTreeMap::new();
+    reexported.insert(
+        (vec![], "Engine".to_string()),
+        vec!["engine".to_string(), "Engine".to_string()],
+    );
+    assert_eq!(
+        resolve(vec!["Engine".to_string()], &known, &reexported),
+        ["engine"]
+    );
     assert_eq!(refs, ["b::Thing", "d", "e::f", "e::g", "c"]);
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     edges.entry("::a".into()).or_default().insert("::b".into());
