@@ -49,7 +49,7 @@ pub struct MFile {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct State {
+pub struct DiskState {
     pub top: BTreeMap<String, MSub>,
     pub store: BTreeMap<String, MSub>,
     pub request: Option<MFile>,
@@ -122,7 +122,7 @@ fn refused<T>(what: String) -> Result<T, ModelError> {
     Err(ModelError::Refused(what))
 }
 
-fn apply(state: &mut State, op: &Op) -> Result<(), ModelError> {
+fn apply(state: &mut DiskState, op: &Op) -> Result<(), ModelError> {
     match op {
         Op::Copy {
             from_store,
@@ -230,8 +230,8 @@ fn holds_pinned(s: &MSub) -> bool {
 /// The model disk, with a crash or an error armed after a number of changes.
 #[derive(Debug)]
 pub struct Model {
-    pub durable: State,
-    pub current: State,
+    pub durable: DiskState,
+    pub current: DiskState,
     pending: Vec<Op>,
     /// Changes (and commits) still allowed before the armed fault.
     budget: Option<usize>,
@@ -248,7 +248,7 @@ pub struct Model {
 }
 
 impl Model {
-    pub fn new(state: State) -> Model {
+    pub fn new(state: DiskState) -> Model {
         let guarded = state
             .top
             .keys()
@@ -279,7 +279,7 @@ impl Model {
         self.budget = None;
     }
 
-    fn check(&mut self, state: &State, when: &str) {
+    fn check(&mut self, state: &DiskState, when: &str) {
         for name in &self.guarded {
             assert!(
                 state.top.contains_key(name),
@@ -520,7 +520,7 @@ impl Disk for Model {
 
 /// A laid-out machine: every layout subvolume, ids from 256 in table order, contents tagged
 /// by id; `@root-blank` read-only and empty.
-pub fn laid_out() -> State {
+pub fn laid_out() -> DiskState {
     let mut top = BTreeMap::new();
     let mut id = 256;
     for row in layout::SUBVOLUMES {
@@ -540,7 +540,7 @@ pub fn laid_out() -> State {
         );
         id += 1;
     }
-    State {
+    DiskState {
         top,
         store: BTreeMap::new(),
         request: None,
@@ -551,7 +551,7 @@ pub fn laid_out() -> State {
 }
 
 /// Take a read-only snapshot of the live `subvolume` into the store under `name`.
-pub fn take_snapshot(state: &mut State, subvolume: SubvolumeName, name: &str) -> Uuid {
+pub fn take_snapshot(state: &mut DiskState, subvolume: SubvolumeName, name: &str) -> Uuid {
     let live = &state.top[subvolume.as_str()];
     let uuid = Uuid::from_u128(0x5_0000 + u128::from(state.next_id));
     let snap = MSub {
@@ -571,7 +571,7 @@ pub fn take_snapshot(state: &mut State, subvolume: SubvolumeName, name: &str) ->
 
 /// A nested subvolume (with `depth` more inside it) for the live `name`; with `pinned`, the
 /// innermost cannot be deleted.
-pub fn nest_pinned(state: &mut State, name: &str, depth: usize, pinned: bool) {
+pub fn nest_pinned(state: &mut DiskState, name: &str, depth: usize, pinned: bool) {
     nest(state, name, depth);
     if pinned {
         let mut s = state
@@ -587,7 +587,7 @@ pub fn nest_pinned(state: &mut State, name: &str, depth: usize, pinned: bool) {
 }
 
 /// A nested subvolume (with `depth` more inside it) for the live `name`.
-pub fn nest(state: &mut State, name: &str, depth: usize) {
+pub fn nest(state: &mut DiskState, name: &str, depth: usize) {
     let mut inner: Option<MSub> = None;
     for _ in 0..=depth {
         let id = state.next_id;
@@ -656,7 +656,7 @@ mod tests {
     /// A machine with a snapshot of each of `subs` and a request for all of them staged. With
     /// `again`, each live subvolume was itself made from its snapshot by an earlier restore
     /// (and written to).
-    fn staged_set(subs: &[&str], nested: usize, again: bool) -> (State, RestoreRequest) {
+    fn staged_set(subs: &[&str], nested: usize, again: bool) -> (DiskState, RestoreRequest) {
         let mut state = laid_out();
         let mut members = Vec::new();
         for (k, sub) in subs.iter().enumerate() {
@@ -688,7 +688,7 @@ mod tests {
     }
 
     /// An abandoned swap of `sub`: a copy of it with an id and UUID of its own and no parent.
-    fn plant_stale_swap(state: &mut State, sub: &str) {
+    fn plant_stale_swap(state: &mut DiskState, sub: &str) {
         let mut stale = state.top[sub].clone();
         stale.id = state.next_id;
         stale.uuid = Uuid::from_u128(0x8_0000);
@@ -697,7 +697,7 @@ mod tests {
         state.top.insert(swap_name(sub), stale);
     }
 
-    fn staged(sub: &str, nested: usize, again: bool) -> (State, RestoreRequest) {
+    fn staged(sub: &str, nested: usize, again: bool) -> (DiskState, RestoreRequest) {
         staged_set(&[sub], nested, again)
     }
 
@@ -723,7 +723,7 @@ mod tests {
         }
 
         /// Before anything was put back: the live subvolumes as they are now.
-        fn of(state: &State, subs: &[&str]) -> Watch {
+        fn of(state: &DiskState, subs: &[&str]) -> Watch {
             Watch::new(subs, subs.iter().map(|s| state.top[*s].uuid).collect())
         }
 
@@ -806,7 +806,7 @@ mod tests {
     }
 
     /// The subvolumes with a swap or stuck name.
-    fn tacid_names(state: &State) -> Vec<&String> {
+    fn tacid_names(state: &DiskState) -> Vec<&String> {
         state.top.keys().filter(|k| k.contains(".tacid-")).collect()
     }
 
@@ -957,7 +957,7 @@ mod tests {
             let job = |m: &mut Model| restore_data(m, &mut Steps::default(), now()).map(|_| ());
             run_schedule(&mut m, &mut watch, &faults, true, job);
             let end = &m.current;
-            let ids = |s: &State| s.top.iter().map(|(n, s)| (n.clone(), s.id, s.uuid)).collect::<Vec<_>>();
+            let ids = |s: &DiskState| s.top.iter().map(|(n, s)| (n.clone(), s.id, s.uuid)).collect::<Vec<_>>();
             prop_assert_eq!(ids(end), ids(&initial));
             prop_assert_eq!(&end.store, &initial.store);
             prop_assert_eq!(&end.request, &None);
@@ -983,7 +983,7 @@ mod tests {
             let subs = set_of(mask);
             let (mut state, request) = staged_set(&subs, 1, false);
             let original = Watch::of(&state, &subs).original;
-            let copy = |state: &mut State, member: &RestoreMember| {
+            let copy = |state: &mut DiskState, member: &RestoreMember| {
                 let snap = &state.store[&member.snapshot().to_string()];
                 let c = MSub {
                     id: state.next_id,

@@ -310,10 +310,10 @@ impl OnDiskRows {
         let parents: std::collections::BTreeSet<(u32, String)> = {
             let text = &l.text;
             let str = |s: Span| &text[s.at as usize..(s.at + s.len) as usize];
-            let local: Vec<crate::retention::Local> = l
+            let local: Vec<crate::retention::InStore> = l
                 .rows
                 .iter()
-                .map(|r| crate::retention::Local {
+                .map(|r| crate::retention::InStore {
                     name: str(r.name),
                     of: str(r.of),
                     taken_micros: r.taken_micros,

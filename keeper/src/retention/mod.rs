@@ -110,7 +110,7 @@ pub struct Deletion {
 
 /// A snapshot in the store, as [`last_common_parents`] needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Local<'a> {
+pub struct InStore<'a> {
     pub name: &'a str,
     /// The subvolume it is of (`@home`).
     pub of: &'a str,
@@ -123,11 +123,11 @@ pub struct Local<'a> {
 /// `(target, snapshot name)`; targets not in `configured` are ignored. The answer: snapshot
 /// name to its targets, in name order.
 pub fn last_common_parents<'a>(
-    local: &[Local<'a>],
+    local: &[InStore<'a>],
     held: &[(&str, &str)],
     configured: &BTreeSet<&str>,
 ) -> BTreeMap<&'a str, Vec<String>> {
-    let here: BTreeMap<&str, &Local<'a>> = local.iter().map(|l| (l.name, l)).collect();
+    let here: BTreeMap<&str, &InStore<'a>> = local.iter().map(|l| (l.name, l)).collect();
     // (target, subvolume) -> the newest held snapshot: (time, name).
     let mut newest: BTreeMap<(&str, &str), (i64, &'a str)> = BTreeMap::new();
     for &(target, name) in held {
@@ -615,9 +615,9 @@ mod tests {
             c("@home.c", 10, Kind::Timeline { set: 3 }),
             c("@var-log.a", 30, Kind::Timeline { set: 1 }),
         ];
-        let local: Vec<Local> = snaps
+        let local: Vec<InStore> = snaps
             .iter()
-            .map(|s| Local {
+            .map(|s| InStore {
                 name: &s.name,
                 of: s.name.split('.').next().unwrap(),
                 taken_micros: s.taken_micros,
@@ -735,10 +735,10 @@ mod tests {
                 .filter(|(i, _)| *i < names.len())
                 .map(|(i, t)| (targets[*t], names[*i].as_str()))
                 .collect();
-            let local: Vec<Local> = snaps
+            let local: Vec<InStore> = snaps
                 .iter()
                 .enumerate()
-                .map(|(i, s)| Local { name: &names[i], of: subvolume(i), taken_micros: s.taken_micros })
+                .map(|(i, s)| InStore { name: &names[i], of: subvolume(i), taken_micros: s.taken_micros })
                 .collect();
             let parents = last_common_parents(&local, &held, &configured);
             let mut with = snaps.clone();

@@ -16,7 +16,7 @@ use crate::handles::Handles;
 use crate::journal::{Action, Deletion, DeletionResult};
 use crate::reconcile::Reconcile;
 use crate::refusals::Refusals;
-use crate::retention::{self, Candidate, Kind, Local, Policy};
+use crate::retention::{self, Candidate, InStore, Kind, Policy};
 use crate::stem_client::stem_error;
 use crate::stem_client::{DiskSnapshot, StemError};
 use crate::wire::{Deleted, KeepMarked, KeeperError, PruneEntry, PruneReport};
@@ -86,9 +86,9 @@ impl Retention {
         disk: &[DiskSnapshot],
         copies: &BTreeMap<String, Vec<String>>,
     ) -> BTreeMap<String, Vec<String>> {
-        let local: Vec<Local> = disk
+        let local: Vec<InStore> = disk
             .iter()
-            .map(|d| Local {
+            .map(|d| InStore {
                 name: &d.member.name,
                 of: &d.member.of_subvolume,
                 taken_micros: d.member.taken_micros,

@@ -11,7 +11,7 @@ use layout::SnapshotName;
 use uuid::Uuid;
 
 use super::process::{capped, run_fed};
-use super::target::{receive_into_store, received_into_store, transfer_failed, Stream, Target};
+use super::target::{receive_into_store, received_into_store, transfer_failed, OpenTarget, Stream};
 use super::{failed, CopyError, CopyOnTarget, Programs, MAX_COPIES_LISTED};
 
 /// A local target, its directory open.
@@ -67,7 +67,7 @@ impl<'t> Local<'t> {
     }
 }
 
-impl Target for Local<'_> {
+impl OpenTarget for Local<'_> {
     /// Delete every subvolume with a snapshot's name that is not a verified copy: transfers
     /// that died.
     fn clean(&self) {

@@ -39,7 +39,7 @@ use crate::worker::{Worker, WorkerGone};
 pub use config::{load_config, Programs, DEFAULT_STALL};
 use local::Local;
 use ssh::Ssh;
-use target::Target;
+use target::OpenTarget;
 use turns::Turns;
 
 /// The most copies one target's list may name.
@@ -417,7 +417,7 @@ impl Copies {
     }
 
     /// Open `target` for an act.
-    fn open<'t>(&'t self, target: &'t Configured) -> Result<Box<dyn Target + 't>, CopyError> {
+    fn open<'t>(&'t self, target: &'t Configured) -> Result<Box<dyn OpenTarget + 't>, CopyError> {
         Ok(match &target.place {
             Place::Local(path) => {
                 Box::new(Local::open(target, path, &self.programs, &self.top_path)?)

@@ -11,7 +11,7 @@ use layout::SnapshotName;
 use uuid::Uuid;
 
 use super::process::{capped, run_fed, run_piped, run_plain};
-use super::target::{receive_into_store, received_into_store, transfer_failed, Stream, Target};
+use super::target::{receive_into_store, received_into_store, transfer_failed, OpenTarget, Stream};
 use super::{failed, far_side, CopyError, CopyOnTarget, Programs};
 
 /// An SSH target.
@@ -67,7 +67,7 @@ impl<'t> Ssh<'t> {
     }
 }
 
-impl Target for Ssh<'_> {
+impl OpenTarget for Ssh<'_> {
     /// Nothing here: the far side cleans at every verb.
     fn clean(&self) {}
 

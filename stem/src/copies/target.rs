@@ -1,4 +1,4 @@
-//! A target opened for an act: what every kind of target does ([`Target`]), whatever its
+//! A target opened for an act: what every kind of target does ([`OpenTarget`]), whatever its
 //! place (a local directory, `super::local`; a far host over SSH, `super::ssh`).
 
 use std::os::fd::OwnedFd;
@@ -18,7 +18,7 @@ use crate::engine::EngineError;
 pub type Stream = Box<dyn FnOnce(OwnedFd) -> btrfs::Result<()> + Send>;
 
 /// One target, opened for an act.
-pub trait Target {
+pub trait OpenTarget {
     /// Clean (transfers that died), then list the verified copies.
     fn list(&self) -> Result<Vec<CopyOnTarget>, CopyError>;
 
