@@ -9,6 +9,7 @@ fn normal_deps(package: &str) -> Vec<String> {
         .args([
             "tree",
             "--offline",
+            "--all-features",
             "-e",
             "normal",
             "--prefix",
