@@ -14,8 +14,11 @@ use std::time::{Duration, Instant};
 use crate::common::hostile::{
     as_user, journal_bytes, median, ms, pipelined, wait_until, watch_daemons,
 };
-use crate::common::{uid_of, World, APPROVER, STRANGER};
-use keeper::caps::{MAX_NAME_BYTES, MAX_WORDS_BYTES};
+use crate::common::{copies, json, uid_of, World, APPROVER, STRANGER};
+use keeper::caps::{
+    max_only_names, max_set_names, MAX_NAME_BYTES, MAX_PATH_BYTES, MAX_REASON_BYTES,
+    MAX_WORDS_BYTES,
+};
 use keeper::journal::State;
 use keeper::refusals::OWN_ROWS_PER_CALLER;
 use keeper::wire::KeeperError;
@@ -315,15 +318,29 @@ fn hostile_huge_strings_are_capped_before_they_are_parsed_journalled_logged_or_e
     assert!(longest < 2048, "a log line of {longest} bytes");
 }
 
-/// Each method of `org.tacid.Keeper1` and the types of its in-arguments, as the keeper itself
-/// says (`tacid-keeper --print-introspection`): a method added later is in this list.
-fn methods_and_in_arguments() -> Vec<(String, Vec<String>)> {
+/// An in-argument of a method, as the keeper's introspection names it.
+#[derive(Clone, Debug)]
+struct InArgument {
+    name: String,
+    ty: String,
+}
+
+/// Each method of `org.tacid.Keeper1` and its in-arguments, as the keeper itself says
+/// (`tacid-keeper --print-introspection`): a method added later is in this list.
+fn methods_and_in_arguments() -> Vec<(String, Vec<InArgument>)> {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tacid-keeper"))
         .arg("--print-introspection")
         .output()
         .expect("tacid-keeper --print-introspection runs");
     assert!(out.status.success(), "--print-introspection: {out:?}");
     let xml = String::from_utf8(out.stdout).expect("the introspection is UTF-8");
+    let attribute = |arg: &str, key: &str| -> String {
+        let value = arg
+            .split(&format!("{key}=\""))
+            .nth(1)
+            .unwrap_or_else(|| panic!("an in-argument without a {key}: {arg}"));
+        value.split('"').next().expect("a closing quote").to_owned()
+    };
     xml.split("<method name=\"")
         .skip(1)
         .map(|rest| {
@@ -333,9 +350,9 @@ fn methods_and_in_arguments() -> Vec<(String, Vec<String>)> {
                 .split("<arg ")
                 .skip(1)
                 .filter(|arg| arg.contains("direction=\"in\""))
-                .map(|arg| {
-                    let ty = arg.split("type=\"").nth(1).expect("an argument's type");
-                    ty.split('"').next().expect("a closing quote").to_owned()
+                .map(|arg| InArgument {
+                    name: attribute(arg, "name"),
+                    ty: attribute(arg, "type"),
                 })
                 .collect();
             (name, args)
@@ -343,47 +360,232 @@ fn methods_and_in_arguments() -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
-/// The arguments of a call of a method whose in-arguments are `types`: the `huge` one at
-/// `at`, every other one empty (or false).
-fn arguments(types: &[String], at: usize, huge: &str) -> zbus::Structure<'static> {
+/// One in-argument's value.
+#[derive(Clone, Debug)]
+enum Value {
+    S(String),
+    As(Vec<String>),
+    Ay(Vec<u8>),
+    B(bool),
+}
+
+/// What the world holds for the arguments that are not over their cap: the approver's
+/// snapshot of /home, the set it is the one member of, and a configured copy target.
+struct Valid {
+    snapshot: String,
+    set: String,
+    target: &'static str,
+}
+
+/// A value of `arg` of `method` that the keeper accepts (as far as the arguments' shapes go),
+/// so that the one over its cap is the one it refuses.
+fn valid_value(method: &str, arg: &InArgument, valid: &Valid) -> Value {
+    match (arg.name.as_str(), arg.ty.as_str()) {
+        ("name" | "snapshot", "s") => Value::S(valid.snapshot.clone()),
+        ("target", "s") => Value::S(valid.target.to_owned()),
+        ("set", "s") => Value::S(valid.set.clone()),
+        // No member named: every member of the set.
+        ("only", "as") => Value::As(vec![]),
+        ("subvolumes", "as") => Value::As(vec!["/home".to_owned()]),
+        ("reason", "s") => Value::S("before the test".to_owned()),
+        // The whole of the caller's part.
+        ("path", "ay") => Value::Ay(vec![]),
+        // The right words cannot be given without a preview first, and no call here needs
+        // them: the words are compared last, after every other argument is checked, so
+        // empty words let the argument over its cap be the one refused. The right words are
+        // covered by bus_set_restore's consent tests
+        // (bus_a_sets_consent_is_for_exactly_the_members_shown and others).
+        ("words_shown", "s") => Value::S(String::new()),
+        (_, "b") => Value::B(false),
+        (name, ty) => panic!(
+            "{method}: an in-argument {name} of type {ty}: teach this test a valid value of it \
+             and what the keeper says when it is over its cap"
+        ),
+    }
+}
+
+/// What the keeper answers to a call with one argument over its cap: the error and words
+/// its message must hold, which name the argument or its cap.
+struct Refusal {
+    error: &'static str,
+    says: Vec<String>,
+}
+
+/// The refusal of `arg` of `method` given as `huge` (one string of HUGE bytes, or a list of
+/// one such string).
+fn refusal_of_huge(method: &str, arg: &InArgument) -> Refusal {
+    let capped = format!("… ({HUGE} bytes)");
+    let (error, says) = match arg.name.as_str() {
+        "name" | "snapshot" => (
+            "InvalidArgument",
+            vec!["is not a snapshot name".into(), capped],
+        ),
+        "target" => ("NoSuchTarget", vec!["is not a target name".into(), capped]),
+        "set" => ("InvalidArgument", vec!["is not a set".into(), capped]),
+        "only" => (
+            "InvalidArgument",
+            vec!["is not a member of a set".into(), capped],
+        ),
+        "subvolumes" => (
+            "InvalidArgument",
+            vec!["is not a subvolume of the tacid layout".into(), capped],
+        ),
+        "reason" => (
+            "InvalidArgument",
+            vec![format!(
+                "at most {MAX_REASON_BYTES} bytes, what the journal keeps (this one: {HUGE} bytes)"
+            )],
+        ),
+        "path" => (
+            "InvalidArgument",
+            vec![format!(
+                "a path is at most {MAX_PATH_BYTES} bytes (this one: {HUGE} bytes)"
+            )],
+        ),
+        // Words over their cap are not compared; the refusal names what they were for (so
+        // the other arguments were taken), and the journal keeps them capped (checked below).
+        "words_shown" => (
+            "WordsNotShown",
+            vec!["these are not the words the keeper showed you for".into()],
+        ),
+        other => panic!("{method}: teach this test what the keeper says of {other} over its cap"),
+    };
+    Refusal { error, says }
+}
+
+/// How many small elements a list argument's element flood carries.
+const FLOOD_ELEMENTS: usize = 10_000;
+
+/// The refusal of the list `arg` of `method` given as FLOOD_ELEMENTS small elements, each
+/// valid on its own: the keeper caps how many a list may hold.
+fn refusal_of_many(method: &str, arg: &InArgument) -> Refusal {
+    let says = match arg.name.as_str() {
+        "subvolumes" => format!(
+            "a snapshot set names at most {} subvolumes (this one: {FLOOD_ELEMENTS})",
+            max_set_names()
+        ),
+        "only" => format!(
+            "{FLOOD_ELEMENTS} members named to put back; a set has at most {}",
+            max_only_names()
+        ),
+        other => panic!("{method}: teach this test how many elements {other} may hold"),
+    };
+    Refusal {
+        error: "InvalidArgument",
+        says: vec![says],
+    }
+}
+
+/// The arguments of a call, as a structure for the bus.
+fn arguments(values: &[Value]) -> zbus::Structure<'static> {
     let mut args = zbus::Structure::builder();
-    for (i, ty) in types.iter().enumerate() {
-        let big = i == at;
-        args = match ty.as_str() {
-            "s" => args.add_field(if big { huge.to_owned() } else { String::new() }),
-            "as" => args.add_field(if big { vec![huge.to_owned()] } else { vec![] }),
-            "ay" => args.add_field(if big {
-                huge.as_bytes().to_vec()
-            } else {
-                vec![]
-            }),
-            "b" => args.add_field(false),
-            other => panic!("an in-argument of type {other}: teach this test to make one"),
+    for v in values {
+        args = match v.clone() {
+            Value::S(s) => args.add_field(s),
+            Value::As(a) => args.add_field(a),
+            Value::Ay(a) => args.add_field(a),
+            Value::B(b) => args.add_field(b),
         };
     }
     args.build().expect("the arguments")
 }
 
+/// One call with one argument over its cap, every other one valid.
+struct OverCap {
+    call: String,
+    method: String,
+    values: Vec<Value>,
+    refusal: Refusal,
+}
+
 #[test]
 fn hostile_every_string_argument_of_every_method_is_refused_over_its_cap() {
-    let Some(mut w) = World::start() else { return };
+    // A world with a configured copy target, so that a copy's or a fetch's target is valid
+    // and its snapshot name is the argument checked.
+    let Some((mut w, _target, _usb)) = copies::world_with_usb(&[]) else {
+        return;
+    };
+    // The approver's snapshot of /home, alone in its set: the valid name and set.
+    let (code, out, err) = w.tacid(
+        APPROVER,
+        &[
+            "data",
+            "snapshot",
+            "/home",
+            "--reason",
+            "before the test",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "the approver's snapshot: {err}");
+    let taken = json(&out);
+    let valid = Valid {
+        snapshot: taken["snapshots"][0]["name"]
+            .as_str()
+            .expect("a snapshot's name")
+            .to_owned(),
+        set: taken["set_id"].as_i64().expect("a set id").to_string(),
+        target: "usb",
+    };
+
     // One over-cap call per string argument of every method, as the keeper's interface lists
-    // them: a method added with a string argument is called here without a word of this test.
+    // them, each other argument valid: a method added with a string argument is called here,
+    // and one with an argument this test does not know fails it until it is taught.
     let huge = "B".repeat(HUGE);
-    let calls: Vec<(String, Vec<String>, usize)> = methods_and_in_arguments()
-        .into_iter()
-        .flat_map(|(method, types)| {
-            let strings: Vec<usize> = (0..types.len())
-                .filter(|&i| matches!(types[i].as_str(), "s" | "as" | "ay"))
-                .collect();
-            strings
-                .into_iter()
-                .map(move |i| (method.clone(), types.clone(), i))
-        })
-        .collect();
-    let called: Vec<&str> = calls.iter().map(|(m, _, _)| m.as_str()).collect();
+    let methods = methods_and_in_arguments();
+    let mut calls: Vec<OverCap> = Vec::new();
+    for (method, args) in &methods {
+        for (at, arg) in args.iter().enumerate() {
+            let over: Vec<(String, Value, Refusal)> = match arg.ty.as_str() {
+                "s" => vec![(
+                    "huge".into(),
+                    Value::S(huge.clone()),
+                    refusal_of_huge(method, arg),
+                )],
+                "ay" => vec![(
+                    "huge".into(),
+                    Value::Ay(huge.as_bytes().to_vec()),
+                    refusal_of_huge(method, arg),
+                )],
+                "as" => vec![
+                    (
+                        "one huge element".into(),
+                        Value::As(vec![huge.clone()]),
+                        refusal_of_huge(method, arg),
+                    ),
+                    (
+                        format!("{FLOOD_ELEMENTS} small elements"),
+                        Value::As(vec!["/home".to_owned(); FLOOD_ELEMENTS]),
+                        refusal_of_many(method, arg),
+                    ),
+                ],
+                _ => vec![],
+            };
+            for (how, value, refusal) in over {
+                let values = args
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| {
+                        if i == at {
+                            value.clone()
+                        } else {
+                            valid_value(method, a, &valid)
+                        }
+                    })
+                    .collect();
+                calls.push(OverCap {
+                    call: format!("{method}: {} ({how})", arg.name),
+                    method: method.clone(),
+                    values,
+                    refusal,
+                });
+            }
+        }
+    }
+    let called: Vec<&str> = calls.iter().map(|c| c.method.as_str()).collect();
     for expected in [
         "Snapshot",
+        "RestoreConfirm",
         "Copy",
         "Fetch",
         "Open",
@@ -396,29 +598,42 @@ fn hostile_every_string_argument_of_every_method_is_refused_over_its_cap() {
             "{expected} has string arguments: {called:?}"
         );
     }
+    let words_calls = calls
+        .iter()
+        .filter(|c| c.refusal.error == "WordsNotShown")
+        .count();
+    assert!(
+        words_calls >= 2,
+        "RestoreConfirm's and SetRestoreConfirm's words"
+    );
+
     let answers = {
-        let (huge, calls) = (huge.clone(), calls.clone());
+        let to_send: Vec<(String, Vec<Value>)> = calls
+            .iter()
+            .map(|c| (c.method.clone(), c.values.clone()))
+            .collect();
         as_user(&w, APPROVER, move |keeper| async move {
             let connection = keeper.inner().connection().clone();
             let mut answers = Vec::new();
-            for (method, types, at) in &calls {
+            for (method, values) in &to_send {
                 let reply = connection
                     .call_method(
                         Some(layout::names::KEEPER_BUS_NAME),
                         layout::names::KEEPER_OBJECT_PATH,
                         Some(layout::names::KEEPER_BUS_NAME),
                         method.as_str(),
-                        &arguments(types, *at, &huge),
+                        &arguments(values),
                     )
                     .await;
-                answers.push((format!("{method} argument {at}"), reply));
+                answers.push(reply.map(drop));
             }
             answers
         })
         .join()
         .expect("the approver's thread")
     };
-    for (call, reply) in &answers {
+    for (c, reply) in calls.iter().zip(&answers) {
+        let call = &c.call;
         match reply {
             Err(zbus::Error::MethodError(name, message, _)) => {
                 let message = message.as_deref().unwrap_or("");
@@ -427,6 +642,18 @@ fn hostile_every_string_argument_of_every_method_is_refused_over_its_cap() {
                     "{call}: {name}: {} bytes",
                     message.len()
                 );
+                // Refused for the argument over its cap, not for another one.
+                assert_eq!(
+                    name.as_str(),
+                    format!("org.tacid.Keeper1.Error.{}", c.refusal.error),
+                    "{call}: {message}"
+                );
+                for says in &c.refusal.says {
+                    assert!(
+                        message.contains(says.as_str()),
+                        "{call}: {name}: {message:?} does not say {says:?}"
+                    );
+                }
             }
             other => panic!("{call} over its cap was not refused: {other:?}"),
         }
@@ -445,6 +672,27 @@ fn hostile_every_string_argument_of_every_method_is_refused_over_its_cap() {
     }
     for row in &snapshots {
         assert!(!format!("{row:?}").contains(&huge), "a snapshot row");
+    }
+    // The words over their cap: each refusal journalled, of the valid snapshot (alone or as
+    // its set's member), with the words capped and saying how long they were.
+    let words_refused: Vec<_> = requests
+        .iter()
+        .filter(|r| {
+            r.uid == uid_of(APPROVER)
+                && r.action == "restore"
+                && r.state == State::Refused
+                && r.subject.contains(&valid.snapshot)
+        })
+        .collect();
+    assert_eq!(words_refused.len(), words_calls, "{words_refused:?}");
+    for r in &words_refused {
+        assert!(
+            r.words_shown.len() <= MAX_WORDS_BYTES + 32
+                && r.words_shown.ends_with(&format!("… ({HUGE} bytes)")),
+            "{} bytes journalled of {}",
+            r.words_shown.len(),
+            r.subject
+        );
     }
     let log = std::fs::read_to_string(w.keeper_log()).expect("the keeper's log");
     let longest = log.lines().map(str::len).max().unwrap_or(0);
