@@ -1,4 +1,5 @@
-//! Who is at the other end of a D-Bus call, for both daemons and the CLI.
+//! Who is at the other end of a D-Bus call, for both daemons and the CLI, and the named
+//! errors both interfaces declare the same way ([`named_errors!`]).
 //!
 //! - [`CallerUids`]: the uid of the connection that sent a call, from the bus's own record
 //!   (`GetConnectionUnixUser` on the message's sender), never from anything in the call.
@@ -145,6 +146,83 @@ pub fn peer_gone(e: &zbus::Error) -> Option<PeerGone> {
 /// Whether the call failed with `e` because the peer is not on the bus or left it.
 pub fn is_peer_gone(e: &zbus::Error) -> bool {
     peer_gone(e).is_some()
+}
+
+/// The named errors of a tacid bus interface, from one list of kinds: `ErrorKind` (no data;
+/// `ALL`, `name()`), and `Error` (zbus's `DBusError`, one variant per kind named on the bus
+/// `<prefix>.<Kind>`, plus `ZBus` for a failure of the bus itself or a name the interface
+/// does not know), with `Error::new(kind, message)`, `kind()` and `message()`. Every
+/// match is written by the macro, so a kind cannot be left out of one.
+#[macro_export]
+macro_rules! named_errors {
+    (
+        $(#[$error_meta:meta])*
+        prefix = $prefix:literal;
+        $(#[$kind_meta:meta])*
+        kinds { $( $(#[$doc:meta])* $kind:ident, )* }
+    ) => {
+        $(#[$error_meta])*
+        #[derive(Debug, Clone, PartialEq, zbus::DBusError)]
+        #[zbus(prefix = $prefix)]
+        pub enum Error {
+            /// Client side only: the bus or the connection failed, or an error this
+            /// interface does not name came back.
+            #[zbus(error)]
+            ZBus(zbus::Error),
+            $( $kind(String), )*
+        }
+
+        $(#[$kind_meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorKind {
+            $( $(#[$doc])* $kind, )*
+        }
+
+        impl ErrorKind {
+            /// Every kind, in the order the interface declares them.
+            pub const ALL: [ErrorKind; [$(stringify!($kind)),*].len()] = [$(ErrorKind::$kind),*];
+
+            /// The last part of its D-Bus error name (`NoSuchSnapshot`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( ErrorKind::$kind => stringify!($kind), )*
+                }
+            }
+        }
+
+        impl std::fmt::Display for ErrorKind {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl Error {
+            /// The error of `kind` with `message`.
+            pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+                let m = message.into();
+                match kind {
+                    $( ErrorKind::$kind => Error::$kind(m), )*
+                }
+            }
+
+            /// Its kind; `None` for a failure of the bus itself (or an error this
+            /// interface does not name).
+            pub fn kind(&self) -> Option<ErrorKind> {
+                match self {
+                    $( Error::$kind(_) => Some(ErrorKind::$kind), )*
+                    Error::ZBus(_) => None,
+                }
+            }
+
+            /// The message alone (without the error name).
+            pub fn message(&self) -> String {
+                match self {
+                    $( Error::$kind(m) => m.clone(), )*
+                    Error::ZBus(e) => e.to_string(),
+                }
+            }
+        }
+    };
 }
 
 #[cfg(test)]

@@ -531,230 +531,57 @@ pub struct PartChanges {
     pub paths_hidden: u64,
 }
 
-/// Named errors on the wire: one variant per [`ErrorKind`], named on the bus
-/// `org.tacid.Keeper1.Error.<Kind>`, each with a message that says what went wrong and what
-/// to do.
-#[derive(Debug, Clone, PartialEq, zbus::DBusError)]
-#[zbus(prefix = "org.tacid.Keeper1.Error")]
-pub enum Error {
-    NotAuthorized(String),
-    StemNotRunning(String),
-    NoSuchSnapshot(String),
-    InvalidArgument(String),
-    NotAllowedForSubvolume(String),
-    AnotherRestoreStaged(String),
-    WordsNotShown(String),
-    StemFailed(String),
-    Journal(String),
-    Protected(String),
-    NoSpace(String),
-    NoSuchTarget(String),
-    TargetBusy(String),
-    TargetUnreachable(String),
-    HostKeyChanged(String),
-    TargetNotBtrfs(String),
-    TargetFull(String),
-    TransferFailed(String),
-    AlreadyHere(String),
-    OpenRefused(String),
-    InUse(String),
-    #[zbus(error)]
-    ZBus(zbus::Error),
-}
-
-/// Why the keeper said no: every error `org.tacid.Keeper1` names, without its message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorKind {
-    /// The caller may not do this (not root, not in the approver group, or unknown).
-    NotAuthorized,
-    /// The stem is not on the bus.
-    StemNotRunning,
-    /// No snapshot by that name exists.
-    NoSuchSnapshot,
-    /// A name or argument is not valid (not a subvolume of the layout, not a snapshot name).
-    InvalidArgument,
-    /// The subvolume's snapshots may not be put back, or it is never snapshotted.
-    NotAllowedForSubvolume,
-    /// Another restore is already staged.
-    AnotherRestoreStaged,
-    /// The words given back are not the words the keeper showed this caller.
-    WordsNotShown,
-    /// The stem refused or failed; the message is the stem's.
-    StemFailed,
-    /// The journal could not record the request; nothing was done.
-    Journal,
-    /// The snapshot is protected: the staged restore names it, or a person marked it to keep.
-    Protected,
-    /// The free space is below the hard floor; no snapshot was taken.
-    NoSpace,
-    /// No target of that name is configured (or the name is not a target name).
-    NoSuchTarget,
-    /// Another copy, fetch or deletion on that target is running.
-    TargetBusy,
-    /// The target could not be reached (not mounted, host down, key refused).
-    TargetUnreachable,
-    /// The backup host's key is not the pinned one; nothing was sent.
-    HostKeyChanged,
-    /// The target's directory is not on Btrfs.
-    TargetNotBtrfs,
-    /// The target has no room; nothing half-received was left.
-    TargetFull,
-    /// The transfer died (link cut, a side killed); nothing half-received was left.
-    TransferFailed,
-    /// A snapshot of that name is already in the local store; nothing was fetched.
-    AlreadyHere,
-    /// Opening refused: too many open (for the caller or overall), the caller's home is not
-    /// a directory of theirs in the snapshot, or that snapshot is open another way.
-    OpenRefused,
-    /// The snapshot is open and a process uses it (its working directory, a file or a
-    /// mapping is in it): not closed, or not deleted; nothing changed (adr/0021).
-    InUse,
-}
-
-impl ErrorKind {
-    /// Every kind, in the order the interface declares them.
-    pub const ALL: [ErrorKind; 21] = [
-        ErrorKind::NotAuthorized,
-        ErrorKind::StemNotRunning,
-        ErrorKind::NoSuchSnapshot,
-        ErrorKind::InvalidArgument,
-        ErrorKind::NotAllowedForSubvolume,
-        ErrorKind::AnotherRestoreStaged,
-        ErrorKind::WordsNotShown,
-        ErrorKind::StemFailed,
-        ErrorKind::Journal,
-        ErrorKind::Protected,
-        ErrorKind::NoSpace,
-        ErrorKind::NoSuchTarget,
-        ErrorKind::TargetBusy,
-        ErrorKind::TargetUnreachable,
-        ErrorKind::HostKeyChanged,
-        ErrorKind::TargetNotBtrfs,
-        ErrorKind::TargetFull,
-        ErrorKind::TransferFailed,
-        ErrorKind::AlreadyHere,
-        ErrorKind::OpenRefused,
-        ErrorKind::InUse,
-    ];
-
-    /// The last part of its D-Bus error name (`NoSuchSnapshot`).
-    pub fn name(self) -> &'static str {
-        match self {
-            ErrorKind::NotAuthorized => "NotAuthorized",
-            ErrorKind::StemNotRunning => "StemNotRunning",
-            ErrorKind::NoSuchSnapshot => "NoSuchSnapshot",
-            ErrorKind::InvalidArgument => "InvalidArgument",
-            ErrorKind::NotAllowedForSubvolume => "NotAllowedForSubvolume",
-            ErrorKind::AnotherRestoreStaged => "AnotherRestoreStaged",
-            ErrorKind::WordsNotShown => "WordsNotShown",
-            ErrorKind::StemFailed => "StemFailed",
-            ErrorKind::Journal => "Journal",
-            ErrorKind::Protected => "Protected",
-            ErrorKind::NoSpace => "NoSpace",
-            ErrorKind::NoSuchTarget => "NoSuchTarget",
-            ErrorKind::TargetBusy => "TargetBusy",
-            ErrorKind::TargetUnreachable => "TargetUnreachable",
-            ErrorKind::HostKeyChanged => "HostKeyChanged",
-            ErrorKind::TargetNotBtrfs => "TargetNotBtrfs",
-            ErrorKind::TargetFull => "TargetFull",
-            ErrorKind::TransferFailed => "TransferFailed",
-            ErrorKind::AlreadyHere => "AlreadyHere",
-            ErrorKind::OpenRefused => "OpenRefused",
-            ErrorKind::InUse => "InUse",
-        }
-    }
-}
-
-impl std::fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl Error {
-    /// The error of `kind` with `message`.
-    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
-        let m = message.into();
-        match kind {
-            ErrorKind::NotAuthorized => Error::NotAuthorized(m),
-            ErrorKind::StemNotRunning => Error::StemNotRunning(m),
-            ErrorKind::NoSuchSnapshot => Error::NoSuchSnapshot(m),
-            ErrorKind::InvalidArgument => Error::InvalidArgument(m),
-            ErrorKind::NotAllowedForSubvolume => Error::NotAllowedForSubvolume(m),
-            ErrorKind::AnotherRestoreStaged => Error::AnotherRestoreStaged(m),
-            ErrorKind::WordsNotShown => Error::WordsNotShown(m),
-            ErrorKind::StemFailed => Error::StemFailed(m),
-            ErrorKind::Journal => Error::Journal(m),
-            ErrorKind::Protected => Error::Protected(m),
-            ErrorKind::NoSpace => Error::NoSpace(m),
-            ErrorKind::NoSuchTarget => Error::NoSuchTarget(m),
-            ErrorKind::TargetBusy => Error::TargetBusy(m),
-            ErrorKind::TargetUnreachable => Error::TargetUnreachable(m),
-            ErrorKind::HostKeyChanged => Error::HostKeyChanged(m),
-            ErrorKind::TargetNotBtrfs => Error::TargetNotBtrfs(m),
-            ErrorKind::TargetFull => Error::TargetFull(m),
-            ErrorKind::TransferFailed => Error::TransferFailed(m),
-            ErrorKind::AlreadyHere => Error::AlreadyHere(m),
-            ErrorKind::OpenRefused => Error::OpenRefused(m),
-            ErrorKind::InUse => Error::InUse(m),
-        }
-    }
-
-    /// Its kind; `None` for a failure of the bus itself (or an error this interface does
-    /// not name).
-    pub fn kind(&self) -> Option<ErrorKind> {
-        match self {
-            Error::NotAuthorized(_) => Some(ErrorKind::NotAuthorized),
-            Error::StemNotRunning(_) => Some(ErrorKind::StemNotRunning),
-            Error::NoSuchSnapshot(_) => Some(ErrorKind::NoSuchSnapshot),
-            Error::InvalidArgument(_) => Some(ErrorKind::InvalidArgument),
-            Error::NotAllowedForSubvolume(_) => Some(ErrorKind::NotAllowedForSubvolume),
-            Error::AnotherRestoreStaged(_) => Some(ErrorKind::AnotherRestoreStaged),
-            Error::WordsNotShown(_) => Some(ErrorKind::WordsNotShown),
-            Error::StemFailed(_) => Some(ErrorKind::StemFailed),
-            Error::Journal(_) => Some(ErrorKind::Journal),
-            Error::Protected(_) => Some(ErrorKind::Protected),
-            Error::NoSpace(_) => Some(ErrorKind::NoSpace),
-            Error::NoSuchTarget(_) => Some(ErrorKind::NoSuchTarget),
-            Error::TargetBusy(_) => Some(ErrorKind::TargetBusy),
-            Error::TargetUnreachable(_) => Some(ErrorKind::TargetUnreachable),
-            Error::HostKeyChanged(_) => Some(ErrorKind::HostKeyChanged),
-            Error::TargetNotBtrfs(_) => Some(ErrorKind::TargetNotBtrfs),
-            Error::TargetFull(_) => Some(ErrorKind::TargetFull),
-            Error::TransferFailed(_) => Some(ErrorKind::TransferFailed),
-            Error::AlreadyHere(_) => Some(ErrorKind::AlreadyHere),
-            Error::OpenRefused(_) => Some(ErrorKind::OpenRefused),
-            Error::InUse(_) => Some(ErrorKind::InUse),
-            Error::ZBus(_) => None,
-        }
-    }
-
-    /// The message alone (without the error name).
-    pub fn message(&self) -> String {
-        match self {
-            Error::NotAuthorized(m)
-            | Error::StemNotRunning(m)
-            | Error::NoSuchSnapshot(m)
-            | Error::InvalidArgument(m)
-            | Error::NotAllowedForSubvolume(m)
-            | Error::AnotherRestoreStaged(m)
-            | Error::WordsNotShown(m)
-            | Error::StemFailed(m)
-            | Error::Journal(m)
-            | Error::Protected(m)
-            | Error::NoSpace(m)
-            | Error::NoSuchTarget(m)
-            | Error::TargetBusy(m)
-            | Error::TargetUnreachable(m)
-            | Error::HostKeyChanged(m)
-            | Error::TargetNotBtrfs(m)
-            | Error::TargetFull(m)
-            | Error::TransferFailed(m)
-            | Error::AlreadyHere(m)
-            | Error::OpenRefused(m)
-            | Error::InUse(m) => m.clone(),
-            Error::ZBus(e) => e.to_string(),
-        }
+bus_peer::named_errors! {
+    /// Named errors on the wire: one variant per [`ErrorKind`], named on the bus
+    /// `org.tacid.Keeper1.Error.<Kind>`, each with a message that says what went wrong and what
+    /// to do.
+    prefix = "org.tacid.Keeper1.Error";
+    /// Why the keeper said no: every error `org.tacid.Keeper1` names, without its message.
+    kinds {
+        /// The caller may not do this (not root, not in the approver group, or unknown).
+        NotAuthorized,
+        /// The stem is not on the bus.
+        StemNotRunning,
+        /// No snapshot by that name exists.
+        NoSuchSnapshot,
+        /// A name or argument is not valid (not a subvolume of the layout, not a snapshot name).
+        InvalidArgument,
+        /// The subvolume's snapshots may not be put back, or it is never snapshotted.
+        NotAllowedForSubvolume,
+        /// Another restore is already staged.
+        AnotherRestoreStaged,
+        /// The words given back are not the words the keeper showed this caller.
+        WordsNotShown,
+        /// The stem refused or failed; the message is the stem's.
+        StemFailed,
+        /// The journal could not record the request; nothing was done.
+        Journal,
+        /// The snapshot is protected: the staged restore names it, or a person marked it to keep.
+        Protected,
+        /// The free space is below the hard floor; no snapshot was taken.
+        NoSpace,
+        /// No target of that name is configured (or the name is not a target name).
+        NoSuchTarget,
+        /// Another copy, fetch or deletion on that target is running.
+        TargetBusy,
+        /// The target could not be reached (not mounted, host down, key refused).
+        TargetUnreachable,
+        /// The backup host's key is not the pinned one; nothing was sent.
+        HostKeyChanged,
+        /// The target's directory is not on Btrfs.
+        TargetNotBtrfs,
+        /// The target has no room; nothing half-received was left.
+        TargetFull,
+        /// The transfer died (link cut, a side killed); nothing half-received was left.
+        TransferFailed,
+        /// A snapshot of that name is already in the local store; nothing was fetched.
+        AlreadyHere,
+        /// Opening refused: too many open (for the caller or overall), the caller's home is not
+        /// a directory of theirs in the snapshot, or that snapshot is open another way.
+        OpenRefused,
+        /// The snapshot is open and a process uses it (its working directory, a file or a
+        /// mapping is in it): not closed, or not deleted; nothing changed (adr/0021).
+        InUse,
     }
 }
 

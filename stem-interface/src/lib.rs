@@ -219,307 +219,78 @@ pub struct OpenInfo {
     pub idle_close_unix_micros: i64,
 }
 
-/// The errors of `org.tacid.Stem1`: one variant per [`ErrorKind`], named on the bus
-/// `org.tacid.Stem1.Error.<Kind>`, with a message that says what to do.
-#[derive(Debug, zbus::DBusError)]
-#[zbus(prefix = "org.tacid.Stem1.Error")]
-pub enum Error {
-    /// Client side only: the bus or the connection failed, or an error this interface does
-    /// not name came back.
-    #[zbus(error)]
-    ZBus(zbus::Error),
-    AccessDenied(String),
-    InvalidArgument(String),
-    NotSnapshottable(String),
-    NotRestorable(String),
-    NoSuchSnapshot(String),
-    NotReadOnly(String),
-    OfAnotherSubvolume(String),
-    AnotherRestoreStaged(String),
-    Pinned(String),
-    NoSpace(String),
-    BelowHardFloor(String),
-    StoreUnsafe(String),
-    LiveSubvolumeMissing(String),
-    BadRequestFile(String),
-    BadOutcomeFile(String),
-    NotInHistory(String),
-    NoSuchTarget(String),
-    TargetBusy(String),
-    TargetUnreachable(String),
-    HostKeyChanged(String),
-    TargetNotBtrfs(String),
-    TargetFull(String),
-    TransferFailed(String),
-    NoSuchCopy(String),
-    AlreadyHere(String),
-    PartRefused(String),
-    TooManyOpen(String),
-    AlreadyOpen(String),
-    InUse(String),
-    Failed(String),
-}
-
-/// Why the stem said no: every error `org.tacid.Stem1` names, without its message. The
-/// D-Bus name is `org.tacid.Stem1.Error.` and [`ErrorKind::name`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorKind {
-    /// The caller is not the keeper's user, or the bus could not say who the caller is.
-    AccessDenied,
-    /// An argument is not a subvolume of the layout or not a canonical snapshot name.
-    InvalidArgument,
-    /// Snapshots of that subvolume are not taken (`@root`, `@snapshots`, ...).
-    NotSnapshottable,
-    /// That subvolume's snapshots are never put back (`@nix`, ...).
-    NotRestorable,
-    /// There is no snapshot of that name in the store.
-    NoSuchSnapshot,
-    /// The snapshot is writable; only read-only snapshots are restored.
-    NotReadOnly,
-    /// The snapshot is of another subvolume than its name says.
-    OfAnotherSubvolume,
-    /// A different restore is already staged; withdraw it first.
-    AnotherRestoreStaged,
-    /// The snapshot is named by the staged restore; withdraw the restore before deleting it.
-    Pinned,
-    /// The filesystem is full; nothing was left half-made.
-    NoSpace,
-    /// The free space is below the hard floor; no snapshot was taken.
-    BelowHardFloor,
-    /// The snapshot store (`@snapshots`) is missing, not a subvolume, or not root-only.
-    StoreUnsafe,
-    /// The live subvolume to snapshot is missing or not a subvolume.
-    LiveSubvolumeMissing,
-    /// The staged request file is bad (unreadable, malformed, not a regular file, not
-    /// root's): the next boot refuses it; DiscardBadRequest removes it.
-    BadRequestFile,
-    /// The initrd's outcome file is unreadable or malformed.
-    BadOutcomeFile,
-    /// The snapshot holds no state the live subvolume descends from (an earlier restore
-    /// left that line behind): changes since it cannot be counted.
-    NotInHistory,
-    /// No copy target of that name is configured (or the name is not a target name).
-    NoSuchTarget,
-    /// The target is busy with another act (one at a time per target).
-    TargetBusy,
-    /// The target cannot be reached (not mounted; host down; refused the key).
-    TargetUnreachable,
-    /// The SSH target's host key is not the pinned one.
-    HostKeyChanged,
-    /// The target directory is not on Btrfs.
-    TargetNotBtrfs,
-    /// The target filesystem is full; nothing half-received was left.
-    TargetFull,
-    /// The transfer failed (the message says why); nothing half-received was left.
-    TransferFailed,
-    /// The target holds no copy of that name.
-    NoSuchCopy,
-    /// It is there already: the target holds that copy (CopyTo), or the store a snapshot of
-    /// that name (FetchFrom). Nothing changed.
-    AlreadyHere,
-    /// The part asked to open is not the owner's directory in the snapshot (missing, a
-    /// symlink or a file, or owned by another uid there).
-    PartRefused,
-    /// A cap on open snapshots is reached (per person or overall); close one first.
-    TooManyOpen,
-    /// That snapshot is open for that uid already, showing another part; close it first.
-    AlreadyOpen,
-    /// The snapshot is open and a process uses it (its working directory, a file or a
-    /// mapping is in it): not closed (CloseSnapshot) or not deleted (Delete); nothing changed.
-    InUse,
-    /// Anything else went wrong (an I/O error from Btrfs); the message says what.
-    Failed,
-}
-
-impl ErrorKind {
-    /// Every kind, in the order the interface declares them.
-    pub const ALL: [ErrorKind; 30] = [
-        ErrorKind::AccessDenied,
-        ErrorKind::InvalidArgument,
-        ErrorKind::NotSnapshottable,
-        ErrorKind::NotRestorable,
-        ErrorKind::NoSuchSnapshot,
-        ErrorKind::NotReadOnly,
-        ErrorKind::OfAnotherSubvolume,
-        ErrorKind::AnotherRestoreStaged,
-        ErrorKind::Pinned,
-        ErrorKind::NoSpace,
-        ErrorKind::BelowHardFloor,
-        ErrorKind::StoreUnsafe,
-        ErrorKind::LiveSubvolumeMissing,
-        ErrorKind::BadRequestFile,
-        ErrorKind::BadOutcomeFile,
-        ErrorKind::NotInHistory,
-        ErrorKind::NoSuchTarget,
-        ErrorKind::TargetBusy,
-        ErrorKind::TargetUnreachable,
-        ErrorKind::HostKeyChanged,
-        ErrorKind::TargetNotBtrfs,
-        ErrorKind::TargetFull,
-        ErrorKind::TransferFailed,
-        ErrorKind::NoSuchCopy,
-        ErrorKind::AlreadyHere,
-        ErrorKind::PartRefused,
-        ErrorKind::TooManyOpen,
-        ErrorKind::AlreadyOpen,
-        ErrorKind::InUse,
-        ErrorKind::Failed,
-    ];
-
-    /// The last part of its D-Bus error name (`NoSuchSnapshot`).
-    pub fn name(self) -> &'static str {
-        match self {
-            ErrorKind::AccessDenied => "AccessDenied",
-            ErrorKind::InvalidArgument => "InvalidArgument",
-            ErrorKind::NotSnapshottable => "NotSnapshottable",
-            ErrorKind::NotRestorable => "NotRestorable",
-            ErrorKind::NoSuchSnapshot => "NoSuchSnapshot",
-            ErrorKind::NotReadOnly => "NotReadOnly",
-            ErrorKind::OfAnotherSubvolume => "OfAnotherSubvolume",
-            ErrorKind::AnotherRestoreStaged => "AnotherRestoreStaged",
-            ErrorKind::Pinned => "Pinned",
-            ErrorKind::NoSpace => "NoSpace",
-            ErrorKind::BelowHardFloor => "BelowHardFloor",
-            ErrorKind::StoreUnsafe => "StoreUnsafe",
-            ErrorKind::LiveSubvolumeMissing => "LiveSubvolumeMissing",
-            ErrorKind::BadRequestFile => "BadRequestFile",
-            ErrorKind::BadOutcomeFile => "BadOutcomeFile",
-            ErrorKind::NotInHistory => "NotInHistory",
-            ErrorKind::NoSuchTarget => "NoSuchTarget",
-            ErrorKind::TargetBusy => "TargetBusy",
-            ErrorKind::TargetUnreachable => "TargetUnreachable",
-            ErrorKind::HostKeyChanged => "HostKeyChanged",
-            ErrorKind::TargetNotBtrfs => "TargetNotBtrfs",
-            ErrorKind::TargetFull => "TargetFull",
-            ErrorKind::TransferFailed => "TransferFailed",
-            ErrorKind::NoSuchCopy => "NoSuchCopy",
-            ErrorKind::AlreadyHere => "AlreadyHere",
-            ErrorKind::PartRefused => "PartRefused",
-            ErrorKind::TooManyOpen => "TooManyOpen",
-            ErrorKind::AlreadyOpen => "AlreadyOpen",
-            ErrorKind::InUse => "InUse",
-            ErrorKind::Failed => "Failed",
-        }
-    }
-}
-
-impl std::fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl Error {
-    /// The error of `kind` with `message`.
-    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
-        let m = message.into();
-        match kind {
-            ErrorKind::AccessDenied => Error::AccessDenied(m),
-            ErrorKind::InvalidArgument => Error::InvalidArgument(m),
-            ErrorKind::NotSnapshottable => Error::NotSnapshottable(m),
-            ErrorKind::NotRestorable => Error::NotRestorable(m),
-            ErrorKind::NoSuchSnapshot => Error::NoSuchSnapshot(m),
-            ErrorKind::NotReadOnly => Error::NotReadOnly(m),
-            ErrorKind::OfAnotherSubvolume => Error::OfAnotherSubvolume(m),
-            ErrorKind::AnotherRestoreStaged => Error::AnotherRestoreStaged(m),
-            ErrorKind::Pinned => Error::Pinned(m),
-            ErrorKind::NoSpace => Error::NoSpace(m),
-            ErrorKind::BelowHardFloor => Error::BelowHardFloor(m),
-            ErrorKind::StoreUnsafe => Error::StoreUnsafe(m),
-            ErrorKind::LiveSubvolumeMissing => Error::LiveSubvolumeMissing(m),
-            ErrorKind::BadRequestFile => Error::BadRequestFile(m),
-            ErrorKind::BadOutcomeFile => Error::BadOutcomeFile(m),
-            ErrorKind::NotInHistory => Error::NotInHistory(m),
-            ErrorKind::NoSuchTarget => Error::NoSuchTarget(m),
-            ErrorKind::TargetBusy => Error::TargetBusy(m),
-            ErrorKind::TargetUnreachable => Error::TargetUnreachable(m),
-            ErrorKind::HostKeyChanged => Error::HostKeyChanged(m),
-            ErrorKind::TargetNotBtrfs => Error::TargetNotBtrfs(m),
-            ErrorKind::TargetFull => Error::TargetFull(m),
-            ErrorKind::TransferFailed => Error::TransferFailed(m),
-            ErrorKind::NoSuchCopy => Error::NoSuchCopy(m),
-            ErrorKind::AlreadyHere => Error::AlreadyHere(m),
-            ErrorKind::PartRefused => Error::PartRefused(m),
-            ErrorKind::TooManyOpen => Error::TooManyOpen(m),
-            ErrorKind::AlreadyOpen => Error::AlreadyOpen(m),
-            ErrorKind::InUse => Error::InUse(m),
-            ErrorKind::Failed => Error::Failed(m),
-        }
-    }
-
-    /// Its kind; `None` for a failure of the bus itself (or an error this interface does
-    /// not name).
-    pub fn kind(&self) -> Option<ErrorKind> {
-        match self {
-            Error::AccessDenied(_) => Some(ErrorKind::AccessDenied),
-            Error::InvalidArgument(_) => Some(ErrorKind::InvalidArgument),
-            Error::NotSnapshottable(_) => Some(ErrorKind::NotSnapshottable),
-            Error::NotRestorable(_) => Some(ErrorKind::NotRestorable),
-            Error::NoSuchSnapshot(_) => Some(ErrorKind::NoSuchSnapshot),
-            Error::NotReadOnly(_) => Some(ErrorKind::NotReadOnly),
-            Error::OfAnotherSubvolume(_) => Some(ErrorKind::OfAnotherSubvolume),
-            Error::AnotherRestoreStaged(_) => Some(ErrorKind::AnotherRestoreStaged),
-            Error::Pinned(_) => Some(ErrorKind::Pinned),
-            Error::NoSpace(_) => Some(ErrorKind::NoSpace),
-            Error::BelowHardFloor(_) => Some(ErrorKind::BelowHardFloor),
-            Error::StoreUnsafe(_) => Some(ErrorKind::StoreUnsafe),
-            Error::LiveSubvolumeMissing(_) => Some(ErrorKind::LiveSubvolumeMissing),
-            Error::BadRequestFile(_) => Some(ErrorKind::BadRequestFile),
-            Error::BadOutcomeFile(_) => Some(ErrorKind::BadOutcomeFile),
-            Error::NotInHistory(_) => Some(ErrorKind::NotInHistory),
-            Error::NoSuchTarget(_) => Some(ErrorKind::NoSuchTarget),
-            Error::TargetBusy(_) => Some(ErrorKind::TargetBusy),
-            Error::TargetUnreachable(_) => Some(ErrorKind::TargetUnreachable),
-            Error::HostKeyChanged(_) => Some(ErrorKind::HostKeyChanged),
-            Error::TargetNotBtrfs(_) => Some(ErrorKind::TargetNotBtrfs),
-            Error::TargetFull(_) => Some(ErrorKind::TargetFull),
-            Error::TransferFailed(_) => Some(ErrorKind::TransferFailed),
-            Error::NoSuchCopy(_) => Some(ErrorKind::NoSuchCopy),
-            Error::AlreadyHere(_) => Some(ErrorKind::AlreadyHere),
-            Error::PartRefused(_) => Some(ErrorKind::PartRefused),
-            Error::TooManyOpen(_) => Some(ErrorKind::TooManyOpen),
-            Error::AlreadyOpen(_) => Some(ErrorKind::AlreadyOpen),
-            Error::InUse(_) => Some(ErrorKind::InUse),
-            Error::Failed(_) => Some(ErrorKind::Failed),
-            Error::ZBus(_) => None,
-        }
-    }
-
-    /// The message alone (without the error name).
-    pub fn message(&self) -> String {
-        match self {
-            Error::AccessDenied(m)
-            | Error::InvalidArgument(m)
-            | Error::NotSnapshottable(m)
-            | Error::NotRestorable(m)
-            | Error::NoSuchSnapshot(m)
-            | Error::NotReadOnly(m)
-            | Error::OfAnotherSubvolume(m)
-            | Error::AnotherRestoreStaged(m)
-            | Error::Pinned(m)
-            | Error::NoSpace(m)
-            | Error::BelowHardFloor(m)
-            | Error::StoreUnsafe(m)
-            | Error::LiveSubvolumeMissing(m)
-            | Error::BadRequestFile(m)
-            | Error::BadOutcomeFile(m)
-            | Error::NotInHistory(m)
-            | Error::NoSuchTarget(m)
-            | Error::TargetBusy(m)
-            | Error::TargetUnreachable(m)
-            | Error::HostKeyChanged(m)
-            | Error::TargetNotBtrfs(m)
-            | Error::TargetFull(m)
-            | Error::TransferFailed(m)
-            | Error::NoSuchCopy(m)
-            | Error::AlreadyHere(m)
-            | Error::PartRefused(m)
-            | Error::TooManyOpen(m)
-            | Error::AlreadyOpen(m)
-            | Error::InUse(m)
-            | Error::Failed(m) => m.clone(),
-            Error::ZBus(e) => e.to_string(),
-        }
+bus_peer::named_errors! {
+    /// The errors of `org.tacid.Stem1`: one variant per [`ErrorKind`], named on the bus
+    /// `org.tacid.Stem1.Error.<Kind>`, with a message that says what to do.
+    prefix = "org.tacid.Stem1.Error";
+    /// Why the stem said no: every error `org.tacid.Stem1` names, without its message. The
+    /// D-Bus name is `org.tacid.Stem1.Error.` and [`ErrorKind::name`].
+    kinds {
+        /// The caller is not the keeper's user, or the bus could not say who the caller is.
+        AccessDenied,
+        /// An argument is not a subvolume of the layout or not a canonical snapshot name.
+        InvalidArgument,
+        /// Snapshots of that subvolume are not taken (`@root`, `@snapshots`, ...).
+        NotSnapshottable,
+        /// That subvolume's snapshots are never put back (`@nix`, ...).
+        NotRestorable,
+        /// There is no snapshot of that name in the store.
+        NoSuchSnapshot,
+        /// The snapshot is writable; only read-only snapshots are restored.
+        NotReadOnly,
+        /// The snapshot is of another subvolume than its name says.
+        OfAnotherSubvolume,
+        /// A different restore is already staged; withdraw it first.
+        AnotherRestoreStaged,
+        /// The snapshot is named by the staged restore; withdraw the restore before deleting it.
+        Pinned,
+        /// The filesystem is full; nothing was left half-made.
+        NoSpace,
+        /// The free space is below the hard floor; no snapshot was taken.
+        BelowHardFloor,
+        /// The snapshot store (`@snapshots`) is missing, not a subvolume, or not root-only.
+        StoreUnsafe,
+        /// The live subvolume to snapshot is missing or not a subvolume.
+        LiveSubvolumeMissing,
+        /// The staged request file is bad (unreadable, malformed, not a regular file, not
+        /// root's): the next boot refuses it; DiscardBadRequest removes it.
+        BadRequestFile,
+        /// The initrd's outcome file is unreadable or malformed.
+        BadOutcomeFile,
+        /// The snapshot holds no state the live subvolume descends from (an earlier restore
+        /// left that line behind): changes since it cannot be counted.
+        NotInHistory,
+        /// No copy target of that name is configured (or the name is not a target name).
+        NoSuchTarget,
+        /// The target is busy with another act (one at a time per target).
+        TargetBusy,
+        /// The target cannot be reached (not mounted; host down; refused the key).
+        TargetUnreachable,
+        /// The SSH target's host key is not the pinned one.
+        HostKeyChanged,
+        /// The target directory is not on Btrfs.
+        TargetNotBtrfs,
+        /// The target filesystem is full; nothing half-received was left.
+        TargetFull,
+        /// The transfer failed (the message says why); nothing half-received was left.
+        TransferFailed,
+        /// The target holds no copy of that name.
+        NoSuchCopy,
+        /// It is there already: the target holds that copy (CopyTo), or the store a snapshot of
+        /// that name (FetchFrom). Nothing changed.
+        AlreadyHere,
+        /// The part asked to open is not the owner's directory in the snapshot (missing, a
+        /// symlink or a file, or owned by another uid there).
+        PartRefused,
+        /// A cap on open snapshots is reached (per person or overall); close one first.
+        TooManyOpen,
+        /// That snapshot is open for that uid already, showing another part; close it first.
+        AlreadyOpen,
+        /// The snapshot is open and a process uses it (its working directory, a file or a
+        /// mapping is in it): not closed (CloseSnapshot) or not deleted (Delete); nothing changed.
+        InUse,
+        /// Anything else went wrong (an I/O error from Btrfs); the message says what.
+        Failed,
     }
 }
 
