@@ -34,3 +34,23 @@ install_debian_packages() {
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     fi
 }
+
+# Garage, the S3-compatible object store the sealed-copy tests and the story store copies in.
+# Built from crates.io once (about 10 minutes on two cores with its default features; less
+# with only the sqlite engine and no metrics, and with optimisation that a test store does not
+# need) and kept in a cache outside the checkout, so a second run finds it. Prints its path.
+TACID_GARAGE_VERSION=2.5.0
+tacid_deps_cache() { echo "${TACID_DEPS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tacid-deps}"; }
+ensure_garage() {
+    local root; root="$(tacid_deps_cache)/garage-$TACID_GARAGE_VERSION"
+    if [ ! -x "$root/bin/garage" ]; then
+        echo "==> building Garage $TACID_GARAGE_VERSION once into $root (several minutes)" >&2
+        CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
+        CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_DEBUG=0 \
+        CARGO_TARGET_DIR="$(tacid_deps_cache)/garage-build" \
+            cargo install garage --version "$TACID_GARAGE_VERSION" --locked --quiet \
+                --no-default-features --features sqlite,bundled-libs --root "$root" >&2
+        rm -rf "$(tacid_deps_cache)/garage-build"
+    fi
+    echo "$root/bin/garage"
+}

@@ -42,6 +42,12 @@ pub const KEEP_COPIES_DAILY: usize = 7;
 pub const KEEP_COPIES_WEEKLY: usize = 4;
 /// Copies: likewise for months.
 pub const KEEP_COPIES_MONTHLY: usize = 6;
+/// Sealed copies: a full copy after this many incrementals in a chain, so that a fetch
+/// replays at most this many streams and one lost part costs at most one chain.
+pub const SEAL_FULL_EVERY: u32 = 30;
+/// Sealed copies: the stored bytes of one part (the compressed stream cut into pieces, each
+/// encrypted on its own), so that a part is retried, checked and fetched whole in memory.
+pub const SEAL_PART_BYTES: usize = 16 << 20;
 
 /// How long the words a preview showed a person stand as what they may consent to.
 pub const CONSENT_WINDOW_SECS: u64 = 15 * 60;
@@ -81,6 +87,7 @@ pub struct Defaults {
     pub keep_copies_daily: usize,
     pub keep_copies_weekly: usize,
     pub keep_copies_monthly: usize,
+    pub seal_full_every: u32,
     pub open_idle_secs: u64,
     pub opens_per_user: usize,
     pub opens_total: usize,
@@ -102,6 +109,7 @@ pub const DEFAULTS: Defaults = Defaults {
     keep_copies_daily: KEEP_COPIES_DAILY,
     keep_copies_weekly: KEEP_COPIES_WEEKLY,
     keep_copies_monthly: KEEP_COPIES_MONTHLY,
+    seal_full_every: SEAL_FULL_EVERY,
     open_idle_secs: OPEN_IDLE_SECS,
     opens_per_user: OPENS_PER_USER,
     opens_total: OPENS_TOTAL,

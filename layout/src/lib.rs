@@ -55,6 +55,10 @@ pub const KEEPER_STATE_DIR: &str = "/var/lib/tacid-keeper";
 /// The journal where the keeper opens it: [`JOURNAL_FILE_NAME`] in [`KEEPER_STATE_DIR`]
 /// (a test keeps the three equal).
 pub const KEEPER_JOURNAL_PATH: &str = "/var/lib/tacid-keeper/journal.sqlite";
+/// The copier's state directory: the sealing key and the generations it wrote.
+pub const COPIER_STATE_DIR: &str = "/var/lib/tacid-copier";
+/// The sealing key (the recovery key a person keeps), owned by the copier's user, mode 0400.
+pub const SEAL_KEY_PATH: &str = "/var/lib/tacid-copier/recovery.key";
 /// What the initrd appends to a live name for the copy it exchanges in (`@home.tacid-swap`):
 /// beside it at the top level, never a layout name.
 pub const SWAP_SUFFIX: &str = ".tacid-swap";
@@ -99,6 +103,14 @@ pub mod names {
     pub const KEEPER_OBJECT_PATH: &str = "/org/tacid/Keeper1";
     /// The keeper's system user and group.
     pub const KEEPER_USER: &str = "tacid-keeper";
+    /// The copier's well-known bus name and interface (versioned): the unprivileged daemon
+    /// that seals copies for storage that is not trusted (adr/0024).
+    pub const COPIER_BUS_NAME: &str = "org.tacid.Copier1";
+    /// The copier's object path.
+    pub const COPIER_OBJECT_PATH: &str = "/org/tacid/Copier1";
+    /// The copier's system user and group: the only holder of the sealing key.
+    pub const COPIER_USER: &str = "tacid-copier";
+    pub const COPIER_UNIT: &str = "tacid-copier.service";
     /// systemd units shipped in the package.
     pub const STEM_UNIT: &str = "tacid-stem.service";
     pub const KEEPER_UNIT: &str = "tacid-keeper.service";
@@ -130,6 +142,14 @@ mod tests {
         assert_eq!(
             super::KEEPER_JOURNAL_PATH,
             format!("{}/{}", super::KEEPER_STATE_DIR, super::JOURNAL_FILE_NAME)
+        );
+    }
+
+    #[test]
+    fn the_sealing_key_is_in_the_copiers_state_directory() {
+        assert_eq!(
+            std::path::Path::new(super::SEAL_KEY_PATH).parent(),
+            Some(std::path::Path::new(super::COPIER_STATE_DIR))
         );
     }
 }
