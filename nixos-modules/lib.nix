@@ -353,6 +353,9 @@ let
   # Each message names the option, the problem and the fix.
   # Copies off the disk (adr/0018). A target's timer and service are named after it.
   copyUnitName = target: "${layout.copy_unit_prefix}${target}";
+  verifyUnitName = target: "${layout.verify_unit_prefix}${target}";
+  # A sealed target (adr/0024): asked for, or an object store, which holds nothing else.
+  isSealedTarget = t: t.seal.enable || hasPrefix "s3://" t.target;
   # The stem's drop-ins for copies, installed by the package here (not under the unit's
   # .d directory, where systemd would apply them on every machine); the module links them
   # in only when copies are configured (and the network one only for an SSH target).
@@ -368,6 +371,8 @@ let
           name: t:
           let
             ssh = hasPrefix "ssh://" t.target;
+            s3 = hasPrefix "s3://" t.target;
+            sealed = isSealedTarget t;
             opt = "services.tacid.copies.\"${name}\"";
             # A copy on the tacid disk itself is no copy: it dies with the disk.
             onLayout = filter (s: s.mount_point != null && s.mount_point != "/" && (t.target == s.mount_point || hasPrefix "${s.mount_point}/" t.target)) mounted;
@@ -379,15 +384,23 @@ let
             }
             {
               assertion = ssh -> (t.identityFile != null && t.hostKey != null);
-              message = "${opt}: an SSH target needs identityFile (the stem's private key) and hostKey (the host's public key, pinned). Set both.";
+              message = "${opt}: an SSH target needs identityFile (the ${if sealed then "copier's" else "stem's"} private key) and hostKey (the host's public key, pinned). Set both.";
             }
             {
               assertion = !ssh -> (t.identityFile == null && t.hostKey == null);
-              message = "${opt}: identityFile and hostKey are for SSH targets; ${t.target} is a directory on this machine. Remove them.";
+              message = "${opt}: identityFile and hostKey are for SSH targets; ${t.target} is ${if s3 then "an object store" else "a directory on this machine"}. Remove them.";
             }
             {
-              assertion = ssh || onLayout == [ ];
-              message = "${opt}: ${t.target} is on the tacid disk itself (under ${(head (onLayout ++ [{ mount_point = ""; }])).mount_point}), and a copy there dies with the disk. Choose a directory on another Btrfs.";
+              assertion = ssh || s3 || onLayout == [ ];
+              message = "${opt}: ${t.target} is on the tacid disk itself (under ${(head (onLayout ++ [{ mount_point = ""; }])).mount_point}), and a copy there dies with the disk. Choose a directory on another ${if sealed then "disk" else "Btrfs"}.";
+            }
+            {
+              assertion = s3 -> t.seal.credentialsFile != null;
+              message = "${opt}: an s3:// target needs seal.credentialsFile (a JSON file with access_key_id and secret_access_key, owned by ${layout.copier_user}, mode 0400). Set it.";
+            }
+            {
+              assertion = !s3 -> t.seal.credentialsFile == null;
+              message = "${opt}: seal.credentialsFile is for s3:// targets; ${t.target} is not one. Remove it.";
             }
           ]
         )
@@ -673,6 +686,8 @@ in
     mountHolding
     persistenceAssertions
     copyUnitName
+    verifyUnitName
+    isSealedTarget
     stemCopyDropInsDir
     stemCopyDropIn
     stemSshDropIn

@@ -137,6 +137,15 @@ let
     ) >$out/${unitDir}/${layout.stem_unit}.d/${tacidLib.moduleDropIn}
     ${lib.concatMapStringsSep "\n" (dropIn: "cp ${cfg.package}/${tacidLib.stemCopyDropInsDir}/${dropIn} $out/${unitDir}/${layout.stem_unit}.d/${dropIn}")
       (lib.optional haveCopies tacidLib.stemCopyDropIn ++ lib.optional haveSshCopies tacidLib.stemSshDropIn)}
+    ${lib.optionalString haveSealed ''
+      mkdir -p $out/${unitDir}/${layout.copier_unit}.d
+      (
+        ${tacidLib.execStartDropInAll {
+          unit = "${cfg.package}/${unitDir}/${layout.copier_unit}";
+          values = copiesValue;
+        }}
+      ) >$out/${unitDir}/${layout.copier_unit}.d/${tacidLib.moduleDropIn}
+    ''}
     ${lib.optionalString (!r.timeline) ''
       mkdir -p $out/${unitDir}/${layout.timeline_unit}.d
       (
@@ -158,7 +167,13 @@ let
   copies = cfg.copies;
   haveCopies = copies != { };
   isSsh = t: lib.hasPrefix "ssh://" t.target;
-  haveSshCopies = lib.any isSsh (lib.attrValues copies);
+  # Sealed targets (adr/0024) are the copier's: the stem only sends into a pipe and
+  # receives from one, so it needs the network only for an SSH target on Btrfs.
+  isSealed = tacidLib.isSealedTarget;
+  sealedCopies = lib.filterAttrs (_: isSealed) copies;
+  haveSealed = sealedCopies != { };
+  haveSshCopies = lib.any (t: isSsh t && !isSealed t) (lib.attrValues copies);
+  haveSealedSsh = lib.any isSsh (lib.attrValues sealedCopies);
   copiesConfig = pkgs.writeText "tacid-copies.json" (builtins.toJSON {
     targets = lib.mapAttrs
       (_: t: {
@@ -166,9 +181,17 @@ let
         keep = { inherit (t.keep) latest daily weekly monthly; };
       }
       // lib.optionalAttrs (t.identityFile != null) { identity = t.identityFile; }
-      // lib.optionalAttrs (t.hostKey != null) { host_key = t.hostKey; })
+      // lib.optionalAttrs (t.hostKey != null) { host_key = t.hostKey; }
+      // lib.optionalAttrs (isSealed t) {
+        seal = {
+          inherit (t.seal) region http;
+          full_every = t.seal.fullEvery;
+          full_past_bytes = t.seal.fullPastBytes;
+        } // lib.optionalAttrs (t.seal.credentialsFile != null) { credentials = t.seal.credentialsFile; };
+      })
       copies;
   });
+  verifiedCopies = lib.filterAttrs (_: t: t.seal.verifySchedule != null) sealedCopies;
   copiesValue = lib.optional haveCopies { flag = "--copies-config"; value = "${copiesConfig}"; };
 in
 {
@@ -383,6 +406,56 @@ in
             default = "daily";
             description = "When the target's timer copies (systemd.time(7) calendar event).";
           };
+          seal = {
+            enable = lib.mkOption {
+              type = lib.types.bool;
+              default = false;
+              description = ''
+                Seal the copies (adr/0024): the send stream compressed, encrypted and
+                authenticated by the unprivileged copier (${layout.copier_unit}), in parts under
+                a manifest, so that the target may be any filesystem (a directory), an SSH host
+                without Btrfs, or S3, and need not be trusted. An `s3://` target is always
+                sealed. The copier's key is made once by `tacid-copier key init` (run as root);
+                it prints the recovery key, which with the target's address is all a new
+                machine needs to fetch a copy back.
+              '';
+            };
+            credentialsFile = lib.mkOption {
+              # A path on the machine, not a store path: the credentials are a secret.
+              type = lib.types.nullOr (lib.types.strMatching "/.+");
+              default = null;
+              example = "/var/lib/tacid-copier/cloud.credentials";
+              description = ''
+                For an `s3://` target: a JSON file `{"access_key_id": …, "secret_access_key": …}`
+                owned by ${layout.copier_user}, mode 0400 (never in the store).
+              '';
+            };
+            region = lib.mkOption {
+              type = lib.types.str;
+              default = "garage";
+              description = "For an `s3://` target: the region the store signs requests for.";
+            };
+            http = lib.mkOption {
+              type = lib.types.bool;
+              default = false;
+              description = "For an `s3://` target: plain HTTP (a store on this host or a trusted network); the copies are sealed either way, the credentials are not.";
+            };
+            fullEvery = lib.mkOption {
+              type = lib.types.ints.positive;
+              default = d.seal_full_every;
+              description = "A full copy after this many incrementals in a chain, so that a fetch replays at most this many streams.";
+            };
+            fullPastBytes = lib.mkOption {
+              type = lib.types.nullOr lib.types.ints.unsigned;
+              default = null;
+              description = "A full copy once the incrementals since the last full add up to more than this many stored bytes (null: more than the full copy itself).";
+            };
+            verifySchedule = lib.mkOption {
+              type = lib.types.nullOr lib.types.str;
+              default = "weekly";
+              description = "When a timer reads every sealed copy on the target back and checks it without restoring (`tacid data verify --target`; systemd.time(7)); null for no timer.";
+            };
+          };
           keep = {
             latest = count d.keep_copies_latest "Copies on the target: the newest this many of each subvolume stay.";
             daily = count d.keep_copies_daily "Likewise the newest of each of the last this many days (UTC).";
@@ -519,6 +592,23 @@ in
         (lib.mkIf haveCopies {
           ${tacidLib.serviceAttrName layout.stem_unit}.path = [ pkgs.btrfs-progs ] ++ lib.optional haveSshCopies pkgs.openssh;
         })
+        # The copier runs on machines with sealed targets, and reaches SSH ones with ssh.
+        (lib.mkIf haveSealed {
+          ${tacidLib.serviceAttrName layout.copier_unit} = {
+            wantedBy = [ "multi-user.target" ];
+            path = lib.optional haveSealedSsh pkgs.openssh;
+          };
+        })
+        (lib.mapAttrs'
+          (name: _: lib.nameValuePair (tacidLib.verifyUnitName name) {
+            description = "tacid verifies the sealed copies on ${name} without restoring them";
+            after = [ layout.keeper_unit ];
+            serviceConfig = {
+              Type = "oneshot";
+              ExecStart = "${bin "cli"} data verify --target ${name}";
+            };
+          })
+          verifiedCopies)
         (lib.mapAttrs'
           (name: _: lib.nameValuePair (tacidLib.copyUnitName name) {
             description = "tacid copies to ${name}, and the retention there";
@@ -543,6 +633,16 @@ in
             };
           })
           copies)
+        (lib.mapAttrs'
+          (name: t: lib.nameValuePair (tacidLib.verifyUnitName name) {
+            wantedBy = [ "timers.target" ];
+            timerConfig = {
+              OnCalendar = t.seal.verifySchedule;
+              Persistent = true;
+              RandomizedDelaySec = "30min";
+            };
+          })
+          verifiedCopies)
       ];
       # The essentials back onto the persistent subvolume: once a boot (after activation
       # made them; systemd.services above), and whenever one changes (passwd, useradd, a
@@ -562,6 +662,13 @@ in
         description = "tacid keeper (consent, and the journal of snapshots and restores)";
       };
       users.groups.${layout.keeper_user} = { };
+
+      users.users.${layout.copier_user} = lib.mkIf haveSealed {
+        isSystemUser = true;
+        group = layout.copier_user;
+        description = "tacid copier (seals copies for storage that is not trusted; holds the sealing key)";
+      };
+      users.groups.${layout.copier_user} = lib.mkIf haveSealed { };
 
       systemd.tmpfiles.rules = tacidLib.tmpfilesRules;
 

@@ -93,6 +93,21 @@ let
     };
   }).config;
   onlyLocalCopies = (machine { copies.usb.target = "/mnt/backup/tacid"; }).config;
+  # Sealed copies (adr/0024): a directory on any filesystem and an SSH host without Btrfs.
+  hostKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl";
+  withSealed = (machine {
+    copies = {
+      usb = { target = "/mnt/usb/tacid"; seal.enable = true; };
+      nas = {
+        target = "ssh://tacid@nas.example.org/srv/tacid";
+        identityFile = "/var/lib/tacid-copier/ssh/id_ed25519";
+        inherit hostKey;
+        seal = { enable = true; fullEvery = 7; verifySchedule = null; };
+      };
+    };
+  }).config;
+  copierAttr = unitAttr layout.copier_unit;
+  verifyUnit = tacidLib.verifyUnitName;
   copyUnit = tacidLib.copyUnitName;
   # The JSON the module hands both daemons, read back from the file it wrote.
   copiesJson = config: builtins.fromJSON config.services.tacid.copiesConfigFile.text;
@@ -293,6 +308,52 @@ in
       (lib.any (hasInfix "dies with the disk") (copiesProblems { here.target = "/persist/backups"; })
         && lib.any (hasInfix "dies with the disk") (copiesProblems { here.target = "/home"; })
         && copiesProblems { there.target = "/homes-backup"; } == [ ]))
+    (check "sealed copies: the file says seal for each sealed target, with the layout's chain bound unless set"
+      (copiesJson withSealed == {
+        targets = {
+          usb = {
+            place = "/mnt/usb/tacid";
+            keep = { latest = layout.defaults.keep_copies_latest; daily = layout.defaults.keep_copies_daily; weekly = layout.defaults.keep_copies_weekly; monthly = layout.defaults.keep_copies_monthly; };
+            seal = { region = "garage"; http = false; full_every = layout.defaults.seal_full_every; full_past_bytes = null; };
+          };
+          nas = {
+            place = "ssh://tacid@nas.example.org/srv/tacid";
+            identity = "/var/lib/tacid-copier/ssh/id_ed25519";
+            host_key = hostKey;
+            keep = { latest = layout.defaults.keep_copies_latest; daily = layout.defaults.keep_copies_daily; weekly = layout.defaults.keep_copies_weekly; monthly = layout.defaults.keep_copies_monthly; };
+            seal = { region = "garage"; http = false; full_every = 7; full_past_bytes = null; };
+          };
+        };
+      }))
+    (check "sealed copies: the copier runs, as its own user, with ssh for an SSH target"
+      (withSealed.systemd.services.${copierAttr}.wantedBy == [ "multi-user.target" ]
+        && elem "openssh" (map (p: p.name) withSealed.systemd.services.${copierAttr}.path)
+        && withSealed.users.users.${layout.copier_user}.isSystemUser
+        && withSealed.users.users.${layout.copier_user}.group == layout.copier_user
+        && withSealed.users.groups ? ${layout.copier_user}))
+    (check "sealed copies: the copier is told the copies file by its drop-in"
+      (hasInfix "${layout.copier_unit}.d" (dropInScript withSealed)
+        && lib.length (lib.splitString "| --copies-config ${withSealed.services.tacid.copiesConfigFile}|" (dropInScript withSealed)) == 4))
+    (check "sealed copies: the stem gets neither the network drop-in nor ssh for a sealed SSH target"
+      (true
+        && !(hasInfix tacidLib.stemSshDropIn (dropInScript withSealed))
+        && hasInfix "/${tacidLib.stemCopyDropInsDir}/${tacidLib.stemCopyDropIn} " (dropInScript withSealed)
+        && !(elem "openssh" (map (p: p.name) withSealed.systemd.services.${unitAttr layout.stem_unit}.path))))
+    (check "sealed copies: no sealed target, no copier (no user, no unit settings, no drop-in)"
+      (!(withCopies.users.users ? ${layout.copier_user}) && !(withCopies.systemd.services ? ${copierAttr})
+        && !(hasInfix "${layout.copier_unit}.d" (dropInScript withCopies))))
+    (check "sealed copies: a weekly verification timer by default, none when its schedule is null (rendered as systemd.nix renders them)"
+      (withSealed.systemd.timers.${verifyUnit "usb"}.timerConfig.OnCalendar == "weekly"
+        && withSealed.systemd.timers.${verifyUnit "usb"}.wantedBy == [ "timers.target" ]
+        && withSealed.systemd.services.${verifyUnit "usb"}.serviceConfig.ExecStart == "${package}/bin/${shipped.binaries.cli.name} data verify --target usb"
+        && !(withSealed.systemd.timers ? ${verifyUnit "nas"}) && !(withSealed.systemd.services ? ${verifyUnit "nas"})
+        && !(withCopies.systemd.timers ? ${verifyUnit "usb"})
+        && nixos.force (systemdLib.serviceToUnit withSealed.systemd.services.${verifyUnit "usb"})
+        && nixos.force (systemdLib.timerToUnit withSealed.systemd.timers.${verifyUnit "usb"})))
+    (check "sealed copies: credentials on a target that is not s3:// fail their assertion, naming the option"
+      (lib.any (hasInfix "seal.credentialsFile is for s3:// targets") (copiesProblems { usb = { target = "/mnt/usb"; seal = { enable = true; credentialsFile = "/var/lib/tacid-copier/c"; }; }; })))
+    (check "sealed copies: a sealed directory on the tacid disk itself fails its assertion (a copy there dies with the disk)"
+      (lib.any (hasInfix "dies with the disk") (copiesProblems { here = { target = "/persist/backups"; seal.enable = true; }; })))
     (check "copies: a target name people cannot type after --to fails its assertion"
       (lib.any (hasInfix "must match") (copiesProblems { "Big Disk".target = "/mnt/x"; })))
     (check "subvolume options as a set: the module's and a user's own subvol= are one, and compress=zstd, noatime, space_cache are the user's"

@@ -48,6 +48,15 @@ pub struct Contract {
     /// The stem's drop-ins for copies, by file name.
     pub stem_copies_drop_in: &'static str,
     pub stem_copies_ssh_drop_in: &'static str,
+    /// Sealed copies (adr/0024): the copier's bus name, user, unit, state directory and
+    /// sealing key, and the per-target verification timer's prefix.
+    pub copier_bus_name: &'static str,
+    pub copier_object_path: &'static str,
+    pub copier_user: &'static str,
+    pub copier_unit: &'static str,
+    pub copier_state_dir: &'static str,
+    pub seal_key_path: &'static str,
+    pub verify_unit_prefix: &'static str,
     /// Where opened snapshots appear, and where people's homes are.
     pub open_dir: &'static str,
     pub homes_mount_point: &'static str,
@@ -91,6 +100,13 @@ impl Contract {
             copy_unit_prefix: names::COPY_UNIT_PREFIX,
             stem_copies_drop_in: names::STEM_COPIES_DROP_IN,
             stem_copies_ssh_drop_in: names::STEM_COPIES_SSH_DROP_IN,
+            copier_bus_name: names::COPIER_BUS_NAME,
+            copier_object_path: names::COPIER_OBJECT_PATH,
+            copier_user: names::COPIER_USER,
+            copier_unit: names::COPIER_UNIT,
+            copier_state_dir: crate::COPIER_STATE_DIR,
+            seal_key_path: crate::SEAL_KEY_PATH,
+            verify_unit_prefix: names::VERIFY_UNIT_PREFIX,
             open_dir: crate::OPEN_DIR,
             homes_mount_point: crate::HOMES_MOUNT_POINT,
             system_profiles_dir: crate::switch::SYSTEM_PROFILES_DIR,

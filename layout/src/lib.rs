@@ -120,6 +120,9 @@ pub mod names {
     /// Copies off the disk: the NixOS module's timer and service for target `T` are
     /// `tacid-copy-T` (adr/0018).
     pub const COPY_UNIT_PREFIX: &str = "tacid-copy-";
+    /// Sealed copies: the NixOS module's timer and service that verify target `T`'s copies
+    /// without restoring them are `tacid-verify-T` (adr/0024).
+    pub const VERIFY_UNIT_PREFIX: &str = "tacid-verify-";
     /// The stem's drop-ins for copies (adr/0018), shipped apart from its unit's `.d`
     /// directory and linked in only on machines with copies (and SSH targets).
     pub const STEM_COPIES_DROP_IN: &str = "copies.conf";
