@@ -163,8 +163,9 @@ fn the_options_table_states_the_layouts_defaults() {
     for (name, source) in &options {
         let suffix = format!(".{name}");
         // A copy target's counts (`copies.<name>.keep.daily`) share their last word with
-        // the snapshots' retention (`retention.daily`): each is looked for among its own.
-        let of_copies = matches!(source, Source::Default(key) if key.starts_with("keep_copies_"));
+        // the snapshots' retention (`retention.daily`): each is looked for among its own; a
+        // sealed target's (`copies.<name>.seal.fullEvery`) is a copy target's too.
+        let of_copies = matches!(source, Source::Default(key) if key.starts_with("keep_copies_") || key.starts_with("seal_"));
         let matching: Vec<&(String, String)> = rows
             .iter()
             .filter(|(o, _)| o.ends_with(&suffix) && o.contains(".copies.") == of_copies)
