@@ -106,6 +106,12 @@ let
       };
     };
   }).config;
+  withS3 = (machine {
+    copies.cloud = {
+      target = "s3://127.0.0.1:3900/tacid-bucket/laptop";
+      seal = { credentialsFile = "/var/lib/tacid-copier/cloud.credentials"; http = true; };
+    };
+  }).config;
   copierAttr = unitAttr layout.copier_unit;
   verifyUnit = tacidLib.verifyUnitName;
   copyUnit = tacidLib.copyUnitName;
@@ -350,6 +356,19 @@ in
         && !(withCopies.systemd.timers ? ${verifyUnit "usb"})
         && nixos.force (systemdLib.serviceToUnit withSealed.systemd.services.${verifyUnit "usb"})
         && nixos.force (systemdLib.timerToUnit withSealed.systemd.timers.${verifyUnit "usb"})))
+    (check "sealed copies: an s3:// target is sealed without asking, with its credentials file in the copier's configuration; no drop-in gives the stem the network"
+      ((copiesJson withS3).targets.cloud == {
+        place = "s3://127.0.0.1:3900/tacid-bucket/laptop";
+        keep = { latest = layout.defaults.keep_copies_latest; daily = layout.defaults.keep_copies_daily; weekly = layout.defaults.keep_copies_weekly; monthly = layout.defaults.keep_copies_monthly; };
+        seal = { credentials = "/var/lib/tacid-copier/cloud.credentials"; region = "garage"; http = true; full_every = layout.defaults.seal_full_every; full_past_bytes = null; };
+      }
+        && withS3.systemd.services.${copierAttr}.wantedBy == [ "multi-user.target" ]
+        && !(elem "openssh" (map (p: p.name) withS3.systemd.services.${copierAttr}.path))
+        && withS3.systemd.timers ? ${verifyUnit "cloud"}
+        && !(hasInfix tacidLib.stemSshDropIn (dropInScript withS3))
+        && failing withS3 == [ ]))
+    (check "sealed copies: an s3:// target without a credentials file fails its assertion, naming the option"
+      (lib.any (hasInfix "services.tacid.copies.\"cloud\": an s3:// target needs seal.credentialsFile") (copiesProblems { cloud.target = "s3://s3.example.org/bucket"; })))
     (check "sealed copies: credentials on a target that is not s3:// fail their assertion, naming the option"
       (lib.any (hasInfix "seal.credentialsFile is for s3:// targets") (copiesProblems { usb = { target = "/mnt/usb"; seal = { enable = true; credentialsFile = "/var/lib/tacid-copier/c"; }; }; })))
     (check "sealed copies: a sealed directory on the tacid disk itself fails its assertion (a copy there dies with the disk)"
