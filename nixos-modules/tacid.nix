@@ -144,6 +144,7 @@ let
           unit = "${cfg.package}/${unitDir}/${layout.copier_unit}";
           values = copiesValue;
         }}
+        ${lib.concatMapStringsSep "\n" (place: "echo ${lib.escapeShellArg "ReadWritePaths=${place}"}") localSealedPlaces}
       ) >$out/${unitDir}/${layout.copier_unit}.d/${tacidLib.moduleDropIn}
     ''}
     ${lib.optionalString (!r.timeline) ''
@@ -174,6 +175,9 @@ let
   haveSealed = sealedCopies != { };
   haveSshCopies = lib.any (t: isSsh t && !isSealed t) (lib.attrValues copies);
   haveSealedSsh = lib.any isSsh (lib.attrValues sealedCopies);
+  # The copier's unit keeps the whole filesystem read-only but its state: each sealed
+  # directory target is made writable for it, and nothing else.
+  localSealedPlaces = map (t: t.target) (lib.filter (t: lib.hasPrefix "/" t.target) (lib.attrValues sealedCopies));
   copiesConfig = pkgs.writeText "tacid-copies.json" (builtins.toJSON {
     targets = lib.mapAttrs
       (_: t: {
