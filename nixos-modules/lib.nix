@@ -319,6 +319,13 @@ let
     "Z ${layout.snapshots_mount_point}/${layout.keeper_dir} - ${layout.keeper_user} ${layout.keeper_user} -"
   ];
 
+  # The copier's state (the sealing key, the generations it wrote) on @snapshots beside the
+  # keeper's, for machines with sealed targets; its unit binds it onto its state directory.
+  copierTmpfilesRules = [
+    "d ${layout.snapshots_mount_point}/${layout.copier_dir} 0700 ${layout.copier_user} ${layout.copier_user} -"
+    "Z ${layout.snapshots_mount_point}/${layout.copier_dir} - ${layout.copier_user} ${layout.copier_user} -"
+  ];
+
   # The initrd finds the filesystem by the default device unless told otherwise.
   kernelParamsFor =
     device: if device == layout.default_device then [ ] else [ "${layout.kernel_device_key}=${device}" ];
@@ -687,6 +694,7 @@ in
     persistenceAssertions
     copyUnitName
     verifyUnitName
+    copierTmpfilesRules
     isSealedTarget
     stemCopyDropInsDir
     stemCopyDropIn

@@ -674,7 +674,7 @@ in
       };
       users.groups.${layout.copier_user} = lib.mkIf haveSealed { };
 
-      systemd.tmpfiles.rules = tacidLib.tmpfilesRules;
+      systemd.tmpfiles.rules = tacidLib.tmpfilesRules ++ lib.optionals haveSealed tacidLib.copierTmpfilesRules;
 
       system.preSwitchChecks.tacid = lib.mkIf cfg.preSwitchSnapshot.enable (
         tacidLib.preSwitchScript {

@@ -336,7 +336,9 @@ in
         && elem "openssh" (map (p: p.name) withSealed.systemd.services.${copierAttr}.path)
         && withSealed.users.users.${layout.copier_user}.isSystemUser
         && withSealed.users.users.${layout.copier_user}.group == layout.copier_user
-        && withSealed.users.groups ? ${layout.copier_user}))
+        && withSealed.users.groups ? ${layout.copier_user}
+        && elem "d ${layout.snapshots_mount_point}/${layout.copier_dir} 0700 ${layout.copier_user} ${layout.copier_user} -" withSealed.systemd.tmpfiles.rules
+        && !(lib.any (hasInfix layout.copier_dir) withCopies.systemd.tmpfiles.rules)))
     (check "sealed copies: the copier is told the copies file by its drop-in, which makes each sealed directory writable for it and nothing else"
       (hasInfix "${layout.copier_unit}.d" (dropInScript withSealed)
         && hasInfix "echo 'ReadWritePaths=/mnt/usb/tacid'" (dropInScript withSealed)

@@ -55,6 +55,7 @@ pub struct Contract {
     pub copier_user: &'static str,
     pub copier_unit: &'static str,
     pub copier_state_dir: &'static str,
+    pub copier_dir: &'static str,
     pub seal_key_path: &'static str,
     pub verify_unit_prefix: &'static str,
     /// Where opened snapshots appear, and where people's homes are.
@@ -105,6 +106,7 @@ impl Contract {
             copier_user: names::COPIER_USER,
             copier_unit: names::COPIER_UNIT,
             copier_state_dir: crate::COPIER_STATE_DIR,
+            copier_dir: crate::COPIER_DIR_NAME,
             seal_key_path: crate::SEAL_KEY_PATH,
             verify_unit_prefix: names::VERIFY_UNIT_PREFIX,
             open_dir: crate::OPEN_DIR,

@@ -55,6 +55,11 @@ pub const KEEPER_STATE_DIR: &str = "/var/lib/tacid-keeper";
 /// The journal where the keeper opens it: [`JOURNAL_FILE_NAME`] in [`KEEPER_STATE_DIR`]
 /// (a test keeps the three equal).
 pub const KEEPER_JOURNAL_PATH: &str = "/var/lib/tacid-keeper/journal.sqlite";
+/// The copier's own directory on [`SNAPSHOTS_SUBVOLUME`] (owned by the copier's user), bound
+/// onto [`COPIER_STATE_DIR`] by its unit, as the keeper's is: on an ephemeral root
+/// `/var/lib` is made again at every boot, and no restore replaces `@snapshots`, so the
+/// sealing key and the generations it wrote live as long as the disk.
+pub const COPIER_DIR_NAME: &str = ".copier";
 /// The copier's state directory: the sealing key and the generations it wrote.
 pub const COPIER_STATE_DIR: &str = "/var/lib/tacid-copier";
 /// The sealing key (the recovery key a person keeps), owned by the copier's user, mode 0400.
