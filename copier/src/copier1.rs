@@ -17,7 +17,9 @@
 use std::fmt::Write as _;
 use std::os::fd::OwnedFd;
 
-use copier_interface::{Error, ErrorKind, SealProgress, Sealed, SealedCopy, SealedTarget, Unsealed, Verified};
+use copier_interface::{
+    Error, ErrorKind, SealProgress, Sealed, SealedCopy, SealedTarget, Unsealed, Verified,
+};
 use layout::SnapshotName;
 use uuid::Uuid;
 use zbus::message::Header;
@@ -45,7 +47,10 @@ impl Copier1 {
 
     /// Admit the call or refuse it; every method starts here, before it looks at an argument.
     async fn admit(&self, connection: &Connection, header: &Header<'_>) -> Result<&Copier, Error> {
-        let member = header.member().map(|m| m.as_str().to_owned()).unwrap_or_default();
+        let member = header
+            .member()
+            .map(|m| m.as_str().to_owned())
+            .unwrap_or_default();
         match self.keeper_only.check(connection, header).await {
             Ok(uid) => tracing::debug!(uid, member, "call admitted"),
             Err(refusal) => {
@@ -73,7 +78,8 @@ fn parse_name(name: &str) -> Result<SnapshotName, Error> {
 }
 
 fn parse_uuid(uuid: &str, what: &str) -> Result<Uuid, Error> {
-    Uuid::parse_str(uuid).map_err(|e| invalid(format!("{what} {} is not a UUID: {e}", capped(uuid))))
+    Uuid::parse_str(uuid)
+        .map_err(|e| invalid(format!("{what} {} is not a UUID: {e}", capped(uuid))))
 }
 
 fn parse_target(name: &str) -> Result<String, Error> {
@@ -171,7 +177,10 @@ impl Copier1 {
     ) -> Result<Vec<Verified>, Error> {
         let copier = self.admit(connection, &header).await?;
         let target = parse_target(target)?;
-        let names = names.iter().map(|n| parse_name(n)).collect::<Result<Vec<_>, _>>()?;
+        let names = names
+            .iter()
+            .map(|n| parse_name(n))
+            .collect::<Result<Vec<_>, _>>()?;
         copier.verify(&target, names).await
     }
 
@@ -247,9 +256,15 @@ mod tests {
     #[test]
     fn the_interface_name_is_the_layouts() {
         let src = include_str!("copier1.rs");
-        let literal = format!("#[interface(name = \"{}\")]", layout::names::COPIER_BUS_NAME);
+        let literal = format!(
+            "#[interface(name = \"{}\")]",
+            layout::names::COPIER_BUS_NAME
+        );
         assert!(src.contains(&literal), "{literal}");
         let xml = super::introspection_xml();
-        assert!(xml.contains(&format!("<interface name=\"{}\">", layout::names::COPIER_BUS_NAME)));
+        assert!(xml.contains(&format!(
+            "<interface name=\"{}\">",
+            layout::names::COPIER_BUS_NAME
+        )));
     }
 }

@@ -99,13 +99,19 @@ mod tests {
     fn a_file_others_may_read_is_refused_with_the_fix() {
         let dir = tempfile::tempdir().expect("a directory");
         let path = dir.path().join("cloud.credentials");
-        std::fs::write(&path, br#"{"access_key_id": "GK1", "secret_access_key": "hidden-secret"}"#)
-            .expect("write");
+        std::fs::write(
+            &path,
+            br#"{"access_key_id": "GK1", "secret_access_key": "hidden-secret"}"#,
+        )
+        .expect("write");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         let got = read(&path).expect("good");
         assert_eq!(got.access_key_id, "GK1");
         assert_eq!(got.secret_access_key, "hidden-secret");
-        assert!(!format!("{got:?}").contains("hidden-secret"), "no secret in logs");
+        assert!(
+            !format!("{got:?}").contains("hidden-secret"),
+            "no secret in logs"
+        );
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).expect("chmod");
         match read(&path) {
             Err(Refused::Unsafe(m)) => {

@@ -24,9 +24,17 @@ pub enum KeyCommand {
 }
 
 /// Run `command` for the key at `path`, owned by `user`; what to print, or the error in words.
-pub fn run(command: KeyCommand, path: &Path, user: &str, stdin: &mut dyn std::io::Read) -> Result<String, String> {
+pub fn run(
+    command: KeyCommand,
+    path: &Path,
+    user: &str,
+    stdin: &mut dyn std::io::Read,
+) -> Result<String, String> {
     if !rustix::process::geteuid().is_root() {
-        return Err("the recovery key is root's to manage: run this as root (sudo tacid-copier key …)".into());
+        return Err(
+            "the recovery key is root's to manage: run this as root (sudo tacid-copier key …)"
+                .into(),
+        );
     }
     let (uid, gid) = match nix::unistd::User::from_name(user) {
         Ok(Some(u)) => (u.uid.as_raw(), u.gid.as_raw()),

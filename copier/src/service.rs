@@ -7,10 +7,12 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use copier_interface::{Error, ErrorKind, SealProgress, Sealed, SealedCopy, SealedTarget, Unsealed, Verified};
+use copier_interface::{
+    Error, ErrorKind, SealProgress, Sealed, SealedCopy, SealedTarget, Unsealed, Verified,
+};
 use layout::copies::{CopiesConfig, Place, Target};
 use layout::SnapshotName;
-use seal::{Listed, Manifest, SealError, SealKey, Store, StorePlace};
+use seal::{Listed, SealError, SealKey, Store, StorePlace};
 use stem_interface::pipe::{FrameReader, FrameWriter};
 use uuid::Uuid;
 
@@ -161,7 +163,9 @@ impl Copier {
         target: &str,
         name: &str,
         doing: &'static str,
-        act: impl FnOnce(&Inner, &Target, &dyn Store, &SealKey, &Turn) -> Result<T, Error> + Send + 'static,
+        act: impl FnOnce(&Inner, &Target, &dyn Store, &SealKey, &Turn) -> Result<T, Error>
+            + Send
+            + 'static,
     ) -> Result<T, Error> {
         let target = self.target(target)?;
         let turn = self
@@ -203,9 +207,14 @@ impl Copier {
         from: OwnedFd,
     ) -> Result<Sealed, Error> {
         let n = name.to_string();
-        self.act(target, &n, "seal", move |inner, target, store, key, turn| {
-            inner.seal(target, store, key, turn, name, uuid, parent, from)
-        })
+        self.act(
+            target,
+            &n,
+            "seal",
+            move |inner, target, store, key, turn| {
+                inner.seal(target, store, key, turn, name, uuid, parent, from)
+            },
+        )
         .await
     }
 
@@ -226,7 +235,10 @@ impl Copier {
                         SealedCopy {
                             name: m.name.to_string(),
                             uuid: m.uuid.hyphenated().to_string(),
-                            parent_uuid: m.parent_uuid.map(|u| u.hyphenated().to_string()).unwrap_or_default(),
+                            parent_uuid: m
+                                .parent_uuid
+                                .map(|u| u.hyphenated().to_string())
+                                .unwrap_or_default(),
                             depth: m.depth,
                             generation: m.generation,
                             plain_bytes: m.plain_bytes,
@@ -253,7 +265,11 @@ impl Copier {
     }
 
     /// Read back `names` (every copy when empty) on `target`, each chain whole.
-    pub async fn verify(&self, target: &str, names: Vec<SnapshotName>) -> Result<Vec<Verified>, Error> {
+    pub async fn verify(
+        &self,
+        target: &str,
+        names: Vec<SnapshotName>,
+    ) -> Result<Vec<Verified>, Error> {
         self.act(target, "", "verify", move |inner, target, store, key, turn| {
             let names: Vec<String> = if names.is_empty() {
                 seal::copies(store, key)
@@ -272,9 +288,14 @@ impl Copier {
                 turn.now(&name, "verify");
                 let result = match SnapshotName::parse(&name) {
                     Err(e) => Err(format!("the target names a copy {} that is not a snapshot name ({e}); it is not this machine's: remove it", shown(&name))),
-                    Ok(parsed) => seal::verify(store, key, &parsed, turn.moved())
+                    Ok(parsed) => {
+                        let remembered = inner.remembered(target);
+                        seal::verify_checked(store, key, &parsed, turn.moved(), &|n| {
+                            remembered.get(&n.to_string()).copied()
+                        })
+                        .map(|_| ())
                         .map_err(|e| e.to_string())
-                        .and_then(|chain| inner.check_generations(target, &chain).map_err(|e| e.message())),
+                    }
                 };
                 let bytes_read = turn.moved().load(std::sync::atomic::Ordering::Relaxed);
                 out.push(match result {
@@ -288,13 +309,19 @@ impl Copier {
     }
 
     /// Write the chain of `name` on `target` as frames into `into`, END last.
-    pub async fn unseal(&self, target: &str, name: SnapshotName, into: OwnedFd) -> Result<Unsealed, Error> {
+    pub async fn unseal(
+        &self,
+        target: &str,
+        name: SnapshotName,
+        into: OwnedFd,
+    ) -> Result<Unsealed, Error> {
         let n = name.to_string();
         self.act(target, &n, "unseal", move |inner, target, store, key, turn| {
             let mut out = FrameWriter::new(File::from(into));
-            let result = (|| {
-                let chain = seal::chain(store, key, &name).map_err(error_of)?;
-                inner.check_generations(target, &chain)?;
+            let result = (|| -> Result<(Vec<seal::Manifest>, u64), Error> {
+                let remembered = inner.remembered(target);
+                let chain = seal::chain_checked(store, key, &name, &|n| remembered.get(&n.to_string()).copied())
+                    .map_err(error_of)?;
                 let bytes = seal::unseal(store, key, &chain, &mut out, turn.moved()).map_err(error_of)?;
                 Ok((chain, bytes))
             })();
@@ -339,7 +366,7 @@ impl Copier {
                     ErrorKind::Needed,
                     format!(
                         "{name} is needed by {}: a fetch of those replays {name} first; delete them first",
-                        layout::human::and_list(&needed_by)
+                        layout::human::and_list(&needed_by.iter().map(String::as_str).collect::<Vec<_>>())
                     ),
                 ));
             }
@@ -361,27 +388,45 @@ impl Inner {
             .as_ref()
             .ok_or_else(|| failed(format!("target {} is not sealed", target.name)))?;
         let place = match &target.place {
-            Place::Local(path) => StorePlace::Dir { path: PathBuf::from(path) },
+            Place::Local(path) => StorePlace::Dir {
+                path: PathBuf::from(path),
+            },
             // The far directory is the forced command's (`tacid-copy-target DIR`), not the client's.
-            Place::Ssh { user, host, port, .. } => {
+            Place::Ssh {
+                user, host, port, ..
+            } => {
                 let known_hosts_dir = self.paths.state.join("ssh");
                 ensure_private_dir(&known_hosts_dir)?;
                 StorePlace::Ssh {
                     program: PathBuf::from("ssh"),
-                    user: user.clone().unwrap_or_else(|| layout::names::COPIER_USER.to_owned()),
+                    user: user
+                        .clone()
+                        .unwrap_or_else(|| layout::names::COPIER_USER.to_owned()),
                     host: host.clone(),
                     port: *port,
                     identity: PathBuf::from(target.identity.clone().unwrap_or_default()),
-                    host_key: target.host_key.as_ref().map(|k| k.as_str().to_owned()).unwrap_or_default(),
+                    host_key: target
+                        .host_key
+                        .as_ref()
+                        .map(|k| k.as_str().to_owned())
+                        .unwrap_or_default(),
                     known_hosts_dir,
                     label: target.name.to_string(),
                 }
             }
-            Place::S3 { host, port, bucket, prefix } => {
+            Place::S3 {
+                host,
+                port,
+                bucket,
+                prefix,
+            } => {
                 let path = seal_config.credentials.as_deref().ok_or_else(|| {
                     Error::new(
                         ErrorKind::NotConfigured,
-                        format!("target {} names no credentials file (seal.credentials)", target.name),
+                        format!(
+                            "target {} names no credentials file (seal.credentials)",
+                            target.name
+                        ),
                     )
                 })?;
                 let c = credentials::read(std::path::Path::new(path)).map_err(|r| match r {
@@ -414,15 +459,9 @@ impl Inner {
         Ok(())
     }
 
-    /// Untrusted when a manifest of `chain` is older than what this machine wrote.
-    fn check_generations(&self, target: &Target, chain: &[Manifest]) -> Result<(), Error> {
-        let generations = self.generations();
-        for m in chain {
-            generations
-                .check(target.name.as_str(), &m.name.to_string(), m.generation)
-                .map_err(|older| Error::new(ErrorKind::Untrusted, older.to_string()))?;
-        }
-        Ok(())
+    /// The generation this machine gave each copy name on `target`.
+    fn remembered(&self, target: &Target) -> std::collections::BTreeMap<String, u64> {
+        self.generations().of(target.name.as_str()).copies
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -446,7 +485,10 @@ impl Inner {
                     if m.name == name {
                         return Err(Error::new(
                             ErrorKind::InvalidArgument,
-                            format!("target {} holds a copy of {name} already; nothing was sealed", target.name),
+                            format!(
+                                "target {} holds a copy of {name} already; nothing was sealed",
+                                target.name
+                            ),
                         ));
                     }
                 }
@@ -477,7 +519,11 @@ impl Inner {
         }
         let generation = {
             let mut generations = self.generations();
-            let generation = generations.of(target.name.as_str()).highest.max(highest_listed) + 1;
+            let generation = generations
+                .of(target.name.as_str())
+                .highest
+                .max(highest_listed)
+                + 1;
             // Remembered before a byte is stored: a copy cut short leaves a generation
             // unused, never one given twice.
             generations
@@ -485,11 +531,7 @@ impl Inner {
                 .map_err(failed)?;
             generation
         };
-        let meta = seal::CopyMeta {
-            name: name.clone(),
-            uuid,
-            parent: parent.clone(),
-        };
+        let meta = seal::CopyMeta { name, uuid, parent };
         let mut stream = Trailered {
             frames: FrameReader::new(File::from(from)),
             uuid,
@@ -532,13 +574,17 @@ impl Read for Trailered {
             self.data_bytes += n as u64;
             return Ok(n);
         }
+        // Nothing may follow the END: a writer that goes on is not the stem's send.
+        self.frames.expect_eof()?;
         let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
-        let trailer = self
-            .frames
-            .trailer()
-            .ok_or_else(|| bad("the stream ended without its END frame; nothing was kept".into()))?;
-        let t: SendTrailer = serde_json::from_slice(trailer)
-            .map_err(|e| bad(format!("the stream's END frame is not the stem's trailer ({e}); nothing was kept")))?;
+        let trailer = self.frames.trailer().ok_or_else(|| {
+            bad("the stream ended without its END frame; nothing was kept".into())
+        })?;
+        let t: SendTrailer = serde_json::from_slice(trailer).map_err(|e| {
+            bad(format!(
+                "the stream's END frame is not the stem's trailer ({e}); nothing was kept"
+            ))
+        })?;
         if t.uuid != self.uuid || t.parent_uuid != self.parent_uuid {
             return Err(bad(format!(
                 "the stream's END says snapshot {} against {}, not {} against {} as asked; nothing was kept",

@@ -1,1 +1,3 @@
-//! The integration tests of `copier`, one binary: each module a file, its tier the prefix of its name.
+//! The integration tests of `copier`, one binary: each module is a file of its own, its tier the prefix of its name (`cargo test -p copier --test it bus_`).
+
+mod introspection_drift;
