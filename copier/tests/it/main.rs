@@ -1,3 +1,4 @@
 //! The integration tests of `copier`, one binary: each module is a file of its own, its tier the prefix of its name (`cargo test -p copier --test it bus_`).
 
 mod introspection_drift;
+mod unit_file;
