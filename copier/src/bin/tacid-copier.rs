@@ -34,7 +34,7 @@ struct Args {
     copies_config: PathBuf,
 
     /// The recovery key (made by `tacid-copier key init`).
-    #[arg(long, value_name = "PATH", default_value = layout::SEAL_KEY_PATH)]
+    #[arg(long, value_name = "PATH", default_value = layout::SEAL_KEY_PATH, global = true)]
     key: PathBuf,
 
     /// The copier's own directory: what generation it gave each copy.
@@ -57,7 +57,7 @@ enum Command {
         #[command(subcommand)]
         what: Key,
         /// The copier's user, who owns the key file.
-        #[arg(long, value_name = "NAME", default_value = layout::names::COPIER_USER)]
+        #[arg(long, value_name = "NAME", default_value = layout::names::COPIER_USER, global = true)]
         user: String,
     },
 }
