@@ -4,3 +4,4 @@
 #[allow(dead_code)] // each store test uses a part
 mod common;
 mod dir;
+mod s3;
