@@ -4,3 +4,5 @@
 #[allow(dead_code)] // each store test uses a part
 mod common;
 mod dir;
+mod s3;
+mod ssh;
