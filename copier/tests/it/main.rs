@@ -1,4 +1,6 @@
 //! The integration tests of `copier`, one binary: each module is a file of its own, its tier the prefix of its name (`cargo test -p copier --test it bus_`).
 
+mod bus_copier;
+mod common;
 mod introspection_drift;
 mod unit_file;
