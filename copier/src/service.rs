@@ -181,7 +181,7 @@ impl Copier {
         };
         let name = name.to_owned();
         let answer = tokio::task::spawn_blocking(move || {
-            let key = SealKey::load(&inner.paths.key).map_err(error_of)?;
+            let key = load_key(&inner.paths.key)?;
             let store = inner.open_store(&target)?;
             turn.now(&name, "clean");
             inner.clean(&target, &*store, &key)?;
@@ -602,6 +602,27 @@ impl Read for Trailered {
         }
         Ok(0)
     }
+}
+
+/// The recovery key. A key file the copier cannot even open because it is another user's
+/// is said to be that, with the fix, rather than as a failure to read.
+fn load_key(path: &std::path::Path) -> Result<SealKey, Error> {
+    use std::os::unix::fs::MetadataExt as _;
+    SealKey::load(path).map_err(|e| {
+        let euid = rustix::process::geteuid().as_raw();
+        match (&e, std::fs::symlink_metadata(path)) {
+            (SealError::Io(_), Ok(meta)) if meta.uid() != euid => Error::new(
+                ErrorKind::KeyUnsafe,
+                format!(
+                    "the recovery key at {shown} belongs to uid {}, not to the copier (uid {euid}), \
+                     which cannot read it; fix it: chown {euid} {shown} && chmod 0400 {shown}",
+                    meta.uid(),
+                    shown = path.display()
+                ),
+            ),
+            _ => error_of(e),
+        }
+    })
 }
 
 /// `dir`, made 0700 when missing.

@@ -435,8 +435,11 @@ pub fn write_frames(
     })
 }
 
+/// What the test's reader got: the stream's bytes and the END's trailer, or the error.
+pub type Received = Result<(Vec<u8>, Vec<u8>), String>;
+
 /// Read frames from `r` until the END (the stream's bytes and the trailer), or the error.
-pub fn read_frames(r: OwnedFd) -> std::thread::JoinHandle<Result<(Vec<u8>, Vec<u8>), String>> {
+pub fn read_frames(r: OwnedFd) -> std::thread::JoinHandle<Received> {
     std::thread::spawn(move || {
         let mut frames = FrameReader::new(std::fs::File::from(r));
         let mut bytes = Vec::new();
@@ -475,10 +478,7 @@ pub fn seal(
 pub fn unseal(
     bus: &PrivateBus,
     name: &str,
-) -> (
-    Result<copier_interface::Unsealed, Error>,
-    Result<(Vec<u8>, Vec<u8>), String>,
-) {
+) -> (Result<copier_interface::Unsealed, Error>, Received) {
     let (r, w) = pipe();
     let reader = read_frames(r);
     let name = name.to_owned();
