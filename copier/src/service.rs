@@ -247,8 +247,9 @@ impl Copier {
                             problem,
                         }
                     }
+                    // The store named it: capped, as anything the store says.
                     Listed::Bad { name, problem } => SealedCopy {
-                        name,
+                        name: shown(&name),
                         uuid: String::new(),
                         parent_uuid: String::new(),
                         depth: 0,
@@ -256,7 +257,7 @@ impl Copier {
                         plain_bytes: 0,
                         stored_bytes: 0,
                         created_micros: 0,
-                        problem,
+                        problem: layout::human::cap(&problem, 1024).into_owned(),
                     },
                 })
                 .collect())
@@ -277,7 +278,7 @@ impl Copier {
                     .into_iter()
                     .map(|l| match l {
                         Listed::Good(m) => m.name.to_string(),
-                        Listed::Bad { name, .. } => name,
+                        Listed::Bad { name, .. } => shown(&name),
                     })
                     .collect()
             } else {

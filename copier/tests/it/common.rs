@@ -322,13 +322,31 @@ impl CopierDaemon {
             .arg("--state-dir")
             .arg(&places.state)
             .env("RUST_LOG", "info")
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start tacid-copier");
+        // Its log goes on to the test's stderr, and is kept for a panic's message.
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let mut child = child;
+        let stderr = child.stderr.take().expect("piped stderr");
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
+                kept.push_str(&line);
+                kept.push('\n');
+            }
+        });
         let mut daemon = CopierDaemon { child };
         let start = Instant::now();
         while !bus.has_owner(names::COPIER_BUS_NAME) {
             if let Some(status) = daemon.child.try_wait().expect("poll tacid-copier") {
-                panic!("tacid-copier exited before owning its name: {status} (its log is above)");
+                std::thread::sleep(Duration::from_millis(100));
+                panic!(
+                    "tacid-copier exited before owning its name: {status}; its log:\n{}",
+                    log.lock().unwrap_or_else(|p| p.into_inner())
+                );
             }
             assert!(
                 start.elapsed() < Duration::from_secs(20),
