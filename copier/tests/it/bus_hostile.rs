@@ -163,3 +163,34 @@ fn a_copier_killed_mid_upload_leaves_nothing_listed_and_the_next_act_cleans() {
     let parts = stored_parts(&places);
     assert!(parts.is_empty(), "cleaned: {parts:?}");
 }
+
+#[test]
+fn a_flipped_byte_fails_verify_and_unseal_hands_the_stem_an_abort_not_an_end() {
+    if !common::require() {
+        return;
+    }
+    let bus = PrivateBus::start();
+    let places = Places::new("");
+    let _copier = CopierDaemon::start(&bus, &places);
+    let stream = incompressible(200_000);
+    let uuid = uuid::Uuid::from_u128(0x53);
+    common::seal(&bus, FULL, uuid, None, &stream, Ending::End).expect("copy");
+    let part = places.target.join(&stored_parts(&places)[0]);
+    let mut bytes = std::fs::read(&part).expect("read the part");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    std::fs::write(&part, &bytes).expect("write the part back");
+
+    let verified = common::call(&bus, common::keeper(), |p| {
+        Box::pin(async move { p.verify(USB, vec![]).await })
+    })
+    .expect("verify answers");
+    assert_eq!(verified.len(), 1);
+    assert!(!verified[0].ok, "{verified:?}");
+    assert!(!verified[0].problem.is_empty());
+    let (answer, read) = common::unseal(&bus, FULL);
+    let e = answer.expect_err("refused");
+    assert_eq!(e.kind(), Some(ErrorKind::Untrusted), "{e:?}");
+    let stem_saw = read.expect_err("no END reaches the stem");
+    assert!(stem_saw.contains("abort"), "{stem_saw}");
+}
