@@ -6,4 +6,5 @@ mod bus_keys;
 mod common;
 mod garage_copies;
 mod introspection_drift;
+mod ssh_copies;
 mod unit_file;
