@@ -39,6 +39,9 @@ pub struct Copier {
 #[derive(Debug)]
 struct Inner {
     config: CopiesConfig,
+    /// Why root's configuration could not be used (then no target is served): said to
+    /// every caller who names a target, rather than leaving the bus without a copier.
+    config_error: Option<String>,
     paths: Paths,
     turns: Turns,
     generations: Mutex<Generations>,
@@ -87,12 +90,18 @@ fn shown(text: &str) -> String {
 }
 
 impl Copier {
-    /// The copier of `config`'s sealed targets; call from within the runtime.
-    pub fn new(config: CopiesConfig, paths: Paths) -> Result<Copier, String> {
+    /// The copier of `config`'s sealed targets, or of none with the reason the
+    /// configuration could not be read; call from within the runtime.
+    pub fn new(config: Result<CopiesConfig, String>, paths: Paths) -> Result<Copier, String> {
+        let (config, config_error) = match config {
+            Ok(c) => (c, None),
+            Err(e) => (CopiesConfig::default(), Some(e)),
+        };
         let generations = Generations::load(&paths.state)?;
         Ok(Copier {
             inner: Arc::new(Inner {
                 config,
+                config_error,
                 paths,
                 turns: Turns::default(),
                 generations: Mutex::new(generations),
@@ -143,6 +152,15 @@ impl Copier {
                 format!(
                     "target {} is not sealed: its copies are the stem's (Btrfs copies), not the copier's",
                     shown(name)
+                ),
+            )),
+            None if self.inner.config_error.is_some() => Err(Error::new(
+                ErrorKind::NotConfigured,
+                format!(
+                    "no target is served: root's copies configuration could not be used ({}); \
+                     fix it, then restart {}",
+                    self.inner.config_error.as_deref().unwrap_or_default(),
+                    layout::names::COPIER_UNIT
                 ),
             )),
             None => Err(Error::new(

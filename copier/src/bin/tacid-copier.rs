@@ -28,8 +28,9 @@ struct Args {
     #[arg(long, value_name = "NAME", default_value = layout::names::KEEPER_USER)]
     keeper_user: String,
 
-    /// Root's configuration of copy targets (the sealed ones are the copier's). It must be
-    /// a regular file owned by root and writable by nobody else; a missing file means none.
+    /// Root's configuration of copy targets (the sealed ones are the copier's), read once at
+    /// start. It must be a regular file owned by root and writable by nobody else; a
+    /// missing file means none.
     #[arg(long, value_name = "PATH", default_value = layout::copies::CONFIG_PATH)]
     copies_config: PathBuf,
 
@@ -141,7 +142,15 @@ fn init_logging() {
 
 async fn serve(args: Args) -> Result<(), String> {
     let keeper_only = KeeperOnly::of_user(&args.keeper_user).map_err(|e| e.to_string())?;
-    let config = copier::config::load(&args.copies_config)?;
+    // A configuration that cannot be used is said now, and to every caller that names a
+    // target; the copier still serves (an exit would leave the keeper only "no such name").
+    let config = copier::config::load(&args.copies_config);
+    if let Err(e) = &config {
+        tracing::error!(
+            "{e}; serving no target: fix it, then restart {}",
+            layout::names::COPIER_UNIT
+        );
+    }
     let paths = Paths {
         key: args.key.clone(),
         state: args.state_dir.clone(),
