@@ -28,6 +28,8 @@ pub struct Paths {
     /// The copier's state directory ([`layout::COPIER_STATE_DIR`]): generations.json, and
     /// the pinned known_hosts of SSH targets.
     pub state: PathBuf,
+    /// The `ssh` client for SSH targets: a name looked up in PATH, or a path.
+    pub ssh: PathBuf,
 }
 
 /// The copier: root's sealed targets, the key's path, the memory of generations.
@@ -417,7 +419,7 @@ impl Inner {
                 let known_hosts_dir = self.paths.state.join("ssh");
                 ensure_private_dir(&known_hosts_dir)?;
                 StorePlace::Ssh {
-                    program: PathBuf::from("ssh"),
+                    program: self.paths.ssh.clone(),
                     user: user
                         .clone()
                         .unwrap_or_else(|| layout::names::COPIER_USER.to_owned()),

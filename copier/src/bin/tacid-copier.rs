@@ -42,6 +42,11 @@ struct Args {
     #[arg(long, value_name = "DIR", default_value = layout::COPIER_STATE_DIR)]
     state_dir: PathBuf,
 
+    /// The `ssh` client for SSH targets (a name looked up in PATH, or a path; the NixOS
+    /// module passes OpenSSH's).
+    #[arg(long, value_name = "PROGRAM", default_value = "ssh")]
+    ssh: PathBuf,
+
     /// Print the interface's introspection XML (as committed in
     /// copier-interface/org.tacid.Copier1.xml) and exit.
     #[arg(long)]
@@ -154,6 +159,7 @@ async fn serve(args: Args) -> Result<(), String> {
     let paths = Paths {
         key: args.key.clone(),
         state: args.state_dir.clone(),
+        ssh: args.ssh.clone(),
     };
     let copier = Copier::new(config, paths)?;
     let targets: Vec<String> = copier.targets().into_iter().map(|t| t.name).collect();
