@@ -581,14 +581,14 @@ impl Inner {
 
 /// The stem's frames, whose END must name the snapshot the call named: only then does the
 /// stream end (and the manifest get written); any other END is an error.
-struct Trailered {
-    frames: FrameReader<File>,
+struct Trailered<R: Read> {
+    frames: FrameReader<R>,
     uuid: Uuid,
     parent_uuid: Option<Uuid>,
     data_bytes: u64,
 }
 
-impl Read for Trailered {
+impl<R: Read> Read for Trailered<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.frames.read(buf)?;
         if n > 0 {
@@ -653,5 +653,81 @@ fn ensure_private_dir(dir: &std::path::Path) -> Result<(), Error> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(failed(format!("cannot make {}: {e}", dir.display()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+
+    const STREAM: &[u8] = b"btrfs-stream\0 and what follows";
+
+    fn framed(trailer: Option<serde_json::Value>, after: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut w = FrameWriter::new(&mut out);
+        w.write_all(STREAM).expect("write");
+        match trailer {
+            Some(t) => {
+                w.end(&t).expect("end");
+            }
+            // The writer died: its data frames, no END.
+            None => {
+                w.flush().expect("flush");
+                drop(w);
+            }
+        }
+        out.extend_from_slice(after);
+        out
+    }
+
+    fn read(bytes: Vec<u8>, uuid: u128, parent: Option<u128>) -> Result<Vec<u8>, String> {
+        let mut t = Trailered {
+            frames: FrameReader::new(&bytes[..]),
+            uuid: Uuid::from_u128(uuid),
+            parent_uuid: parent.map(Uuid::from_u128),
+            data_bytes: 0,
+        };
+        let mut out = Vec::new();
+        t.read_to_end(&mut out).map_err(|e| e.to_string())?;
+        Ok(out)
+    }
+
+    fn trailer(uuid: u128, parent: Option<u128>, bytes: usize) -> serde_json::Value {
+        serde_json::json!({
+            "uuid": Uuid::from_u128(uuid),
+            "parent_uuid": parent.map(Uuid::from_u128),
+            "bytes": bytes,
+        })
+    }
+
+    #[test]
+    fn the_stream_ends_only_at_an_end_that_names_the_call() {
+        let good = framed(Some(trailer(1, Some(2), STREAM.len())), b"");
+        assert_eq!(read(good, 1, Some(2)).as_deref(), Ok(STREAM));
+        let other = framed(Some(trailer(3, Some(2), STREAM.len())), b"");
+        let e = read(other, 1, Some(2)).expect_err("another snapshot");
+        assert!(
+            e.contains("not 00000000-0000-0000-0000-000000000001"),
+            "{e}"
+        );
+        let full = framed(Some(trailer(1, None, STREAM.len())), b"");
+        assert!(read(full, 1, Some(2))
+            .expect_err("a full send")
+            .contains("nothing (full)"));
+        let short = framed(Some(trailer(1, Some(2), STREAM.len() + 1)), b"");
+        assert!(read(short, 1, Some(2))
+            .expect_err("bytes")
+            .contains("bytes were sent"));
+        let cut = framed(None, b"");
+        assert!(read(cut, 1, Some(2)).is_err(), "EOF without END");
+        let more = framed(Some(trailer(1, Some(2), STREAM.len())), b"D");
+        assert!(read(more, 1, Some(2))
+            .expect_err("data after END")
+            .contains("after"));
+        let not_json = framed(Some(serde_json::json!("done")), b"");
+        assert!(read(not_json, 1, Some(2))
+            .expect_err("not a trailer")
+            .contains("trailer"));
     }
 }
