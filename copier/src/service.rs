@@ -672,10 +672,7 @@ mod tests {
                 w.end(&t).expect("end");
             }
             // The writer died: its data frames, no END.
-            None => {
-                w.flush().expect("flush");
-                drop(w);
-            }
+            None => w.flush().expect("flush"),
         }
         out.extend_from_slice(after);
         out
