@@ -1,7 +1,6 @@
 //! The copier's acts on sealed targets: each on a blocking thread, one per target at a
 //! time, the store cleaned of parts no manifest names before each.
 
-use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -18,6 +17,7 @@ use uuid::Uuid;
 
 use crate::credentials;
 use crate::generations::Generations;
+use crate::pipes::Bounded;
 use crate::turns::{Turn, Turns};
 
 /// Where the copier keeps what it keeps.
@@ -30,6 +30,8 @@ pub struct Paths {
     pub state: PathBuf,
     /// The `ssh` client for SSH targets: a name looked up in PATH, or a path.
     pub ssh: PathBuf,
+    /// How long a pipe from or to the stem may move nothing before the act gives up.
+    pub stall: std::time::Duration,
 }
 
 /// The copier: root's sealed targets, the key's path, the memory of generations.
@@ -338,7 +340,7 @@ impl Copier {
     ) -> Result<Unsealed, Error> {
         let n = name.to_string();
         self.act(target, &n, "unseal", move |inner, target, store, key, turn| {
-            let mut out = FrameWriter::new(File::from(into));
+            let mut out = FrameWriter::new(Bounded::new(into, inner.paths.stall));
             let result = (|| -> Result<(Vec<seal::Manifest>, u64), Error> {
                 let remembered = inner.remembered(target);
                 let chain = seal::chain_checked(store, key, &name, &|n| remembered.get(&n.to_string()).copied())
@@ -554,7 +556,7 @@ impl Inner {
         };
         let meta = seal::CopyMeta { name, uuid, parent };
         let mut stream = Trailered {
-            frames: FrameReader::new(File::from(from)),
+            frames: FrameReader::new(Bounded::new(from, self.paths.stall)),
             uuid,
             parent_uuid: parent.as_ref().map(|p| p.1),
             data_bytes: 0,

@@ -47,6 +47,11 @@ struct Args {
     #[arg(long, value_name = "PROGRAM", default_value = "ssh")]
     ssh: PathBuf,
 
+    /// A pipe from or to the stem that moves nothing for this long is given up (the act
+    /// fails, its parts are cleaned).
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    stall_secs: u64,
+
     /// Print the interface's introspection XML (as committed in
     /// copier-interface/org.tacid.Copier1.xml) and exit.
     #[arg(long)]
@@ -160,6 +165,7 @@ async fn serve(args: Args) -> Result<(), String> {
         key: args.key.clone(),
         state: args.state_dir.clone(),
         ssh: args.ssh.clone(),
+        stall: std::time::Duration::from_secs(args.stall_secs.max(1)),
     };
     let copier = Copier::new(config, paths)?;
     let targets: Vec<String> = copier.targets().into_iter().map(|t| t.name).collect();

@@ -312,6 +312,16 @@ impl CopierDaemon {
     /// As [`CopierDaemon::start`], its command line after `prefix` (run as root; for
     /// `nsenter --net=…` into an SSH target's network namespace).
     pub fn start_with(bus: &PrivateBus, places: &Places, prefix: &[String]) -> CopierDaemon {
+        CopierDaemon::start_args(bus, places, prefix, &[])
+    }
+
+    /// As [`CopierDaemon::start_with`], with more arguments.
+    pub fn start_args(
+        bus: &PrivateBus,
+        places: &Places,
+        prefix: &[String],
+        args: &[&str],
+    ) -> CopierDaemon {
         let (uid, gid) = copier_user();
         let _ = keeper();
         let mut command = match prefix.split_first() {
@@ -335,6 +345,7 @@ impl CopierDaemon {
             .arg(&places.key)
             .arg("--state-dir")
             .arg(&places.state)
+            .args(args)
             .env("RUST_LOG", "info")
             .stderr(Stdio::piped())
             .spawn()
