@@ -34,9 +34,11 @@ struct Args {
     #[arg(long, value_name = "PATH", default_value = layout::copies::CONFIG_PATH)]
     copies_config: PathBuf,
 
-    /// The recovery key (made by `tacid-copier key init`).
-    #[arg(long, value_name = "PATH", default_value = layout::SEAL_KEY_PATH, global = true)]
-    key: PathBuf,
+    /// The recovery key. The daemon's default is /var/lib/tacid-copier/recovery.key (its
+    /// unit binds its directory on the snapshots subvolume there); the key commands' is
+    /// that directory's file, /persist/.snapshots/.copier/recovery.key.
+    #[arg(long, value_name = "PATH", global = true)]
+    key: Option<PathBuf>,
 
     /// The copier's own directory: what generation it gave each copy.
     #[arg(long, value_name = "DIR", default_value = layout::COPIER_STATE_DIR)]
@@ -97,7 +99,8 @@ fn main() -> ExitCode {
             Key::Show => KeyCommand::Show,
             Key::Import => KeyCommand::Import,
         };
-        return match copier::keys::run(command, &args.key, user, &mut std::io::stdin()) {
+        let key = args.key.clone().unwrap_or_else(copier::keys::held_key_path);
+        return match copier::keys::run(command, &key, user, &mut std::io::stdin()) {
             Ok(words) => {
                 print!("{words}");
                 ExitCode::SUCCESS
@@ -161,8 +164,12 @@ async fn serve(args: Args) -> Result<(), String> {
             layout::names::COPIER_UNIT
         );
     }
+    let key = args
+        .key
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(layout::SEAL_KEY_PATH));
     let paths = Paths {
-        key: args.key.clone(),
+        key: key.clone(),
         state: args.state_dir.clone(),
         ssh: args.ssh.clone(),
         stall: std::time::Duration::from_secs(args.stall_secs.max(1)),
@@ -175,7 +182,7 @@ async fn serve(args: Args) -> Result<(), String> {
         tracing::info!("sealed targets: {}", targets.join(", "));
     }
     // Said now, loudly; every act says it again to whoever asks.
-    if let Err(e) = seal::SealKey::load(&args.key) {
+    if let Err(e) = seal::SealKey::load(&key) {
         tracing::warn!("{e}");
     }
     let builder = if args.bus == "system" {
