@@ -18,10 +18,6 @@ use std::path::Path;
 use rustix::process::{Gid, Uid};
 use seal::SealKey;
 
-/// The copier's directory's name on the snapshots subvolume (the module's tmpfiles rules and
-/// the unit's `BindPaths=` name it too).
-pub const COPIER_DIR_NAME: &str = ".copier";
-
 /// Where the key commands find the key by default: the file the copier's unit sees as
 /// [`layout::SEAL_KEY_PATH`].
 pub fn held_key_path() -> std::path::PathBuf {
@@ -29,7 +25,7 @@ pub fn held_key_path() -> std::path::PathBuf {
         .file_name()
         .unwrap_or_else(|| std::ffi::OsStr::new("recovery.key"));
     Path::new(layout::SNAPSHOTS_MOUNT_POINT)
-        .join(COPIER_DIR_NAME)
+        .join(layout::COPIER_DIR_NAME)
         .join(file)
 }
 

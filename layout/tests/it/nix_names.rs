@@ -300,8 +300,8 @@ fn unit_files_run_shipped_binaries_and_say_what_enables_them() {
         }
     }
     assert_eq!(
-        units_seen, 6,
-        "shipped.json should ship the stem, keeper, timeline (service and timer) and two initrd units"
+        units_seen, 7,
+        "shipped.json should ship the stem, keeper, copier, timeline (service and timer) and two initrd units"
     );
     assert!(problems.is_empty(), "{problems:#?}");
 }
@@ -315,7 +315,7 @@ fn dbus_files_name_the_layouts_bus_names_and_units() {
         .map(|f| f.source.rsplit('/').next().expect("file name").to_owned())
         .collect();
     let mut problems = Vec::new();
-    for key in ["stem_bus_name", "keeper_bus_name"] {
+    for key in ["stem_bus_name", "keeper_bus_name", "copier_bus_name"] {
         let bus = contract[key].as_str().expect("bus name");
         for file in shipped_files()
             .iter()
