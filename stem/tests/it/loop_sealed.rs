@@ -236,7 +236,7 @@ fn loop_sealed_send_refuses_what_it_cannot_send() {
     // A parent of another subvolume, or itself.
     for parent in [log.name, home.name] {
         let (sent, framed) = m.send(home.name, Some(parent));
-        assert!(matches!(sent, Err(CopyError::BadPipe(_))), "{sent:?}");
+        assert!(matches!(sent, Err(CopyError::BadParent(_))), "{sent:?}");
         assert!(framed.is_empty(), "nothing is sent");
     }
     // A parent that is not there: refused, and the reader told so with an ABORT.
