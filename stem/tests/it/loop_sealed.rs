@@ -277,10 +277,24 @@ fn loop_sealed_send_stops_when_the_reader_goes_or_stalls() {
     assert!(e.to_string().contains("reader is gone"), "{e}");
     assert!(started.elapsed() < Duration::from_secs(30));
 
-    // The reader holds the pipe open and reads nothing: the stall ends the act.
+    // The reader holds the pipe open and reads nothing: the stall ends the act. Meanwhile
+    // CopyProgress shows it, with no target (the stem sees only a pipe).
     let (r, w) = pipe();
     let started = Instant::now();
-    let e = m.copies.send_sealed(s.name, None, w).unwrap_err();
+    let (sent, seen) = std::thread::scope(|scope| {
+        let look = scope.spawn(|| {
+            std::thread::sleep(Duration::from_millis(700));
+            m.copies.progress()
+        });
+        (m.copies.send_sealed(s.name, None, w), look.join().unwrap())
+    });
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(
+        (seen[0].target.as_ref(), seen[0].name, seen[0].kind),
+        (None, s.name, "send-sealed")
+    );
+    assert!(seen[0].bytes > 0, "{seen:?}");
+    let e = sent.unwrap_err();
     assert!(
         e.to_string().contains("nothing moved through the pipe"),
         "{e}"
