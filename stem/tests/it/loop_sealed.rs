@@ -593,3 +593,32 @@ fn loop_sealed_targets_are_the_copiers_not_the_stems() {
         }
     }
 }
+
+#[test]
+fn loop_sealed_one_receive_into_the_store_at_a_time() {
+    let Some(m) = machine_with(Duration::from_secs(3), CopiesConfig::default()) else {
+        return;
+    };
+    let s = m.take("@home");
+    let other = SnapshotName::parse("@home.2001-01-01T000000.000000Z").unwrap();
+    // A receive whose writer says nothing holds `.incoming` until its stall ends it.
+    let (r, w) = pipe();
+    let (first, second) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| m.copies.receive_sealed(other, s.uuid, r));
+        std::thread::sleep(Duration::from_millis(700));
+        let (r2, w2) = pipe();
+        let second = m.copies.receive_sealed(s.name, s.uuid, r2);
+        drop(w2);
+        (first.join().unwrap(), second)
+    });
+    drop(w);
+    let second = second.unwrap_err();
+    assert!(matches!(second, CopyError::FetchBusy), "{second:?}");
+    assert!(second.to_string().contains("try again"), "{second}");
+    let first = first.unwrap_err();
+    assert!(
+        first.to_string().contains("nothing moved through the pipe"),
+        "{first}"
+    );
+    assert!(m.incoming().is_empty());
+}
