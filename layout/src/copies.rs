@@ -1,7 +1,10 @@
 //! Copies off the disk: root's configuration of where snapshots are copied.
 //!
 //! A target is a name with a place: a directory on another mounted Btrfs, or a directory
-//! on a backup host reached over SSH (`ssh://[user@]host[:port]/abs/path`). Targets are
+//! on a backup host reached over SSH (`ssh://[user@]host[:port]/abs/path`). A target with a
+//! `seal` object ([`Seal`]) is sealed: its copies are encrypted, authenticated parts kept by
+//! the copier, not the stem, on any filesystem, an SSH host or S3-compatible object storage
+//! (`s3://host[:port]/bucket[/prefix]`, sealed targets only). Targets are
 //! root's configuration, one JSON file ([`CONFIG_PATH`]) both daemons read; a caller only
 //! ever names a target, and that name is checked against [`TargetName`]'s grammar and the
 //! configured set. Nothing here does I/O: the stem checks the file's owner and mode, then
@@ -14,7 +17,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use serde::{Deserialize, Serialize};
 
 use crate::defaults::{
-    KEEP_COPIES_DAILY, KEEP_COPIES_LATEST, KEEP_COPIES_MONTHLY, KEEP_COPIES_WEEKLY,
+    KEEP_COPIES_DAILY, KEEP_COPIES_LATEST, KEEP_COPIES_MONTHLY, KEEP_COPIES_WEEKLY, SEAL_FULL_EVERY,
 };
 
 /// Where root configures the targets. Missing means no targets, not an error.
@@ -37,6 +40,12 @@ pub const MAX_KEEP: usize = 10_000;
 pub const INCOMING_DIR_NAME: &str = ".incoming";
 /// The default SSH port.
 pub const DEFAULT_SSH_PORT: u16 = 22;
+/// A sealed target's S3 region when the configuration names none (Garage's default).
+pub const DEFAULT_SEAL_REGION: &str = "garage";
+/// Longest S3 region name.
+pub const MAX_REGION_BYTES: usize = 64;
+/// Largest `seal.full_every`; more is a typing error (a fetch would replay that many streams).
+pub const MAX_FULL_EVERY: u32 = 10_000;
 
 /// [`TargetName`]'s grammar as a whole-string POSIX ERE (Nix's `builtins.match`).
 pub const TARGET_NAME_PATTERN: &str = "[a-z0-9][a-z0-9-]{0,31}";
@@ -53,6 +62,17 @@ macro_rules! abs_path {
         concat!("(/", component!(), ")+")
     };
 }
+/// A DNS name, an IPv4 address (a DNS name's shape) or `[IPv6]`, then an optional port.
+macro_rules! host_port {
+    () => {
+        concat!(
+            "([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?([.][A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*",
+            // `[[]` and `[]]`, not `\\[`: Nix's regex engine refuses the escape.
+            "|[[][0-9A-Fa-f:.]+[]])",
+            "(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?",
+        )
+    };
+}
 
 /// [`Place::parse`]'s grammar as a whole-string POSIX ERE, for the NixOS module. It is the
 /// shape; the parser also caps lengths ([`MAX_PATH_BYTES`], 253 bytes of host) and checks
@@ -61,11 +81,14 @@ pub const PLACE_PATTERN: &str = concat!(
     "(",
     abs_path!(),
     "|ssh://([a-z_][a-z0-9_-]{0,31}@)?",
-    "([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?([.][A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*",
-    // `[[]` and `[]]`, not `\\[`: Nix's regex engine refuses the escape.
-    "|[[][0-9A-Fa-f:.]+[]])",
-    "(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?",
+    host_port!(),
     abs_path!(),
+    "|s3://",
+    host_port!(),
+    "/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]",
+    "(/",
+    component!(),
+    ")*",
     ")",
 );
 
@@ -136,6 +159,18 @@ pub enum Place {
         port: u16,
         path: String,
     },
+    /// A bucket on S3-compatible object storage, for sealed targets only.
+    S3 {
+        /// A DNS name, an IPv4 address, or an IPv6 address (kept without brackets).
+        host: String,
+        /// `None`: the scheme's default (443, or 80 with `seal.http`).
+        port: Option<u16>,
+        /// An S3 bucket name: 3 to 63 of `a-z 0-9 . -`, a letter or digit at each end.
+        bucket: String,
+        /// Where under the bucket the copies' objects go: `""` or `a/b` (no leading or
+        /// trailing `/`, no empty, `.` or `..` component).
+        prefix: String,
+    },
 }
 
 impl Place {
@@ -143,6 +178,9 @@ impl Place {
     pub fn parse(input: &str) -> Result<Self, ConfigError> {
         if let Some(rest) = input.strip_prefix("ssh://") {
             return parse_ssh(rest);
+        }
+        if let Some(rest) = input.strip_prefix("s3://") {
+            return parse_s3(rest);
         }
         check_abs_path(input, "place")?;
         Ok(Place::Local(input.to_owned()))
@@ -152,10 +190,14 @@ impl Place {
         matches!(self, Place::Ssh { .. })
     }
 
+    pub fn is_s3(&self) -> bool {
+        matches!(self, Place::S3 { .. })
+    }
+
     /// The host as ssh's `known_hosts` names it: `host`, or `[host]:port` off port 22.
     pub fn known_hosts_host(&self) -> Option<String> {
         match self {
-            Place::Local(_) => None,
+            Place::Local(_) | Place::S3 { .. } => None,
             Place::Ssh { host, port, .. } => Some(if *port == DEFAULT_SSH_PORT {
                 host.clone()
             } else {
@@ -167,7 +209,7 @@ impl Place {
     /// The destination argument ssh takes: `user@host` or `host` (IPv6 without brackets).
     pub fn ssh_destination(&self) -> Option<String> {
         match self {
-            Place::Local(_) => None,
+            Place::Local(_) | Place::S3 { .. } => None,
             Place::Ssh { user, host, .. } => Some(match user {
                 Some(user) => format!("{user}@{host}"),
                 None => host.clone(),
@@ -199,6 +241,27 @@ impl fmt::Display for Place {
                     write!(f, ":{port}")?;
                 }
                 f.write_str(path)
+            }
+            Place::S3 {
+                host,
+                port,
+                bucket,
+                prefix,
+            } => {
+                f.write_str("s3://")?;
+                if host.contains(':') {
+                    write!(f, "[{host}]")?;
+                } else {
+                    f.write_str(host)?;
+                }
+                if let Some(port) = port {
+                    write!(f, ":{port}")?;
+                }
+                write!(f, "/{bucket}")?;
+                if !prefix.is_empty() {
+                    write!(f, "/{prefix}")?;
+                }
+                Ok(())
             }
         }
     }
@@ -266,19 +329,47 @@ impl HostKey {
     }
 }
 
+/// How a sealed target's copies are sealed and stored (the `seal` object). Its presence
+/// makes the target sealed: the copier keeps its copies, the stem never touches it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Seal {
+    /// The S3 credentials file the copier reads (absolute path): `Some` exactly when the
+    /// place is `s3://`.
+    pub credentials: Option<String>,
+    /// The S3 region to sign requests for ([`DEFAULT_SEAL_REGION`] unless given; s3 only).
+    pub region: String,
+    /// Speak plain HTTP to the S3 endpoint instead of HTTPS (a store on the same host or
+    /// link only; s3 only).
+    pub http: bool,
+    /// A full copy after this many incrementals in a chain (0: every copy is full).
+    pub full_every: u32,
+    /// A full copy once the incrementals since the last full add up to more than this many
+    /// stored bytes; `None`: more than the full's own stored bytes.
+    pub full_past_bytes: Option<u64>,
+}
+
 /// One configured target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Target {
     pub name: TargetName,
     pub place: Place,
-    /// The SSH private key file (root's): `Some` exactly when `place` is SSH.
+    /// The SSH private key file: `Some` exactly when `place` is SSH. Root's for a Btrfs
+    /// target; the copier's (owned by it) for a sealed one.
     pub identity: Option<String>,
     /// The pinned host key: `Some` exactly when `place` is SSH.
     pub host_key: Option<HostKey>,
     pub keep: Keep,
+    /// `Some` for a sealed target (the copier's), `None` for a Btrfs target (the stem's).
+    pub seal: Option<Seal>,
 }
 
 impl Target {
+    /// A sealed target's copies are the copier's: the stem refuses every act on it, and
+    /// the copier refuses every target that is not sealed.
+    pub fn is_sealed(&self) -> bool {
+        self.seal.is_some()
+    }
+
     /// The one line of the `known_hosts` file the stem writes for this target.
     pub fn known_hosts_line(&self) -> Option<String> {
         let host = self.place.known_hosts_host()?;
@@ -321,10 +412,22 @@ pub enum ConfigError {
     HostKey(&'static str),
     #[error("an ssh:// place needs identity (the private key file) and host_key (the pinned key)")]
     SshNeedsKeys,
-    #[error("identity and host_key are for ssh:// places only; a local place takes neither")]
+    #[error("identity and host_key are for ssh:// places only; remove them from this target")]
     LocalTakesNoKeys,
     #[error("keep.{0} is at most {MAX_KEEP}")]
     KeepTooLarge(&'static str),
+    #[error("place: s3://host[:port]/bucket[/prefix] — {0}")]
+    S3Place(&'static str),
+    #[error("an s3:// place holds sealed copies only: add \"seal\": {{\"credentials\": \"/path/to/credentials\"}} to the target")]
+    S3NeedsSeal,
+    #[error("seal.credentials: an s3:// place needs the credentials file the copier reads (an absolute path)")]
+    S3NeedsCredentials,
+    #[error("seal.{0} is for s3:// places only; remove it from this target")]
+    S3Only(&'static str),
+    #[error("seal.region is 1 to {MAX_REGION_BYTES} letters, digits, '-' and '_' (like \"garage\" or \"eu-west-1\")")]
+    Region,
+    #[error("seal.full_every is at most {MAX_FULL_EVERY}")]
+    FullEveryTooLarge,
 }
 
 #[derive(Deserialize)]
@@ -343,6 +446,35 @@ struct RawTarget {
     host_key: Option<String>,
     #[serde(default)]
     keep: Keep,
+    #[serde(default, deserialize_with = "seal_object")]
+    seal: Option<RawSeal>,
+}
+
+/// `seal` is a JSON object (serde would also take an array for a struct, which no one
+/// means); `null` is no seal, as if it were absent.
+fn seal_object<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<RawSeal>, D::Error> {
+    use serde::de::Error;
+    match Option::<serde_json::Map<String, serde_json::Value>>::deserialize(d)? {
+        None => Ok(None),
+        Some(map) => serde_json::from_value(serde_json::Value::Object(map))
+            .map(Some)
+            .map_err(D::Error::custom),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSeal {
+    #[serde(default)]
+    credentials: Option<String>,
+    #[serde(default)]
+    region: Option<String>,
+    #[serde(default)]
+    http: Option<bool>,
+    #[serde(default)]
+    full_every: Option<u32>,
+    #[serde(default)]
+    full_past_bytes: Option<u64>,
 }
 
 /// At most this many bytes of anything read are quoted in an error.
@@ -413,8 +545,15 @@ impl Target {
                 (Some(identity), Some(HostKey::parse(&host_key)?))
             }
             (Place::Ssh { .. }, _, _) => return Err(ConfigError::SshNeedsKeys),
-            (Place::Local(_), None, None) => (None, None),
-            (Place::Local(_), _, _) => return Err(ConfigError::LocalTakesNoKeys),
+            (Place::Local(_) | Place::S3 { .. }, None, None) => (None, None),
+            (Place::Local(_) | Place::S3 { .. }, _, _) => {
+                return Err(ConfigError::LocalTakesNoKeys)
+            }
+        };
+        let seal = match raw.seal {
+            Some(raw) => Some(Seal::from_raw(&place, raw)?),
+            None if place.is_s3() => return Err(ConfigError::S3NeedsSeal),
+            None => None,
         };
         Ok(Target {
             name,
@@ -422,6 +561,49 @@ impl Target {
             identity,
             host_key,
             keep: raw.keep,
+            seal,
+        })
+    }
+}
+
+impl Seal {
+    fn from_raw(place: &Place, raw: RawSeal) -> Result<Self, ConfigError> {
+        if place.is_s3() {
+            let credentials = raw
+                .credentials
+                .as_deref()
+                .ok_or(ConfigError::S3NeedsCredentials)?;
+            check_abs_path(credentials, "seal.credentials")?;
+        } else {
+            for (field, given) in [
+                ("credentials", raw.credentials.is_some()),
+                ("region", raw.region.is_some()),
+                ("http", raw.http.is_some()),
+            ] {
+                if given {
+                    return Err(ConfigError::S3Only(field));
+                }
+            }
+        }
+        let region = raw.region.unwrap_or_else(|| DEFAULT_SEAL_REGION.to_owned());
+        let region_ok = !region.is_empty()
+            && region.len() <= MAX_REGION_BYTES
+            && region
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'));
+        if !region_ok {
+            return Err(ConfigError::Region);
+        }
+        let full_every = raw.full_every.unwrap_or(SEAL_FULL_EVERY);
+        if full_every > MAX_FULL_EVERY {
+            return Err(ConfigError::FullEveryTooLarge);
+        }
+        Ok(Seal {
+            credentials: raw.credentials,
+            region,
+            http: raw.http.unwrap_or(false),
+            full_every,
+            full_past_bytes: raw.full_past_bytes,
         })
     }
 }
@@ -464,17 +646,28 @@ fn parse_ssh(rest: &str) -> Result<Place, ConfigError> {
             ));
         }
     }
+    let (host, port) = parse_host_port(hostport).map_err(ConfigError::SshPlace)?;
+    Ok(Place::Ssh {
+        user: user.map(str::to_owned),
+        host,
+        port: port.unwrap_or(DEFAULT_SSH_PORT),
+        path: path.to_owned(),
+    })
+}
+
+/// `host[:port]` or `[IPv6][:port]`: the host (IPv6 without brackets) and the port if given.
+fn parse_host_port(hostport: &str) -> Result<(String, Option<u16>), &'static str> {
     let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
         let (addr, after) = v6
             .split_once(']')
-            .ok_or(ConfigError::SshPlace("an IPv6 address is closed by ']'"))?;
+            .ok_or("an IPv6 address is closed by ']'")?;
         addr.parse::<Ipv6Addr>()
-            .map_err(|_| ConfigError::SshPlace("not an IPv6 address between [ and ]"))?;
+            .map_err(|_| "not an IPv6 address between [ and ]")?;
         let port = match after {
             "" => None,
             p => Some(
                 p.strip_prefix(':')
-                    .ok_or(ConfigError::SshPlace("after ']' comes ':port' or the path"))?,
+                    .ok_or("after ']' comes ':port' or the path")?,
             ),
         };
         (addr.to_owned(), port)
@@ -485,28 +678,52 @@ fn parse_ssh(rest: &str) -> Result<Place, ConfigError> {
         }
     };
     if !host.contains(':') && host.parse::<Ipv4Addr>().is_err() && !is_dns_name(&host) {
-        return Err(ConfigError::SshPlace(
-            "the host is a DNS name, an IPv4 address or [an IPv6 address]",
-        ));
+        return Err("the host is a DNS name, an IPv4 address or [an IPv6 address]");
     }
     let port = match port {
-        None => DEFAULT_SSH_PORT,
+        None => None,
         Some(p) => {
             let ok = !p.is_empty()
                 && p.len() <= 5
                 && !p.starts_with('0')
                 && p.bytes().all(|b| b.is_ascii_digit());
             match p.parse::<u16>() {
-                Ok(port) if ok && port != 0 => port,
-                _ => return Err(ConfigError::SshPlace("the port is 1 to 65535")),
+                Ok(port) if ok && port != 0 => Some(port),
+                _ => return Err("the port is 1 to 65535"),
             }
         }
     };
-    Ok(Place::Ssh {
-        user: user.map(str::to_owned),
+    Ok((host, port))
+}
+
+fn parse_s3(rest: &str) -> Result<Place, ConfigError> {
+    if rest.len() > MAX_PATH_BYTES {
+        return Err(ConfigError::S3Place("too long"));
+    }
+    let (hostport, path) = rest
+        .split_once('/')
+        .ok_or(ConfigError::S3Place("the bucket after the host is missing"))?;
+    let (host, port) = parse_host_port(hostport).map_err(ConfigError::S3Place)?;
+    let (bucket, prefix) = path.split_once('/').unwrap_or((path, ""));
+    let b = bucket.as_bytes();
+    let bucket_ok = (3..=63).contains(&b.len())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'-'))
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && (b[b.len() - 1].is_ascii_lowercase() || b[b.len() - 1].is_ascii_digit());
+    if !bucket_ok {
+        return Err(ConfigError::S3Place(
+            "the bucket is 3 to 63 of a-z, 0-9, '.' and '-', starting and ending with a letter or digit",
+        ));
+    }
+    if path.len() > bucket.len() {
+        check_abs_path(&format!("/{prefix}"), "the s3:// place's prefix")?;
+    }
+    Ok(Place::S3 {
         host,
         port,
-        path: path.to_owned(),
+        bucket: bucket.to_owned(),
+        prefix: prefix.to_owned(),
     })
 }
 
@@ -766,6 +983,33 @@ mod tests {
             "ssh://h/p/../q",
             "ssh://h_1/p",
             "http://h/p",
+            "s3://127.0.0.1:3900/bucket",
+            "s3://127.0.0.1:3900/bucket/optional/prefix",
+            "s3://s3.example.com/my.bucket-1/a b/.x/..y",
+            "s3://[::1]:3900/bkt/p",
+            "s3://h/b",
+            "s3://h/bu",
+            "s3://h/Bucket",
+            "s3://h/-bucket",
+            "s3://h/bucket-",
+            "s3://h/b_ucket",
+            &format!("s3://h/{}", "b".repeat(63)),
+            &format!("s3://h/{}", "b".repeat(64)),
+            "s3://h/bucket/",
+            "s3://h/bucket//p",
+            "s3://h/bucket/../p",
+            "s3://h/bucket/./p",
+            "s3://h/bucket/p\n",
+            "s3://h",
+            "s3://h/",
+            "s3:///bucket",
+            "s3://h:0/bucket",
+            "s3://h:65536/bucket",
+            "s3://h:/bucket",
+            "s3://u@h/bucket",
+            "s3://-h/bucket",
+            "s3://[::1/bucket",
+            "S3://h/bucket",
         ];
         for text in table {
             assert_eq!(
@@ -792,6 +1036,169 @@ mod tests {
                 name.is_match(text),
                 TargetName::parse(text).is_ok(),
                 "{text:?}"
+            );
+        }
+    }
+
+    fn sealed(place: &str, extra: &str, seal: &str) -> Result<Target, ConfigError> {
+        one(place, &format!(r#"{extra}, "seal": {seal}"#))
+            .map(|c| c.targets.into_values().next().unwrap())
+    }
+
+    #[test]
+    fn sealed_targets_parse() {
+        let text = format!(
+            r#"{{"targets": {{
+              "usb":  {{"place": "/mnt/usb/tacid", "seal": {{}}}},
+              "nas":  {{"place": "ssh://tacid@nas:22/srv/tacid", "identity": "/var/lib/tacid-copier/ssh/id_ed25519",
+                       "host_key": "{KEY}", "seal": {{}}}},
+              "cloud":{{"place": "s3://127.0.0.1:3900/bucket/optional/prefix",
+                       "seal": {{"credentials": "/var/lib/tacid-copier/cloud.credentials", "region": "garage",
+                                "http": true, "full_every": 30, "full_past_bytes": null}}}},
+              "btrfs":{{"place": "/mnt/b"}}
+            }}}}"#
+        );
+        let config = CopiesConfig::parse(text.as_bytes()).unwrap();
+        let usb = config.target("usb").unwrap();
+        assert!(usb.is_sealed());
+        assert_eq!(
+            usb.seal,
+            Some(Seal {
+                credentials: None,
+                region: DEFAULT_SEAL_REGION.into(),
+                http: false,
+                full_every: SEAL_FULL_EVERY,
+                full_past_bytes: None,
+            })
+        );
+        let nas = config.target("nas").unwrap();
+        assert!(nas.is_sealed());
+        assert!(nas.place.is_ssh());
+        assert_eq!(
+            nas.identity.as_deref(),
+            Some("/var/lib/tacid-copier/ssh/id_ed25519")
+        );
+        let cloud = config.target("cloud").unwrap();
+        assert_eq!(
+            cloud.place,
+            Place::S3 {
+                host: "127.0.0.1".into(),
+                port: Some(3900),
+                bucket: "bucket".into(),
+                prefix: "optional/prefix".into(),
+            }
+        );
+        assert_eq!(
+            cloud.place.to_string(),
+            "s3://127.0.0.1:3900/bucket/optional/prefix"
+        );
+        assert_eq!(cloud.place.known_hosts_host(), None);
+        assert_eq!(cloud.place.ssh_destination(), None);
+        let seal = cloud.seal.as_ref().unwrap();
+        assert_eq!(
+            seal.credentials.as_deref(),
+            Some("/var/lib/tacid-copier/cloud.credentials")
+        );
+        assert!(seal.http);
+        assert_eq!(seal.region, "garage");
+        assert!(!config.target("btrfs").unwrap().is_sealed());
+
+        let t = sealed("/d", "", r#"{"full_every": 0, "full_past_bytes": 1000}"#).unwrap();
+        let seal = t.seal.unwrap();
+        assert_eq!((seal.full_every, seal.full_past_bytes), (0, Some(1000)));
+    }
+
+    #[test]
+    fn s3_places() {
+        for (text, host, port, bucket, prefix) in [
+            ("s3://h/bkt", "h", None, "bkt", ""),
+            (
+                "s3://[::1]:3900/b.k-t/a/b c",
+                "::1",
+                Some(3900),
+                "b.k-t",
+                "a/b c",
+            ),
+            ("s3://10.0.0.1:80/bkt/p", "10.0.0.1", Some(80), "bkt", "p"),
+        ] {
+            let place = Place::parse(text).unwrap();
+            assert_eq!(
+                place,
+                Place::S3 {
+                    host: host.into(),
+                    port,
+                    bucket: bucket.into(),
+                    prefix: prefix.into()
+                },
+                "{text}"
+            );
+            assert_eq!(place.to_string(), text);
+            assert_eq!(Place::parse(&place.to_string()).unwrap(), place);
+        }
+        assert!(Place::parse(&format!("s3://h/bkt/{}", "p".repeat(MAX_PATH_BYTES))).is_err());
+    }
+
+    #[test]
+    fn sealed_targets_are_checked() {
+        let creds = r#"{"credentials": "/c"}"#;
+        assert!(sealed("s3://h/bkt", "", creds).is_ok());
+        let err = |place: &str, extra: &str, seal: &str| {
+            let e = sealed(place, extra, seal).unwrap_err();
+            let ConfigError::Target { target, error } = e else {
+                panic!("{e:?}")
+            };
+            assert_eq!(target, "t");
+            (*error, e_text(place, extra, seal))
+        };
+        fn e_text(place: &str, extra: &str, seal: &str) -> String {
+            sealed(place, extra, seal).unwrap_err().to_string()
+        }
+        // An s3:// place is sealed or nothing; it needs its credentials file.
+        let (e, text) = err("s3://h/bkt", "", "{}");
+        assert_eq!(e, ConfigError::S3NeedsCredentials);
+        assert!(text.contains("seal.credentials"), "{text}");
+        let e = one("s3://h/bkt", "").unwrap_err().to_string();
+        assert!(e.contains("\"seal\""), "{e}");
+        assert!(e.contains("target t"), "{e}");
+        assert_eq!(
+            err("s3://h/bkt", "", r#"{"credentials": "c"}"#).0,
+            ConfigError::Path("seal.credentials")
+        );
+        // The S3 fields are refused where there is no S3.
+        for (field, seal) in [
+            ("credentials", r#"{"credentials": "/c"}"#),
+            ("region", r#"{"region": "garage"}"#),
+            ("http", r#"{"http": false}"#),
+        ] {
+            let (e, text) = err("/d", "", seal);
+            assert_eq!(e, ConfigError::S3Only(field));
+            assert!(text.contains(&format!("seal.{field}")), "{text}");
+            assert!(text.contains("remove"), "{text}");
+        }
+        assert_eq!(
+            err("s3://h/bkt", &ssh_extra(), creds).0,
+            ConfigError::LocalTakesNoKeys
+        );
+        assert_eq!(err("ssh://h/p", "", "{}").0, ConfigError::SshNeedsKeys);
+        for region in ["", "a b", "é", "a/b", &"r".repeat(MAX_REGION_BYTES + 1)] {
+            let seal = format!(r#"{{"credentials": "/c", "region": {region:?}}}"#);
+            assert_eq!(err("s3://h/bkt", "", &seal).0, ConfigError::Region);
+        }
+        let (e, text) = err("/d", "", r#"{"full_every": 10001}"#);
+        assert_eq!(e, ConfigError::FullEveryTooLarge);
+        assert!(text.contains("seal.full_every"), "{text}");
+        for bad in [
+            r#"{"key": "/k"}"#,
+            r#"{"full_every": -1}"#,
+            r#"{"full_every": 4294967296}"#,
+            r#"{"full_past_bytes": -1}"#,
+            r#"{"http": "yes"}"#,
+            r#"[]"#,
+            r#"true"#,
+        ] {
+            assert!(
+                matches!(sealed("/d", "", bad), Err(ConfigError::Json(_))),
+                "{bad}"
             );
         }
     }

@@ -155,6 +155,7 @@ impl From<CopyError> for Error {
         let message = e.to_string();
         match e {
             CopyError::NoSuchTarget(_) => Error::NoSuchTarget(message),
+            CopyError::Sealed(_) => Error::InvalidArgument(message),
             CopyError::NoSuchSnapshot(_) => Error::NoSuchSnapshot(message),
             CopyError::NotReadOnly(_) => Error::NotReadOnly(message),
             CopyError::TargetBusy(_) => Error::TargetBusy(message),

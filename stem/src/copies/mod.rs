@@ -88,6 +88,8 @@ pub enum CopyError {
     NoSuchSnapshot(SnapshotName),
     #[error("{0} is writable; only read-only snapshots are copied")]
     NotReadOnly(SnapshotName),
+    #[error("target {0} is sealed: its copies are kept by the copier (tacid-copier), not on a Btrfs the stem receives into; ask for it through the keeper")]
+    Sealed(TargetName),
     #[error("target {0} is busy with another copy, fetch or deletion; try again when it is done")]
     TargetBusy(TargetName),
     #[error("target {target} cannot be reached: {reason}")]
@@ -251,10 +253,16 @@ impl Copies {
     }
 
     /// The configured target a caller named; the caller's string is never shown whole.
+    /// Every Btrfs act goes through here, so none touches a sealed target.
     fn target(&self, name: &str) -> Result<&Configured, CopyError> {
-        self.config
+        let target = self
+            .config
             .target(name)
-            .ok_or_else(|| CopyError::NoSuchTarget(layout::human::cap(name, 64).into_owned()))
+            .ok_or_else(|| CopyError::NoSuchTarget(layout::human::cap(name, 64).into_owned()))?;
+        if target.is_sealed() {
+            return Err(CopyError::Sealed(target.name.clone()));
+        }
+        Ok(target)
     }
 
     /// Copies and fetches in flight.
@@ -423,6 +431,8 @@ impl Copies {
                 Box::new(Local::open(target, path, &self.programs, &self.top_path)?)
             }
             Place::Ssh { .. } => Box::new(Ssh::new(target, &self.programs)),
+            // Only a sealed target has an s3:// place, and `target` refused it already.
+            Place::S3 { .. } => return Err(CopyError::Sealed(target.name.clone())),
         })
     }
 }
