@@ -260,7 +260,7 @@ pub struct Cancelled {
 }
 
 /// The answer to `Status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, Type)]
 pub struct Status {
     /// The stem answered just now.
     pub stem_running: bool,

@@ -33,6 +33,8 @@ use crate::wire::{
 };
 use crate::words::of_path;
 
+mod sealed;
+
 /// The longest an act waits for a looker's listing of its target to end.
 const ACT_WAITS_FOR_LISTING: std::time::Duration = std::time::Duration::from_secs(120);
 

@@ -213,8 +213,8 @@ pub use copies::{CopyEnd, CopyRow};
 pub use list::ListedRequest;
 pub use retention::{Deletion, DeletionResult};
 use types::StoredOutcomeResult;
-pub use verify::{Checked, LastVerification};
 pub use types::{outcome_result_text, Action, CopyAction, SnapshotState, State, Subject};
+pub use verify::{Checked, LastVerification};
 
 /// The version a journal has after every migration.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -32,6 +32,7 @@ use crate::wire::{
     Cancelled, ClosedOpen, CopyInFlight, CopyReport, Deleted, Fetched, KeepMarked, KeeperError,
     Opened, PartChanges, PruneReport, RestoreDetails, RestorePreview, RestoreStaged,
     SetRestorePreview, SetRestoreStaged, SnapshotEntry, SnapshotSet, Status, TargetCopies,
+    VerifyReport,
 };
 
 /// The interface served at `/org/tacid/Keeper1`.
@@ -374,6 +375,25 @@ impl Keeper1 {
     ) -> Result<Vec<CopyInFlight>, KeeperError> {
         let uid = caller(&self.callers, connection, &header).await?;
         self.keeper.copy_progress(uid).await
+    }
+
+    /// Read back the copies `names` (empty: every copy, what the target's timer runs) on
+    /// the sealed target `target`, and check each down to its full copy (every part's
+    /// digest and authentication), without receiving anything. Each copy checked is
+    /// journalled (a failure with what failed; the timer's act as the rule "timer of
+    /// <target>"); `Status` shows each target's last verification and `ListRows` a copy
+    /// that failed. Root and approvers only. Errors: NoSuchTarget, NotAuthorized,
+    /// InvalidArgument (a name, or a target that is not sealed), TargetBusy,
+    /// CopierNotRunning, TargetUnreachable, Untrusted, NoSuchSnapshot, StemFailed, Journal.
+    async fn verify(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        target: &str,
+        names: Vec<String>,
+    ) -> Result<VerifyReport, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.verify(uid, target, &names).await
     }
 
     /// Open the snapshot `name` read-only for the caller, in the host's mount namespace, at

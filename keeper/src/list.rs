@@ -110,12 +110,14 @@ impl Listed {
 
     /// The targets holding copies, by row.
     pub fn copies(&self) -> impl Iterator<Item = CopyOfRow<'_>> {
-        self.copies.iter().map(|&(row, t, parent, failed)| CopyOfRow {
-            row,
-            target: self.str(t),
-            last_common_parent: parent,
-            verify_failed: self.str(failed),
-        })
+        self.copies
+            .iter()
+            .map(|&(row, t, parent, failed)| CopyOfRow {
+                row,
+                target: self.str(t),
+                last_common_parent: parent,
+                verify_failed: self.str(failed),
+            })
     }
 
     /// The list as `List` answers it (one entry per snapshot, its copies nested).
