@@ -469,6 +469,9 @@ pub struct CopyHeld {
     pub received_uuid: String,
     /// The local store still holds the snapshot.
     pub local: bool,
+    /// What is wrong with it (a sealed target's copy whose manifest does not authenticate,
+    /// or that failed its last verification), escaped; empty when nothing is known wrong.
+    pub problem: String,
 }
 
 /// The answer to `Copies`: what a target holds.

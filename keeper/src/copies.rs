@@ -754,6 +754,7 @@ impl Copies {
                         String::new()
                     },
                     local: local.contains(&h.name),
+                    problem: String::new(),
                 }
             })
             .collect();

@@ -831,6 +831,9 @@ pub struct CopyHeld<'a> {
     /// `null`: not shown to somebody who may only look.
     received_uuid: Option<&'a str>,
     local: bool,
+    /// `null`: nothing is known wrong with it; else what (a sealed copy whose manifest does
+    /// not authenticate, or that failed its last verification).
+    problem: Option<&'a str>,
 }
 
 /// `tacid data copies`.
@@ -855,6 +858,7 @@ impl<'a> From<&'a wire::TargetCopies> for TargetCopies<'a> {
                     taken_micros: (c.taken_micros != 0).then_some(c.taken_micros),
                     received_uuid: text(&c.received_uuid),
                     local: c.local,
+                    problem: text(&c.problem),
                 })
                 .collect(),
             retention: &t.retention,
@@ -1249,6 +1253,7 @@ mod tests {
             taken_micros: 0,
             received_uuid: String::new(),
             local: true,
+            problem: String::new(),
         };
         let t = wire::TargetCopies {
             target: "usb".into(),

@@ -1102,6 +1102,9 @@ pub fn target_copies(t: &TargetCopies, now: SystemTime) -> String {
                 ago(taken, now)
             );
         }
+        if !c.problem.is_empty() {
+            let _ = writeln!(out, "    BAD    {}", c.problem);
+        }
     }
     out
 }
