@@ -195,6 +195,14 @@ impl CopierClient {
         .await
     }
 
+    /// The copier's acts in flight (none when it is not running).
+    pub async fn progress(&self) -> Vec<copier1::SealProgress> {
+        match self.proxy().await {
+            Ok(p) => p.progress().await.unwrap_or_default(),
+            Err(_) => Vec::new(),
+        }
+    }
+
     /// Delete the copy `name` on `target` (refused while another copy needs it).
     pub async fn delete(&self, target: &str, name: &str) -> Result<(), CopierError> {
         let (target, name) = (target.to_owned(), name.to_owned());

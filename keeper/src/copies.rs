@@ -501,6 +501,9 @@ impl Copies {
             .try_turn(target)
             .ok_or_else(|| Self::busy(target))?;
         self.reconcile.ensure().await;
+        if t.is_sealed() {
+            return self.copy_sealed(&asker, t, name).await;
+        }
         if name.is_empty() {
             return self.copy_timer(&asker, t).await;
         }
@@ -725,6 +728,9 @@ impl Copies {
         let target = t.name.as_str();
         let may_change = self.h.may_change(uid);
         let _turn = self.h.looker_turn(may_change).await;
+        if t.is_sealed() {
+            return self.copies_sealed(t, may_change).await;
+        }
         let (held, local) = self.list_target(target).await.map_err(|e| {
             // The stem logs failed looks within one allowance for all callers: said here per
             // caller, so one caller's flood does not silence another's.
@@ -790,6 +796,9 @@ impl Copies {
             .try_turn(target)
             .ok_or_else(|| Self::busy(target))?;
         self.reconcile.ensure().await;
+        if t.is_sealed() {
+            return self.fetch_sealed(&asker, t, &snap).await;
+        }
         let reason = format!("fetched from {target}");
         let id = self
             .h
@@ -913,7 +922,25 @@ impl Copies {
     /// Copies and fetches in flight. Anybody may ask.
     pub async fn copy_progress(&self, uid: u32) -> Result<Vec<CopyInFlight>, KeeperError> {
         let _turn = self.h.looker_turn(self.h.may_change(uid)).await;
-        let all = self.h.stem.copy_progress().await.map_err(stem_error)?;
+        let mut all = self.h.stem.copy_progress().await.map_err(stem_error)?;
+        // A sealed copy's or fetch's bytes are the copier's to count (an act the stem also
+        // reports is shown once).
+        for p in self.h.copier.progress().await {
+            let direction = match p.doing.as_str() {
+                "seal" => "copy",
+                "unseal" => "fetch",
+                other => other,
+            };
+            if !all.iter().any(|f| f.target == p.target && f.name == p.name) {
+                all.push(crate::stem_client::InFlight {
+                    target: p.target,
+                    name: p.name,
+                    direction: direction.to_owned(),
+                    bytes: p.moved,
+                    elapsed_ms: 0,
+                });
+            }
+        }
         Ok(all
             .into_iter()
             .map(|f| CopyInFlight {

@@ -347,7 +347,11 @@ pub fn sealed_parent<'a>(
     }
     let chain = chain_of(parent, held)?;
     let full = chain.last()?;
-    let incrementals: u64 = chain.iter().filter(|c| c.depth > 0).map(|c| c.stored_bytes).sum();
+    let incrementals: u64 = chain
+        .iter()
+        .filter(|c| c.depth > 0)
+        .map(|c| c.stored_bytes)
+        .sum();
     if incrementals > bound.full_past_bytes.unwrap_or(full.stored_bytes) {
         return None;
     }
@@ -379,7 +383,11 @@ pub fn sealed_deletions(held: &[SealedHeld], deletions: Vec<CopyDeletion>) -> Ve
         .into_iter()
         .filter(|d| !needed.contains(d.name.as_str()))
         .collect();
-    out.sort_by(|a, b| depth(&b.name).cmp(&depth(&a.name)).then_with(|| a.name.cmp(&b.name)));
+    out.sort_by(|a, b| {
+        depth(&b.name)
+            .cmp(&depth(&a.name))
+            .then_with(|| a.name.cmp(&b.name))
+    });
     out
 }
 
@@ -396,7 +404,11 @@ mod sealed_tests {
                 of: "@home".into(),
                 taken_micros: i64::from(i) * 86_400_000_000,
                 uuid: format!("u{i}"),
-                parent_uuid: if i == 0 { String::new() } else { format!("u{}", i - 1) },
+                parent_uuid: if i == 0 {
+                    String::new()
+                } else {
+                    format!("u{}", i - 1)
+                },
                 depth: i,
                 stored_bytes: bytes,
             })
@@ -413,16 +425,28 @@ mod sealed_tests {
         let all = |_: &str| true;
         // The second copy is sent against the first; the third is full again.
         let one = chain(1, 10);
-        assert_eq!(sealed_parent("@home", &one, all, EVERY_2).unwrap().name, "@home.d0");
+        assert_eq!(
+            sealed_parent("@home", &one, all, EVERY_2).unwrap().name,
+            "@home.d0"
+        );
         let two = chain(2, 10);
         assert_eq!(sealed_parent("@home", &two, all, EVERY_2), None);
         // 0 and 1: every copy is full.
         for full_every in [0, 1] {
-            let b = ChainBound { full_every, full_past_bytes: None };
+            let b = ChainBound {
+                full_every,
+                full_past_bytes: None,
+            };
             assert_eq!(sealed_parent("@home", &one, all, b), None);
         }
-        let thirty = ChainBound { full_every: 30, full_past_bytes: None };
-        assert_eq!(sealed_parent("@home", &two, all, thirty).unwrap().name, "@home.d1");
+        let thirty = ChainBound {
+            full_every: 30,
+            full_past_bytes: None,
+        };
+        assert_eq!(
+            sealed_parent("@home", &two, all, thirty).unwrap().name,
+            "@home.d1"
+        );
         // Another subvolume's copies are not a parent.
         assert_eq!(sealed_parent("@log", &two, all, thirty), None);
     }
@@ -431,22 +455,34 @@ mod sealed_tests {
     fn a_chain_is_bounded_by_its_incrementals_bytes() {
         let all = |_: &str| true;
         let mut c = chain(3, 10);
-        let b = ChainBound { full_every: 30, full_past_bytes: None };
+        let b = ChainBound {
+            full_every: 30,
+            full_past_bytes: None,
+        };
         // Incrementals 20 > the full's 10: full.
         assert_eq!(sealed_parent("@home", &c, all, b), None);
         c[0].stored_bytes = 20;
         assert_eq!(sealed_parent("@home", &c, all, b).unwrap().name, "@home.d2");
-        let b = ChainBound { full_every: 30, full_past_bytes: Some(19) };
+        let b = ChainBound {
+            full_every: 30,
+            full_past_bytes: Some(19),
+        };
         assert_eq!(sealed_parent("@home", &c, all, b), None);
     }
 
     #[test]
     fn the_parent_is_a_snapshot_still_here_and_a_broken_chain_is_no_parent() {
         let c = chain(3, 1);
-        let b = ChainBound { full_every: 30, full_past_bytes: Some(100) };
+        let b = ChainBound {
+            full_every: 30,
+            full_past_bytes: Some(100),
+        };
         // The newest copy whose snapshot the store holds.
         let here = |u: &str| u == "u1";
-        assert_eq!(sealed_parent("@home", &c, here, b).unwrap().name, "@home.d1");
+        assert_eq!(
+            sealed_parent("@home", &c, here, b).unwrap().name,
+            "@home.d1"
+        );
         assert_eq!(sealed_parent("@home", &c, |_| false, b), None);
         // Its full copy gone: no chain to extend.
         let broken: Vec<SealedHeld> = c[1..].to_vec();
@@ -459,7 +495,10 @@ mod sealed_tests {
         let del = |names: &[&str]| -> Vec<CopyDeletion> {
             names
                 .iter()
-                .map(|n| CopyDeletion { name: (*n).into(), why: "old".into() })
+                .map(|n| CopyDeletion {
+                    name: (*n).into(),
+                    why: "old".into(),
+                })
                 .collect()
         };
         // d3 stays: d0, d1, d2 are its chain.

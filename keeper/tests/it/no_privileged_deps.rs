@@ -50,5 +50,7 @@ fn the_keeper_and_the_cli_do_not_depend_on_privileged_code() {
         }
     }
     // The keeper's way to the copier is its interface, and only that.
-    assert!(normal_deps("keeper").iter().any(|d| d == "copier-interface"));
+    assert!(normal_deps("keeper")
+        .iter()
+        .any(|d| d == "copier-interface"));
 }
