@@ -21,8 +21,8 @@ use crate::wire::KeeperError;
 /// What the caller is told when the copier is not on the bus.
 pub fn copier_not_running() -> String {
     format!(
-        "the copier is not running, and sealed targets are its: start {unit} \
-         (`systemctl start {unit}`) and try again; Btrfs targets do not need it",
+        "the copier is not running (it seals and keeps the copies of sealed targets): \
+         start {unit} (`systemctl start {unit}`) and try again; Btrfs targets do not need it",
         unit = layout::names::COPIER_UNIT
     )
 }
