@@ -265,8 +265,23 @@ impl Copies {
     pub(super) async fn list_sealed(
         &self,
         target: &str,
+        for_act: bool,
     ) -> Result<(Vec<SealedCopy>, Vec<DiskSnapshot>), KeeperError> {
-        let listed = self.h.copier.copies(target).await.map_err(copier_error)?;
+        // The copier is busy with the target only for a looker's listing while the keeper
+        // holds the target's turn: short; an act waits for it, as for a Btrfs target. A
+        // looker does not wait (an act may hold the copier for hours).
+        let waited = Instant::now();
+        let listed = loop {
+            match self.h.copier.copies(target).await {
+                Err(CopierError::Refused {
+                    kind: copier_interface::ErrorKind::Busy,
+                    ..
+                }) if for_act && waited.elapsed() < super::ACT_WAITS_FOR_LISTING => {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                other => break other.map_err(copier_error)?,
+            }
+        };
         let disk = self.h.stem.list().await.map_err(stem_error)?;
         let pairs: Vec<(String, String)> = listed
             .iter()
@@ -296,7 +311,7 @@ impl Copies {
         may_change: bool,
     ) -> Result<TargetCopies, KeeperError> {
         let target = t.name.as_str();
-        let (listed, disk) = self.list_sealed(target).await?;
+        let (listed, disk) = self.list_sealed(target, false).await?;
         let local: BTreeSet<&str> = disk.iter().map(|d| d.member.name.as_str()).collect();
         let mut failed: HashMap<String, String> = HashMap::new();
         let owned = target.to_owned();
@@ -373,7 +388,7 @@ impl Copies {
         } else {
             String::new()
         };
-        let (listed, disk) = match self.list_sealed(target).await {
+        let (listed, disk) = match self.list_sealed(target, true).await {
             Ok(l) => l,
             Err(e) => {
                 self.journal_failed_sealed(
@@ -469,7 +484,7 @@ impl Copies {
                 }
             }
         }
-        let retention_note = match self.list_sealed(target).await {
+        let retention_note = match self.list_sealed(target, true).await {
             Ok((listed, disk)) => {
                 let keep = Self::keep_of(t);
                 report.retention = keep.describe();
@@ -775,7 +790,7 @@ impl Copies {
     ) -> Result<Fetched, KeeperError> {
         let target = t.name.as_str();
         let name = snap.to_string();
-        let (listed, disk) = match self.list_sealed(target).await {
+        let (listed, disk) = match self.list_sealed(target, true).await {
             Ok(l) => l,
             Err(e) => {
                 self.journal_failed_sealed(
