@@ -34,6 +34,7 @@ use crate::wire::{
 use crate::words::of_path;
 
 mod sealed;
+pub use sealed::MAX_VERIFY_NAMES;
 
 /// The longest an act waits for a looker's listing of its target to end.
 const ACT_WAITS_FOR_LISTING: std::time::Duration = std::time::Duration::from_secs(120);

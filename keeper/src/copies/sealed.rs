@@ -59,13 +59,7 @@ impl Copies {
                 .await;
             return Err(KeeperError::NotAuthorized(why));
         }
-        if !t.is_sealed() {
-            let why = not_sealed(target);
-            self.refusals
-                .journal_refusal_of(&asker, Action::Verify, subject().into(), "", &why)
-                .await;
-            return Err(KeeperError::InvalidArgument(why));
-        }
+        // What the caller sent is checked before anything else is said of it.
         if names.len() > MAX_VERIFY_NAMES {
             return Err(KeeperError::InvalidArgument(format!(
                 "{} copies named; at most {MAX_VERIFY_NAMES} at once (name none for every copy)",
@@ -75,6 +69,13 @@ impl Copies {
         let mut asked = Vec::with_capacity(names.len());
         for n in names {
             asked.push(caps::parse_snapshot(n)?.to_string());
+        }
+        if !t.is_sealed() {
+            let why = not_sealed(target);
+            self.refusals
+                .journal_refusal_of(&asker, Action::Verify, subject().into(), "", &why)
+                .await;
+            return Err(KeeperError::InvalidArgument(why));
         }
         asked.sort();
         asked.dedup();
