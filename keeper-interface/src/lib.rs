@@ -634,6 +634,9 @@ bus_peer::named_errors! {
         /// The copier (the unprivileged daemon that seals and stores copies for a sealed
         /// target) is not on the bus; Btrfs targets are not affected.
         CopierNotRunning,
+        /// The copier cannot act: no recovery key yet, its key or a credentials file not its
+        /// own alone, or it failed; the message says what to do.
+        CopierFailed,
         /// What a sealed target holds failed its checks (a digest, the authentication, a
         /// part missing or of another copy, an older manifest): it was refused, and nothing
         /// half-received was left.

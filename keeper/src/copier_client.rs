@@ -112,12 +112,12 @@ pub(crate) fn copier_error(e: CopierError) -> KeeperError {
         CopierError::NotRunning | CopierError::WentAway => {
             KeeperError::CopierNotRunning(e.to_string())
         }
-        CopierError::Bus(m) => KeeperError::StemFailed(format!("the copier failed: {m}")),
+        CopierError::Bus(m) => KeeperError::CopierFailed(format!("the copier failed: {m}")),
         CopierError::Refused { kind, message } => match kind {
             ErrorKind::NotPermitted
             | ErrorKind::NoKey
             | ErrorKind::KeyUnsafe
-            | ErrorKind::Failed => KeeperError::StemFailed(format!("the copier: {message}")),
+            | ErrorKind::Failed => KeeperError::CopierFailed(format!("the copier: {message}")),
             ErrorKind::InvalidArgument => KeeperError::InvalidArgument(message),
             ErrorKind::NotConfigured => KeeperError::NoSuchTarget(message),
             ErrorKind::Unreachable => KeeperError::TargetUnreachable(message),

@@ -36,8 +36,9 @@ pub mod exit {
     /// An open snapshot is in use (a process has its working directory, a file or a
     /// mapping in it): not closed, or not deleted; the message names what holds it.
     pub const IN_USE: u8 = 13;
-    /// The copier (which seals and stores the copies of sealed targets) is not running.
-    pub const COPIER_NOT_RUNNING: u8 = 14;
+    /// The copier (which seals and keeps the copies of sealed targets) is not running, or
+    /// cannot act (no recovery key yet, an unsafe key or credentials file).
+    pub const COPIER: u8 = 14;
     /// A sealed copy failed verification, or a target served something this machine's key
     /// does not authenticate: what it holds is not what was copied.
     pub const UNTRUSTED: u8 = 15;
@@ -72,8 +73,9 @@ Exit codes:
  13  in use: the snapshot is open and a process has its working directory, a file
      or a mapping in it, so it was not closed or not deleted; the message names
      the processes of yours that hold it (leave it, then try again)
- 14  the copier is not running (start tacid-copier.service); sealed targets need it,
-     Btrfs targets do not
+ 14  the copier is not running (start tacid-copier.service), or cannot act: no
+     recovery key yet (`tacid-copier key init` as root), or its key or a credentials
+     file is not its own alone; sealed targets need it, Btrfs targets do not
  15  a sealed copy failed verification, or its target served something this
      machine's key does not authenticate (a changed or missing part, another copy's,
      an older one): nothing of it was received; make a new copy";

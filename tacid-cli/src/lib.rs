@@ -225,7 +225,7 @@ fn classify(e: KeeperError) -> Failure {
             K::Protected => exit::PROTECTED,
             K::NoSpace => exit::NO_SPACE,
             K::InUse => exit::IN_USE,
-            K::CopierNotRunning => exit::COPIER_NOT_RUNNING,
+            K::CopierNotRunning | K::CopierFailed => exit::COPIER,
             K::Untrusted => exit::UNTRUSTED,
             K::TargetUnreachable
             | K::HostKeyChanged

@@ -921,3 +921,96 @@ impl Copies {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use copier_interface::ErrorKind as C;
+    use stem_interface::ErrorKind as S;
+
+    fn copier(kind: C) -> CopierError {
+        CopierError::Refused {
+            kind,
+            message: format!("copier {kind:?}"),
+        }
+    }
+
+    fn stem(kind: S) -> StemError {
+        StemError::Refused {
+            kind,
+            message: format!("stem {kind:?}"),
+        }
+    }
+
+    #[test]
+    fn a_transfer_failed_on_both_sides_says_both_and_shows_the_cause() {
+        // The target full: the stem only saw its pipe close; the copier's is the error.
+        let f = pair_failed(Some(stem(S::TransferFailed)), Some(copier(C::Full)));
+        assert!(
+            matches!(f.error, KeeperError::TargetFull(_)),
+            "{:?}",
+            f.error
+        );
+        assert!(f.whole_target);
+        assert!(
+            f.reason.contains("the stem: ") && f.reason.contains("the copier: "),
+            "{}",
+            f.reason
+        );
+        // The copier gone: it names its unit, and the timer stops for the target.
+        let f = pair_failed(Some(stem(S::TransferFailed)), Some(CopierError::WentAway));
+        assert!(matches!(f.error, KeeperError::CopierNotRunning(_)));
+        assert!(f.whole_target);
+        // What the target served did not authenticate: that, whatever the stem saw.
+        let f = pair_failed(Some(stem(S::TransferFailed)), Some(copier(C::Untrusted)));
+        assert!(matches!(f.error, KeeperError::Untrusted(_)));
+        assert!(!f.whole_target);
+        // The stem refused (no such snapshot): the copier only saw the stream end without
+        // its END frame; the stem's is the cause.
+        let f = pair_failed(Some(stem(S::NoSuchSnapshot)), Some(copier(C::Failed)));
+        assert!(
+            matches!(f.error, KeeperError::NoSuchSnapshot(_)),
+            "{:?}",
+            f.error
+        );
+        assert!(!f.whole_target);
+        // One side only.
+        let f = pair_failed(None, Some(copier(C::Unreachable)));
+        assert!(matches!(f.error, KeeperError::TargetUnreachable(_)));
+        let f = pair_failed(Some(StemError::WentAway), None);
+        assert!(
+            matches!(f.error, KeeperError::StemNotRunning(_)),
+            "{:?}",
+            f.error
+        );
+    }
+
+    #[test]
+    fn a_copier_error_is_the_keepers_kind_for_kind() {
+        for kind in C::ALL {
+            let e = copier_error(copier(kind));
+            let expected = match kind {
+                C::NotPermitted | C::NoKey | C::KeyUnsafe | C::Failed => "CopierFailed",
+                C::InvalidArgument => "InvalidArgument",
+                C::NotConfigured => "NoSuchTarget",
+                C::Unreachable => "TargetUnreachable",
+                C::Untrusted => "Untrusted",
+                C::NotFound => "NoSuchSnapshot",
+                C::Needed => "Protected",
+                C::Full => "TargetFull",
+                C::Busy => "TargetBusy",
+            };
+            assert_eq!(e.kind().map(|k| k.name()), Some(expected), "{kind:?}");
+            assert!(
+                e.message().contains(&format!("copier {kind:?}")),
+                "{kind:?}"
+            );
+        }
+        assert_eq!(
+            copier_error(CopierError::NotRunning)
+                .kind()
+                .map(|k| k.name()),
+            Some("CopierNotRunning")
+        );
+    }
+}
