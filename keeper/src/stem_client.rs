@@ -599,7 +599,9 @@ impl StemClient {
 
     /// Send the snapshot `name` (against `parent`, "" for a full send), framed, into the
     /// pipe whose write end is `into` (closed here once the call is sent); the stream's
-    /// `(uuid, parent_uuid, bytes)`. Not retried: the end is handed over once.
+    /// `(uuid, parent_uuid, bytes)`. Not retried: the end is handed over once. Called by
+    /// name rather than through the proxy's method, which would keep the descriptor it is
+    /// given until the answer comes (see `HandOver`).
     pub async fn send_sealed(
         &self,
         name: &str,
@@ -617,10 +619,11 @@ impl StemClient {
             .call_method("SendSealed", &(name, parent, &into))
             .await
             .map_err(|e| classify(e.into()))?;
-        reply
+        let sent: stem1::SentSealed = reply
             .body()
             .deserialize()
-            .map_err(|e| StemError::Bus(format!("the stem's answer does not read: {e}")))
+            .map_err(|e| StemError::Bus(format!("the stem's answer does not read: {e}")))?;
+        Ok((sent.uuid, sent.parent_uuid, sent.bytes))
     }
 
     /// Receive the framed chain read from the pipe whose read end is `from` (closed here

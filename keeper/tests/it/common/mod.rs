@@ -20,6 +20,7 @@ use layout::names;
 
 pub mod copies;
 pub mod hostile;
+pub mod sealed;
 
 pub const APPROVER: &str = "tacid-approver";
 pub const STRANGER: &str = "tacid-stranger";
