@@ -4,6 +4,12 @@
 //! insists); root runs these commands, which do their work as that user (the thread's
 //! uid and gid become the copier's), so the file is made and read exactly as the daemon
 //! makes and reads it.
+//!
+//! Where: the copier's own directory on the snapshots subvolume ([`held_key_path`]), which
+//! its unit binds onto its state directory — on an ephemeral root `/var/lib` is made anew
+//! at every boot, and no restore replaces `@snapshots`. That directory lies under the
+//! root-only snapshot store, which the copier's user cannot traverse: root opens it, checks
+//! it is the copier's, and the work is done beneath that handle (`/proc/self/fd/N`).
 
 use std::io::Read as _;
 use std::os::unix::fs::DirBuilderExt as _;
@@ -11,6 +17,21 @@ use std::path::Path;
 
 use rustix::process::{Gid, Uid};
 use seal::SealKey;
+
+/// The copier's directory's name on the snapshots subvolume (the module's tmpfiles rules and
+/// the unit's `BindPaths=` name it too).
+pub const COPIER_DIR_NAME: &str = ".copier";
+
+/// Where the key commands find the key by default: the file the copier's unit sees as
+/// [`layout::SEAL_KEY_PATH`].
+pub fn held_key_path() -> std::path::PathBuf {
+    let file = Path::new(layout::SEAL_KEY_PATH)
+        .file_name()
+        .unwrap_or_else(|| std::ffi::OsStr::new("recovery.key"));
+    Path::new(layout::SNAPSHOTS_MOUNT_POINT)
+        .join(COPIER_DIR_NAME)
+        .join(file)
+}
 
 /// The longest recovery text read from stdin.
 const MAX_IMPORT_BYTES: u64 = 4096;
@@ -46,9 +67,21 @@ pub fn run(
         }
         Err(e) => return Err(format!("cannot look up user {user:?}: {e}")),
     };
-    if let Some(dir) = path.parent() {
-        make_dir_of(dir, uid, gid)?;
-    }
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| format!("{} names no file", path.display()))?;
+    make_dir_of(dir, uid, gid)?;
+    let handle = open_dir_of(dir, uid, user)?;
+    use std::os::fd::AsRawFd as _;
+    let beneath = Path::new("/proc/self/fd")
+        .join(handle.as_raw_fd().to_string())
+        .join(file_name);
+    // What the seal library says names the path it was given; a person needs the real one.
+    let real = |m: String| m.replace(&beneath.display().to_string(), &path.display().to_string());
     // From here on this thread is the copier's user: the file is made and read as it is.
     rustix::thread::set_thread_groups(&[]).map_err(|e| format!("cannot drop groups: {e}"))?;
     rustix::thread::set_thread_res_gid(Gid::from_raw(gid), Gid::from_raw(gid), Gid::from_raw(gid))
@@ -56,6 +89,7 @@ pub fn run(
     rustix::thread::set_thread_res_uid(Uid::from_raw(uid), Uid::from_raw(uid), Uid::from_raw(uid))
         .map_err(|e| format!("cannot become user {user}: {e}"))?;
     let shown = path.display();
+    let path = beneath.as_path();
     match command {
         KeyCommand::Init => {
             if std::fs::symlink_metadata(path).is_ok() {
@@ -64,11 +98,11 @@ pub fn run(
                      sealed with it unreadable, so none is made. `tacid-copier key show` prints it"
                 ));
             }
-            let key = SealKey::create(path).map_err(|e| e.to_string())?;
+            let key = SealKey::create(path).map_err(|e| real(e.to_string()))?;
             Ok(words(&key, "A new recovery key was made"))
         }
         KeyCommand::Show => {
-            let key = SealKey::load(path).map_err(|e| e.to_string())?;
+            let key = SealKey::load(path).map_err(|e| real(e.to_string()))?;
             Ok(words(&key, "The recovery key"))
         }
         KeyCommand::Import => {
@@ -84,7 +118,7 @@ pub fn run(
                 .read_to_string(&mut text)
                 .map_err(|e| format!("cannot read the recovery key from stdin: {e}"))?;
             let key = SealKey::from_recovery_text(&text).map_err(|e| e.to_string())?;
-            let key = key.store(path).map_err(|e| e.to_string())?;
+            let key = key.store(path).map_err(|e| real(e.to_string()))?;
             Ok(format!(
                 "The recovery key (key id {}) is in {shown}: this machine reads the copies sealed \
                  with it. Configure the target in services.tacid.copies, then `tacid data fetch`.\n",
@@ -105,6 +139,27 @@ fn words(key: &SealKey, opening: &str) -> String {
         id = key.key_id(),
         text = key.recovery_text()
     )
+}
+
+/// `dir`, opened as root, refused unless it is the copier's alone.
+fn open_dir_of(dir: &Path, uid: u32, user: &str) -> Result<std::os::fd::OwnedFd, String> {
+    use rustix::fs::{Mode, OFlags};
+    let shown = dir.display();
+    let handle = rustix::fs::open(
+        dir,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("cannot open {shown}: {e}"))?;
+    let st = rustix::fs::fstat(&handle).map_err(|e| format!("cannot stat {shown}: {e}"))?;
+    if st.st_uid != uid || st.st_mode & 0o077 != 0 {
+        return Err(format!(
+            "{shown} must be {user}'s alone (now uid {}, mode {:04o}); fix it: chown {user}: {shown} && chmod 0700 {shown}",
+            st.st_uid,
+            st.st_mode & 0o7777
+        ));
+    }
+    Ok(handle)
 }
 
 /// `dir` as the copier's state directory: made (0700, the copier's) when missing.

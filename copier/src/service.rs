@@ -1,7 +1,6 @@
 //! The copier's acts on sealed targets: each on a blocking thread, one per target at a
 //! time, the store cleaned of parts no manifest names before each.
 
-use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -18,6 +17,7 @@ use uuid::Uuid;
 
 use crate::credentials;
 use crate::generations::Generations;
+use crate::pipes::Bounded;
 use crate::turns::{Turn, Turns};
 
 /// Where the copier keeps what it keeps.
@@ -28,6 +28,10 @@ pub struct Paths {
     /// The copier's state directory ([`layout::COPIER_STATE_DIR`]): generations.json, and
     /// the pinned known_hosts of SSH targets.
     pub state: PathBuf,
+    /// The `ssh` client for SSH targets: a name looked up in PATH, or a path.
+    pub ssh: PathBuf,
+    /// How long a pipe from or to the stem may move nothing before the act gives up.
+    pub stall: std::time::Duration,
 }
 
 /// The copier: root's sealed targets, the key's path, the memory of generations.
@@ -39,6 +43,9 @@ pub struct Copier {
 #[derive(Debug)]
 struct Inner {
     config: CopiesConfig,
+    /// Why root's configuration could not be used (then no target is served): said to
+    /// every caller who names a target, rather than leaving the bus without a copier.
+    config_error: Option<String>,
     paths: Paths,
     turns: Turns,
     generations: Mutex<Generations>,
@@ -87,12 +94,18 @@ fn shown(text: &str) -> String {
 }
 
 impl Copier {
-    /// The copier of `config`'s sealed targets; call from within the runtime.
-    pub fn new(config: CopiesConfig, paths: Paths) -> Result<Copier, String> {
+    /// The copier of `config`'s sealed targets, or of none with the reason the
+    /// configuration could not be read; call from within the runtime.
+    pub fn new(config: Result<CopiesConfig, String>, paths: Paths) -> Result<Copier, String> {
+        let (config, config_error) = match config {
+            Ok(c) => (c, None),
+            Err(e) => (CopiesConfig::default(), Some(e)),
+        };
         let generations = Generations::load(&paths.state)?;
         Ok(Copier {
             inner: Arc::new(Inner {
                 config,
+                config_error,
                 paths,
                 turns: Turns::default(),
                 generations: Mutex::new(generations),
@@ -143,6 +156,15 @@ impl Copier {
                 format!(
                     "target {} is not sealed: its copies are the stem's (Btrfs copies), not the copier's",
                     shown(name)
+                ),
+            )),
+            None if self.inner.config_error.is_some() => Err(Error::new(
+                ErrorKind::NotConfigured,
+                format!(
+                    "no target is served: root's copies configuration could not be used ({}); \
+                     fix it, then restart {}",
+                    self.inner.config_error.as_deref().unwrap_or_default(),
+                    layout::names::COPIER_UNIT
                 ),
             )),
             None => Err(Error::new(
@@ -318,7 +340,7 @@ impl Copier {
     ) -> Result<Unsealed, Error> {
         let n = name.to_string();
         self.act(target, &n, "unseal", move |inner, target, store, key, turn| {
-            let mut out = FrameWriter::new(File::from(into));
+            let mut out = FrameWriter::new(Bounded::new(into, inner.paths.stall));
             let result = (|| -> Result<(Vec<seal::Manifest>, u64), Error> {
                 let remembered = inner.remembered(target);
                 let chain = seal::chain_checked(store, key, &name, &|n| remembered.get(&n.to_string()).copied())
@@ -399,7 +421,7 @@ impl Inner {
                 let known_hosts_dir = self.paths.state.join("ssh");
                 ensure_private_dir(&known_hosts_dir)?;
                 StorePlace::Ssh {
-                    program: PathBuf::from("ssh"),
+                    program: self.paths.ssh.clone(),
                     user: user
                         .clone()
                         .unwrap_or_else(|| layout::names::COPIER_USER.to_owned()),
@@ -534,7 +556,7 @@ impl Inner {
         };
         let meta = seal::CopyMeta { name, uuid, parent };
         let mut stream = Trailered {
-            frames: FrameReader::new(File::from(from)),
+            frames: FrameReader::new(Bounded::new(from, self.paths.stall)),
             uuid,
             parent_uuid: parent.as_ref().map(|p| p.1),
             data_bytes: 0,
@@ -561,14 +583,14 @@ impl Inner {
 
 /// The stem's frames, whose END must name the snapshot the call named: only then does the
 /// stream end (and the manifest get written); any other END is an error.
-struct Trailered {
-    frames: FrameReader<File>,
+struct Trailered<R: Read> {
+    frames: FrameReader<R>,
     uuid: Uuid,
     parent_uuid: Option<Uuid>,
     data_bytes: u64,
 }
 
-impl Read for Trailered {
+impl<R: Read> Read for Trailered<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.frames.read(buf)?;
         if n > 0 {
@@ -633,5 +655,78 @@ fn ensure_private_dir(dir: &std::path::Path) -> Result<(), Error> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(failed(format!("cannot make {}: {e}", dir.display()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+
+    const STREAM: &[u8] = b"btrfs-stream\0 and what follows";
+
+    fn framed(trailer: Option<serde_json::Value>, after: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut w = FrameWriter::new(&mut out);
+        w.write_all(STREAM).expect("write");
+        match trailer {
+            Some(t) => {
+                w.end(&t).expect("end");
+            }
+            // The writer died: its data frames, no END.
+            None => w.flush().expect("flush"),
+        }
+        out.extend_from_slice(after);
+        out
+    }
+
+    fn read(bytes: Vec<u8>, uuid: u128, parent: Option<u128>) -> Result<Vec<u8>, String> {
+        let mut t = Trailered {
+            frames: FrameReader::new(&bytes[..]),
+            uuid: Uuid::from_u128(uuid),
+            parent_uuid: parent.map(Uuid::from_u128),
+            data_bytes: 0,
+        };
+        let mut out = Vec::new();
+        t.read_to_end(&mut out).map_err(|e| e.to_string())?;
+        Ok(out)
+    }
+
+    fn trailer(uuid: u128, parent: Option<u128>, bytes: usize) -> serde_json::Value {
+        serde_json::json!({
+            "uuid": Uuid::from_u128(uuid),
+            "parent_uuid": parent.map(Uuid::from_u128),
+            "bytes": bytes,
+        })
+    }
+
+    #[test]
+    fn the_stream_ends_only_at_an_end_that_names_the_call() {
+        let good = framed(Some(trailer(1, Some(2), STREAM.len())), b"");
+        assert_eq!(read(good, 1, Some(2)).as_deref(), Ok(STREAM));
+        let other = framed(Some(trailer(3, Some(2), STREAM.len())), b"");
+        let e = read(other, 1, Some(2)).expect_err("another snapshot");
+        assert!(
+            e.contains("not 00000000-0000-0000-0000-000000000001"),
+            "{e}"
+        );
+        let full = framed(Some(trailer(1, None, STREAM.len())), b"");
+        assert!(read(full, 1, Some(2))
+            .expect_err("a full send")
+            .contains("nothing (full)"));
+        let short = framed(Some(trailer(1, Some(2), STREAM.len() + 1)), b"");
+        assert!(read(short, 1, Some(2))
+            .expect_err("bytes")
+            .contains("bytes were sent"));
+        let cut = framed(None, b"");
+        assert!(read(cut, 1, Some(2)).is_err(), "EOF without END");
+        let more = framed(Some(trailer(1, Some(2), STREAM.len())), b"D");
+        assert!(read(more, 1, Some(2))
+            .expect_err("data after END")
+            .contains("after"));
+        let not_json = framed(Some(serde_json::json!("done")), b"");
+        assert!(read(not_json, 1, Some(2))
+            .expect_err("not a trailer")
+            .contains("trailer"));
     }
 }

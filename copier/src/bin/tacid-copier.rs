@@ -28,18 +28,31 @@ struct Args {
     #[arg(long, value_name = "NAME", default_value = layout::names::KEEPER_USER)]
     keeper_user: String,
 
-    /// Root's configuration of copy targets (the sealed ones are the copier's). It must be
-    /// a regular file owned by root and writable by nobody else; a missing file means none.
+    /// Root's configuration of copy targets (the sealed ones are the copier's), read once at
+    /// start. It must be a regular file owned by root and writable by nobody else; a
+    /// missing file means none.
     #[arg(long, value_name = "PATH", default_value = layout::copies::CONFIG_PATH)]
     copies_config: PathBuf,
 
-    /// The recovery key (made by `tacid-copier key init`).
-    #[arg(long, value_name = "PATH", default_value = layout::SEAL_KEY_PATH, global = true)]
-    key: PathBuf,
+    /// The recovery key. The daemon's default is /var/lib/tacid-copier/recovery.key (its
+    /// unit binds its directory on the snapshots subvolume there); the key commands' is
+    /// that directory's file, /persist/.snapshots/.copier/recovery.key.
+    #[arg(long, value_name = "PATH", global = true)]
+    key: Option<PathBuf>,
 
     /// The copier's own directory: what generation it gave each copy.
     #[arg(long, value_name = "DIR", default_value = layout::COPIER_STATE_DIR)]
     state_dir: PathBuf,
+
+    /// The `ssh` client for SSH targets (a name looked up in PATH, or a path; the NixOS
+    /// module passes OpenSSH's).
+    #[arg(long, value_name = "PROGRAM", default_value = "ssh")]
+    ssh: PathBuf,
+
+    /// A pipe from or to the stem that moves nothing for this long is given up (the act
+    /// fails, its parts are cleaned).
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    stall_secs: u64,
 
     /// Print the interface's introspection XML (as committed in
     /// copier-interface/org.tacid.Copier1.xml) and exit.
@@ -86,7 +99,8 @@ fn main() -> ExitCode {
             Key::Show => KeyCommand::Show,
             Key::Import => KeyCommand::Import,
         };
-        return match copier::keys::run(command, &args.key, user, &mut std::io::stdin()) {
+        let key = args.key.clone().unwrap_or_else(copier::keys::held_key_path);
+        return match copier::keys::run(command, &key, user, &mut std::io::stdin()) {
             Ok(words) => {
                 print!("{words}");
                 ExitCode::SUCCESS
@@ -141,10 +155,24 @@ fn init_logging() {
 
 async fn serve(args: Args) -> Result<(), String> {
     let keeper_only = KeeperOnly::of_user(&args.keeper_user).map_err(|e| e.to_string())?;
-    let config = copier::config::load(&args.copies_config)?;
+    // A configuration that cannot be used is said now, and to every caller that names a
+    // target; the copier still serves (an exit would leave the keeper only "no such name").
+    let config = copier::config::load(&args.copies_config);
+    if let Err(e) = &config {
+        tracing::error!(
+            "{e}; serving no target: fix it, then restart {}",
+            layout::names::COPIER_UNIT
+        );
+    }
+    let key = args
+        .key
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(layout::SEAL_KEY_PATH));
     let paths = Paths {
-        key: args.key.clone(),
+        key: key.clone(),
         state: args.state_dir.clone(),
+        ssh: args.ssh.clone(),
+        stall: std::time::Duration::from_secs(args.stall_secs.max(1)),
     };
     let copier = Copier::new(config, paths)?;
     let targets: Vec<String> = copier.targets().into_iter().map(|t| t.name).collect();
@@ -154,7 +182,7 @@ async fn serve(args: Args) -> Result<(), String> {
         tracing::info!("sealed targets: {}", targets.join(", "));
     }
     // Said now, loudly; every act says it again to whoever asks.
-    if let Err(e) = seal::SealKey::load(&args.key) {
+    if let Err(e) = seal::SealKey::load(&key) {
         tracing::warn!("{e}");
     }
     let builder = if args.bus == "system" {

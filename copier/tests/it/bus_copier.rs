@@ -278,3 +278,33 @@ fn one_act_per_target_and_progress_shows_it() {
     assert!(after.is_empty(), "{after:?}");
     assert!(places.parts().is_empty());
 }
+
+#[test]
+fn a_configuration_others_may_change_serves_no_target_and_says_why() {
+    if !common::require() {
+        return;
+    }
+    let bus = PrivateBus::start();
+    let places = Places::new("");
+    std::fs::set_permissions(
+        &places.config,
+        std::os::unix::fs::PermissionsExt::from_mode(0o664),
+    )
+    .expect("chmod");
+    let _copier = CopierDaemon::start(&bus, &places);
+    let targets = common::call(&bus, common::keeper(), |p| {
+        Box::pin(async move { p.targets().await })
+    })
+    .expect("targets");
+    assert!(targets.is_empty(), "{targets:?}");
+    let e = common::call(&bus, common::keeper(), |p| {
+        Box::pin(async move { p.copies(USB).await })
+    })
+    .expect_err("no target");
+    assert_eq!(e.kind(), Some(ErrorKind::NotConfigured));
+    assert!(
+        e.message().contains("writable by group or others") && e.message().contains("chmod 0644"),
+        "{}",
+        e.message()
+    );
+}

@@ -194,3 +194,41 @@ fn a_flipped_byte_fails_verify_and_unseal_hands_the_stem_an_abort_not_an_end() {
     let stem_saw = read.expect_err("no END reaches the stem");
     assert!(stem_saw.contains("abort"), "{stem_saw}");
 }
+
+#[test]
+fn a_stem_that_stops_writing_is_given_up_and_the_target_is_free_again() {
+    if !common::require() {
+        return;
+    }
+    let bus = PrivateBus::start();
+    let places = Places::new("");
+    let _copier = CopierDaemon::start_args(&bus, &places, &[], &["--stall-secs", "2"]);
+    let (r, w) = common::pipe();
+    let stream = incompressible(50_000);
+    let uuid = uuid::Uuid::from_u128(0x54);
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    // Writes part of the stream and then neither writes nor closes, until the test ends.
+    let writer = std::thread::spawn(move || {
+        let mut out = stem_interface::pipe::FrameWriter::new(std::fs::File::from(w));
+        let _ = out.write_all(&stream[..20_000]).and_then(|()| out.flush());
+        let _ = wait.recv();
+    });
+    let started = std::time::Instant::now();
+    let answer = common::call(&bus, common::keeper(), move |p| {
+        Box::pin(async move {
+            p.seal(USB, FULL, &uuid.to_string(), "", "", common::fd(r))
+                .await
+        })
+    });
+    let e = answer.expect_err("given up");
+    assert!(
+        e.message().contains("moved nothing for 2 s"),
+        "{}",
+        e.message()
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let _ = done.send(());
+    writer.join().expect("writer");
+    assert!(copies(&bus).is_empty());
+    assert!(stored_parts(&places).is_empty());
+}

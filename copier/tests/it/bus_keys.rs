@@ -139,3 +139,45 @@ fn a_key_file_that_is_not_the_copiers_alone_is_refused_with_the_fix() {
         e.message()
     );
 }
+
+#[test]
+fn the_key_is_kept_beneath_a_root_only_directory_the_copier_cannot_traverse() {
+    if !common::require() {
+        return;
+    }
+    let places = Places::new("");
+    // As /persist/.snapshots: root's alone; the copier's directory made in it on first use.
+    let store = places.dir.path().join("snapshots");
+    std::fs::create_dir(&store).expect("mkdir");
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let key = store.join(".copier").join("recovery.key");
+    let out = places.key_command_at(&key, &["init"], "");
+    assert!(out.status.success(), "{:?}", text(&out));
+    let line = key_line(&text(&out).0);
+    let (cuid, _) = common::copier_user();
+    let dir = std::fs::metadata(key.parent().expect("a directory")).expect("made");
+    assert_eq!((dir.uid(), dir.mode() & 0o777), (cuid, 0o700));
+    let meta = std::fs::metadata(&key).expect("the key");
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (cuid, 0o400));
+    let shown = places.key_command_at(&key, &["show"], "");
+    assert_eq!(key_line(&text(&shown).0), line);
+    // The messages name the real path, not the handle's.
+    let again = places.key_command_at(&key, &["init"], "");
+    let (_, stderr) = text(&again);
+    assert!(
+        stderr.contains(&key.display().to_string()) && !stderr.contains("/proc/self"),
+        "{stderr}"
+    );
+
+    // A directory that is not the copier's alone is refused before anything is written.
+    let other = store.join("other");
+    std::fs::create_dir(&other).expect("mkdir");
+    let out = places.key_command_at(&other.join("recovery.key"), &["init"], "");
+    assert!(!out.status.success());
+    assert!(
+        text(&out).1.contains("must be tacid-copier's alone"),
+        "{:?}",
+        text(&out)
+    );
+    assert!(!other.join("recovery.key").exists());
+}

@@ -306,9 +306,33 @@ pub struct CopierDaemon {
 
 impl CopierDaemon {
     pub fn start(bus: &PrivateBus, places: &Places) -> CopierDaemon {
+        CopierDaemon::start_with(bus, places, &[])
+    }
+
+    /// As [`CopierDaemon::start`], its command line after `prefix` (run as root; for
+    /// `nsenter --net=…` into an SSH target's network namespace).
+    pub fn start_with(bus: &PrivateBus, places: &Places, prefix: &[String]) -> CopierDaemon {
+        CopierDaemon::start_args(bus, places, prefix, &[])
+    }
+
+    /// As [`CopierDaemon::start_with`], with more arguments.
+    pub fn start_args(
+        bus: &PrivateBus,
+        places: &Places,
+        prefix: &[String],
+        args: &[&str],
+    ) -> CopierDaemon {
         let (uid, gid) = copier_user();
         let _ = keeper();
-        let child = Command::new("setpriv")
+        let mut command = match prefix.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg("setpriv");
+                c
+            }
+            None => Command::new("setpriv"),
+        };
+        let child = command
             .arg(format!("--reuid={uid}"))
             .arg(format!("--regid={gid}"))
             .arg("--clear-groups")
@@ -321,6 +345,7 @@ impl CopierDaemon {
             .arg(&places.key)
             .arg("--state-dir")
             .arg(&places.state)
+            .args(args)
             .env("RUST_LOG", "info")
             .stderr(Stdio::piped())
             .spawn()

@@ -6,4 +6,6 @@ mod bus_keys;
 mod common;
 mod garage_copies;
 mod introspection_drift;
+mod no_privileged_deps;
+mod ssh_copies;
 mod unit_file;

@@ -76,7 +76,31 @@ fn the_unit_runs_as_the_copier_with_no_capability_and_its_state_directory() {
     assert_eq!(state, layout::COPIER_STATE_DIR);
     assert_eq!(value(&unit, "StateDirectoryMode"), "0700");
     assert_eq!(exec_option(&unit, "--state-dir"), layout::COPIER_STATE_DIR);
-    assert_eq!(exec_option(&unit, "--key"), layout::SEAL_KEY_PATH);
+    // The key is the daemon's default, in the state directory; that directory is the
+    // copier's on the snapshots subvolume, where the key commands make the key.
+    assert!(!value(&unit, "ExecStart").contains("--key"));
+    let held = copier::keys::held_key_path();
+    let held_dir = held.parent().expect("a directory").display().to_string();
+    assert_eq!(
+        value(&unit, "BindPaths"),
+        format!("{held_dir}:{}", layout::COPIER_STATE_DIR)
+    );
+    assert_eq!(
+        held.file_name(),
+        Path::new(layout::SEAL_KEY_PATH).file_name(),
+        "the key commands' file is the daemon's, seen through the bind"
+    );
+    assert_eq!(
+        value(&unit, "RequiresMountsFor"),
+        layout::SNAPSHOTS_MOUNT_POINT
+    );
+    assert_eq!(
+        value(&unit, "ExecStartPre"),
+        format!(
+            "+/usr/bin/install -d -o {0} -g {0} -m 0700 {held_dir}",
+            names::COPIER_USER
+        )
+    );
     assert_eq!(exec_option(&unit, "--keeper-user"), names::KEEPER_USER);
     assert_eq!(
         exec_option(&unit, "--copies-config"),
@@ -178,9 +202,9 @@ fn systemd_analyze_verify_is_clean() {
     };
     let dir = tempfile::tempdir().expect("a temporary directory");
     let bin = Path::new(env!("CARGO_BIN_EXE_tacid-copier"));
-    let bin_dir = bin.parent().expect("the binary is in a directory");
-    // As the package installs it: /usr/bin/ rewritten to where the binary is.
-    let text = read(&unit_path()).replace("/usr/bin/", &format!("{}/", bin_dir.display()));
+    // As the package installs it: the copier where the binary is (`install` stays
+    // coreutils', which this machine has at /usr/bin too).
+    let text = read(&unit_path()).replace("/usr/bin/tacid-copier", &bin.display().to_string());
     let unit = dir.path().join(names::COPIER_UNIT);
     std::fs::write(&unit, text).expect("write the rewritten unit");
     let out = Command::new(analyze)
