@@ -165,7 +165,9 @@ impl From<CopyError> for Error {
         let message = e.to_string();
         match e {
             CopyError::NoSuchTarget(_) => Error::NoSuchTarget(message),
-            CopyError::Sealed(_) | CopyError::BadPipe(_) => Error::InvalidArgument(message),
+            CopyError::Sealed(_) | CopyError::BadPipe(_) | CopyError::BadParent(_) => {
+                Error::InvalidArgument(message)
+            }
             CopyError::SealedBusy { .. } | CopyError::FetchBusy => Error::TargetBusy(message),
             CopyError::SealedFailed { .. } => Error::TransferFailed(message),
             CopyError::NoSuchSnapshot(_) => Error::NoSuchSnapshot(message),
@@ -668,6 +670,7 @@ impl Stem1 {
     /// Errors: AccessDenied, InvalidArgument, NoSuchTarget, NoSuchSnapshot, NotReadOnly,
     /// TargetBusy, TargetUnreachable, HostKeyChanged, TargetNotBtrfs, TargetFull,
     /// TransferFailed, AlreadyHere (the target holds it already), StoreUnsafe, Failed.
+    /// A sealed target is the copier's: InvalidArgument, as for every act on one.
     #[zbus(out_args("copied"))]
     async fn copy_to(
         &self,

@@ -103,6 +103,8 @@ pub enum CopyError {
     FetchBusy,
     #[error("the pipe given is refused: {0}")]
     BadPipe(String),
+    #[error("{0}")]
+    BadParent(String),
     #[error("the sealed transfer of {name} through the pipe failed: {reason}; nothing half-received was left")]
     SealedFailed { name: SnapshotName, reason: String },
     #[error("target {0} is busy with another copy, fetch or deletion; try again when it is done")]

@@ -172,12 +172,12 @@ impl Copies {
         let into = PipeEnd::check(into, Way::Write)?;
         if let Some(p) = parent {
             if p == name {
-                return Err(CopyError::BadPipe(format!(
+                return Err(CopyError::BadParent(format!(
                     "{name} cannot be its own parent"
                 )));
             }
             if p.subvolume() != name.subvolume() {
-                return Err(CopyError::BadPipe(format!(
+                return Err(CopyError::BadParent(format!(
                     "the parent {p} is not a snapshot of {}",
                     name.subvolume()
                 )));
@@ -333,17 +333,15 @@ impl Copies {
             // btrfs receive stopped taking the stream: its words say why.
             Ok((ran, Err(Unframed::Output(_)))) if !ran.ok() => Err(receive_failed(&ran)),
             Ok((_, Err(Unframed::Output(why)))) => Err(sealed_failed(name, why)),
-            Ok((ran, Ok(trailer))) => {
-                check_trailer(&trailer, uuid, turn.bytes.load(Ordering::Relaxed))
-                    .map_err(|why| sealed_failed(name, why))
-                    .and_then(|()| {
-                        if ran.ok() {
-                            Ok(())
-                        } else {
-                            Err(receive_failed(&ran))
-                        }
-                    })
-            }
+            Ok((ran, Ok((trailer, bytes)))) => check_trailer(&trailer, uuid, bytes)
+                .map_err(|why| sealed_failed(name, why))
+                .and_then(|()| {
+                    if ran.ok() {
+                        Ok(())
+                    } else {
+                        Err(receive_failed(&ran))
+                    }
+                }),
         }
         .and_then(|()| {
             match self
@@ -383,9 +381,9 @@ enum Unframed {
 
 /// The unframing thread: the frames read from the pipe `from` become the plain stream,
 /// written into `out` (`run_fed`'s way into `btrfs receive`). Returns the END frame's
-/// trailer, or why the stream is not whole. `out` is closed on return either way, so the
+/// trailer and the stream bytes that came, or why the stream is not whole. `out` is closed on return either way, so the
 /// receive sees the end of its input.
-fn unframe(from: PipeEnd, out: OwnedFd) -> Result<Vec<u8>, Unframed> {
+fn unframe(from: PipeEnd, out: OwnedFd) -> Result<(Vec<u8>, u64), Unframed> {
     let mut frames = FrameReader::new(from);
     let mut out = std::fs::File::from(out);
     let mut buf = vec![0u8; 256 << 10];
@@ -407,7 +405,10 @@ fn unframe(from: PipeEnd, out: OwnedFd) -> Result<Vec<u8>, Unframed> {
         Err(e) if e.kind() == io::ErrorKind::TimedOut => {}
         Err(e) => return Err(Unframed::Input(e.to_string())),
     }
-    Ok(frames.trailer().unwrap_or_default().to_vec())
+    Ok((
+        frames.trailer().unwrap_or_default().to_vec(),
+        frames.data_bytes(),
+    ))
 }
 
 /// Check the END frame's trailer against the call: `uuid` (when the trailer names one)

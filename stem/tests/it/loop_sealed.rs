@@ -236,7 +236,7 @@ fn loop_sealed_send_refuses_what_it_cannot_send() {
     // A parent of another subvolume, or itself.
     for parent in [log.name, home.name] {
         let (sent, framed) = m.send(home.name, Some(parent));
-        assert!(matches!(sent, Err(CopyError::BadPipe(_))), "{sent:?}");
+        assert!(matches!(sent, Err(CopyError::BadParent(_))), "{sent:?}");
         assert!(framed.is_empty(), "nothing is sent");
     }
     // A parent that is not there: refused, and the reader told so with an ABORT.
@@ -277,10 +277,24 @@ fn loop_sealed_send_stops_when_the_reader_goes_or_stalls() {
     assert!(e.to_string().contains("reader is gone"), "{e}");
     assert!(started.elapsed() < Duration::from_secs(30));
 
-    // The reader holds the pipe open and reads nothing: the stall ends the act.
+    // The reader holds the pipe open and reads nothing: the stall ends the act. Meanwhile
+    // CopyProgress shows it, with no target (the stem sees only a pipe).
     let (r, w) = pipe();
     let started = Instant::now();
-    let e = m.copies.send_sealed(s.name, None, w).unwrap_err();
+    let (sent, seen) = std::thread::scope(|scope| {
+        let look = scope.spawn(|| {
+            std::thread::sleep(Duration::from_millis(700));
+            m.copies.progress()
+        });
+        (m.copies.send_sealed(s.name, None, w), look.join().unwrap())
+    });
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(
+        (seen[0].target.as_ref(), seen[0].name, seen[0].kind),
+        (None, s.name, "send-sealed")
+    );
+    assert!(seen[0].bytes > 0, "{seen:?}");
+    let e = sent.unwrap_err();
     assert!(
         e.to_string().contains("nothing moved through the pipe"),
         "{e}"
@@ -578,4 +592,33 @@ fn loop_sealed_targets_are_the_copiers_not_the_stems() {
             assert!(e.to_string().contains(&words), "{e}");
         }
     }
+}
+
+#[test]
+fn loop_sealed_one_receive_into_the_store_at_a_time() {
+    let Some(m) = machine_with(Duration::from_secs(3), CopiesConfig::default()) else {
+        return;
+    };
+    let s = m.take("@home");
+    let other = SnapshotName::parse("@home.2001-01-01T000000.000000Z").unwrap();
+    // A receive whose writer says nothing holds `.incoming` until its stall ends it.
+    let (r, w) = pipe();
+    let (first, second) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| m.copies.receive_sealed(other, s.uuid, r));
+        std::thread::sleep(Duration::from_millis(700));
+        let (r2, w2) = pipe();
+        let second = m.copies.receive_sealed(s.name, s.uuid, r2);
+        drop(w2);
+        (first.join().unwrap(), second)
+    });
+    drop(w);
+    let second = second.unwrap_err();
+    assert!(matches!(second, CopyError::FetchBusy), "{second:?}");
+    assert!(second.to_string().contains("try again"), "{second}");
+    let first = first.unwrap_err();
+    assert!(
+        first.to_string().contains("nothing moved through the pipe"),
+        "{first}"
+    );
+    assert!(m.incoming().is_empty());
 }
