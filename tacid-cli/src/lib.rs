@@ -708,10 +708,14 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             Ok(exit::OK)
         }
         Data::Verify(a) => {
-            let report = keeper
-                .verify(&a.target, a.names.clone())
-                .await
-                .map_err(classify)?;
+            let report = with_progress(
+                &keeper,
+                &a.target,
+                "",
+                keeper.verify(&a.target, a.names.clone()),
+            )
+            .await
+            .map_err(classify)?;
             if as_json {
                 print_json(json::VerifyReport::from(&report));
             } else {

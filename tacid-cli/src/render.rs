@@ -1134,10 +1134,10 @@ pub fn progress(f: &CopyInFlight) -> String {
     } else {
         "-".to_owned()
     };
-    let (verb, dir) = if f.direction == "fetch" {
-        ("fetching", "from")
-    } else {
-        ("copying", "to")
+    let (verb, dir) = match f.direction.as_str() {
+        "fetch" => ("fetching", "from"),
+        "verify" => ("verifying", "on"),
+        _ => ("copying", "to"),
     };
     format!(
         "tacid: {verb} {} {dir} {}: {}, {rate}, {:.0} s",
