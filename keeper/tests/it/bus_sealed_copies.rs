@@ -4,7 +4,8 @@
 //! sealed full, incremental, then full again; listed, verified; one is fetched back into
 //! the store and its restore previewed; a damaged part fails verification, journalled, and
 //! `status` and `list` say so; the timer's act applies retention without deleting a copy a
-//! kept copy's chain needs; a copier killed mid-copy leaves the stem waiting for nothing.
+//! kept copy's chain needs; a copier or a stem killed mid-copy leaves the other side
+//! waiting for nothing (the keeper holds neither end of the pipe).
 //! And a sealed target on a real Garage (S3): copied, listed, verified.
 
 use std::fs;
@@ -210,33 +211,10 @@ fn bus_a_sealed_copy_whose_copier_dies_ends_at_once() {
     let Some((w, mut copier)) = world_with_vault("") else {
         return;
     };
-    // Enough that the copy is still running when the copier is killed.
-    let big = w.top().join("@home/big");
-    let mut f = fs::File::create(&big).expect("big");
-    let mut x: u64 = 1;
-    let mut buf = vec![0u8; 1 << 20];
-    for _ in 0..200 {
-        for b in buf.iter_mut() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            *b = x as u8;
-        }
-        std::io::Write::write_all(&mut f, &buf).expect("write");
-    }
-    drop(f);
+    big_file(&w);
     let s1 = w.snapshot_home();
     let cli = w.spawn_tacid(APPROVER, &["data", "copy", &s1, "--to", "vault"]);
-    // Wait for the first part to appear, then kill the copier.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !copier
-        .objects()
-        .iter()
-        .any(|p| p.to_string_lossy().contains("/parts/"))
-    {
-        assert!(Instant::now() < deadline, "the copy never began");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_a_part(&copier);
     let killed = Instant::now();
     copier.kill();
     let out = cli.wait_with_output().expect("the CLI ends");
@@ -260,6 +238,74 @@ fn bus_a_sealed_copy_whose_copier_dies_ends_at_once() {
     // The stem is free for the next act.
     let (code, _, err) = w.tacid(APPROVER, &["data", "copies", "vault"]);
     assert_eq!(code, 14, "{err}");
+}
+
+/// 200 MiB that do not compress in /home: a copy of it is still running when a side of
+/// it is killed.
+fn big_file(w: &World) {
+    let big = w.top().join("@home/big");
+    let mut f = fs::File::create(&big).expect("big");
+    let mut x: u64 = 1;
+    let mut buf = vec![0u8; 1 << 20];
+    for _ in 0..200 {
+        for b in buf.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        std::io::Write::write_all(&mut f, &buf).expect("write");
+    }
+}
+
+/// Wait until the copier has stored a part of a copy in the vault.
+fn wait_for_a_part(copier: &crate::common::sealed::Copier) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !copier
+        .objects()
+        .iter()
+        .any(|p| p.to_string_lossy().contains("/parts/"))
+    {
+        assert!(Instant::now() < deadline, "the copy never began");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The stem killed while it sends: the copier sees the stream end without its END frame
+/// and ends at once; the act is journalled failed; the vault holds no copy of it.
+#[test]
+fn bus_a_sealed_copy_whose_stem_dies_ends_at_once() {
+    let Some((mut w, copier)) = world_with_vault("") else {
+        return;
+    };
+    big_file(&w);
+    let s1 = w.snapshot_home();
+    let cli = w.spawn_tacid(APPROVER, &["data", "copy", &s1, "--to", "vault"]);
+    wait_for_a_part(&copier);
+    let killed = Instant::now();
+    w.kill_stem();
+    let out = cli.wait_with_output().expect("the CLI ends");
+    assert!(
+        killed.elapsed() < Duration::from_secs(30),
+        "the copy went on {:?} after the stem died",
+        killed.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    let (_copy, copied) = w.copy_journal();
+    let rows = Journal::open(&copied)
+        .expect("journal opens")
+        .copy_requests()
+        .expect("rows");
+    w.give_journal_back();
+    assert!(
+        rows.iter()
+            .any(|r| r.subject == s1 && r.state == State::Failed),
+        "{rows:#?}"
+    );
+    w.start_stem();
+    let (code, out, err) = w.tacid(APPROVER, &["data", "copies", "vault", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json(&out)["copies"], serde_json::json!([]), "{out}");
 }
 
 #[test]
