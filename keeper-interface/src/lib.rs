@@ -74,6 +74,10 @@ pub struct CopyOfRow<'a> {
     /// The row is the last common parent with this target (a configured one): retention
     /// keeps it.
     pub last_common_parent: bool,
+    /// What failed when the copy's last verification failed (a sealed target's copy read
+    /// back and checked; escaped); empty when it passed, was never verified, or was made
+    /// again since.
+    pub verify_failed: &'a str,
 }
 
 impl SnapshotRow<'_> {
@@ -256,7 +260,7 @@ pub struct Cancelled {
 }
 
 /// The answer to `Status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, Type)]
 pub struct Status {
     /// The stem answered just now.
     pub stem_running: bool,
@@ -300,6 +304,48 @@ pub struct Status {
     /// What is wrong with the restore request file when it is bad (empty otherwise): it
     /// stages nothing, the next boot refuses it, and `Cancel` removes it.
     pub staged_problem: String,
+    /// Each sealed target's last verification, as journalled, in target name order (a
+    /// target never verified is not here).
+    pub verifications: Vec<LastVerified>,
+}
+
+/// A target's last verification (`Verify`, by a person or its timer), as journalled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct LastVerified {
+    pub target: String,
+    /// When, µs since the epoch (UTC).
+    pub when_micros: i64,
+    /// Who asked (escaped), or the rule (`timer of usb`).
+    pub by: String,
+    /// Copies read back and found good.
+    pub good: u32,
+    /// What failed: each copy that failed, or the act itself (an empty name: nothing
+    /// could be checked).
+    pub failed: Vec<CopyVerified>,
+}
+
+/// One copy read back on a sealed target and checked, down to its full copy, without
+/// receiving it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct CopyVerified {
+    pub name: String,
+    /// Every part of it and of the copies its chain needs was read, its digest and its
+    /// authentication checked.
+    pub ok: bool,
+    /// What failed, in words (escaped; empty when good).
+    pub problem: String,
+    /// Bytes read from the target.
+    pub bytes_read: u64,
+}
+
+/// The answer to `Verify`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct VerifyReport {
+    pub target: String,
+    /// Every copy checked, in name order.
+    pub copies: Vec<CopyVerified>,
+    /// What the journal recorded, in one sentence.
+    pub message: String,
 }
 
 /// One snapshot retention chose, with the rule that chose it.
@@ -423,6 +469,9 @@ pub struct CopyHeld {
     pub received_uuid: String,
     /// The local store still holds the snapshot.
     pub local: bool,
+    /// What is wrong with it (a sealed target's copy whose manifest does not authenticate,
+    /// or that failed its last verification), escaped; empty when nothing is known wrong.
+    pub problem: String,
 }
 
 /// The answer to `Copies`: what a target holds.
@@ -582,6 +631,16 @@ bus_peer::named_errors! {
         /// The snapshot is open and a process uses it (its working directory, a file or a
         /// mapping is in it): not closed, or not deleted; nothing changed (adr/0021).
         InUse,
+        /// The copier (the unprivileged daemon that seals and stores copies for a sealed
+        /// target) is not on the bus; Btrfs targets are not affected.
+        CopierNotRunning,
+        /// The copier cannot act: no recovery key yet, its key or a credentials file not its
+        /// own alone, or it failed; the message says what to do.
+        CopierFailed,
+        /// What a sealed target holds failed its checks (a digest, the authentication, a
+        /// part missing or of another copy, an older manifest): it was refused, and nothing
+        /// half-received was left.
+        Untrusted,
     }
 }
 
@@ -647,6 +706,9 @@ pub trait Keeper1 {
     fn fetch(&self, name: &str, target: &str) -> Result<Fetched, Error>;
     /// Copies and fetches in flight.
     fn copy_progress(&self) -> Result<Vec<CopyInFlight>, Error>;
+    /// Read back the copies `names` on the sealed target `target` (empty: every copy) and
+    /// check each, down to its full copy, without receiving it.
+    fn verify(&self, target: &str, names: Vec<String>) -> Result<VerifyReport, Error>;
     /// Open the snapshot `name` read-only for the caller: their own home in it, or (root
     /// and approvers) all of it.
     fn open(&self, name: &str) -> Result<Opened, Error>;

@@ -33,6 +33,9 @@ use crate::wire::{
 };
 use crate::words::of_path;
 
+mod sealed;
+pub use sealed::MAX_VERIFY_NAMES;
+
 /// The longest an act waits for a looker's listing of its target to end.
 const ACT_WAITS_FOR_LISTING: std::time::Duration = std::time::Duration::from_secs(120);
 
@@ -499,6 +502,9 @@ impl Copies {
             .try_turn(target)
             .ok_or_else(|| Self::busy(target))?;
         self.reconcile.ensure().await;
+        if t.is_sealed() {
+            return self.copy_sealed(&asker, t, name).await;
+        }
         if name.is_empty() {
             return self.copy_timer(&asker, t).await;
         }
@@ -723,6 +729,9 @@ impl Copies {
         let target = t.name.as_str();
         let may_change = self.h.may_change(uid);
         let _turn = self.h.looker_turn(may_change).await;
+        if t.is_sealed() {
+            return self.copies_sealed(t, may_change).await;
+        }
         let (held, local) = self.list_target(target).await.map_err(|e| {
             // The stem logs failed looks within one allowance for all callers: said here per
             // caller, so one caller's flood does not silence another's.
@@ -752,6 +761,7 @@ impl Copies {
                         String::new()
                     },
                     local: local.contains(&h.name),
+                    problem: String::new(),
                 }
             })
             .collect();
@@ -787,6 +797,9 @@ impl Copies {
             .try_turn(target)
             .ok_or_else(|| Self::busy(target))?;
         self.reconcile.ensure().await;
+        if t.is_sealed() {
+            return self.fetch_sealed(&asker, t, &snap).await;
+        }
         let reason = format!("fetched from {target}");
         let id = self
             .h
@@ -910,7 +923,25 @@ impl Copies {
     /// Copies and fetches in flight. Anybody may ask.
     pub async fn copy_progress(&self, uid: u32) -> Result<Vec<CopyInFlight>, KeeperError> {
         let _turn = self.h.looker_turn(self.h.may_change(uid)).await;
-        let all = self.h.stem.copy_progress().await.map_err(stem_error)?;
+        let mut all = self.h.stem.copy_progress().await.map_err(stem_error)?;
+        // A sealed copy's or fetch's bytes are the copier's to count (an act the stem also
+        // reports is shown once).
+        for p in self.h.copier.progress().await {
+            let direction = match p.doing.as_str() {
+                "seal" => "copy",
+                "unseal" => "fetch",
+                other => other,
+            };
+            if !all.iter().any(|f| f.target == p.target && f.name == p.name) {
+                all.push(crate::stem_client::InFlight {
+                    target: p.target,
+                    name: p.name,
+                    direction: direction.to_owned(),
+                    bytes: p.moved,
+                    elapsed_ms: 0,
+                });
+            }
+        }
         Ok(all
             .into_iter()
             .map(|f| CopyInFlight {

@@ -8,6 +8,7 @@ use actor::Actor;
 use layout::SnapshotName;
 
 use crate::authority::{Act, Authority};
+use crate::copier_client::CopierClient;
 use crate::journal::{Journal, JournalError};
 use crate::stem_client::{stem_error, DiskSnapshot, StemClient};
 use crate::wire::KeeperError;
@@ -26,6 +27,8 @@ pub struct Handles {
     /// The journal, on its own thread: jobs run one at a time, in the order sent.
     journal: Actor<Journal>,
     pub stem: Arc<StemClient>,
+    /// The copier (sealed targets only; absent on a machine without them).
+    pub copier: Arc<CopierClient>,
     pub authority: Authority,
     /// Lookers' requests that reach the stem, in flight at once (adr/0016).
     lookers: Arc<tokio::sync::Semaphore>,
@@ -56,6 +59,7 @@ impl Handles {
         Handles {
             journal,
             stem: Arc::new(StemClient::new()),
+            copier: Arc::new(CopierClient::default()),
             authority,
             lookers: Arc::new(tokio::sync::Semaphore::new(MAX_LOOKER_REQUESTS)),
         }

@@ -160,6 +160,44 @@ const MIGRATIONS: &[&str] = &[
         FROM outcomes;
     DROP TABLE outcomes;
     ALTER TABLE outcomes_checked RENAME TO outcomes;",
+    // 7: sealed copies are read back and checked on the target (`verify`), one row per copy
+    // checked (or one for an act that checked nothing), naming the target. The action's
+    // CHECK gains the word, so `requests` is rebuilt as in 6, with its rows, ids and index;
+    // an index finds a copy's last verification for the list.
+    "CREATE TABLE requests_checked (
+        id INTEGER PRIMARY KEY,
+        asked_micros INTEGER NOT NULL,
+        uid INTEGER NOT NULL,
+        user_name TEXT NOT NULL,
+        action TEXT NOT NULL CHECK (action IN ('snapshot', 'restore-preview', 'restore',
+            'restore-details', 'cancel', 'open', 'close', 'diff', 'delete', 'keep', 'unkeep',
+            'copy', 'fetch', 'copy-delete', 'copies', 'prune', 'verify')),
+        subject TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        pre_switch INTEGER NOT NULL DEFAULT 0,
+        words_shown TEXT NOT NULL DEFAULT '',
+        state TEXT NOT NULL CHECK (state IN ('pending', 'complete', 'failed', 'refused',
+            'shown', 'staged', 'already-staged', 'withdrawn', 'nothing-staged', 'open',
+            'closed')),
+        outcome TEXT NOT NULL DEFAULT '',
+        finished_micros INTEGER,
+        rule TEXT NOT NULL DEFAULT '',
+        timeline INTEGER NOT NULL DEFAULT 0,
+        calls INTEGER NOT NULL DEFAULT 1,
+        target TEXT NOT NULL DEFAULT '',
+        parent TEXT NOT NULL DEFAULT '',
+        bytes INTEGER NOT NULL DEFAULT 0
+    );
+    INSERT INTO requests_checked (id, asked_micros, uid, user_name, action, subject, reason,
+        pre_switch, words_shown, state, outcome, finished_micros, rule, timeline, calls,
+        target, parent, bytes)
+    SELECT id, asked_micros, uid, user_name, action, subject, reason, pre_switch,
+        words_shown, state, outcome, finished_micros, rule, timeline, calls, target, parent,
+        bytes FROM requests;
+    DROP TABLE requests;
+    ALTER TABLE requests_checked RENAME TO requests;
+    CREATE INDEX requests_by_action ON requests(action, state);
+    CREATE INDEX requests_by_copy ON requests(target, subject) WHERE target != '';",
 ];
 
 /// The version whose migration adds the `CHECK` constraints: a journal below it is read for
@@ -170,11 +208,13 @@ mod copies;
 mod list;
 mod retention;
 mod types;
+mod verify;
 pub use copies::{CopyEnd, CopyRow};
 pub use list::ListedRequest;
 pub use retention::{Deletion, DeletionResult};
 use types::StoredOutcomeResult;
 pub use types::{outcome_result_text, Action, CopyAction, SnapshotState, State, Subject};
+pub use verify::{Checked, LastVerification};
 
 /// The version a journal has after every migration.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -1183,7 +1223,7 @@ mod tests {
             conn.last_insert_rowid()
         };
         // Text, not the types: what was written then.
-        for (i, action) in Action::ALL.iter().enumerate() {
+        for (i, action) in actions_at(version).enumerate() {
             request(*action, SUBJECT, State::ALL[i % State::ALL.len()]);
         }
         for state in State::ALL {
@@ -1240,6 +1280,14 @@ mod tests {
 
     const SUBJECT: &str = "@home.2026-12-01T140200.123456Z";
 
+    /// The actions a keeper of schema `version` wrote: every one but those a later
+    /// migration added to the CHECK (`verify`, 7).
+    fn actions_at(version: usize) -> impl Iterator<Item = &'static Action> {
+        Action::ALL
+            .iter()
+            .filter(move |a| version >= 7 || **a != Action::Verify)
+    }
+
     #[test]
     fn a_journal_of_every_older_version_reads_back_typed_and_is_checked() {
         for version in 0..MIGRATIONS.len() {
@@ -1253,7 +1301,7 @@ mod tests {
                 assert!(rows.is_empty());
             } else {
                 let mut expected: Vec<(i64, Action, State)> = Vec::new();
-                for (i, action) in Action::ALL.iter().enumerate() {
+                for (i, action) in actions_at(version).enumerate() {
                     expected.push((0, *action, State::ALL[i % State::ALL.len()]));
                 }
                 for state in State::ALL {

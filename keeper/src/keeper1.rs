@@ -32,6 +32,7 @@ use crate::wire::{
     Cancelled, ClosedOpen, CopyInFlight, CopyReport, Deleted, Fetched, KeepMarked, KeeperError,
     Opened, PartChanges, PruneReport, RestoreDetails, RestorePreview, RestoreStaged,
     SetRestorePreview, SetRestoreStaged, SnapshotEntry, SnapshotSet, Status, TargetCopies,
+    VerifyReport,
 };
 
 /// The interface served at `/org/tacid/Keeper1`.
@@ -321,7 +322,10 @@ impl Keeper1 {
     /// NoSuchTarget (checked first), NotAuthorized, InvalidArgument, NoSuchSnapshot,
     /// TargetBusy, TargetUnreachable, HostKeyChanged, TargetNotBtrfs, TargetFull,
     /// TransferFailed, NotAllowedForSubvolume (not read-only), StemNotRunning, StemFailed,
-    /// Journal.
+    /// Journal. A sealed target's copy goes through a pipe from the stem to the copier,
+    /// which seals and stores it (a full copy when the chain would grow past the target's
+    /// bound); it counts only when both answered so. Errors then also: CopierNotRunning,
+    /// CopierFailed, Untrusted (the parent's copy does not authenticate).
     async fn copy(
         &self,
         #[zbus(connection)] connection: &Connection,
@@ -336,7 +340,10 @@ impl Keeper1 {
     /// The verified copies the configured target `target` holds, oldest first, and whether
     /// the local store still holds each. Anybody may ask; the received UUIDs are given to
     /// root and approvers only. Errors: NoSuchTarget, NotAuthorized (caller unknown),
-    /// TargetUnreachable, HostKeyChanged, TargetNotBtrfs, StemNotRunning, StemFailed.
+    /// TargetUnreachable, HostKeyChanged, TargetNotBtrfs, StemNotRunning, StemFailed. A
+    /// sealed target is listed by the copier, each copy with what is known wrong with it
+    /// (a manifest that does not authenticate, a failed last verification); errors then
+    /// also: CopierNotRunning, CopierFailed, TargetBusy (the copier is acting on it).
     async fn copies(
         &self,
         #[zbus(connection)] connection: &Connection,
@@ -352,7 +359,10 @@ impl Keeper1 {
     /// restore of it can be staged. Journalled. Root and approvers only. Errors:
     /// NoSuchTarget, NotAuthorized, InvalidArgument, NoSuchSnapshot (not on the target),
     /// AlreadyHere, TargetBusy, TargetUnreachable, HostKeyChanged, TransferFailed, NoSpace,
-    /// StemNotRunning, StemFailed, Journal.
+    /// StemNotRunning, StemFailed, Journal. From a sealed target the copier writes the
+    /// copy's whole chain, every part checked before it is decrypted, into a pipe the stem
+    /// receives from; errors then also: CopierNotRunning, CopierFailed, Untrusted (nothing
+    /// half-received is left).
     async fn fetch(
         &self,
         #[zbus(connection)] connection: &Connection,
@@ -374,6 +384,25 @@ impl Keeper1 {
     ) -> Result<Vec<CopyInFlight>, KeeperError> {
         let uid = caller(&self.callers, connection, &header).await?;
         self.keeper.copy_progress(uid).await
+    }
+
+    /// Read back the copies `names` (empty: every copy, what the target's timer runs) on
+    /// the sealed target `target`, and check each down to its full copy (every part's
+    /// digest and authentication), without receiving anything. Each copy checked is
+    /// journalled (a failure with what failed; the timer's act as the rule "timer of
+    /// <target>"); `Status` shows each target's last verification and `ListRows` a copy
+    /// that failed. Root and approvers only. Errors: NoSuchTarget, NotAuthorized,
+    /// InvalidArgument (a name, or a target that is not sealed), TargetBusy,
+    /// CopierNotRunning, TargetUnreachable, Untrusted, NoSuchSnapshot, StemFailed, Journal.
+    async fn verify(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        target: &str,
+        names: Vec<String>,
+    ) -> Result<VerifyReport, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.verify(uid, target, &names).await
     }
 
     /// Open the snapshot `name` read-only for the caller, in the host's mount namespace, at

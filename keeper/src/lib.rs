@@ -13,6 +13,7 @@
 pub mod authority;
 pub mod caps;
 pub mod consent;
+pub mod copier_client;
 pub mod copies;
 pub mod handles;
 pub mod journal;

@@ -58,9 +58,9 @@ struct Row {
 pub struct Listed {
     text: String,
     rows: Vec<Row>,
-    /// (row, target, the row is the last common parent with it), rows in order, each row's
-    /// targets in name order.
-    copies: Vec<(u32, Span, bool)>,
+    /// (row, target, the row is the last common parent with it, what failed at its last
+    /// verification), rows in order, each row's targets in name order.
+    copies: Vec<(u32, Span, bool, Span)>,
 }
 
 impl Listed {
@@ -110,11 +110,14 @@ impl Listed {
 
     /// The targets holding copies, by row.
     pub fn copies(&self) -> impl Iterator<Item = CopyOfRow<'_>> {
-        self.copies.iter().map(|&(row, t, parent)| CopyOfRow {
-            row,
-            target: self.str(t),
-            last_common_parent: parent,
-        })
+        self.copies
+            .iter()
+            .map(|&(row, t, parent, failed)| CopyOfRow {
+                row,
+                target: self.str(t),
+                last_common_parent: parent,
+                verify_failed: self.str(failed),
+            })
     }
 
     /// The list as `List` answers it (one entry per snapshot, its copies nested).
@@ -126,7 +129,7 @@ impl Listed {
             .map(|(i, r)| {
                 let mut targets = Vec::new();
                 let mut parent_of = Vec::new();
-                while let Some(&&(row, t, parent)) = copies.peek() {
+                while let Some(&&(row, t, parent, _)) = copies.peek() {
                     if row as usize != i {
                         break;
                     }
@@ -301,9 +304,17 @@ impl OnDiskRows {
             }
         })?;
         let mut copies: Vec<(u32, String)> = Vec::new();
-        journal.each_copy(|name, target| {
+        let mut failed: HashMap<(u32, String), String> = HashMap::new();
+        journal.each_copy(|name, target, problem| {
             if let Some(&i) = by_name.get(name) {
                 copies.push((i as u32, target.to_owned()));
+                if !problem.is_empty() {
+                    // The copier's words name what a target served: escaped here, once.
+                    failed.insert(
+                        (i as u32, target.to_owned()),
+                        Escaped(problem.as_bytes()).to_string(),
+                    );
+                }
             }
         })?;
         drop(by_name);
@@ -360,8 +371,10 @@ impl OnDiskRows {
         copies.sort();
         for (row, target) in copies {
             let parent = parents.contains(&(row, target.clone()));
+            let problem = failed.remove(&(row, target.clone())).unwrap_or_default();
             let t = l.push_text(&target);
-            l.copies.push((row, t, parent));
+            let p = l.push_text(&problem);
+            l.copies.push((row, t, parent, p));
         }
         l.text.shrink_to_fit();
         l.rows.shrink_to_fit();

@@ -110,6 +110,11 @@ impl Keeper {
         &self.h.stem
     }
 
+    /// The copier client (to give it the bus connection).
+    pub fn copier(&self) -> &crate::copier_client::CopierClient {
+        &self.h.copier
+    }
+
     /// The retention policy in force.
     pub fn policy(&self) -> &Policy {
         self.retention.policy()
@@ -253,6 +258,15 @@ impl Keeper {
 
     pub async fn copy_progress(&self, uid: u32) -> Result<Vec<CopyInFlight>, KeeperError> {
         self.copies.copy_progress(uid).await
+    }
+
+    pub async fn verify(
+        &self,
+        uid: u32,
+        target: &str,
+        names: &[String],
+    ) -> Result<crate::wire::VerifyReport, KeeperError> {
+        self.copies.verify(uid, target, names).await
     }
 
     // Opens.

@@ -596,6 +596,62 @@ impl StemClient {
     pub async fn open_snapshots(&self) -> Result<Vec<stem1::OpenInfo>, StemError> {
         self.call(|p| async move { p.open_snapshots().await }).await
     }
+
+    /// Send the snapshot `name` (against `parent`, "" for a full send), framed, into the
+    /// pipe whose write end is `into` (closed here once the call is sent); the stream's
+    /// `(uuid, parent_uuid, bytes)`. Not retried: the end is handed over once. Called by
+    /// name rather than through the proxy's method, which would keep the descriptor it is
+    /// given until the answer comes (see `HandOver`).
+    pub async fn send_sealed(
+        &self,
+        name: &str,
+        parent: &str,
+        into: crate::copier_client::HandOver,
+    ) -> Result<(String, String, u64), StemError> {
+        let _turn = self
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|e| StemError::Bus(e.to_string()))?;
+        let proxy = self.proxy().await?;
+        let reply = proxy
+            .inner()
+            .call_method("SendSealed", &(name, parent, &into))
+            .await
+            .map_err(|e| classify(e.into()))?;
+        let sent: stem1::SentSealed = reply
+            .body()
+            .deserialize()
+            .map_err(|e| StemError::Bus(format!("the stem's answer does not read: {e}")))?;
+        Ok((sent.uuid, sent.parent_uuid, sent.bytes))
+    }
+
+    /// Receive the framed chain read from the pipe whose read end is `from` (closed here
+    /// once the call is sent) as the snapshot `name`, whose last stream must make `uuid`;
+    /// the snapshot made and the bytes received.
+    pub async fn receive_sealed(
+        &self,
+        name: &str,
+        uuid: &str,
+        from: crate::copier_client::HandOver,
+    ) -> Result<(DiskSnapshot, u64), StemError> {
+        let _turn = self
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|e| StemError::Bus(e.to_string()))?;
+        let proxy = self.proxy().await?;
+        let reply = proxy
+            .inner()
+            .call_method("ReceiveSealed", &(name, uuid, &from))
+            .await
+            .map_err(|e| classify(e.into()))?;
+        let (s, bytes): (stem1::SnapshotInfo, u64) = reply
+            .body()
+            .deserialize()
+            .map_err(|e| StemError::Bus(format!("the stem's answer does not read: {e}")))?;
+        Ok((member(&s), bytes))
+    }
 }
 
 /// The stem's answer as the keeper's error to its caller: kind to kind, every kind named.

@@ -67,6 +67,9 @@ _tacid() {
             tacid__subcmd__data,status)
                 cmd="tacid__subcmd__data__subcmd__status"
                 ;;
+            tacid__subcmd__data,verify)
+                cmd="tacid__subcmd__data__subcmd__verify"
+                ;;
             tacid__subcmd__data__subcmd__help,cancel)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__cancel"
                 ;;
@@ -111,6 +114,9 @@ _tacid() {
                 ;;
             tacid__subcmd__data__subcmd__help,status)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__status"
+                ;;
+            tacid__subcmd__data__subcmd__help,verify)
+                cmd="tacid__subcmd__data__subcmd__help__subcmd__verify"
                 ;;
             tacid__subcmd__help,data)
                 cmd="tacid__subcmd__help__subcmd__data"
@@ -160,6 +166,9 @@ _tacid() {
             tacid__subcmd__help__subcmd__data,status)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__status"
                 ;;
+            tacid__subcmd__help__subcmd__data,verify)
+                cmd="tacid__subcmd__help__subcmd__data__subcmd__verify"
+                ;;
             *)
                 ;;
         esac
@@ -185,7 +194,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data)
-            opts="-h --json --bus --help list snapshot restore status cancel delete keep copy copies fetch open close diff prune help"
+            opts="-h --json --bus --help list snapshot restore status cancel delete keep copy copies fetch verify open close diff prune help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -337,7 +346,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data__subcmd__help)
-            opts="list snapshot restore status cancel delete keep copy copies fetch open close diff prune help"
+            opts="list snapshot restore status cancel delete keep copy copies fetch verify open close diff prune help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -560,6 +569,20 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__data__subcmd__help__subcmd__verify)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__data__subcmd__keep)
             opts="-h --unkeep --json --bus --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -694,6 +717,28 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__data__subcmd__verify)
+            opts="-h --target --json --bus --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --target)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__help)
             opts="data help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -709,7 +754,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__help__subcmd__data)
-            opts="list snapshot restore status cancel delete keep copy copies fetch open close diff prune"
+            opts="list snapshot restore status cancel delete keep copy copies fetch verify open close diff prune"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -905,6 +950,20 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__help__subcmd__data__subcmd__status)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__help__subcmd__data__subcmd__verify)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

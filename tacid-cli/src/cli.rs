@@ -36,6 +36,12 @@ pub mod exit {
     /// An open snapshot is in use (a process has its working directory, a file or a
     /// mapping in it): not closed, or not deleted; the message names what holds it.
     pub const IN_USE: u8 = 13;
+    /// The copier (which seals and keeps the copies of sealed targets) is not running, or
+    /// cannot act (no recovery key yet, an unsafe key or credentials file).
+    pub const COPIER: u8 = 14;
+    /// A sealed copy failed verification, or a target served something this machine's key
+    /// does not authenticate: what it holds is not what was copied.
+    pub const UNTRUSTED: u8 = 15;
 }
 
 /// The exit codes, with the approver group's default from the layout.
@@ -66,7 +72,13 @@ Exit codes:
      half-received is left on it; the next run tries again)
  13  in use: the snapshot is open and a process has its working directory, a file
      or a mapping in it, so it was not closed or not deleted; the message names
-     the processes of yours that hold it (leave it, then try again)";
+     the processes of yours that hold it (leave it, then try again)
+ 14  the copier is not running (start tacid-copier.service), or cannot act: no
+     recovery key yet (`tacid-copier key init` as root), or its key or a credentials
+     file is not its own alone; sealed targets need it, Btrfs targets do not
+ 15  a sealed copy failed verification, or its target served something this
+     machine's key does not authenticate (a changed or missing part, another copy's,
+     an older one): nothing of it was received; make a new copy";
 
 const BOUNDARIES: &str = "\
 What tacid does not do:
@@ -117,6 +129,30 @@ Examples:
       what usb holds
   tacid data fetch @home.2026-12-01T140200.123456Z --from usb
       bring that copy back into the local store (then `tacid data restore` it)";
+
+const VERIFYING: &str = "\
+Verifying sealed copies:
+  A sealed target (a directory on any filesystem, an SSH host, or S3-compatible
+  object storage) keeps each copy compressed, encrypted and authenticated by this
+  machine's key, in parts, with a manifest naming every part's size and digest.
+  Nobody without the key, the storage's host included, can read a copy or make one
+  that a fetch accepts.
+
+  `tacid data verify --target TARGET` reads every part of each copy back from the
+  target and checks it: its size, its digest, its authentication, and the chain
+  down to the copy's full copy (an incremental copy needs every copy before it). It
+  receives nothing and changes nothing. A copy that fails is journalled with what
+  failed, `tacid data status` shows each target's last verification, and `tacid
+  data list` marks the copy; make a new copy (`tacid data copy --to TARGET`).
+
+  Verification reads every byte of what it checks from the target: on a cloud
+  store that is download traffic, and it takes as long as a fetch would.
+
+Examples:
+  tacid data verify --target cloud
+      check every copy on the target cloud
+  tacid data verify --target usb @home.2026-12-01T140200.123456Z
+      check one copy (and the copies its chain needs)";
 
 const RESTORING: &str = "\
 What a restore does:
@@ -290,6 +326,14 @@ pub enum Data {
     /// snapshot. Root and the approver group only.
     #[command(after_long_help = format!("{COPYING}\n\n{}", exit_table()))]
     Fetch(FetchArgs),
+    /// Read back copies on a sealed target and check every part of each, down to its full
+    /// copy (its digest and its authentication by this machine's key), without receiving
+    /// anything; without NAME, every copy (what the target's verify timer runs). Each
+    /// copy checked is journalled; `status` shows each target's last verification and
+    /// `list` a copy that failed. Exit code 15 when any copy failed. Root and the approver
+    /// group only.
+    #[command(after_long_help = format!("{VERIFYING}\n\n{}", exit_table()))]
+    Verify(VerifyArgs),
     /// Open a snapshot read-only for you and print where: your own home as it was, or
     /// (root and the approver group) the whole snapshot. Files keep yesterday's owners and
     /// modes; nothing is restored: copy what you need out of it.
@@ -364,6 +408,16 @@ pub struct FetchArgs {
     /// The target, by the name root gave it in /etc/tacid/copies.json.
     #[arg(long = "from", value_name = "TARGET")]
     pub from: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct VerifyArgs {
+    /// The sealed target, by the name root gave it in /etc/tacid/copies.json.
+    #[arg(long = "target", value_name = "TARGET")]
+    pub target: String,
+    /// The copies to check, as `tacid data copies TARGET` shows them; none: every copy.
+    #[arg(value_name = "NAME")]
+    pub names: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -100,6 +100,22 @@ impl Serialize for Targets<'_> {
     }
 }
 
+/// The copies of a row of `ListRows` whose last verification failed: `{target: what
+/// failed}` (empty where nothing is known of verifications).
+#[derive(Debug, Clone, Copy)]
+struct FailedOf<'a>(&'a [wire::CopyOfRow<'a>]);
+
+impl Serialize for FailedOf<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(
+            self.0
+                .iter()
+                .filter(|c| !c.verify_failed.is_empty())
+                .map(|c| (c.target, c.verify_failed)),
+        )
+    }
+}
+
 /// One snapshot, in a list, a snapshot set or a fetch: the one shape of a snapshot.
 #[derive(Debug, Serialize)]
 pub struct Snapshot<'a> {
@@ -119,6 +135,8 @@ pub struct Snapshot<'a> {
     set_id: Option<i64>,
     copies: Targets<'a>,
     last_common_parent_of: Targets<'a>,
+    /// The targets whose copy of it failed its last verification, with what failed.
+    failed_verification: FailedOf<'a>,
     switch: Option<SwitchJson>,
 }
 
@@ -133,6 +151,7 @@ impl<'a> Snapshot<'a> {
         (pre_switch, pinned, set_id): (bool, bool, i64),
         copies: Targets<'a>,
         last_common_parent_of: Targets<'a>,
+        failed_verification: FailedOf<'a>,
     ) -> Self {
         Snapshot {
             name,
@@ -148,6 +167,7 @@ impl<'a> Snapshot<'a> {
             set_id: (set_id != 0).then_some(set_id),
             copies,
             last_common_parent_of,
+            failed_verification,
             switch: switch_json(pre_switch, reason),
         }
     }
@@ -163,6 +183,7 @@ impl<'a> Snapshot<'a> {
             (r.pre_switch, r.pinned, r.set_id),
             Targets::OfRow(copies),
             Targets::ParentOfRow(copies),
+            FailedOf(copies),
         )
     }
 }
@@ -178,6 +199,7 @@ impl<'a> From<&'a wire::SnapshotEntry> for Snapshot<'a> {
             (e.pre_switch, e.pinned, e.set_id),
             Targets::Names(&e.copies),
             Targets::Names(&e.last_common_parent_of),
+            FailedOf(&[]),
         )
     }
 }
@@ -523,6 +545,63 @@ pub struct Status<'a> {
     deletions_pending: Option<u32>,
     /// `null`: the request file, if any, is good.
     staged_problem: Option<&'a str>,
+    /// Each sealed target's last verification, in target name order (a target never
+    /// verified is not here).
+    verifications: Vec<LastVerified<'a>>,
+}
+
+/// A sealed target's last verification, in `status`.
+#[derive(Debug, Serialize)]
+pub struct LastVerified<'a> {
+    target: &'a str,
+    when_micros: i64,
+    /// Who asked, or the rule (`timer of usb`).
+    by: Option<&'a str>,
+    good: u32,
+    /// What failed: each copy (`name`), or the act (`name` null: nothing was checked).
+    failed: Vec<CopyVerified<'a>>,
+}
+
+/// One copy read back and checked.
+#[derive(Debug, Serialize)]
+pub struct CopyVerified<'a> {
+    name: Option<&'a str>,
+    ok: bool,
+    /// `null` when good.
+    problem: Option<&'a str>,
+    bytes_read: u64,
+}
+
+impl<'a> From<&'a wire::CopyVerified> for CopyVerified<'a> {
+    fn from(c: &'a wire::CopyVerified) -> Self {
+        CopyVerified {
+            name: text(&c.name),
+            ok: c.ok,
+            problem: text(&c.problem),
+            bytes_read: c.bytes_read,
+        }
+    }
+}
+
+/// `tacid data verify`.
+#[derive(Debug, Serialize)]
+pub struct VerifyReport<'a> {
+    target: &'a str,
+    copies: Vec<CopyVerified<'a>>,
+    /// Every copy checked is good.
+    ok: bool,
+    message: &'a str,
+}
+
+impl<'a> From<&'a wire::VerifyReport> for VerifyReport<'a> {
+    fn from(r: &'a wire::VerifyReport) -> Self {
+        VerifyReport {
+            target: &r.target,
+            copies: r.copies.iter().map(CopyVerified::from).collect(),
+            ok: r.copies.iter().all(|c| c.ok),
+            message: &r.message,
+        }
+    }
 }
 
 impl<'a> From<&'a wire::Status> for Status<'a> {
@@ -551,6 +630,17 @@ impl<'a> From<&'a wire::Status> for Status<'a> {
             hard_floor_bytes: space.then_some(s.hard_floor_bytes),
             deletions_pending: space.then_some(s.deletions_pending),
             staged_problem: text(&s.staged_problem),
+            verifications: s
+                .verifications
+                .iter()
+                .map(|v| LastVerified {
+                    target: &v.target,
+                    when_micros: v.when_micros,
+                    by: text(&v.by),
+                    good: v.good,
+                    failed: v.failed.iter().map(CopyVerified::from).collect(),
+                })
+                .collect(),
         }
     }
 }
@@ -741,6 +831,9 @@ pub struct CopyHeld<'a> {
     /// `null`: not shown to somebody who may only look.
     received_uuid: Option<&'a str>,
     local: bool,
+    /// `null`: nothing is known wrong with it; else what (a sealed copy whose manifest does
+    /// not authenticate, or that failed its last verification).
+    problem: Option<&'a str>,
 }
 
 /// `tacid data copies`.
@@ -765,6 +858,7 @@ impl<'a> From<&'a wire::TargetCopies> for TargetCopies<'a> {
                     taken_micros: (c.taken_micros != 0).then_some(c.taken_micros),
                     received_uuid: text(&c.received_uuid),
                     local: c.local,
+                    problem: text(&c.problem),
                 })
                 .collect(),
             retention: &t.retention,
@@ -950,11 +1044,13 @@ mod tests {
                 row: 0,
                 target: "nas",
                 last_common_parent: false,
+                verify_failed: "",
             },
             wire::CopyOfRow {
                 row: 0,
                 target: "usb",
                 last_common_parent: true,
+                verify_failed: "",
             },
         ];
         let v = listed(&[journalled], &copies);
@@ -972,9 +1068,23 @@ mod tests {
                 "taken_micros": 1_796_209_200_000_000_i64, "reason": "before the test",
                 "asked_by": "alice", "asked_by_uid": 1000, "origin": "journal",
                 "pre_switch": false, "pinned": false, "set_id": 7,
-                "copies": ["nas", "usb"], "last_common_parent_of": ["usb"], "switch": null
+                "copies": ["nas", "usb"], "last_common_parent_of": ["usb"],
+                "failed_verification": {}, "switch": null
             })
         );
+        // A copy whose last verification failed says so, by target.
+        let failed = [wire::CopyOfRow {
+            row: 0,
+            target: "cloud",
+            last_common_parent: false,
+            verify_failed: "part 3 of @home.x: its digest is not the manifest's",
+        }];
+        let v = listed(&[journalled], &failed);
+        assert_eq!(
+            v["snapshots"][0]["failed_verification"],
+            json!({"cloud": "part 3 of @home.x: its digest is not the manifest's"})
+        );
+        assert_eq!(v["snapshots"][0]["copies"], json!(["cloud"]));
         // Root's uid is a uid: 0 stays 0.
         let root = wire::SnapshotRow {
             asked_by_uid: 0,
@@ -1024,8 +1134,10 @@ mod tests {
             hard_floor_bytes: 0,
             deletions_pending: 0,
             staged_problem: String::new(),
+            verifications: Vec::new(),
         };
         let v = value(Status::from(&s));
+        assert_eq!(v["verifications"], json!([]));
         for null in [
             "staged_snapshot",
             "staged_words",
@@ -1054,6 +1166,60 @@ mod tests {
                 &v["deletions_pending"]
             ),
             (&json!(5), &json!(0), &json!(0))
+        );
+    }
+
+    #[test]
+    fn a_verification_says_each_copy_and_whether_all_were_good() {
+        let r = wire::VerifyReport {
+            target: "cloud".into(),
+            copies: vec![
+                wire::CopyVerified {
+                    name: "@home.a".into(),
+                    ok: true,
+                    problem: String::new(),
+                    bytes_read: 10,
+                },
+                wire::CopyVerified {
+                    name: "@home.b".into(),
+                    ok: false,
+                    problem: "part 2 is missing".into(),
+                    bytes_read: 4,
+                },
+            ],
+            message: "1 of 2 copies on cloud failed verification".into(),
+        };
+        let v = value(VerifyReport::from(&r));
+        assert_eq!(
+            v,
+            json!({"schema": SCHEMA, "target": "cloud", "ok": false,
+                   "message": "1 of 2 copies on cloud failed verification",
+                   "copies": [
+                       {"name": "@home.a", "ok": true, "problem": null, "bytes_read": 10},
+                       {"name": "@home.b", "ok": false, "problem": "part 2 is missing",
+                        "bytes_read": 4}]})
+        );
+        let s = wire::Status {
+            verifications: vec![wire::LastVerified {
+                target: "cloud".into(),
+                when_micros: 5,
+                by: "timer of cloud".into(),
+                good: 0,
+                failed: vec![wire::CopyVerified {
+                    name: String::new(),
+                    ok: false,
+                    problem: "the copier is not running".into(),
+                    bytes_read: 0,
+                }],
+            }],
+            ..wire::Status::default()
+        };
+        let v = value(Status::from(&s));
+        assert_eq!(
+            v["verifications"],
+            json!([{"target": "cloud", "when_micros": 5, "by": "timer of cloud", "good": 0,
+                    "failed": [{"name": null, "ok": false,
+                                "problem": "the copier is not running", "bytes_read": 0}]}])
         );
     }
 
@@ -1087,6 +1253,7 @@ mod tests {
             taken_micros: 0,
             received_uuid: String::new(),
             local: true,
+            problem: String::new(),
         };
         let t = wire::TargetCopies {
             target: "usb".into(),

@@ -225,6 +225,8 @@ fn classify(e: KeeperError) -> Failure {
             K::Protected => exit::PROTECTED,
             K::NoSpace => exit::NO_SPACE,
             K::InUse => exit::IN_USE,
+            K::CopierNotRunning | K::CopierFailed => exit::COPIER,
+            K::Untrusted => exit::UNTRUSTED,
             K::TargetUnreachable
             | K::HostKeyChanged
             | K::TargetNotBtrfs
@@ -704,6 +706,26 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
                 println!("{}", fetched.message);
             }
             Ok(exit::OK)
+        }
+        Data::Verify(a) => {
+            let report = with_progress(
+                &keeper,
+                &a.target,
+                "",
+                keeper.verify(&a.target, a.names.clone()),
+            )
+            .await
+            .map_err(classify)?;
+            if as_json {
+                print_json(json::VerifyReport::from(&report));
+            } else {
+                print!("{}", render::verified(&report));
+            }
+            Ok(if report.copies.iter().all(|c| c.ok) {
+                exit::OK
+            } else {
+                exit::UNTRUSTED
+            })
         }
         Data::Prune(a) => {
             let report = keeper.prune(a.dry_run).await.map_err(classify)?;

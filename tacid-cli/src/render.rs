@@ -7,7 +7,7 @@ use keeper_interface::words::{ago, exact_time, human_time, utc_year, write_taken
 use keeper_interface::{
     ChangedPath, CopyInFlight, CopyOfRow, CopyReport, Opened, PartChanges, PruneEntry, PruneReport,
     RestoreDetails, RestorePreview, RestoreStaged, SetRestorePreview, SetRestoreStaged,
-    SnapshotRow, SnapshotSet, Status, TargetCopies,
+    SnapshotRow, SnapshotSet, Status, TargetCopies, VerifyReport,
 };
 use layout::human::{and_list, bytes, from_unix_micros};
 use layout::switch::Switch;
@@ -91,6 +91,13 @@ pub fn write_list(
                 write!(out, ", {}", c.target)?;
             }
             out.write_all(b"\n")?;
+            for c in held.iter().filter(|c| !c.verify_failed.is_empty()) {
+                writeln!(
+                    out,
+                    "    FAILED verification on {}: {} (`tacid data copy --to {}` makes a new copy)",
+                    c.target, c.verify_failed, c.target
+                )?;
+            }
             let mut parents = held.iter().filter(|c| c.last_common_parent);
             if let Some(first) = parents.next() {
                 write!(out, "    kept   last common parent with {}", first.target)?;
@@ -395,6 +402,35 @@ pub fn status(s: &Status, now: SystemTime) -> String {
     }
     if !s.stem_running {
         let _ = writeln!(out, "The stem is not running; start tacid-stem.service.");
+    }
+    for v in &s.verifications {
+        let at = from_unix_micros(v.when_micros);
+        let when = format!("{} ({})", human_time(at, now), ago(at, now));
+        let by = if v.by.is_empty() { "?" } else { &v.by };
+        if v.failed.is_empty() {
+            let _ = writeln!(
+                out,
+                "Sealed target {}: last verified {when} by {by}: {} cop{} good.",
+                v.target,
+                v.good,
+                if v.good == 1 { "y" } else { "ies" }
+            );
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "Sealed target {}: last verified {when} by {by}: FAILED ({} good, {} failed):",
+            v.target,
+            v.good,
+            v.failed.iter().filter(|f| !f.name.is_empty()).count()
+        );
+        for f in &v.failed {
+            if f.name.is_empty() {
+                let _ = writeln!(out, "  nothing could be checked: {}", f.problem);
+            } else {
+                let _ = writeln!(out, "  {}: {}", f.name, f.problem);
+            }
+        }
     }
     if s.unknown_origin > 0 {
         let _ = writeln!(
@@ -717,7 +753,79 @@ mod tests {
             hard_floor_bytes: 0,
             deletions_pending: 0,
             staged_problem: String::new(),
+            verifications: Vec::new(),
         }
+    }
+
+    #[test]
+    fn status_says_each_sealed_targets_last_verification() {
+        let mut s = status("", "", "", "");
+        let v = |target: &str, good, failed: Vec<(&str, &str)>| keeper_interface::LastVerified {
+            target: target.into(),
+            when_micros: NOW_MICROS - HOUR,
+            by: "timer of cloud".into(),
+            good,
+            failed: failed
+                .into_iter()
+                .map(|(n, p)| keeper_interface::CopyVerified {
+                    name: n.into(),
+                    ok: false,
+                    problem: p.into(),
+                    bytes_read: 0,
+                })
+                .collect(),
+        };
+        s.verifications = vec![
+            v("cloud", 3, vec![("@home.b", "part 2 is missing")]),
+            v("usb", 2, vec![]),
+            v("nas", 0, vec![("", "the target did not answer")]),
+        ];
+        let out = super::status(&s, now());
+        assert!(
+            out.contains(
+                "Sealed target cloud: last verified Wed 2 Dec 11:00 UTC (1 hour ago) by timer of \
+                 cloud: FAILED (3 good, 1 failed):\n  @home.b: part 2 is missing\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "Sealed target usb: last verified Wed 2 Dec 11:00 UTC (1 hour ago) by timer of \
+                 cloud: 2 copies good.\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("FAILED (0 good, 0 failed):\n  nothing could be checked: the target did not answer\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_verification_names_what_failed_and_what_to_do() {
+        let r = keeper_interface::VerifyReport {
+            target: "cloud".into(),
+            copies: vec![
+                keeper_interface::CopyVerified {
+                    name: "@home.a".into(),
+                    ok: true,
+                    problem: String::new(),
+                    bytes_read: 2048,
+                },
+                keeper_interface::CopyVerified {
+                    name: "@home.b".into(),
+                    ok: false,
+                    problem: "part 2 is missing".into(),
+                    bytes_read: 0,
+                },
+            ],
+            message: "1 of 2 copies on cloud failed verification".into(),
+        };
+        assert_eq!(
+            super::verified(&r),
+            "good    @home.a  (2.0 KiB read)\nFAILED  @home.b: part 2 is missing\n\n\
+             1 of 2 copies on cloud failed verification\n"
+        );
     }
 
     #[test]
@@ -994,7 +1102,27 @@ pub fn target_copies(t: &TargetCopies, now: SystemTime) -> String {
                 ago(taken, now)
             );
         }
+        if !c.problem.is_empty() {
+            let _ = writeln!(out, "    BAD    {}", c.problem);
+        }
     }
+    out
+}
+
+/// `tacid data verify`.
+pub fn verified(r: &VerifyReport) -> String {
+    let mut out = String::new();
+    for c in &r.copies {
+        if c.ok {
+            let _ = writeln!(out, "good    {}  ({} read)", c.name, bytes(c.bytes_read));
+        } else {
+            let _ = writeln!(out, "FAILED  {}: {}", c.name, c.problem);
+        }
+    }
+    if !r.copies.is_empty() {
+        out.push('\n');
+    }
+    let _ = writeln!(out, "{}", r.message);
     out
 }
 
@@ -1006,10 +1134,10 @@ pub fn progress(f: &CopyInFlight) -> String {
     } else {
         "-".to_owned()
     };
-    let (verb, dir) = if f.direction == "fetch" {
-        ("fetching", "from")
-    } else {
-        ("copying", "to")
+    let (verb, dir) = match f.direction.as_str() {
+        "fetch" => ("fetching", "from"),
+        "verify" => ("verifying", "on"),
+        _ => ("copying", "to"),
     };
     format!(
         "tacid: {verb} {} {dir} {}: {}, {rate}, {:.0} s",

@@ -203,6 +203,7 @@ async fn run(args: Args) -> Result<(), String> {
         .await
         .map_err(|e| format!("connecting to the bus: {e}"))?;
     keeper.stem().connect(connection.clone());
+    keeper.copier().connect(connection.clone());
     connection
         .request_name(names::KEEPER_BUS_NAME)
         .await

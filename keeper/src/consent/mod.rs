@@ -547,6 +547,13 @@ impl Consent {
                 Ok((o, unknown, j.failed_sets()?))
             })
             .await?;
+        let verifications = self
+            .h
+            .journal(|j| j.last_verifications())
+            .await?
+            .into_iter()
+            .map(last_verified)
+            .collect();
         let path = self
             .h
             .journal(|j| Ok(j.path().display().to_string()))
@@ -607,6 +614,7 @@ impl Consent {
             hard_floor_bytes: space.map(|s| s.hard_floor_bytes).unwrap_or_default(),
             deletions_pending: space.map(|s| s.deletions_pending).unwrap_or_default(),
             staged_problem,
+            verifications,
         })
     }
 
@@ -624,5 +632,30 @@ impl Consent {
         // A crash before this line leaves the set manual: kept until deleted, the safe side.
         self.retention.mark_timeline(set.set_id).await?;
         Ok(set)
+    }
+}
+
+/// A target's last verification as `Status` says it: who asked escaped, or the rule; what
+/// failed escaped (the copier's words name what a target served).
+fn last_verified(v: crate::journal::LastVerification) -> crate::wire::LastVerified {
+    crate::wire::LastVerified {
+        target: v.target,
+        when_micros: v.when_micros,
+        by: if v.rule.is_empty() {
+            escape(v.user_name.as_bytes())
+        } else {
+            v.rule
+        },
+        good: v.good,
+        failed: v
+            .failed
+            .into_iter()
+            .map(|(name, problem)| crate::wire::CopyVerified {
+                name: escape(name.as_bytes()),
+                ok: false,
+                problem: escape(problem.as_bytes()),
+                bytes_read: 0,
+            })
+            .collect(),
     }
 }

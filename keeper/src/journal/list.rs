@@ -3,7 +3,7 @@
 
 use rusqlite::types::Type;
 
-use super::{Journal, JournalError};
+use super::{Action, Journal, JournalError, State};
 
 /// Column `i` as text, borrowed from the row.
 fn text<'r>(r: &'r rusqlite::Row<'_>, i: usize) -> rusqlite::Result<&'r str> {
@@ -63,17 +63,36 @@ impl Journal {
         Ok(())
     }
 
-    /// Each verified copy a target holds, by snapshot name, in name then target order.
-    pub fn each_copy(&self, mut each: impl FnMut(&str, &str)) -> Result<(), JournalError> {
+    /// Each verified copy a target holds, by snapshot name, in name then target order, with
+    /// what failed when its last verification failed (empty otherwise; a copy made again
+    /// since is judged anew).
+    pub fn each_copy(&self, mut each: impl FnMut(&str, &str, &str)) -> Result<(), JournalError> {
         let mut stmt = self
             .conn
-            .prepare_cached("SELECT name, target FROM copies ORDER BY name, target")
+            .prepare_cached(
+                "SELECT c.name, c.target, COALESCE((
+                     SELECT CASE WHEN r.action = ?1 AND r.state = ?3 THEN r.outcome ELSE '' END
+                     FROM requests r
+                     WHERE r.target = c.target AND r.subject = c.name
+                       AND ((r.action = ?1 AND r.state IN (?2, ?3))
+                            OR (r.action = ?4 AND r.state = ?2))
+                     ORDER BY r.id DESC LIMIT 1), '')
+                 FROM copies c ORDER BY c.name, c.target",
+            )
             .map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
+        let mut rows = stmt
+            .query(rusqlite::params![
+                Action::Verify,
+                State::Complete,
+                State::Failed,
+                Action::Copy
+            ])
+            .map_err(|e| self.err(e))?;
         while let Some(r) = rows.next().map_err(|e| self.err(e))? {
             let name = text(r, 0).map_err(|e| self.err(e))?;
             let target = text(r, 1).map_err(|e| self.err(e))?;
-            each(name, target);
+            let problem = text(r, 2).map_err(|e| self.err(e))?;
+            each(name, target, problem);
         }
         Ok(())
     }

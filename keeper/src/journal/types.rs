@@ -130,6 +130,9 @@ stored_words! {
         /// Retention run by hand (journalled only when refused; its deletions are rows of
         /// their own).
         Prune = "prune",
+        /// A sealed copy read back on its target and checked, down to its full copy, without
+        /// receiving it: one row per copy checked.
+        Verify = "verify",
     }
 }
 
@@ -318,7 +321,8 @@ impl Subject {
             | Action::Unkeep
             | Action::Copy
             | Action::Fetch
-            | Action::DeleteCopy => SnapshotName::parse(text).ok().map(Subject::Snapshot),
+            | Action::DeleteCopy
+            | Action::Verify => SnapshotName::parse(text).ok().map(Subject::Snapshot),
             Action::Copies | Action::Prune => None,
         };
         parsed.unwrap_or_else(|| Subject::named(text))

@@ -9,7 +9,7 @@
 //! copy is not, when its snapshot was deleted here), and without it the next copy is a full
 //! one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::retention::period;
 
@@ -277,5 +277,236 @@ mod tests {
             rev.reverse();
             prop_assert_eq!(plan(&cs, &k), plan(&rev, &k));
         }
+    }
+}
+
+/// One copy on a sealed target, as the copier lists it: what the parent choice and the
+/// chains need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedHeld {
+    pub name: String,
+    /// The subvolume it is of (`@home`).
+    pub of: String,
+    pub taken_micros: i64,
+    pub uuid: String,
+    /// Empty for a full copy.
+    pub parent_uuid: String,
+    /// 0 for a full copy.
+    pub depth: u32,
+    pub stored_bytes: u64,
+}
+
+/// How long a sealed target lets a chain grow (its configuration's `seal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainBound {
+    /// A chain holds at most this many copies, its full copy counted (0 and 1: every copy
+    /// is full).
+    pub full_every: u32,
+    /// A full copy once the incrementals since the last full add up to more than this
+    /// many stored bytes; `None`: more than the full's own.
+    pub full_past_bytes: Option<u64>,
+}
+
+/// The copies `from`'s chain is made of, `from` first, down to its full copy; `None` when a
+/// link is missing (a parent not listed, or a loop).
+pub fn chain_of<'a>(from: &'a SealedHeld, held: &'a [SealedHeld]) -> Option<Vec<&'a SealedHeld>> {
+    let mut out = vec![from];
+    let mut at = from;
+    while !at.parent_uuid.is_empty() {
+        let parent = held.iter().find(|c| c.uuid == at.parent_uuid)?;
+        if out.len() > held.len() {
+            return None;
+        }
+        out.push(parent);
+        at = parent;
+    }
+    Some(out)
+}
+
+/// The parent a new copy of a snapshot of `of` is sealed against: the newest copy of `of`
+/// whose snapshot the store still holds (by UUID, `in_store`), unless the chain would grow
+/// past `bound` (its length, or its incrementals' stored bytes) or is broken: then `None`,
+/// a full copy.
+pub fn sealed_parent<'a>(
+    of: &str,
+    held: &'a [SealedHeld],
+    in_store: impl Fn(&str) -> bool,
+    bound: ChainBound,
+) -> Option<&'a SealedHeld> {
+    let parent = held
+        .iter()
+        .filter(|c| c.of == of && in_store(&c.uuid))
+        .max_by(|a, b| {
+            a.taken_micros
+                .cmp(&b.taken_micros)
+                .then_with(|| a.name.cmp(&b.name))
+        })?;
+    // The new copy's chain is the parent's and itself.
+    if parent.depth.saturating_add(2) > bound.full_every {
+        return None;
+    }
+    let chain = chain_of(parent, held)?;
+    let full = chain.last()?;
+    let incrementals: u64 = chain
+        .iter()
+        .filter(|c| c.depth > 0)
+        .map(|c| c.stored_bytes)
+        .sum();
+    if incrementals > bound.full_past_bytes.unwrap_or(full.stored_bytes) {
+        return None;
+    }
+    Some(parent)
+}
+
+/// Of `deletions` (by name), those that may go: none that the chain of a copy that stays
+/// needs. In the order to delete them: the deepest first, so that no copy is deleted
+/// before one that was sent against it.
+pub fn sealed_deletions(held: &[SealedHeld], deletions: Vec<CopyDeletion>) -> Vec<CopyDeletion> {
+    let going: BTreeSet<&str> = deletions.iter().map(|d| d.name.as_str()).collect();
+    let mut needed: BTreeSet<&str> = BTreeSet::new();
+    for kept in held.iter().filter(|c| !going.contains(c.name.as_str())) {
+        let mut at = kept;
+        let mut steps = 0;
+        while !at.parent_uuid.is_empty() && steps <= held.len() {
+            match held.iter().find(|c| c.uuid == at.parent_uuid) {
+                Some(p) => {
+                    needed.insert(p.name.as_str());
+                    at = p;
+                }
+                None => break,
+            }
+            steps += 1;
+        }
+    }
+    let depth = |name: &str| held.iter().find(|c| c.name == name).map_or(0, |c| c.depth);
+    let mut out: Vec<CopyDeletion> = deletions
+        .into_iter()
+        .filter(|d| !needed.contains(d.name.as_str()))
+        .collect();
+    out.sort_by(|a, b| {
+        depth(&b.name)
+            .cmp(&depth(&a.name))
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    out
+}
+
+#[cfg(test)]
+mod sealed_tests {
+    use super::*;
+
+    /// A chain of `n` copies of @home, a full one then incrementals, a day apart, each of
+    /// `bytes` stored bytes: names `@home.d0`…, UUIDs `u0`….
+    fn chain(n: u32, bytes: u64) -> Vec<SealedHeld> {
+        (0..n)
+            .map(|i| SealedHeld {
+                name: format!("@home.d{i}"),
+                of: "@home".into(),
+                taken_micros: i64::from(i) * 86_400_000_000,
+                uuid: format!("u{i}"),
+                parent_uuid: if i == 0 {
+                    String::new()
+                } else {
+                    format!("u{}", i - 1)
+                },
+                depth: i,
+                stored_bytes: bytes,
+            })
+            .collect()
+    }
+
+    const EVERY_2: ChainBound = ChainBound {
+        full_every: 2,
+        full_past_bytes: None,
+    };
+
+    #[test]
+    fn a_chain_is_bounded_by_its_length_its_full_copy_counted() {
+        let all = |_: &str| true;
+        // The second copy is sent against the first; the third is full again.
+        let one = chain(1, 10);
+        assert_eq!(
+            sealed_parent("@home", &one, all, EVERY_2).unwrap().name,
+            "@home.d0"
+        );
+        let two = chain(2, 10);
+        assert_eq!(sealed_parent("@home", &two, all, EVERY_2), None);
+        // 0 and 1: every copy is full.
+        for full_every in [0, 1] {
+            let b = ChainBound {
+                full_every,
+                full_past_bytes: None,
+            };
+            assert_eq!(sealed_parent("@home", &one, all, b), None);
+        }
+        let thirty = ChainBound {
+            full_every: 30,
+            full_past_bytes: None,
+        };
+        assert_eq!(
+            sealed_parent("@home", &two, all, thirty).unwrap().name,
+            "@home.d1"
+        );
+        // Another subvolume's copies are not a parent.
+        assert_eq!(sealed_parent("@log", &two, all, thirty), None);
+    }
+
+    #[test]
+    fn a_chain_is_bounded_by_its_incrementals_bytes() {
+        let all = |_: &str| true;
+        let mut c = chain(3, 10);
+        let b = ChainBound {
+            full_every: 30,
+            full_past_bytes: None,
+        };
+        // Incrementals 20 > the full's 10: full.
+        assert_eq!(sealed_parent("@home", &c, all, b), None);
+        c[0].stored_bytes = 20;
+        assert_eq!(sealed_parent("@home", &c, all, b).unwrap().name, "@home.d2");
+        let b = ChainBound {
+            full_every: 30,
+            full_past_bytes: Some(19),
+        };
+        assert_eq!(sealed_parent("@home", &c, all, b), None);
+    }
+
+    #[test]
+    fn the_parent_is_a_snapshot_still_here_and_a_broken_chain_is_no_parent() {
+        let c = chain(3, 1);
+        let b = ChainBound {
+            full_every: 30,
+            full_past_bytes: Some(100),
+        };
+        // The newest copy whose snapshot the store holds.
+        let here = |u: &str| u == "u1";
+        assert_eq!(
+            sealed_parent("@home", &c, here, b).unwrap().name,
+            "@home.d1"
+        );
+        assert_eq!(sealed_parent("@home", &c, |_| false, b), None);
+        // Its full copy gone: no chain to extend.
+        let broken: Vec<SealedHeld> = c[1..].to_vec();
+        assert_eq!(sealed_parent("@home", &broken, |_| true, b), None);
+    }
+
+    #[test]
+    fn retention_never_deletes_what_a_kept_copys_chain_needs_and_goes_deepest_first() {
+        let c = chain(4, 1);
+        let del = |names: &[&str]| -> Vec<CopyDeletion> {
+            names
+                .iter()
+                .map(|n| CopyDeletion {
+                    name: (*n).into(),
+                    why: "old".into(),
+                })
+                .collect()
+        };
+        // d3 stays: d0, d1, d2 are its chain.
+        let out = sealed_deletions(&c, del(&["@home.d0", "@home.d1", "@home.d2"]));
+        assert!(out.is_empty(), "{out:?}");
+        // d1 stays: d0 stays with it; d2 and d3 go, d3 first.
+        let out = sealed_deletions(&c, del(&["@home.d0", "@home.d2", "@home.d3"]));
+        let names: Vec<&str> = out.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["@home.d3", "@home.d2"]);
     }
 }

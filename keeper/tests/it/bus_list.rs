@@ -96,9 +96,9 @@ fn bus_the_kept_list_is_never_stale() {
     let keeper = w.keeper_as_root();
     let nested = keeper.run(keeper.proxy.list()).expect("List");
     let (_, out, _) = w.tacid(APPROVER, &["data", "list", "--json"]);
-    // The CLI adds where each is open for the caller (nothing is open here) and the switch
-    // a pre-switch snapshot was taken before (none here): the rest is `List`'s, field by
-    // field.
+    // The CLI adds where each is open for the caller (nothing is open here), the switch a
+    // pre-switch snapshot was taken before (none here) and the copies that failed
+    // verification: the rest is `List`'s, field by field.
     let mut cli = json(&out);
     assert_eq!(cli["schema"], 1);
     let mut cli = cli["snapshots"].take();
@@ -107,6 +107,12 @@ fn bus_the_kept_list_is_never_stale() {
         let open_at = entry.remove("open_at");
         assert_eq!(open_at, Some(serde_json::Value::Null));
         assert_eq!(entry.remove("switch"), Some(serde_json::Value::Null));
+        // And the copies whose last verification failed, from `ListRows`' copy rows (none
+        // here), which `List`'s entries do not carry.
+        assert_eq!(
+            entry.remove("failed_verification"),
+            Some(serde_json::json!({}))
+        );
     }
     assert_eq!(serde_json::to_value(&nested).unwrap(), cli);
 

@@ -387,6 +387,8 @@ fn valid_value(method: &str, arg: &InArgument, valid: &Valid) -> Value {
         // No member named: every member of the set.
         ("only", "as") => Value::As(vec![]),
         ("subvolumes", "as") => Value::As(vec!["/home".to_owned()]),
+        // No copy named: every copy.
+        ("names", "as") => Value::As(vec![]),
         ("reason", "s") => Value::S("before the test".to_owned()),
         // The whole of the caller's part.
         ("path", "ay") => Value::Ay(vec![]),
@@ -416,7 +418,7 @@ struct Refusal {
 fn refusal_of_huge(method: &str, arg: &InArgument) -> Refusal {
     let capped = format!("… ({HUGE} bytes)");
     let (error, says) = match arg.name.as_str() {
-        "name" | "snapshot" => (
+        "name" | "snapshot" | "names" => (
             "InvalidArgument",
             vec!["is not a snapshot name".into(), capped],
         ),
@@ -467,6 +469,10 @@ fn refusal_of_many(method: &str, arg: &InArgument) -> Refusal {
         "only" => format!(
             "{FLOOD_ELEMENTS} members named to put back; a set has at most {}",
             max_only_names()
+        ),
+        "names" => format!(
+            "{FLOOD_ELEMENTS} copies named; at most {} at once",
+            keeper::copies::MAX_VERIFY_NAMES
         ),
         other => panic!("{method}: teach this test how many elements {other} may hold"),
     };

@@ -9,6 +9,8 @@ mod bus_list;
 mod bus_open_in_use;
 mod bus_open_keeper;
 mod bus_retention;
+mod bus_sealed;
+mod bus_sealed_copies;
 mod bus_set_restore;
 mod common;
 mod hostile_bad_request;

@@ -20,6 +20,7 @@ use layout::names;
 
 pub mod copies;
 pub mod hostile;
+pub mod sealed;
 
 pub const APPROVER: &str = "tacid-approver";
 pub const STRANGER: &str = "tacid-stranger";
@@ -101,6 +102,13 @@ fn bus_config(dir: &Path, socket: &Path) -> String {
         .expect("workspace");
     let keeper = root.join("keeper/dbus/org.tacid.Keeper1.conf");
     let stem = root.join("stem/dbus/org.tacid.Stem1.conf");
+    // The copier's policy, where its crate is built: it lets only the keeper's user call it.
+    let copier = root.join("copier/dbus/org.tacid.Copier1.conf");
+    let copier = if copier.exists() {
+        format!("<include>{}</include>", copier.display())
+    } else {
+        String::new()
+    };
     assert!(
         stem.exists(),
         "{} is missing: the stem's bus policy is part of this tier",
@@ -135,6 +143,7 @@ fn bus_config(dir: &Path, socket: &Path) -> String {
   </policy>
   <include>{keeper}</include>
   <include>{stem}</include>
+  {copier}
 </busconfig>
 "#,
         socket = socket.display(),
