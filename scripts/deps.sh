@@ -21,6 +21,7 @@ TACID_DEBIAN_PACKAGES=(
     openssh-client       # ssh and ssh-keygen for it
     iproute2             # ip netns: the sshd's network namespace
     btrbk                # the copies bench compares against it
+    restic age           # the sealed-copies bench compares against them (with zstd)
 )
 
 install_debian_packages() {
