@@ -1,0 +1,88 @@
+//! A sealed S3 target's credentials file: the copier's alone, or refused with the fix.
+
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::path::Path;
+
+/// Why a credentials file is not used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// Missing or unreadable: the message says which and what to do.
+    Unusable(String),
+    /// Others could read or replace it: the message says what and the fix.
+    Unsafe(String),
+}
+
+/// Check `path` as [`seal::SealKey::load`] checks the key: not a symlink, a regular file,
+/// owned by the effective uid, no group or other permission bits.
+pub fn check(path: &Path) -> Result<(), Refused> {
+    let shown = path.display();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC).bits() as i32)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+                Refused::Unsafe(format!(
+                    "the credentials file {shown} is a symbolic link; put the file itself there"
+                ))
+            } else {
+                Refused::Unusable(format!(
+                    "cannot open the credentials file {shown}: {e}; write it as JSON \
+                     {{\"access_key_id\": …, \"secret_access_key\": …}}, owned by the copier's user, mode 0600"
+                ))
+            }
+        })?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Refused::Unusable(format!("cannot stat {shown}: {e}")))?;
+    if !meta.file_type().is_file() {
+        return Err(Refused::Unsafe(format!(
+            "the credentials file {shown} is not a regular file"
+        )));
+    }
+    let euid = rustix::process::geteuid().as_raw();
+    if meta.uid() != euid {
+        return Err(Refused::Unsafe(format!(
+            "the credentials file {shown} belongs to uid {}, not to the copier (uid {euid}); \
+             fix it: chown {euid} {shown}",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(Refused::Unsafe(format!(
+            "the credentials file {shown} has mode {:04o}: others than the copier may read or \
+             change it; fix it: chmod 0600 {shown}",
+            meta.mode() & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    #[test]
+    fn a_file_others_may_read_is_refused_with_the_fix() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let path = dir.path().join("cloud.credentials");
+        std::fs::write(&path, b"{}").expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        assert_eq!(check(&path), Ok(()));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        match check(&path) {
+            Err(Refused::Unsafe(m)) => {
+                assert!(m.contains("mode 0640") && m.contains("chmod 0600"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&path, &link).expect("symlink");
+        assert!(matches!(check(&link), Err(Refused::Unsafe(m)) if m.contains("symbolic link")));
+        assert!(matches!(
+            check(&dir.path().join("none")),
+            Err(Refused::Unusable(_))
+        ));
+    }
+}
