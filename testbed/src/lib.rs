@@ -25,6 +25,7 @@
 //! test.
 
 pub mod command_line;
+pub mod garage;
 pub mod send_stream;
 pub mod ssh;
 

@@ -1,0 +1,266 @@
+//! S3-compatible object storage (Garage, MinIO, AWS) through `object_store`: path-style
+//! requests, signed payloads (every request carries `x-amz-content-sha256`, which Garage
+//! requires), client timeouts, and an overall bound on each operation.
+
+use std::time::Duration;
+
+use futures_util::TryStreamExt as _;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path as ObjectPath;
+use object_store::{ClientOptions, ObjectStore as _, ObjectStoreExt as _, RetryConfig};
+
+use super::{check_key, check_prefix, Store, StorePlace};
+use crate::error::{capped, StoreError};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// Retries of a failed request (object_store retries 5xx and connection errors).
+const RETRIES: usize = 2;
+
+/// A [`Store`] in an S3 bucket, under a prefix.
+#[derive(Debug)]
+pub struct S3Store {
+    store: AmazonS3,
+    runtime: tokio::runtime::Handle,
+    prefix: String,
+    shown: String,
+    /// The most one operation may take in all (retries included).
+    bound: Duration,
+}
+
+impl S3Store {
+    /// The store at `place` (an [`StorePlace::S3`]); its requests run on `runtime`.
+    pub fn open(
+        place: &StorePlace,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<S3Store, StoreError> {
+        let StorePlace::S3 {
+            host,
+            port,
+            bucket,
+            prefix,
+            region,
+            credentials,
+            allow_http,
+            connect_timeout,
+            request_timeout,
+        } = place
+        else {
+            return Err(StoreError::Io("not an S3 place".into()));
+        };
+        let scheme = if *allow_http { "http" } else { "https" };
+        let host_shown = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.clone()
+        };
+        let endpoint = match port {
+            Some(p) => format!("{scheme}://{host_shown}:{p}"),
+            None => format!("{scheme}://{host_shown}"),
+        };
+        let prefix = prefix.trim_matches('/').to_owned();
+        if !prefix.is_empty() {
+            check_key(&prefix)?;
+        }
+        let connect = connect_timeout.unwrap_or(CONNECT_TIMEOUT);
+        let request = request_timeout.unwrap_or(REQUEST_TIMEOUT);
+        let retry = RetryConfig {
+            max_retries: RETRIES,
+            retry_timeout: request * (RETRIES as u32 + 1),
+            ..RetryConfig::default()
+        };
+        let store = AmazonS3Builder::new()
+            .with_endpoint(&endpoint)
+            .with_bucket_name(bucket)
+            .with_region(region)
+            .with_access_key_id(&credentials.access_key_id)
+            .with_secret_access_key(&credentials.secret_access_key)
+            .with_allow_http(*allow_http)
+            .with_virtual_hosted_style_request(false)
+            // Signed payloads: x-amz-content-sha256 is the body's digest, never UNSIGNED.
+            .with_unsigned_payload(false)
+            .with_client_options(
+                ClientOptions::new()
+                    .with_allow_http(*allow_http)
+                    .with_connect_timeout(connect)
+                    .with_timeout(request),
+            )
+            .with_retry(retry)
+            .build()
+            .map_err(|e| {
+                StoreError::Io(format!(
+                    "the S3 target {endpoint}/{bucket}: {}",
+                    capped(&e.to_string())
+                ))
+            })?;
+        let shown = if prefix.is_empty() {
+            format!("the S3 bucket {bucket} at {endpoint}")
+        } else {
+            format!("the S3 bucket {bucket} at {endpoint} (under {prefix}/)")
+        };
+        Ok(S3Store {
+            store,
+            runtime,
+            prefix,
+            shown,
+            bound: (connect + request) * (RETRIES as u32 + 1) + Duration::from_secs(5),
+        })
+    }
+
+    fn path(&self, key: &str) -> Result<ObjectPath, StoreError> {
+        check_key(key)?;
+        Ok(self.object_path(key))
+    }
+
+    fn object_path(&self, key: &str) -> ObjectPath {
+        if self.prefix.is_empty() {
+            ObjectPath::from(key)
+        } else {
+            ObjectPath::from(format!("{}/{key}", self.prefix))
+        }
+    }
+
+    /// Run `f` on the runtime, bounded in time.
+    fn run<T>(
+        &self,
+        doing: &str,
+        f: impl std::future::Future<Output = Result<T, object_store::Error>>,
+    ) -> Result<T, StoreError> {
+        let bound = self.bound;
+        match self.runtime.block_on(async { tokio::time::timeout(bound, f).await }) {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(self.error(doing, e)),
+            Err(_) => Err(StoreError::Unreachable(format!(
+                "{} did not answer to {doing} within {} s; check the endpoint and the network, then try again",
+                self.shown,
+                bound.as_secs()
+            ))),
+        }
+    }
+
+    fn error(&self, doing: &str, e: object_store::Error) -> StoreError {
+        let said = capped(&format!("{e}"));
+        // object_store's errors carry the HTTP answer only in words.
+        let chain = {
+            let mut text = said.clone();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                text.push_str(": ");
+                text.push_str(&s.to_string());
+                source = s.source();
+            }
+            text
+        };
+        let shown = &self.shown;
+        match e {
+            object_store::Error::NotFound { .. } => {
+                StoreError::NotFound(format!("{doing}: not on {shown}"))
+            }
+            _ if ["507", "EntityTooLarge", "QuotaExceeded", "InsufficientStorage", "No space left"]
+                .iter()
+                .any(|w| chain.contains(w)) =>
+            {
+                StoreError::Full(format!(
+                    "{shown} is full or refuses the size ({doing}): {said}; free space there or raise its quota"
+                ))
+            }
+            _ if ["timed out", "timeout", "Timeout", "error sending request", "onnection refused", "connect", "dns error"]
+                .iter()
+                .any(|w| chain.contains(w)) =>
+            {
+                StoreError::Unreachable(format!(
+                    "{shown} could not be reached or did not answer in time ({doing}): {}; check the endpoint and the network, then try again",
+                    capped(&chain)
+                ))
+            }
+            _ if ["403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"]
+                .iter()
+                .any(|w| chain.contains(w)) =>
+            {
+                StoreError::Io(format!(
+                    "{shown} refused the credentials ({doing}): {said}; check the credentials file and the key's rights on the bucket"
+                ))
+            }
+            _ => StoreError::Io(format!("{shown}: {doing}: {}", capped(&chain))),
+        }
+    }
+}
+
+impl Store for S3Store {
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let path = self.path(key)?;
+        let payload = object_store::PutPayload::from(bytes.to_vec());
+        self.run(&format!("store {key}"), self.store.put(&path, payload))
+            .map(drop)
+    }
+
+    fn get(&self, key: &str, max: u64) -> Result<Vec<u8>, StoreError> {
+        let path = self.path(key)?;
+        let doing = format!("read {key}");
+        let too_big = |size| StoreError::TooBig {
+            store: self.shown.clone(),
+            key: key.to_owned(),
+            size,
+            max,
+        };
+        self.run(&doing, async {
+            let got = self.store.get(&path).await?;
+            if got.meta.size > max {
+                return Ok(Err(too_big(got.meta.size)));
+            }
+            let mut stream = got.into_stream();
+            let mut bytes = Vec::new();
+            while let Some(chunk) = stream.try_next().await? {
+                if (bytes.len() + chunk.len()) as u64 > max {
+                    return Ok(Err(too_big((bytes.len() + chunk.len()) as u64)));
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            Ok(Ok(bytes))
+        })?
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, StoreError> {
+        check_prefix(prefix)?;
+        let dir = match prefix.rfind('/') {
+            Some(i) => &prefix[..i],
+            None => "",
+        };
+        let base = match (self.prefix.is_empty(), dir.is_empty()) {
+            (true, true) => None,
+            (true, false) => Some(ObjectPath::from(dir)),
+            (false, true) => Some(ObjectPath::from(self.prefix.as_str())),
+            (false, false) => Some(self.object_path(dir)),
+        };
+        let metas: Vec<object_store::ObjectMeta> = self.run(
+            &format!("list {prefix}"),
+            self.store.list(base.as_ref()).try_collect(),
+        )?;
+        let strip = if self.prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.prefix)
+        };
+        let mut found: Vec<(String, u64)> = metas
+            .into_iter()
+            .filter_map(|m| {
+                let key = m.location.as_ref().strip_prefix(&strip)?.to_owned();
+                (key.starts_with(prefix) && check_key(&key).is_ok()).then_some((key, m.size))
+            })
+            .collect();
+        found.sort();
+        Ok(found)
+    }
+
+    fn delete(&self, key: &str) -> Result<(), StoreError> {
+        let path = self.path(key)?;
+        match self.run(&format!("delete {key}"), self.store.delete(&path)) {
+            Err(StoreError::NotFound(_)) => Ok(()),
+            other => other,
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.shown.clone()
+    }
+}
