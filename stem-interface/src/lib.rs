@@ -9,6 +9,8 @@
 //! Version 1 is frozen once shipped: a change of meaning is `org.tacid.Stem2`, served
 //! beside this one for a release.
 
+pub mod pipe;
+
 use layout::{Outcome, OutcomeResult, Reason, RestoreMember, RestoreRequest};
 use serde::{Deserialize, Serialize};
 use zbus::Type;
