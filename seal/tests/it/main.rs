@@ -5,3 +5,4 @@
 mod common;
 mod dir;
 mod s3;
+mod ssh;
