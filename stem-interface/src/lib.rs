@@ -179,6 +179,20 @@ pub struct CopiedInfo {
     pub incremental: bool,
 }
 
+/// The answer to SendSealed: the stream framed into the pipe, as its END frame's trailer
+/// says it too.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct SentSealed {
+    /// The stream's UUID, lowercase and hyphenated: the snapshot's UUID, or for a snapshot
+    /// that was itself fetched, the UUID it was received from (what a receive of the stream
+    /// records as received UUID; ReceiveSealed's `uuid`).
+    pub uuid: String,
+    /// The parent's UUID as the stream names it (the same rule); "" for a full send.
+    pub parent_uuid: String,
+    /// Bytes of send stream sent (the frames' headers not counted).
+    pub bytes: u64,
+}
+
 /// One verified copy on a target (CopiesOn).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
 pub struct CopyInfo {
@@ -195,7 +209,8 @@ pub struct CopyInfo {
 pub struct CopyProgressInfo {
     pub target: String,
     pub name: String,
-    /// "copy" or "fetch".
+    /// "copy" or "fetch"; "send-sealed" or "receive-sealed" (then `target` is "": the
+    /// stem sees only a pipe).
     pub kind: String,
     /// Bytes of stream moved so far.
     pub bytes: u64,
@@ -441,6 +456,18 @@ pub trait Stem1 {
     fn delete_copy(&self, target: &str, name: &str) -> Result<(), Error>;
     fn fetch_from(&self, target: &str, name: &str) -> Result<(SnapshotInfo, u64), Error>;
     fn copy_progress(&self) -> Result<Vec<CopyProgressInfo>, Error>;
+    fn send_sealed(
+        &self,
+        name: &str,
+        parent: &str,
+        into: zbus::OwnedFd,
+    ) -> Result<SentSealed, Error>;
+    fn receive_sealed(
+        &self,
+        name: &str,
+        uuid: &str,
+        from: zbus::OwnedFd,
+    ) -> Result<(SnapshotInfo, u64), Error>;
     fn open_snapshot(
         &self,
         name: &str,

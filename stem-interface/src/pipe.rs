@@ -52,6 +52,12 @@ impl<W: Write> FrameWriter<W> {
         }
     }
 
+    /// The writer beneath (to change how long it waits, say; writing to it breaks the
+    /// framing).
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.inner
+    }
+
     /// The stream bytes written so far (the frames' headers not counted).
     pub fn data_bytes(&self) -> u64 {
         self.data_bytes
@@ -199,6 +205,12 @@ impl<R: Read> FrameReader<R> {
 
     pub fn get_ref(&self) -> &R {
         &self.inner
+    }
+
+    /// The reader beneath (to change how long it waits, say; reading from it breaks the
+    /// framing).
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.inner
     }
 
     fn fail(&mut self, kind: io::ErrorKind, message: String) -> io::Error {

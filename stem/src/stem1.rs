@@ -36,8 +36,8 @@ use std::time::Duration;
 use layout::{RestoreRequest, SnapshotName, SubvolumeName};
 use stem_interface::{
     request_from_infos, request_infos, ChangedPathInfo, ChangesInfo, CopiedInfo, CopyInfo,
-    CopyProgressInfo, Error, OpenInfo, OutcomeInfo, RequestInfo, SnapshotInfo, SpaceInfo,
-    StagedRestore, StagedSetRestore, WireError,
+    CopyProgressInfo, Error, OpenInfo, OutcomeInfo, RequestInfo, SentSealed, SnapshotInfo,
+    SpaceInfo, StagedRestore, StagedSetRestore, WireError,
 };
 use zbus::message::Header;
 use zbus::object_server::Interface as _;
@@ -75,6 +75,16 @@ impl From<&Copied> for CopiedInfo {
     }
 }
 
+impl From<&crate::copies::SentSealed> for SentSealed {
+    fn from(s: &crate::copies::SentSealed) -> Self {
+        SentSealed {
+            uuid: s.uuid.to_string(),
+            parent_uuid: s.parent_uuid.map(|u| u.to_string()).unwrap_or_default(),
+            bytes: s.bytes,
+        }
+    }
+}
+
 impl From<&CopyOnTarget> for CopyInfo {
     fn from(c: &CopyOnTarget) -> Self {
         CopyInfo {
@@ -88,7 +98,7 @@ impl From<&CopyOnTarget> for CopyInfo {
 impl From<&InFlight> for CopyProgressInfo {
     fn from(f: &InFlight) -> Self {
         CopyProgressInfo {
-            target: f.target.to_string(),
+            target: f.target.as_ref().map(|t| t.to_string()).unwrap_or_default(),
             name: f.name.to_string(),
             kind: f.kind.to_owned(),
             bytes: f.bytes,
@@ -155,7 +165,11 @@ impl From<CopyError> for Error {
         let message = e.to_string();
         match e {
             CopyError::NoSuchTarget(_) => Error::NoSuchTarget(message),
-            CopyError::Sealed(_) => Error::InvalidArgument(message),
+            CopyError::Sealed(_) | CopyError::BadPipe(_) | CopyError::BadParent(_) => {
+                Error::InvalidArgument(message)
+            }
+            CopyError::SealedBusy { .. } | CopyError::FetchBusy => Error::TargetBusy(message),
+            CopyError::SealedFailed { .. } => Error::TransferFailed(message),
             CopyError::NoSuchSnapshot(_) => Error::NoSuchSnapshot(message),
             CopyError::NotReadOnly(_) => Error::NotReadOnly(message),
             CopyError::TargetBusy(_) => Error::TargetBusy(message),
@@ -656,6 +670,7 @@ impl Stem1 {
     /// Errors: AccessDenied, InvalidArgument, NoSuchTarget, NoSuchSnapshot, NotReadOnly,
     /// TargetBusy, TargetUnreachable, HostKeyChanged, TargetNotBtrfs, TargetFull,
     /// TransferFailed, AlreadyHere (the target holds it already), StoreUnsafe, Failed.
+    /// A sealed target is the copier's: InvalidArgument, as for every act on one.
     #[zbus(out_args("copied"))]
     async fn copy_to(
         &self,
@@ -750,8 +765,79 @@ impl Stem1 {
         Ok((SnapshotInfo::from(&fetched), bytes))
     }
 
+    /// Send the snapshot `name` into the pipe `into`, for the copier to seal (a sealed
+    /// copy: the stem sees no target, no key, no network). `parent`: "" for a full send, else
+    /// a read-only snapshot of the same subvolume in the store to send against. `into`: a
+    /// FIFO open for writing. The stream goes in frames (`stem_interface::pipe`): an END
+    /// frame with the trailer (uuid, parent_uuid, bytes) once the send succeeded, an ABORT
+    /// frame with the reason otherwise. A pipe that takes nothing for the stall time fails
+    /// the act. Errors: AccessDenied, InvalidArgument (also: not a FIFO open for writing),
+    /// NoSuchSnapshot, NotReadOnly, TargetBusy (this snapshot is being sent or received
+    /// sealed already), TransferFailed, StoreUnsafe, Failed.
+    #[zbus(out_args("sent"))]
+    async fn send_sealed(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+        parent: &str,
+        into: zbus::OwnedFd,
+    ) -> Result<SentSealed, Error> {
+        self.admit(connection, &header).await?;
+        let name = parse_snapshot(name)?;
+        let parent = match parent {
+            "" => None,
+            p => Some(parse_snapshot(p)?),
+        };
+        let into = std::os::fd::OwnedFd::from(into);
+        let what = format!("send {name} sealed");
+        let sent = self
+            .copies
+            .act(what, Logged::EveryTime, move |c| {
+                c.send_sealed(name, parent, into)
+            })
+            .await?;
+        Ok(SentSealed::from(&sent))
+    }
+
+    /// Receive a sealed copy's plain streams from the pipe `from` into the store as the
+    /// snapshot `name` (the copier verified and decrypted them). `from`: a FIFO open for
+    /// reading, carrying frames (`stem_interface::pipe`): the chain's streams, full first,
+    /// each incremental on the one before, then the END frame. They are received by
+    /// `btrfs receive --chroot` into `@snapshots/.incoming`; only after the END frame, when
+    /// the snapshot `name` received there is read-only with received UUID `uuid`, is it put
+    /// in the store under its name in one step (origin name-only); everything received is
+    /// deleted whatever happens, so nothing half-received stays. Answers the snapshot and
+    /// the stream bytes received. Errors: AccessDenied, InvalidArgument (also: not a FIFO
+    /// open for reading), AlreadyHere, TargetBusy (another fetch is being received),
+    /// TransferFailed (an ABORT, no END, a stall, a stream that does not check out), NoSpace,
+    /// StoreUnsafe, Failed.
+    #[zbus(out_args("snapshot", "bytes"))]
+    async fn receive_sealed(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        name: &str,
+        uuid: &str,
+        from: zbus::OwnedFd,
+    ) -> Result<(SnapshotInfo, u64), Error> {
+        self.admit(connection, &header).await?;
+        let name = parse_snapshot(name)?;
+        let uuid = parse_uuid(uuid)?;
+        let from = std::os::fd::OwnedFd::from(from);
+        let what = format!("receive {name} sealed");
+        let (received, bytes) = self
+            .copies
+            .act(what, Logged::EveryTime, move |c| {
+                c.receive_sealed(name, uuid, from)
+            })
+            .await?;
+        Ok((SnapshotInfo::from(&received), bytes))
+    }
+
     /// The copies and fetches in flight: target, snapshot, "copy" or "fetch", bytes moved
-    /// so far, milliseconds since it started. Errors: AccessDenied.
+    /// so far, milliseconds since it started; a sealed send or receive is there too, as
+    /// "send-sealed" or "receive-sealed" with target "". Errors: AccessDenied.
     #[zbus(out_args("in_flight"))]
     async fn copy_progress(
         &self,
@@ -966,8 +1052,28 @@ fn parse_subvolume(name: &str) -> Result<SubvolumeName, Error> {
 }
 
 fn parse_snapshot(name: &str) -> Result<SnapshotName, Error> {
-    SnapshotName::parse(name)
-        .map_err(|e| Error::InvalidArgument(format!("{name:?} is not a snapshot name: {e}")))
+    SnapshotName::parse(name).map_err(|e| {
+        Error::InvalidArgument(format!(
+            "{:?} is not a snapshot name: {e}",
+            layout::human::cap(name, 128)
+        ))
+    })
+}
+
+/// A UUID from a caller, lowercase and hyphenated (what the stem answers); never shown
+/// whole.
+fn parse_uuid(text: &str) -> Result<uuid::Uuid, Error> {
+    let bad = || {
+        Error::InvalidArgument(format!(
+            "{:?} is not a UUID (lowercase, hyphenated: what List answers)",
+            layout::human::cap(text, 64)
+        ))
+    };
+    let uuid = uuid::Uuid::try_parse(text).map_err(|_| bad())?;
+    if uuid.hyphenated().to_string() != text {
+        return Err(bad());
+    }
+    Ok(uuid)
 }
 
 fn parse_set(names: &[String]) -> Result<Vec<SubvolumeName>, Error> {

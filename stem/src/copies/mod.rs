@@ -17,6 +17,7 @@ mod config;
 mod far_side;
 mod local;
 mod process;
+mod sealed;
 mod ssh;
 mod target;
 mod turns;
@@ -38,6 +39,7 @@ use crate::engine::{EngineError, Snapshot};
 use crate::worker::{Worker, WorkerGone};
 pub use config::{load_config, Programs, DEFAULT_STALL};
 use local::Local;
+pub use sealed::{PipeEnd, SentSealed, Way};
 use ssh::Ssh;
 use target::OpenTarget;
 use turns::Turns;
@@ -71,9 +73,11 @@ pub struct CopyOnTarget {
 /// A copy or fetch in flight.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InFlight {
-    pub target: TargetName,
+    /// `None` for a sealed copy's send or fetch's receive: the stem sees only a pipe, the
+    /// target is the copier's.
+    pub target: Option<TargetName>,
     pub name: SnapshotName,
-    /// "copy" or "fetch".
+    /// "copy" or "fetch"; "send-sealed" or "receive-sealed".
     pub kind: &'static str,
     pub bytes: u64,
     pub elapsed: Duration,
@@ -90,6 +94,19 @@ pub enum CopyError {
     NotReadOnly(SnapshotName),
     #[error("target {0} is sealed: its copies are kept by the copier (tacid-copier), not on a Btrfs the stem receives into; ask for it through the keeper")]
     Sealed(TargetName),
+    #[error("a {doing} of {name} is running already; try again when it is done")]
+    SealedBusy {
+        name: SnapshotName,
+        doing: &'static str,
+    },
+    #[error("another fetch is being received into the store; try again when it is done")]
+    FetchBusy,
+    #[error("the pipe given is refused: {0}")]
+    BadPipe(String),
+    #[error("{0}")]
+    BadParent(String),
+    #[error("the sealed transfer of {name} through the pipe failed: {reason}; nothing half-received was left")]
+    SealedFailed { name: SnapshotName, reason: String },
     #[error("target {0} is busy with another copy, fetch or deletion; try again when it is done")]
     TargetBusy(TargetName),
     #[error("target {target} cannot be reached: {reason}")]
@@ -175,6 +192,9 @@ pub struct Copies {
     /// The top of the tacid filesystem as mounted for the stem (btrfs receive takes a path).
     top_path: PathBuf,
     turns: Turns,
+    /// Held by the fetch receiving into the store's one `.incoming` (each fetch cleans it
+    /// first: two at once would delete each other's).
+    incoming: std::sync::Mutex<()>,
 }
 
 /// How a copy act's answer is logged: a copy, fetch or deletion every time; a look that
@@ -245,6 +265,16 @@ impl Copies {
             worker,
             top_path,
             turns: Turns::default(),
+            incoming: std::sync::Mutex::new(()),
+        }
+    }
+
+    /// The store's `.incoming`, for one fetch; another at the same time is refused as busy.
+    fn incoming_turn(&self) -> Result<std::sync::MutexGuard<'_, ()>, CopyError> {
+        match self.incoming.try_lock() {
+            Ok(guard) => Ok(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => Err(CopyError::FetchBusy),
         }
     }
 
@@ -383,6 +413,7 @@ impl Copies {
     ) -> Result<(Snapshot, u64), CopyError> {
         let target = self.target(target)?;
         let turn = self.turns.take(&target.name, Some(name), "fetch")?;
+        let _incoming = self.incoming_turn()?;
         let side = self.open(target)?;
         let held = side.list()?;
         let copy = held

@@ -95,13 +95,14 @@ fn finish(mut child: std::process::Child, drains: [Drain; 2]) -> Result<Ran, Cop
 }
 
 /// Run `cmd` with the stream `send` writes as its stdin, counted into `moved`. The send runs
-/// on a thread of its own (the ioctl blocks until the whole stream is written).
-pub fn run_fed(
+/// on a thread of its own (the ioctl blocks until the whole stream is written); how it
+/// ended is returned with how the child ended.
+pub fn run_fed<T: Send + 'static>(
     cmd: Command,
-    send: impl FnOnce(OwnedFd) -> btrfs::Result<()> + Send + 'static,
+    send: impl FnOnce(OwnedFd) -> T + Send + 'static,
     moved: &AtomicU64,
     stall: Duration,
-) -> Result<(Ran, btrfs::Result<()>), CopyError> {
+) -> Result<(Ran, T), CopyError> {
     let (stream_out, stream_in) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| failed("pipe", e))?;
     let mut child = spawn(cmd, Stdio::piped())?;

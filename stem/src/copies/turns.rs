@@ -24,11 +24,13 @@ struct Busy {
     started: Instant,
 }
 
-/// Which targets are busy, and how many acts wait for a listing of each to end.
+/// Which targets are busy, and how many acts wait for a listing of each to end; which
+/// snapshots a sealed act moves.
 #[derive(Debug, Default)]
 struct Held {
     busy: BTreeMap<TargetName, Busy>,
     waiting: BTreeMap<TargetName, usize>,
+    sealed: BTreeMap<SnapshotName, Busy>,
 }
 
 /// The targets' turns.
@@ -59,7 +61,58 @@ impl Drop for Turn<'_> {
     }
 }
 
+/// Holds a snapshot for one sealed act (its send or its receive); frees it when dropped.
+pub struct SealedTurn<'a> {
+    turns: &'a Turns,
+    name: SnapshotName,
+    /// The bytes the act has moved so far.
+    pub bytes: Arc<AtomicU64>,
+}
+
+impl Drop for SealedTurn<'_> {
+    fn drop(&mut self) {
+        self.turns
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .sealed
+            .remove(&self.name);
+    }
+}
+
 impl Turns {
+    /// Take the snapshot `name` for a sealed act of `kind` ("send-sealed" or
+    /// "receive-sealed"): one such act per snapshot at a time (the target is the copier's,
+    /// and the copier takes its turns).
+    pub fn take_sealed(
+        &self,
+        name: SnapshotName,
+        kind: &'static str,
+    ) -> Result<SealedTurn<'_>, CopyError> {
+        let mut turns = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = turns.sealed.get(&name) {
+            return Err(CopyError::SealedBusy {
+                name,
+                doing: b.kind,
+            });
+        }
+        let bytes = Arc::new(AtomicU64::new(0));
+        turns.sealed.insert(
+            name,
+            Busy {
+                name: Some(name),
+                kind,
+                bytes: bytes.clone(),
+                started: Instant::now(),
+            },
+        );
+        Ok(SealedTurn {
+            turns: self,
+            name,
+            bytes,
+        })
+    }
+
     /// Take `target` for an act of `kind` ("copy", "fetch", "delete" or "list") on `name`.
     pub fn take(
         &self,
@@ -125,15 +178,16 @@ impl Turns {
     /// Copies and fetches in flight.
     pub fn in_flight(&self) -> Vec<InFlight> {
         let turns = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        turns
-            .busy
-            .iter()
+        let on_targets = turns.busy.iter().map(|(t, b)| (Some(t), b));
+        let sealed = turns.sealed.values().map(|b| (None, b));
+        on_targets
+            .chain(sealed)
             .filter_map(|(target, b)| {
                 Some(InFlight {
-                    target: target.clone(),
+                    target: target.cloned(),
                     name: b.name?,
                     kind: match b.kind {
-                        "copy" | "fetch" => b.kind,
+                        "copy" | "fetch" | "send-sealed" | "receive-sealed" => b.kind,
                         _ => return None,
                     },
                     bytes: b.bytes.load(Ordering::Relaxed),

@@ -9,5 +9,6 @@ mod loop_copies;
 mod loop_engine;
 mod loop_generation;
 mod loop_retention;
+mod loop_sealed;
 mod ssh_copies;
 mod unit_file;

@@ -1,0 +1,624 @@
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
+//! Sealed copies, the stem's side, on real loop-device Btrfs: a snapshot's send framed into
+//! a pipe (the test reads it as the copier would, and `btrfs receive`s the payload on
+//! another Btrfs: the oracle), and a framed chain received from a pipe into a fresh store.
+//! Every way a receive can go wrong leaves `.incoming` empty and the store as it was.
+//!
+//! Needs root, loop devices and btrfs-progs; elsewhere each test says SKIPPED loudly (and
+//! fails under CI=true, through testbed).
+
+use std::fs;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::megabytes;
+use layout::copies::CopiesConfig;
+use layout::origin::Origin;
+use layout::{SnapshotName, SubvolumeName, SNAPSHOTS_SUBVOLUME};
+use stem::copies::{Copies, CopyError, Programs, SentSealed};
+use stem::worker::Worker;
+use stem::{Engine, Snapshot};
+use stem_interface::pipe::{FrameReader, FrameWriter};
+use testbed::{LoopFs, Options};
+use uuid::Uuid;
+
+const SIZE: u64 = 256 << 20;
+
+/// A tacid machine and its copy engine (no Btrfs targets: the sealed acts name none).
+struct Machine {
+    fs: LoopFs,
+    worker: Worker,
+    copies: Copies,
+    _runtime: tempfile::TempDir,
+}
+
+fn machine_with(stall: Duration, config: CopiesConfig) -> Option<Machine> {
+    let fs = LoopFs::with_layout(SIZE).expect("make a loop Btrfs")?;
+    let worker = Worker::start(Engine::open(fs.top()).unwrap(), || {}).unwrap();
+    let runtime = tempfile::tempdir().unwrap();
+    let programs = Programs {
+        btrfs: "btrfs".into(),
+        ssh: "ssh".into(),
+        runtime_dir: runtime.path().to_owned(),
+        stall,
+    };
+    let copies = Copies::new(config, programs, worker.clone(), fs.top().to_owned());
+    Some(Machine {
+        fs,
+        worker,
+        copies,
+        _runtime: runtime,
+    })
+}
+
+fn machine() -> Option<Machine> {
+    machine_with(stem::copies::DEFAULT_STALL, CopiesConfig::default())
+}
+
+fn pipe() -> (OwnedFd, OwnedFd) {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap()
+}
+
+impl Machine {
+    fn take(&self, subvolume: &str) -> Snapshot {
+        let s = SubvolumeName::parse(subvolume).unwrap();
+        self.worker
+            .run_blocking(move |e| e.take(s))
+            .unwrap()
+            .unwrap()
+    }
+
+    fn write(&self, rel: &str, bytes: &[u8]) {
+        fs::write(self.fs.top().join(rel), bytes).unwrap();
+    }
+
+    fn store(&self) -> std::path::PathBuf {
+        self.fs.top().join(SNAPSHOTS_SUBVOLUME)
+    }
+
+    /// Send `name` sealed into a pipe the test reads whole, as the copier would.
+    fn send(
+        &self,
+        name: SnapshotName,
+        parent: Option<SnapshotName>,
+    ) -> (Result<SentSealed, CopyError>, Vec<u8>) {
+        let (r, w) = pipe();
+        let reader = std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            fs::File::from(r).read_to_end(&mut bytes).unwrap();
+            bytes
+        });
+        let sent = self.copies.send_sealed(name, parent, w);
+        (sent, reader.join().unwrap())
+    }
+
+    /// Receive `framed` (the bytes a copier writes) as `name` with received UUID `uuid`.
+    fn receive(
+        &self,
+        name: SnapshotName,
+        uuid: Uuid,
+        framed: Vec<u8>,
+    ) -> Result<(Snapshot, u64), CopyError> {
+        let (r, w) = pipe();
+        let writer = std::thread::spawn(move || {
+            // The stem may stop reading early (that is the point of some tests).
+            let _ = fs::File::from(w).write_all(&framed);
+        });
+        let received = self.copies.receive_sealed(name, uuid, r);
+        writer.join().unwrap();
+        received
+    }
+
+    /// What is left in `.incoming` (it must be empty, or absent, after every receive).
+    fn incoming(&self) -> Vec<String> {
+        match fs::read_dir(self.store().join(layout::copies::INCOMING_DIR_NAME)) {
+            Ok(entries) => entries
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Every subvolume of the filesystem (the oracle), to compare before and after.
+    fn subvolumes(&self) -> Vec<String> {
+        self.fs.subvolume_paths().unwrap()
+    }
+}
+
+/// The stream in `framed`, and the END frame's trailer as JSON.
+fn unframe(framed: &[u8]) -> (Vec<u8>, serde_json::Value) {
+    let mut reader = FrameReader::new(framed);
+    let mut data = Vec::new();
+    reader.read_to_end(&mut data).unwrap();
+    let trailer = serde_json::from_slice(reader.trailer().unwrap()).unwrap();
+    (data, trailer)
+}
+
+/// `streams` framed as the copier's Unseal writes them, with its trailer.
+fn framed_chain(streams: &[&[u8]], uuid: Uuid) -> Vec<u8> {
+    let mut w = FrameWriter::new(Vec::new());
+    for s in streams {
+        w.write_all(s).unwrap();
+    }
+    let bytes: usize = streams.iter().map(|s| s.len()).sum();
+    w.end(&serde_json::json!({"uuid": uuid.to_string(), "streams": streams.len(), "bytes": bytes}))
+        .unwrap()
+}
+
+/// `btrfs receive` of `stream` into `dir` (the oracle's side), ending at the stream's end.
+fn btrfs_receive(dir: &Path, stream: &[u8]) {
+    let mut child = Command::new("btrfs")
+        .args(["receive", "-e"])
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stream).unwrap();
+    assert!(child.wait().unwrap().success(), "btrfs receive failed");
+}
+
+/// Three snapshots of @home, each changing something, sent sealed: full, then each on the
+/// one before. Returns the snapshots and each stream (unframed).
+fn chain_of_three(m: &Machine) -> (Vec<Snapshot>, Vec<Vec<u8>>) {
+    m.write("@home/big", &megabytes(2, 3));
+    let s1 = m.take("@home");
+    m.write("@home/letter", b"monday");
+    let s2 = m.take("@home");
+    m.write("@home/letter", b"tuesday");
+    fs::remove_file(m.fs.top().join("@home/big")).unwrap();
+    let s3 = m.take("@home");
+    let mut streams = Vec::new();
+    let mut parent = None;
+    for s in [&s1, &s2, &s3] {
+        let (sent, framed) = m.send(s.name, parent);
+        let sent = sent.unwrap();
+        let (data, trailer) = unframe(&framed);
+        assert_eq!(sent.bytes, data.len() as u64);
+        assert_eq!(trailer["uuid"], s.uuid.to_string());
+        streams.push(data);
+        parent = Some(s.name);
+    }
+    (vec![s1, s2, s3], streams)
+}
+
+#[test]
+fn loop_sealed_send_full_and_incremental_yield_the_same_files_elsewhere() {
+    let Some(m) = machine() else { return };
+    m.write("@home/big", &megabytes(3, 1));
+    let s1 = m.take("@home");
+    let (sent, framed) = m.send(s1.name, None);
+    let sent = sent.unwrap();
+    assert_eq!(sent.uuid, s1.uuid);
+    assert_eq!(sent.parent_uuid, None);
+    assert!(sent.bytes > 3 << 20, "the full stream holds the file");
+    let (full, trailer) = unframe(&framed);
+    assert_eq!(
+        trailer,
+        serde_json::json!({"uuid": s1.uuid.to_string(), "parent_uuid": null, "bytes": full.len()})
+    );
+    assert!(full.starts_with(b"btrfs-stream\0"), "a send stream");
+
+    m.write("@home/small", b"tuesday");
+    let s2 = m.take("@home");
+    let (sent, framed) = m.send(s2.name, Some(s1.name));
+    let sent = sent.unwrap();
+    assert_eq!(sent.parent_uuid, Some(s1.uuid));
+    let (incremental, trailer) = unframe(&framed);
+    assert_eq!(trailer["parent_uuid"], s1.uuid.to_string());
+    assert_eq!(trailer["bytes"], incremental.len());
+    assert!(
+        incremental.len() < 1 << 20,
+        "the incremental holds the change only: {}",
+        incremental.len()
+    );
+
+    // The oracle: the payloads received by btrfs-progs on another Btrfs.
+    let other = LoopFs::create(SIZE, Options::default()).unwrap().unwrap();
+    btrfs_receive(other.top(), &full);
+    btrfs_receive(other.top(), &incremental);
+    let got = other.top().join(s2.name.to_string());
+    assert_eq!(fs::read(got.join("big")).unwrap(), megabytes(3, 1));
+    assert_eq!(fs::read_to_string(got.join("small")).unwrap(), "tuesday");
+    let shown = other.show(&s2.name.to_string()).unwrap();
+    assert_eq!(shown["Received UUID"], s2.uuid.to_string(), "{shown:?}");
+}
+
+#[test]
+fn loop_sealed_send_refuses_what_it_cannot_send() {
+    let Some(m) = machine() else { return };
+    let home = m.take("@home");
+    let log = m.take("@log");
+    // A parent of another subvolume, or itself.
+    for parent in [log.name, home.name] {
+        let (sent, framed) = m.send(home.name, Some(parent));
+        assert!(matches!(sent, Err(CopyError::BadParent(_))), "{sent:?}");
+        assert!(framed.is_empty(), "nothing is sent");
+    }
+    // A parent that is not there: refused, and the reader told so with an ABORT.
+    let gone = SnapshotName::parse("@home.2001-01-01T000000.000000Z").unwrap();
+    let (sent, framed) = m.send(home.name, Some(gone));
+    assert!(
+        matches!(sent, Err(CopyError::NoSuchSnapshot(n)) if n == gone),
+        "{sent:?}"
+    );
+    let e = FrameReader::new(&framed[..])
+        .read_to_end(&mut Vec::new())
+        .unwrap_err();
+    assert!(e.to_string().contains("aborted"), "{e}");
+    assert!(e.to_string().contains(&gone.to_string()), "{e}");
+}
+
+#[test]
+fn loop_sealed_send_stops_when_the_reader_goes_or_stalls() {
+    let Some(m) = machine_with(Duration::from_secs(2), CopiesConfig::default()) else {
+        return;
+    };
+    m.write("@home/big", &megabytes(8, 5));
+    let s = m.take("@home");
+    // The reader reads a little and goes: the send ends at once, no thread left stuck.
+    let (r, w) = pipe();
+    let reader = std::thread::spawn(move || {
+        let mut f = fs::File::from(r);
+        let mut buf = vec![0u8; 4096];
+        f.read_exact(&mut buf).unwrap();
+    });
+    let started = Instant::now();
+    let sent = m.copies.send_sealed(s.name, None, w);
+    reader.join().unwrap();
+    let Err(e) = sent else {
+        panic!("sent to nobody")
+    };
+    assert!(matches!(e, CopyError::SealedFailed { .. }), "{e:?}");
+    assert!(e.to_string().contains("reader is gone"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+
+    // The reader holds the pipe open and reads nothing: the stall ends the act. Meanwhile
+    // CopyProgress shows it, with no target (the stem sees only a pipe).
+    let (r, w) = pipe();
+    let started = Instant::now();
+    let (sent, seen) = std::thread::scope(|scope| {
+        let look = scope.spawn(|| {
+            std::thread::sleep(Duration::from_millis(700));
+            m.copies.progress()
+        });
+        (m.copies.send_sealed(s.name, None, w), look.join().unwrap())
+    });
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(
+        (seen[0].target.as_ref(), seen[0].name, seen[0].kind),
+        (None, s.name, "send-sealed")
+    );
+    assert!(seen[0].bytes > 0, "{seen:?}");
+    let e = sent.unwrap_err();
+    assert!(
+        e.to_string().contains("nothing moved through the pipe"),
+        "{e}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    drop(r);
+    assert!(m.copies.progress().is_empty(), "nothing in flight after");
+}
+
+#[test]
+fn loop_sealed_chain_received_into_a_fresh_store() {
+    let Some(m) = machine() else { return };
+    let (snaps, streams) = chain_of_three(&m);
+    let last = &snaps[2];
+
+    // A new disk: the layout made, nothing else.
+    let Some(fresh) = machine() else { return };
+    let refs: Vec<&[u8]> = streams.iter().map(Vec::as_slice).collect();
+    let total: usize = streams.iter().map(Vec::len).sum();
+    let (fetched, bytes) = fresh
+        .receive(last.name, last.uuid, framed_chain(&refs, last.uuid))
+        .unwrap();
+    assert_eq!(bytes, total as u64);
+    assert_eq!(fetched.name, last.name);
+    assert!(fetched.readonly);
+    assert_eq!(fetched.origin, Origin::NameOnly);
+    let listed = fresh.worker.run_blocking(|e| e.list()).unwrap().unwrap();
+    assert_eq!(
+        listed.iter().map(|s| s.name).collect::<Vec<_>>(),
+        vec![last.name],
+        "only the snapshot asked for is kept, not the chain's others"
+    );
+    let got = fresh.store().join(last.name.to_string());
+    assert_eq!(fs::read_to_string(got.join("letter")).unwrap(), "tuesday");
+    assert!(
+        !got.join("big").exists(),
+        "the last stream's deletion applied"
+    );
+    assert!(fresh.incoming().is_empty(), "{:?}", fresh.incoming());
+    let shown = fresh
+        .fs
+        .show(&format!("{SNAPSHOTS_SUBVOLUME}/{}", last.name))
+        .unwrap();
+    assert_eq!(shown["Received UUID"], last.uuid.to_string(), "{shown:?}");
+    assert!(shown["Flags"].contains("readonly"), "{shown:?}");
+
+    // Again: the store holds it; nothing received.
+    let before = fresh.subvolumes();
+    let e = fresh
+        .receive(last.name, last.uuid, framed_chain(&refs, last.uuid))
+        .unwrap_err();
+    assert!(matches!(e, CopyError::AlreadyHere(_)), "{e:?}");
+    assert_eq!(fresh.subvolumes(), before);
+}
+
+#[test]
+fn loop_sealed_receive_failures_leave_nothing_half_received() {
+    let Some(m) = machine_with(Duration::from_secs(3), CopiesConfig::default()) else {
+        return;
+    };
+    let (snaps, streams) = chain_of_three(&m);
+    let (s2, s3) = (&snaps[1], &snaps[2]);
+    // Make room: the store must not hold the name received.
+    let name = s3.name;
+    m.worker
+        .run_blocking(move |e| e.delete(name))
+        .unwrap()
+        .unwrap();
+    let full_two: Vec<&[u8]> = vec![&streams[0], &streams[1]];
+    let chain: Vec<&[u8]> = streams.iter().map(Vec::as_slice).collect();
+    let whole_chain: Vec<u8> = streams.concat();
+
+    let cases: Vec<(&str, Vec<u8>, Uuid, &str)> = vec![
+        (
+            "an ABORT after two streams",
+            {
+                let mut out = Vec::new();
+                let mut w = FrameWriter::new(&mut out);
+                w.write_all(&streams[0]).unwrap();
+                w.write_all(&streams[1]).unwrap();
+                w.abort("part 7 of the copy is not what its manifest says");
+                out
+            },
+            s3.uuid,
+            "not what its manifest says",
+        ),
+        (
+            "an EOF without END, the chain whole",
+            {
+                let mut out = Vec::new();
+                FrameWriter::new(&mut out).write_all(&whole_chain).unwrap();
+                out
+            },
+            s3.uuid,
+            "without an end frame",
+        ),
+        (
+            "an EOF mid-stream",
+            {
+                let mut out = Vec::new();
+                FrameWriter::new(&mut out)
+                    .write_all(&whole_chain[..whole_chain.len() / 2])
+                    .unwrap();
+                out
+            },
+            s3.uuid,
+            "without an end frame",
+        ),
+        (
+            "a trailer naming another snapshot than the one asked for",
+            framed_chain(&chain, Uuid::nil()),
+            s3.uuid,
+            "another snapshot",
+        ),
+        (
+            "the wrong received UUID",
+            framed_chain(&chain, s2.uuid),
+            s2.uuid,
+            "not the snapshot named",
+        ),
+        (
+            "a chain that ends at another snapshot than the one named",
+            framed_chain(&full_two, s3.uuid),
+            s3.uuid,
+            "not the snapshot named",
+        ),
+        (
+            "a trailer that miscounts",
+            {
+                let mut w = FrameWriter::new(Vec::new());
+                w.write_all(&whole_chain).unwrap();
+                w.end(&serde_json::json!({"uuid": s3.uuid.to_string(), "bytes": 7}))
+                    .unwrap()
+            },
+            s3.uuid,
+            "counts 7 bytes",
+        ),
+        (
+            "garbage, framed",
+            framed_chain(&[&megabytes(1, 9)], s3.uuid),
+            s3.uuid,
+            "btrfs receive",
+        ),
+        (
+            "a garbage tail after a good stream",
+            framed_chain(&[&streams[0], &megabytes(1, 9)], s3.uuid),
+            s3.uuid,
+            "btrfs receive",
+        ),
+        (
+            "not framed at all",
+            whole_chain.clone(),
+            s3.uuid,
+            "unknown type",
+        ),
+        (
+            "data after the END",
+            {
+                let mut framed = framed_chain(&chain, s3.uuid);
+                let mut out = Vec::new();
+                FrameWriter::new(&mut out).write_all(b"more").unwrap();
+                framed.extend_from_slice(&out);
+                framed
+            },
+            s3.uuid,
+            "after its end frame",
+        ),
+    ];
+    for (what, framed, uuid, words) in cases {
+        let before = m.subvolumes();
+        let e = m.receive(name, uuid, framed).unwrap_err();
+        assert!(matches!(e, CopyError::SealedFailed { .. }), "{what}: {e:?}");
+        assert!(e.to_string().contains(words), "{what}: {e}");
+        assert!(m.incoming().is_empty(), "{what}: {:?}", m.incoming());
+        assert_eq!(m.subvolumes(), before, "{what}: the store is as it was");
+    }
+
+    // The writer killed mid-way: a real process, SIGKILLed while the stem reads.
+    let before = m.subvolumes();
+    let partial = {
+        let mut out = Vec::new();
+        FrameWriter::new(&mut out).write_all(&whole_chain).unwrap();
+        out.truncate(out.len() * 2 / 3);
+        out
+    };
+    let file = tempfile::NamedTempFile::new().unwrap();
+    fs::write(file.path(), &partial).unwrap();
+    let (r, w) = pipe();
+    // `exec`: once `cat` has written, the writer holding the pipe is this one process.
+    let mut writer = Command::new("sh")
+        .arg("-c")
+        .arg("cat \"$0\"; exec sleep 600")
+        .arg(file.path())
+        .stdout(Stdio::from(w))
+        .spawn()
+        .unwrap();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        let _ = writer.kill();
+        let _ = writer.wait();
+    });
+    let started = Instant::now();
+    let e = m.copies.receive_sealed(name, s3.uuid, r).unwrap_err();
+    killer.join().unwrap();
+    assert!(matches!(e, CopyError::SealedFailed { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains("without an end frame") || e.to_string().contains("ended inside"),
+        "{e}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(m.incoming().is_empty(), "{:?}", m.incoming());
+    assert_eq!(m.subvolumes(), before);
+
+    // A writer that stops writing but keeps the pipe: the stall ends it.
+    let (r, w) = pipe();
+    let started = Instant::now();
+    let mut w = fs::File::from(w);
+    // Less than a pipe holds: written at once, with nobody reading yet.
+    w.write_all(&partial[..60_000]).unwrap();
+    let e = m.copies.receive_sealed(name, s3.uuid, r).unwrap_err();
+    assert!(
+        e.to_string().contains("nothing moved through the pipe"),
+        "{e}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+    drop(w);
+    assert!(m.incoming().is_empty(), "{:?}", m.incoming());
+    assert_eq!(m.subvolumes(), before);
+
+    // And after all that, the whole chain is received.
+    let (got, _) = m
+        .receive(name, s3.uuid, framed_chain(&chain, s3.uuid))
+        .unwrap();
+    assert_eq!(got.name, name);
+    assert!(m.incoming().is_empty());
+}
+
+#[test]
+fn loop_sealed_pipes_that_are_not_pipes_are_refused() {
+    let Some(m) = machine() else { return };
+    let s = m.take("@home");
+    let file = tempfile::tempfile().unwrap();
+    let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let (r, w) = pipe();
+    let before = m.subvolumes();
+    for (what, fd) in [
+        ("a regular file", OwnedFd::from(file.try_clone().unwrap())),
+        ("a socket", OwnedFd::from(a.try_clone().unwrap())),
+        ("a pipe's read end", r.try_clone().unwrap()),
+    ] {
+        let e = m.copies.send_sealed(s.name, None, fd).unwrap_err();
+        assert!(
+            matches!(e, CopyError::BadPipe(_)),
+            "send into {what}: {e:?}"
+        );
+    }
+    for (what, fd) in [
+        ("a regular file", OwnedFd::from(file)),
+        ("a socket", OwnedFd::from(a)),
+        ("a pipe's write end", w),
+    ] {
+        let e = m.copies.receive_sealed(s.name, s.uuid, fd).unwrap_err();
+        assert!(
+            matches!(e, CopyError::BadPipe(_)),
+            "receive from {what}: {e:?}"
+        );
+        assert!(e.to_string().contains("pipe"), "{e}");
+    }
+    assert_eq!(m.subvolumes(), before);
+    assert!(m.incoming().is_empty());
+}
+
+#[test]
+fn loop_sealed_targets_are_the_copiers_not_the_stems() {
+    let config = CopiesConfig::parse(
+        br#"{"targets": {"cloud": {"place": "s3://127.0.0.1:3900/bucket",
+                "seal": {"credentials": "/var/lib/tacid-copier/cloud.credentials", "http": true}},
+            "usb": {"place": "/mnt/usb/tacid", "seal": {}}}}"#,
+    )
+    .unwrap();
+    let Some(m) = machine_with(stem::copies::DEFAULT_STALL, config) else {
+        return;
+    };
+    let s = m.take("@home");
+    for target in ["cloud", "usb"] {
+        let words = format!("target {target} is sealed: its copies are kept by the copier");
+        let results = [
+            m.copies.copy_to(s.name, target).map(|_| ()).unwrap_err(),
+            m.copies.copies_on(target).map(|_| ()).unwrap_err(),
+            m.copies.delete_copy(target, s.name).unwrap_err(),
+            m.copies.fetch_from(target, s.name).map(|_| ()).unwrap_err(),
+        ];
+        for e in results {
+            assert!(matches!(e, CopyError::Sealed(_)), "{e:?}");
+            assert!(e.to_string().contains(&words), "{e}");
+        }
+    }
+}
+
+#[test]
+fn loop_sealed_one_receive_into_the_store_at_a_time() {
+    let Some(m) = machine_with(Duration::from_secs(3), CopiesConfig::default()) else {
+        return;
+    };
+    let s = m.take("@home");
+    let other = SnapshotName::parse("@home.2001-01-01T000000.000000Z").unwrap();
+    // A receive whose writer says nothing holds `.incoming` until its stall ends it.
+    let (r, w) = pipe();
+    let (first, second) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| m.copies.receive_sealed(other, s.uuid, r));
+        std::thread::sleep(Duration::from_millis(700));
+        let (r2, w2) = pipe();
+        let second = m.copies.receive_sealed(s.name, s.uuid, r2);
+        drop(w2);
+        (first.join().unwrap(), second)
+    });
+    drop(w);
+    let second = second.unwrap_err();
+    assert!(matches!(second, CopyError::FetchBusy), "{second:?}");
+    assert!(second.to_string().contains("try again"), "{second}");
+    let first = first.unwrap_err();
+    assert!(
+        first.to_string().contains("nothing moved through the pipe"),
+        "{first}"
+    );
+    assert!(m.incoming().is_empty());
+}
