@@ -31,20 +31,6 @@ pub fn write_file(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     sync_dir(dir)
 }
 
-/// Create `path` (it must not exist) with `bytes`, mode `mode`, durably.
-pub fn create_new(path: &Path, bytes: &[u8], mode: u32) -> io::Result<File> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))?;
-    Ok(file)
-}
-
 /// fsync a directory: what makes a rename or a new name in it durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()

@@ -7,8 +7,11 @@
 
 pub mod caller;
 pub mod config;
+pub mod copier1;
 pub mod credentials;
 pub mod durable;
 pub mod generations;
+pub mod keys;
 pub mod pipes;
+pub mod service;
 pub mod turns;

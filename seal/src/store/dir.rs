@@ -4,11 +4,19 @@
 //! the key and fsyncs the directory, so a key is either absent, the old bytes or the new
 //! bytes, and on disk when `put` returns. Keys are checked ([`super::check_key`]) so nothing
 //! is read or written outside the directory; symbolic links inside it are not followed.
+//!
+//! Each operation runs on a thread of its own and is given up after a deadline: a hung
+//! disk or network filesystem (a dead NFS server, a frozen filesystem) makes it fail in
+//! words, not hang the caller. The thread itself may stay blocked in the kernel until the
+//! filesystem answers; a put given up may then still complete: its object is then either a
+//! part no manifest names (removed by `clean`) or a whole, valid manifest.
 
 use std::fs;
 use std::io::{self, Read as _, Write as _};
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::{check_key, check_prefix, Store};
 use crate::error::StoreError;
@@ -16,9 +24,19 @@ use crate::error::StoreError;
 /// Files whose name starts with this are puts in flight (or cut short): never listed.
 const TEMP_PREFIX: &str = ".tmp-";
 
+/// How long one operation may take before it is given up (a 16 MiB part on a slow USB
+/// stick is written and synced well inside).
+const DEADLINE: Duration = Duration::from_secs(300);
+
 /// A [`Store`] in a local directory.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct DirStore {
+    inner: Arc<Inner>,
+    deadline: Duration,
+}
+
+#[derive(Debug)]
+struct Inner {
     root: PathBuf,
 }
 
@@ -57,13 +75,56 @@ impl DirStore {
             Err(e) => return Err(io_error(root, "stat", e)),
         }
         Ok(DirStore {
-            root: root.to_owned(),
+            inner: Arc::new(Inner {
+                root: root.to_owned(),
+            }),
+            deadline: DEADLINE,
         })
+    }
+
+    /// Another deadline per operation.
+    pub fn with_deadline(mut self, deadline: Duration) -> DirStore {
+        self.deadline = deadline;
+        self
     }
 
     /// The directory.
     pub fn root(&self) -> &Path {
-        &self.root
+        &self.inner.root
+    }
+
+    /// `f` on a thread of its own, given up after the deadline.
+    fn bounded<T: Send + 'static>(
+        &self,
+        doing: String,
+        f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let inner = Arc::clone(&self.inner);
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("tacid-dir-store".into())
+            .spawn(move || {
+                let _ = tx.send(f(&inner));
+            })
+            .map_err(|e| StoreError::Io(format!("cannot start a thread to {doing}: {e}")))?;
+        match rx.recv_timeout(self.deadline) {
+            Ok(result) => result,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(StoreError::Unreachable(format!(
+                "{} did not {doing} within {} s (a hung disk or network filesystem?); check the disk or the mount, then try again",
+                self.inner.describe(),
+                self.deadline.as_secs()
+            ))),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(StoreError::Io(format!(
+                "{}: the thread to {doing} died",
+                self.inner.describe()
+            ))),
+        }
+    }
+}
+
+impl Inner {
+    fn describe(&self) -> String {
+        format!("the directory {}", self.root.display())
     }
 
     fn path(&self, key: &str) -> Result<PathBuf, StoreError> {
@@ -98,6 +159,36 @@ impl DirStore {
 
 impl Store for DirStore {
     fn put(&self, key: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        check_key(key)?;
+        let (key, bytes) = (key.to_owned(), bytes.to_vec());
+        self.bounded(format!("store {key}"), move |inner| inner.put(&key, &bytes))
+    }
+
+    fn get(&self, key: &str, max: u64) -> Result<Vec<u8>, StoreError> {
+        check_key(key)?;
+        let key = key.to_owned();
+        self.bounded(format!("read {key}"), move |inner| inner.get(&key, max))
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, StoreError> {
+        check_prefix(prefix)?;
+        let prefix = prefix.to_owned();
+        self.bounded(format!("list {prefix}"), move |inner| inner.list(&prefix))
+    }
+
+    fn delete(&self, key: &str) -> Result<(), StoreError> {
+        check_key(key)?;
+        let key = key.to_owned();
+        self.bounded(format!("delete {key}"), move |inner| inner.delete(&key))
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+impl Inner {
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), StoreError> {
         let path = self.path(key)?;
         let dir = self.make_dirs(key)?;
         let tmp = dir.join(format!("{TEMP_PREFIX}{}", uuid::Uuid::new_v4().simple()));
@@ -122,15 +213,20 @@ impl Store for DirStore {
 
     fn get(&self, key: &str, max: u64) -> Result<Vec<u8>, StoreError> {
         let path = self.path(key)?;
+        // O_NONBLOCK: a FIFO planted under a key must not block the open.
         let file = fs::OpenOptions::new()
             .read(true)
-            .custom_flags(nofollow())
+            .custom_flags(nofollow() | rustix::fs::OFlags::NONBLOCK.bits() as i32)
             .open(&path)
             .map_err(|e| io_error(&path, "open", e))?;
-        let size = file
-            .metadata()
-            .map_err(|e| io_error(&path, "stat", e))?
-            .len();
+        let meta = file.metadata().map_err(|e| io_error(&path, "stat", e))?;
+        if !meta.is_file() {
+            return Err(StoreError::Io(format!(
+                "{} is not a regular file; remove it",
+                path.display()
+            )));
+        }
+        let size = meta.len();
         if size > max {
             return Err(self.too_big(key, size, max));
         }
@@ -175,12 +271,6 @@ impl Store for DirStore {
         Ok(())
     }
 
-    fn describe(&self) -> String {
-        format!("the directory {}", self.root.display())
-    }
-}
-
-impl DirStore {
     fn too_big(&self, key: &str, size: u64, max: u64) -> StoreError {
         StoreError::TooBig {
             store: self.describe(),

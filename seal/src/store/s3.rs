@@ -156,7 +156,7 @@ impl S3Store {
             object_store::Error::NotFound { .. } => {
                 StoreError::NotFound(format!("{doing}: not on {shown}"))
             }
-            _ if ["507", "EntityTooLarge", "QuotaExceeded", "InsufficientStorage", "No space left"]
+            _ if ["507", "EntityTooLarge", "QuotaExceeded", "quota is reached", "InsufficientStorage", "No space left"]
                 .iter()
                 .any(|w| chain.contains(w)) =>
             {

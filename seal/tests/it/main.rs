@@ -4,5 +4,6 @@
 #[allow(dead_code)] // each store test uses a part
 mod common;
 mod dir;
+mod hostile;
 mod s3;
 mod ssh;

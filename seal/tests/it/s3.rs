@@ -43,3 +43,70 @@ fn round_trip_through_garage() {
     let store = seal::open_store(&place(&garage, "machines/laptop"), rt.handle().clone()).unwrap();
     common::round_trip(&*store, &streams);
 }
+
+#[test]
+fn garage_a_part_changed_in_the_bucket_is_refused_and_a_full_bucket_is_full() {
+    use std::sync::atomic::AtomicU64;
+    let Some(garage) = testbed::garage::Garage::start().unwrap() else {
+        return;
+    };
+    let rt = runtime();
+    let store = seal::open_store(&place(&garage, ""), rt.handle().clone()).unwrap();
+    let key = seal::SealKey::generate();
+    let stream = common::synthetic(100_000, 1);
+    let a = "@home.2026-12-01T140200.123456Z";
+    let m = common::seal_small(
+        &*store,
+        &key,
+        common::meta(a, uuid::Uuid::from_u128(1), None),
+        1,
+        &stream,
+        16 << 10,
+    );
+    // The bucket's owner rewrites part 2 with other bytes of the same size.
+    let part = seal::part_key(key.key_id(), &m.copy_id, 2);
+    let mut bytes = store.get(&part, 1 << 20).unwrap();
+    bytes[500] ^= 0xff;
+    store.put(&part, &bytes).unwrap();
+    let chain = seal::chain(&*store, &key, &common::name(a)).unwrap();
+    let mut out = Vec::new();
+    let e = seal::unseal(&*store, &key, &chain, &mut out, &AtomicU64::new(0)).unwrap_err();
+    assert!(matches!(e, seal::SealError::Untrusted(_)), "{e:?}");
+    assert!(e.to_string().contains("part 2 of"), "{e}");
+    assert!(
+        e.to_string().contains(garage.bucket()),
+        "names the store: {e}"
+    );
+    assert!(stream.starts_with(&out) && out.len() <= 2 * (16 << 10));
+
+    // A quota reached: Full, in words.
+    garage
+        .cli(&[
+            "bucket",
+            "set-quotas",
+            "--max-size",
+            "200KB",
+            garage.bucket(),
+        ])
+        .unwrap();
+    let b = "@home.2026-12-02T140200.123456Z";
+    let e = seal::seal_with(
+        &*store,
+        &key,
+        common::meta(b, uuid::Uuid::from_u128(2), None),
+        2,
+        &mut &common::synthetic(400_000, 2)[..],
+        &AtomicU64::new(0),
+        16 << 10,
+    )
+    .unwrap_err();
+    assert!(matches!(e, seal::SealError::Full(_)), "{e:?}");
+    assert!(
+        e.to_string()
+            .contains("free space there or raise its quota"),
+        "{e}"
+    );
+    // Nothing of the refused copy is counted.
+    let listed = seal::copies(&*store, &key).unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+}

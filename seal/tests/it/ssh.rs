@@ -41,3 +41,86 @@ fn round_trip_over_ssh_to_a_directory_not_on_btrfs() {
     let store = seal::open_store(&place(&target, mine.path()), rt.handle().clone()).unwrap();
     common::round_trip(&*store, &streams);
 }
+
+#[test]
+fn ssh_a_part_changed_on_the_far_side_is_refused_and_keys_are_checked_there_too() {
+    use std::sync::atomic::AtomicU64;
+    let far = tempfile::tempdir().unwrap();
+    let Some(target) = testbed::ssh::SshTarget::start(far.path()).unwrap() else {
+        return;
+    };
+    let mine = tempfile::tempdir().unwrap();
+    let store = seal::SshStore::open(&place(&target, mine.path())).unwrap();
+    let key = seal::SealKey::generate();
+    let stream = common::synthetic(60_000, 1);
+    let a = "@home.2026-12-01T140200.123456Z";
+    let m = common::seal_small(
+        &store,
+        &key,
+        common::meta(a, uuid::Uuid::from_u128(1), None),
+        1,
+        &stream,
+        16 << 10,
+    );
+    // The far host's owner changes a byte of part 1 in place.
+    let path = far.path().join(seal::part_key(key.key_id(), &m.copy_id, 1));
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[300] ^= 1;
+    std::fs::write(&path, bytes).unwrap();
+    let chain = seal::chain(&store, &key, &common::name(a)).unwrap();
+    let mut out = Vec::new();
+    let e = seal::unseal(&store, &key, &chain, &mut out, &AtomicU64::new(0)).unwrap_err();
+    assert!(e.to_string().contains("part 1 of"), "{e}");
+    assert!(stream.starts_with(&out) && out.len() <= 16 << 10);
+
+    // The far side refuses what the client never sends (exit 2, nothing touched).
+    let marker = far.path().join("ran");
+    for request in [
+        "obj-get tacid-v1/../../etc/passwd".to_owned(),
+        "obj-get /etc/passwd".to_owned(),
+        "obj-put tacid-v1/x 99999999999".to_owned(),
+        "obj-put tacid-v1/.tmp-x 1".to_owned(),
+        "obj-put tacid-v1/x".to_owned(),
+        "obj-list /".to_owned(),
+        "obj-list ../".to_owned(),
+        format!("obj-delete tacid-v1/x; touch {}", marker.display()),
+        "obj-delete tacid-v1//x".to_owned(),
+        "obj-get other/x".to_owned(),
+    ] {
+        let out = target
+            .ssh(&request)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{request}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(!marker.exists());
+    // A put cut short (fewer bytes than announced) keeps nothing.
+    let mut child = target
+        .ssh("obj-put tacid-v1/cut/000000 1000")
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&[7u8; 400]).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("received 400 bytes, announced 1000"));
+    assert!(!far.path().join("tacid-v1/cut/000000").exists());
+    assert_eq!(
+        std::fs::read_dir(far.path().join("tacid-v1/cut"))
+            .unwrap()
+            .count(),
+        0,
+        "no temporary file left"
+    );
+}

@@ -1,0 +1,234 @@
+//! A target that serves an older genuine manifest, and a copier killed mid-upload.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use copier_interface::ErrorKind;
+
+use crate::common::{self, CopierDaemon, Ending, Places, PrivateBus, FULL, USB};
+
+fn copies(bus: &PrivateBus) -> Vec<copier_interface::SealedCopy> {
+    common::call(bus, common::keeper(), |p| {
+        Box::pin(async move { p.copies(USB).await })
+    })
+    .expect("copies")
+}
+
+/// A send stream (header and WRITE commands) of about `bytes` bytes zstd cannot shrink.
+fn incompressible(bytes: usize) -> Vec<u8> {
+    use testbed::send_stream::{attr, cmd, stream};
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    let mut commands = Vec::new();
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(60_000);
+        let mut data = Vec::with_capacity(n + 8);
+        while data.len() < n {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            data.extend_from_slice(&s.to_le_bytes());
+        }
+        data.truncate(n);
+        commands.push((
+            cmd::WRITE,
+            vec![(attr::PATH, b"f".to_vec()), (attr::DATA, data)],
+        ));
+        left -= n;
+    }
+    stream(&commands)
+}
+
+/// The parts stored under their names; not the directory store's own temporary file of a
+/// put the kill cut short (`.tmp-…`), which is the store's to remove, not the copier's.
+fn stored_parts(places: &Places) -> Vec<String> {
+    places
+        .parts()
+        .into_iter()
+        .filter(|p| !p.rsplit('/').next().unwrap_or("").starts_with(".tmp-"))
+        .collect()
+}
+
+#[test]
+fn an_older_manifest_put_back_is_untrusted() {
+    if !common::require() {
+        return;
+    }
+    let bus = PrivateBus::start();
+    let places = Places::new("");
+    let _copier = CopierDaemon::start(&bus, &places);
+    let stream = incompressible(100_000);
+    let uuid = uuid::Uuid::from_u128(0x51);
+    let first = common::seal(&bus, FULL, uuid, None, &stream, Ending::End).expect("copy");
+    assert_eq!(first.generation, 1);
+    // What a hostile store keeps: the whole first copy, manifest and parts.
+    let saved = places.dir.path().join("saved");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&places.target)
+        .arg(&saved)
+        .status()
+        .expect("cp");
+    assert!(cp.success());
+    common::call(&bus, common::keeper(), |p| {
+        Box::pin(async move { p.delete(USB, FULL).await })
+    })
+    .expect("delete");
+    let second = common::seal(&bus, FULL, uuid, None, &stream, Ending::End).expect("copy again");
+    assert_eq!(second.generation, 2);
+    // Put the first copy back over the second.
+    let status = std::process::Command::new("cp")
+        .args(["-a", "-T"])
+        .arg(&saved)
+        .arg(&places.target)
+        .status()
+        .expect("cp back");
+    assert!(status.success());
+
+    let listed = copies(&bus);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(
+        listed[0]
+            .problem
+            .contains("older manifest of @home.2026-12-01T140200.123456Z (generation 1; this machine wrote 2)"),
+        "{listed:?}"
+    );
+    let (answer, read) = common::unseal(&bus, FULL);
+    let e = answer.expect_err("refused");
+    assert_eq!(e.kind(), Some(ErrorKind::Untrusted), "{e:?}");
+    assert!(e.message().contains("older manifest"), "{}", e.message());
+    let stem_saw = read.expect_err("the stem gets no END");
+    assert!(stem_saw.contains("older manifest"), "{stem_saw}");
+    let verified = common::call(&bus, common::keeper(), |p| {
+        Box::pin(async move { p.verify(USB, vec![FULL.into()]).await })
+    })
+    .expect("verify answers");
+    assert!(
+        !verified[0].ok && verified[0].problem.contains("older manifest"),
+        "{verified:?}"
+    );
+}
+
+#[test]
+fn a_copier_killed_mid_upload_leaves_nothing_listed_and_the_next_act_cleans() {
+    if !common::require() {
+        return;
+    }
+    let bus = PrivateBus::start();
+    let places = Places::new("");
+    let copier = CopierDaemon::start(&bus, &places);
+    let stream = incompressible((layout::defaults::SEAL_PART_BYTES * 2) + (1 << 20));
+    let uuid = uuid::Uuid::from_u128(0x52);
+    let (r, w) = common::pipe();
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let half = layout::defaults::SEAL_PART_BYTES + (4 << 20);
+    let head = stream[..half].to_vec();
+    let writer = std::thread::spawn(move || {
+        let mut out = stem_interface::pipe::FrameWriter::new(std::fs::File::from(w));
+        // The copier is killed while this writes: a broken pipe then is the point.
+        if out.write_all(&head).and_then(|()| out.flush()).is_ok() {
+            let _ = wait.recv();
+        }
+    });
+    let address_bus = &bus;
+    std::thread::scope(|s| {
+        let sealing = s.spawn(move || {
+            common::call(address_bus, common::keeper(), move |p| {
+                Box::pin(async move {
+                    p.seal(USB, FULL, &uuid.to_string(), "", "", common::fd(r))
+                        .await
+                })
+            })
+        });
+        let uploaded = testbed::wait_until(Duration::from_secs(60), || {
+            !stored_parts(&places).is_empty()
+        });
+        assert!(
+            uploaded.is_some(),
+            "no part was stored while the stream was cut short"
+        );
+        copier.kill();
+        let answer = sealing.join().expect("the call");
+        assert!(answer.is_err(), "{answer:?}");
+    });
+    let _ = go.send(());
+    writer.join().expect("the writer");
+    assert!(
+        !stored_parts(&places).is_empty(),
+        "the dead copier left its parts"
+    );
+
+    let _copier = CopierDaemon::start(&bus, &places);
+    assert!(copies(&bus).is_empty(), "nothing listed");
+    let parts = stored_parts(&places);
+    assert!(parts.is_empty(), "cleaned: {parts:?}");
+}
+
+#[test]
+fn a_flipped_byte_fails_verify_and_unseal_hands_the_stem_an_abort_not_an_end() {
+    if !common::require() {
+        return;
+    }
+    let bus = PrivateBus::start();
+    let places = Places::new("");
+    let _copier = CopierDaemon::start(&bus, &places);
+    let stream = incompressible(200_000);
+    let uuid = uuid::Uuid::from_u128(0x53);
+    common::seal(&bus, FULL, uuid, None, &stream, Ending::End).expect("copy");
+    let part = places.target.join(&stored_parts(&places)[0]);
+    let mut bytes = std::fs::read(&part).expect("read the part");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    std::fs::write(&part, &bytes).expect("write the part back");
+
+    let verified = common::call(&bus, common::keeper(), |p| {
+        Box::pin(async move { p.verify(USB, vec![]).await })
+    })
+    .expect("verify answers");
+    assert_eq!(verified.len(), 1);
+    assert!(!verified[0].ok, "{verified:?}");
+    assert!(!verified[0].problem.is_empty());
+    let (answer, read) = common::unseal(&bus, FULL);
+    let e = answer.expect_err("refused");
+    assert_eq!(e.kind(), Some(ErrorKind::Untrusted), "{e:?}");
+    let stem_saw = read.expect_err("no END reaches the stem");
+    assert!(stem_saw.contains("abort"), "{stem_saw}");
+}
+
+#[test]
+fn a_stem_that_stops_writing_is_given_up_and_the_target_is_free_again() {
+    if !common::require() {
+        return;
+    }
+    let bus = PrivateBus::start();
+    let places = Places::new("");
+    let _copier = CopierDaemon::start_args(&bus, &places, &[], &["--stall-secs", "2"]);
+    let (r, w) = common::pipe();
+    let stream = incompressible(50_000);
+    let uuid = uuid::Uuid::from_u128(0x54);
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    // Writes part of the stream and then neither writes nor closes, until the test ends.
+    let writer = std::thread::spawn(move || {
+        let mut out = stem_interface::pipe::FrameWriter::new(std::fs::File::from(w));
+        let _ = out.write_all(&stream[..20_000]).and_then(|()| out.flush());
+        let _ = wait.recv();
+    });
+    let started = std::time::Instant::now();
+    let answer = common::call(&bus, common::keeper(), move |p| {
+        Box::pin(async move {
+            p.seal(USB, FULL, &uuid.to_string(), "", "", common::fd(r))
+                .await
+        })
+    });
+    let e = answer.expect_err("given up");
+    assert!(
+        e.message().contains("moved nothing for 2 s"),
+        "{}",
+        e.message()
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let _ = done.send(());
+    writer.join().expect("writer");
+    assert!(copies(&bus).is_empty());
+    assert!(stored_parts(&places).is_empty());
+}
