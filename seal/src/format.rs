@@ -487,7 +487,9 @@ fn parse_manifest(bytes: &[u8], key: &SealKey, name: &str) -> Result<Manifest, S
         return Err("its manifest has no MAC line (damaged or cut short)".into());
     }
     let (mac_hex, body) = (&rest[..64], &rest[65..]);
-    let tag = hex::decode(mac_hex).map_err(|_| "its manifest's MAC line is not hex (damaged)")?;
+    let tag = hex::decode(mac_hex).map_err(|_| {
+        "its manifest does not authenticate with this machine's key (its MAC line is not hex: changed or damaged)"
+    })?;
     let mut mac = HmacSha256::new_from_slice(key.mac_key()).expect("HMAC takes any key length");
     mac.update(body);
     mac.verify_slice(&tag).map_err(|_| {

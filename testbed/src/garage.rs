@@ -48,6 +48,20 @@ impl Garage {
             eprintln!("\n*** SKIPPED: {why}; this Garage (S3) test did not run ***\n");
             return Ok(None);
         };
+        // The ports are picked free but taken only when Garage binds them: another process
+        // may take one in between. Then Garage exits, and a new pick is tried.
+        let mut last = None;
+        for _ in 0..3 {
+            match Self::start_with(&binary) {
+                Ok(garage) => return Ok(Some(garage)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("testbed::garage: not started")))
+    }
+
+    fn start_with(binary: &Path) -> io::Result<Garage> {
+        let binary = binary.to_owned();
         let dir = tempfile::Builder::new()
             .prefix("tacid-testbed-garage-")
             .tempdir()?;
@@ -91,8 +105,22 @@ impl Garage {
         };
         // From here on Drop kills the server whatever fails.
         let start = Instant::now();
+        // `node id` reads the key from disk; `status` needs the server's RPC answering.
         let node = loop {
-            match garage.cli(&["node", "id", "-q"]) {
+            if let Some(status) = garage
+                .server
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                return Err(io::Error::other(format!(
+                    "testbed::garage: the server exited ({status}); its log:\n{}",
+                    garage.log()
+                )));
+            }
+            match garage
+                .cli(&["status"])
+                .and_then(|_| garage.cli(&["node", "id", "-q"]))
+            {
                 Ok(out) if out.contains('@') => break out.trim().to_owned(),
                 _ if start.elapsed() > Duration::from_secs(30) => {
                     return Err(io::Error::other(format!(
@@ -139,7 +167,7 @@ impl Garage {
             "--key",
             "tacid-test-key",
         ])?;
-        Ok(Some(garage))
+        Ok(garage)
     }
 
     /// `http://127.0.0.1:PORT`.

@@ -152,30 +152,62 @@ impl S3Store {
             text
         };
         let shown = &self.shown;
+        // A request that never got an HTTP answer (connect, send, timeout, cut): the store
+        // is unreachable, whatever the words of the layers below.
+        let transport = {
+            let mut source = std::error::Error::source(&e);
+            let mut found = false;
+            while let Some(s) = source {
+                if let Some(http) = s.downcast_ref::<object_store::client::HttpError>() {
+                    use object_store::client::HttpErrorKind as K;
+                    found = matches!(
+                        http.kind(),
+                        K::Connect | K::Request | K::Timeout | K::Interrupted
+                    );
+                }
+                source = s.source();
+            }
+            found
+        };
+        let says = |words: &[&str]| words.iter().any(|w| chain.contains(w));
         match e {
             object_store::Error::NotFound { .. } => {
                 StoreError::NotFound(format!("{doing}: not on {shown}"))
             }
-            _ if ["507", "EntityTooLarge", "QuotaExceeded", "quota is reached", "InsufficientStorage", "No space left"]
-                .iter()
-                .any(|w| chain.contains(w)) =>
-            {
-                StoreError::Full(format!(
-                    "{shown} is full or refuses the size ({doing}): {said}; free space there or raise its quota"
-                ))
-            }
-            _ if ["timed out", "timeout", "Timeout", "error sending request", "onnection refused", "connect", "dns error"]
-                .iter()
-                .any(|w| chain.contains(w)) =>
+            _ if transport
+                || says(&[
+                    "timed out",
+                    "error sending request",
+                    "onnection refused",
+                    "onnection reset",
+                    "dns error",
+                ]) =>
             {
                 StoreError::Unreachable(format!(
                     "{shown} could not be reached or did not answer in time ({doing}): {}; check the endpoint and the network, then try again",
                     capped(&chain)
                 ))
             }
-            _ if ["403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"]
-                .iter()
-                .any(|w| chain.contains(w)) =>
+            // Garage says "quota is reached" (403); others 507 or an S3 error code.
+            _ if says(&[
+                "status code: 507",
+                "EntityTooLarge",
+                "QuotaExceeded",
+                "quota is reached",
+                "InsufficientStorage",
+                "No space left",
+            ]) =>
+            {
+                StoreError::Full(format!(
+                    "{shown} is full or refuses the size ({doing}): {said}; free space there or raise its quota"
+                ))
+            }
+            _ if says(&[
+                "status code: 403",
+                "AccessDenied",
+                "InvalidAccessKeyId",
+                "SignatureDoesNotMatch",
+            ]) =>
             {
                 StoreError::Io(format!(
                     "{shown} refused the credentials ({doing}): {said}; check the credentials file and the key's rights on the bucket"

@@ -110,3 +110,46 @@ fn garage_a_part_changed_in_the_bucket_is_refused_and_a_full_bucket_is_full() {
     let listed = seal::copies(&*store, &key).unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
 }
+
+#[test]
+fn garage_wrong_credentials_are_said_so_and_the_credentials_file_is_checked() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(garage) = testbed::garage::Garage::start().unwrap() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cloud.credentials");
+    std::fs::write(
+        &file,
+        format!(
+            "# Garage key\naccess_key_id = {}\nsecret_access_key = {}\n",
+            garage.key_id(),
+            "0".repeat(64)
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = seal::read_credentials(&file).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains(&format!("chmod 0400 {}", file.display())),
+        "{e}"
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o400)).unwrap();
+    let credentials = seal::read_credentials(&file).unwrap();
+    assert_eq!(credentials.access_key_id, garage.key_id());
+    assert!(
+        !format!("{credentials:?}").contains(&"0".repeat(64)),
+        "Debug shows the secret"
+    );
+    let mut place = place(&garage, "");
+    if let StorePlace::S3 { credentials: c, .. } = &mut place {
+        *c = credentials;
+    }
+    let rt = runtime();
+    let store = seal::open_store(&place, rt.handle().clone()).unwrap();
+    let e = store.put("tacid-v1/x", b"x").unwrap_err();
+    assert!(matches!(e, seal::StoreError::Io(_)), "{e:?}");
+    assert!(e.to_string().contains("refused the credentials"), "{e}");
+    assert!(e.to_string().contains("check the credentials file"), "{e}");
+}
