@@ -656,7 +656,7 @@ fn main() {
         if garage.is_some() { "a real Garage on 127.0.0.1" } else { "no Garage (not on this machine)" }
     );
     println!(
-        "{:<40} {:>12} {:>8} {:>8} {:>12}   {:>12} {:>8} {:>12}   {:<10}",
+        "{:<40} {:>12} {:>8} {:>8} {:>12}   {:>12} {:>8} {:>12}   {:<22} {:<10}",
         "",
         "full",
         "× raw",
@@ -665,6 +665,7 @@ fn main() {
         "incremental",
         "× raw",
         "stored",
+        "full min–max",
         "incremental min–max"
     );
     for (contender, label) in LABELS {
@@ -683,7 +684,7 @@ fn main() {
         };
         let floor = floor.map(medians);
         println!(
-            "{label:<40} {} {} {:>8.1} {}   {} {} {}   {}",
+            "{label:<40} {} {} {:>8.1} {}   {} {} {}   {:<22} {}",
             ms(full),
             against(full, floor.map(|f| f.0)),
             mib(full_stream, full),
@@ -691,6 +692,7 @@ fn main() {
             ms(incremental),
             against(incremental, floor.map(|f| f.1)),
             size(c.incremental_bytes),
+            spread(&c.full),
             spread(&c.incremental)
         );
     }
