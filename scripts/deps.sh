@@ -21,8 +21,8 @@ TACID_DEBIAN_PACKAGES=(
     openssh-client       # ssh and ssh-keygen for it
     iproute2             # ip netns: the sshd's network namespace
     btrbk                # the copies bench compares against it
-    restic               # the sealed copies bench compares against it
-    age rclone           # the sealed copies bench's raw floor: zstd | age, rclone into Garage
+    restic age           # the sealed-copies bench compares against them (with zstd)
+    rclone               # the sealed copies bench's raw floor into Garage (rclone rcat)
 )
 
 install_debian_packages() {

@@ -246,59 +246,109 @@ pub fn seal_with(
     Ok(manifest)
 }
 
-/// Read the stream into zstd into the parts; the stream's bytes.
+/// Read the stream into zstd into the parts; the stream's bytes. The stream is read on
+/// this thread and compressed, encrypted and stored on another, so that the sender (`btrfs
+/// send` behind a pipe) never waits for the compressor.
 fn compress(
     parts: &mut PartWriter<'_>,
     plaintext: &mut dyn Read,
     moved: &AtomicU64,
     name: SnapshotName,
 ) -> Result<u64, SealError> {
-    let reading = |e: io::Error| SealError::Io(format!("reading the send stream of {name}: {e}"));
-    let mut encoder = zstd::stream::write::Encoder::new(&mut *parts, ZSTD_LEVEL)
-        .map_err(|e| SealError::Io(format!("zstd: {e}")))?;
-    let mut buf = vec![0u8; 1 << 20];
-    let mut total = 0u64;
-    let mut head_checked = false;
-    loop {
-        let n = match plaintext.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(reading(e)),
-        };
-        if !head_checked {
-            // The first read may be short: top it up to the magic's length.
-            let mut have = n;
-            while have < STREAM_MAGIC.len() {
-                match plaintext.read(&mut buf[have..]) {
-                    Ok(0) => break,
-                    Ok(m) => have += m,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(reading(e)),
-                }
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
+    let abandoned = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let abandoned = &abandoned;
+        let worker = s.spawn(move || -> Result<(), SealError> {
+            let mut encoder = zstd::stream::write::Encoder::new(&mut *parts, ZSTD_LEVEL)
+                .map_err(|e| SealError::Io(format!("zstd: {e}")))?;
+            // One zstd worker: compressing overlaps with encrypting and storing parts.
+            encoder
+                .multithread(1)
+                .map_err(|e| SealError::Io(format!("zstd: {e}")))?;
+            for chunk in rx {
+                encoder.write_all(&chunk).map_err(stored_error)?;
             }
-            if !buf[..have].starts_with(STREAM_MAGIC) {
-                return Err(SealError::Io(format!(
-                    "what was given to seal as {name} is not a btrfs send stream (it does not start with \"btrfs-stream\"); nothing was kept"
-                )));
+            // The reader gave up: no last part for a stream that is not whole.
+            if abandoned.load(Ordering::SeqCst) {
+                return Ok(());
             }
-            head_checked = true;
-            total += have as u64;
-            moved.fetch_add(have as u64, Ordering::Relaxed);
-            encoder.write_all(&buf[..have]).map_err(stored_error)?;
-            continue;
+            encoder.finish().map_err(stored_error)?;
+            parts.flush_part().map_err(stored_error)
+        });
+        let read = read_stream(plaintext, moved, name, &tx);
+        if read.is_err() {
+            abandoned.store(true, Ordering::SeqCst);
         }
-        total += n as u64;
-        moved.fetch_add(n as u64, Ordering::Relaxed);
-        encoder.write_all(&buf[..n]).map_err(stored_error)?;
+        drop(tx);
+        let worked = worker
+            .join()
+            .unwrap_or_else(|_| Err(SealError::Io("the sealing thread panicked".into())));
+        match (read, worked) {
+            // The worker stopped first (a store error): the reader saw only a closed channel.
+            (Err(ReadStop::WorkerGone), Err(e)) | (Ok(_), Err(e)) => Err(e),
+            (Err(ReadStop::WorkerGone), Ok(())) => {
+                Err(SealError::Io("the sealing thread stopped early".into()))
+            }
+            (Err(ReadStop::Failed(e)), _) => Err(e),
+            (Ok(total), Ok(())) => Ok(total),
+        }
+    })
+}
+
+enum ReadStop {
+    WorkerGone,
+    Failed(SealError),
+}
+
+/// The stream's bytes, checked to start as a send stream, sent on in chunks.
+fn read_stream(
+    plaintext: &mut dyn Read,
+    moved: &AtomicU64,
+    name: SnapshotName,
+    tx: &std::sync::mpsc::SyncSender<Vec<u8>>,
+) -> Result<u64, ReadStop> {
+    let reading = |e: io::Error| {
+        ReadStop::Failed(SealError::Io(format!(
+            "reading the send stream of {name}: {e}"
+        )))
+    };
+    const CHUNK: usize = 256 << 10;
+    let mut total = 0u64;
+    let mut first = true;
+    loop {
+        let mut buf = vec![0u8; CHUNK];
+        let mut have = 0;
+        // Fill the chunk (a pipe gives 64 KiB at a time) or reach the end.
+        while have < CHUNK {
+            match plaintext.read(&mut buf[have..]) {
+                Ok(0) => break,
+                Ok(n) => have += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(reading(e)),
+            }
+        }
+        if have == 0 {
+            break;
+        }
+        if first {
+            if !buf[..have].starts_with(STREAM_MAGIC) {
+                return Err(ReadStop::Failed(SealError::Io(format!(
+                    "what was given to seal as {name} is not a btrfs send stream (it does not start with \"btrfs-stream\"); nothing was kept"
+                ))));
+            }
+            first = false;
+        }
+        buf.truncate(have);
+        total += have as u64;
+        moved.fetch_add(have as u64, Ordering::Relaxed);
+        tx.send(buf).map_err(|_| ReadStop::WorkerGone)?;
     }
-    if !head_checked {
-        return Err(SealError::Io(format!(
+    if first {
+        return Err(ReadStop::Failed(SealError::Io(format!(
             "the send stream of {name} was empty; nothing was kept"
-        )));
+        ))));
     }
-    encoder.finish().map_err(stored_error)?;
-    parts.flush_part().map_err(stored_error)?;
     Ok(total)
 }
 
