@@ -22,6 +22,7 @@ TACID_DEBIAN_PACKAGES=(
     iproute2             # ip netns: the sshd's network namespace
     btrbk                # the copies bench compares against it
     restic age           # the sealed-copies bench compares against them (with zstd)
+    rclone               # the sealed copies bench's raw floor into Garage (rclone rcat)
 )
 
 install_debian_packages() {
