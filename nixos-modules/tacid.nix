@@ -144,7 +144,7 @@ let
           unit = "${cfg.package}/${unitDir}/${layout.copier_unit}";
           values = copiesValue;
         }}
-        ${lib.concatMapStringsSep "\n" (place: "echo ${lib.escapeShellArg "ReadWritePaths=${place}"}") localSealedPlaces}
+        ${lib.concatMapStringsSep "\n" (place: "echo ${lib.escapeShellArg "ReadWritePaths=-${place}"}") localSealedPlaces}
       ) >$out/${unitDir}/${layout.copier_unit}.d/${tacidLib.moduleDropIn}
     ''}
     ${lib.optionalString (!r.timeline) ''

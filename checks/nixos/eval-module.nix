@@ -341,7 +341,7 @@ in
         && !(lib.any (hasInfix layout.copier_dir) withCopies.systemd.tmpfiles.rules)))
     (check "sealed copies: the copier is told the copies file by its drop-in, which makes each sealed directory writable for it and nothing else"
       (hasInfix "${layout.copier_unit}.d" (dropInScript withSealed)
-        && hasInfix "echo 'ReadWritePaths=/mnt/usb/tacid'" (dropInScript withSealed)
+        && hasInfix "echo 'ReadWritePaths=-/mnt/usb/tacid'" (dropInScript withSealed)
         && lib.length (lib.splitString "ReadWritePaths=" (dropInScript withSealed)) == 2
         && lib.length (lib.splitString "| --copies-config ${withSealed.services.tacid.copiesConfigFile}|" (dropInScript withSealed)) == 4))
     (check "sealed copies: the stem gets neither the network drop-in nor ssh for a sealed SSH target"

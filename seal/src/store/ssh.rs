@@ -331,7 +331,11 @@ impl Store for SshStore {
 
 /// Write `bytes` at `path` (mode 0600, not through a symlink), replacing it atomically.
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
+    // Named after the whole file name: `with_extension` would give every target's
+    // `known_hosts.<label>` the same temporary, and two targets' acts would race on it.
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(format!(".tmp.{}", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
