@@ -249,6 +249,11 @@ pub fn seal_with(
 /// Read the stream into zstd into the parts; the stream's bytes. The stream is read on
 /// this thread and compressed, encrypted and stored on another, so that the sender (`btrfs
 /// send` behind a pipe) never waits for the compressor.
+/// The zstd worker's job: input compressed as one piece and then given out.
+const ZSTD_JOB_BYTES: u32 = 4 << 20;
+/// How long the stream may pause before what zstd holds is flushed out into parts.
+const IDLE_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn compress(
     parts: &mut PartWriter<'_>,
     plaintext: &mut dyn Read,
@@ -266,8 +271,23 @@ fn compress(
             encoder
                 .multithread(1)
                 .map_err(|e| SealError::Io(format!("zstd: {e}")))?;
-            for chunk in rx {
-                encoder.write_all(&chunk).map_err(stored_error)?;
+            // Small jobs: the worker's output comes out a job at a time, so a part is stored
+            // while the stream still flows, not only once a default-sized job (up to tens of
+            // MiB) has filled.
+            encoder
+                .set_parameter(zstd::stream::raw::CParameter::JobSize(ZSTD_JOB_BYTES))
+                .map_err(|e| SealError::Io(format!("zstd: {e}")))?;
+            // zstd's worker gives out what it compressed only when it is called again: while
+            // the sender pauses, flush (blocks, not the frame), so that what came is sealed and
+            // stored as parts fill, not held until more input arrives.
+            loop {
+                match rx.recv_timeout(IDLE_FLUSH) {
+                    Ok(chunk) => encoder.write_all(&chunk).map_err(stored_error)?,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        encoder.flush().map_err(stored_error)?
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                }
             }
             // The reader gave up: no last part for a stream that is not whole.
             if abandoned.load(Ordering::SeqCst) {
@@ -323,7 +343,12 @@ fn read_stream(
         while have < CHUNK {
             match plaintext.read(&mut buf[have..]) {
                 Ok(0) => break,
-                Ok(n) => have += n,
+                Ok(n) => {
+                    have += n;
+                    // Counted as read, not as a chunk is sent on: a slow sender's progress
+                    // shows before a whole chunk has come.
+                    moved.fetch_add(n as u64, Ordering::Relaxed);
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(reading(e)),
             }
@@ -341,7 +366,6 @@ fn read_stream(
         }
         buf.truncate(have);
         total += have as u64;
-        moved.fetch_add(have as u64, Ordering::Relaxed);
         tx.send(buf).map_err(|_| ReadStop::WorkerGone)?;
     }
     if first {
