@@ -8,6 +8,12 @@
 //!   for root).
 //! - [`peer_gone`]: whether a failed call failed because the peer is not on the bus, or
 //!   left it while the call waited, rather than because it answered an error.
+//! - [`only`]: a daemon that serves one user only (the stem and the copier serve the keeper).
+//! - [`owner`]: the caller's side: which connection owns a well-known name and as which uid,
+//!   checked before anything is handed to it.
+
+pub mod only;
+pub mod owner;
 
 use std::collections::HashMap;
 use std::sync::Mutex;

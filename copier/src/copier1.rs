@@ -239,7 +239,7 @@ impl Copier1 {
 pub fn introspection_xml() -> String {
     let iface = Copier1 {
         copier: None,
-        keeper_only: KeeperOnly::nobody(),
+        keeper_only: crate::caller::nobody(),
     };
     let mut xml = String::from(
         "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \

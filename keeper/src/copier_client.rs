@@ -16,6 +16,8 @@ use zbus::proxy::CacheProperties;
 use zbus::Connection;
 use zbus::{Fd, Signature, Type};
 
+use bus_peer::owner::NotTheOwner;
+
 use crate::wire::KeeperError;
 
 /// What the caller is told when the copier is not on the bus.
@@ -75,6 +77,10 @@ pub enum CopierError {
         layout::names::COPIER_UNIT
     )]
     WentAway,
+    /// Whoever owns the copier's name is not the copier's user, or who it is could not be
+    /// learnt: nothing is handed to it (the words say what and what to do).
+    #[error("{0}")]
+    NotTheCopier(String),
     /// A named error of `org.tacid.Copier1`.
     #[error("the copier refused: {message}")]
     Refused { kind: ErrorKind, message: String },
@@ -113,6 +119,7 @@ pub(crate) fn copier_error(e: CopierError) -> KeeperError {
             KeeperError::CopierNotRunning(e.to_string())
         }
         CopierError::Bus(m) => KeeperError::CopierFailed(format!("the copier failed: {m}")),
+        CopierError::NotTheCopier(m) => KeeperError::CopierFailed(m),
         CopierError::Refused { kind, message } => match kind {
             ErrorKind::NotPermitted
             | ErrorKind::NoKey
@@ -132,10 +139,14 @@ pub(crate) fn copier_error(e: CopierError) -> KeeperError {
     }
 }
 
-/// The copier, over the keeper's bus connection (set once the connection exists).
+/// The copier, over the keeper's bus connection (set once the connection exists), called
+/// only once the bus says its name is owned by the copier's user.
 #[derive(Debug, Default)]
 pub struct CopierClient {
     connection: OnceLock<Connection>,
+    /// The copier's user (`--copier-user`); `layout::names::COPIER_USER` unless told.
+    user: OnceLock<String>,
+    owners: bus_peer::owner::Owners,
 }
 
 impl CopierClient {
@@ -144,9 +155,57 @@ impl CopierClient {
         let _ = self.connection.set(connection);
     }
 
+    /// The copier runs as `user` (once; before the first call).
+    pub fn expect_user(&self, user: &str) {
+        let _ = self.user.set(user.to_owned());
+    }
+
+    fn user(&self) -> &str {
+        self.user
+            .get()
+            .map(String::as_str)
+            .unwrap_or(layout::names::COPIER_USER)
+    }
+
+    /// A proxy to the connection that owns the copier's name, once the bus has said that
+    /// connection runs as the copier's user: the bus policy says only that user may own the
+    /// name, but a policy file installed wrong must not be enough to hand a stranger a pipe
+    /// or a copy's name. The proxy calls the owner's unique name, which no other connection
+    /// can take over between this check and the call. Any error deciding is a refusal.
     async fn proxy(&self) -> Result<Copier1Proxy<'static>, CopierError> {
         let conn = self.connection.get().ok_or(CopierError::NotRunning)?;
+        let name = layout::names::COPIER_BUS_NAME;
+        let user = self.user();
+        let uid = bus_peer::only::uid_of_user(user).map_err(|e| {
+            CopierError::NotTheCopier(format!(
+                "cannot tell whether {name} is the copier: the copier's user {user} cannot be                  looked up ({e}); create it (the NixOS module does when a target is sealed)                  or name it with tacid-keeper's --copier-user"
+            ))
+        })?;
+        let owner = match self.owners.owned_by(conn, name, uid).await {
+            Err(NotTheOwner::NoOwner) => {
+                // Nobody owns it yet: the bus may start it (D-Bus activation), as a call to
+                // the name would have.
+                bus_peer::owner::start_service(conn, name).await;
+                self.owners.owned_by(conn, name, uid).await
+            }
+            other => other,
+        };
+        let owner = owner.map_err(|e| match e {
+            NotTheOwner::NoOwner => CopierError::NotRunning,
+            NotTheOwner::Bus(m) => CopierError::NotTheCopier(format!(
+                "cannot tell who owns {name} on the bus ({m}); nothing was handed to it: \
+                 check that the bus is running and try again"
+            )),
+            NotTheOwner::Stranger { unique, uid: theirs } => CopierError::NotTheCopier(format!(
+                "{name} is owned by {unique}, which runs as uid {theirs}, not as the copier's \
+                 user {user} (uid {uid}): refused to hand it anything. Find and stop that \
+                 process (`busctl --system status {name}`), check that the bus policy lets \
+                 only {user} own {name}, then start {unit}",
+                unit = layout::names::COPIER_UNIT
+            )),
+        })?;
         Copier1Proxy::builder(conn)
+            .destination(owner)
             .cache_properties(CacheProperties::No)
             .build()
             .await
@@ -154,17 +213,20 @@ impl CopierClient {
     }
 
     /// Call `f` on the proxy; when the copier is not there, wait a moment and try once more
-    /// (it may be starting: the bus may activate it).
+    /// (it may be starting), the owner checked again.
     async fn call<T, F, Fut>(&self, f: F) -> Result<T, CopierError>
     where
         F: Fn(Copier1Proxy<'static>) -> Fut,
         Fut: std::future::Future<Output = Result<T, copier1::Error>>,
     {
-        let proxy = self.proxy().await?;
-        match f(proxy.clone()).await.map_err(classify) {
+        let first = match self.proxy().await {
+            Ok(proxy) => f(proxy).await.map_err(classify),
+            Err(e) => Err(e),
+        };
+        match first {
             Err(CopierError::NotRunning) => {
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                f(proxy).await.map_err(classify)
+                f(self.proxy().await?).await.map_err(classify)
             }
             other => other,
         }

@@ -133,7 +133,10 @@ fn whole_target_failed(e: &StemError) -> bool {
                 | ErrorKind::TargetFull
                 | ErrorKind::NoSuchTarget
         ),
-        StemError::NotRunning | StemError::WentAway | StemError::Bus(_) => true,
+        StemError::NotRunning
+        | StemError::WentAway
+        | StemError::Bus(_)
+        | StemError::NotTheStem(_) => true,
     }
 }
 
@@ -144,7 +147,9 @@ fn error_name(e: &StemError) -> String {
         StemError::NotRunning | StemError::WentAway => keeper_interface::ErrorKind::StemNotRunning
             .name()
             .to_owned(),
-        StemError::Bus(_) => keeper_interface::ErrorKind::StemFailed.name().to_owned(),
+        StemError::Bus(_) | StemError::NotTheStem(_) => {
+            keeper_interface::ErrorKind::StemFailed.name().to_owned()
+        }
     }
 }
 

@@ -296,7 +296,8 @@ impl Reconcile {
     /// have acted (it went away mid-call), the row stays pending and the disk settles it.
     pub async fn settle_after_stem_error(&self, id: i64, e: &StemError) -> Result<(), KeeperError> {
         match e {
-            StemError::Refused { .. } | StemError::NotRunning => {
+            // The stem was not called (NotTheStem: whoever owns its name is not root).
+            StemError::Refused { .. } | StemError::NotRunning | StemError::NotTheStem(_) => {
                 // The request was synced before the stem was asked; the disk settles it.
                 let outcome = format!("failed: {e}");
                 self.h

@@ -12,6 +12,8 @@ use stem_interface::{self as stem1, ErrorKind, Stem1Proxy};
 use zbus::proxy::CacheProperties;
 use zbus::Connection;
 
+use bus_peer::owner::NotTheOwner;
+
 use crate::journal::Member;
 use crate::wire::KeeperError;
 
@@ -103,7 +105,14 @@ pub enum StemError {
     Refused { kind: ErrorKind, message: String },
     #[error("talking to the stem failed: {0}")]
     Bus(String),
+    /// Whoever owns the stem's name is not root, or who it is could not be learnt: it is
+    /// not called (the words say what and what to do).
+    #[error("{0}")]
+    NotTheStem(String),
 }
+
+/// The stem runs as root.
+const STEM_UID: u32 = 0;
 
 /// The most calls the keeper has waiting for the stem's answer at once. The bus lets one
 /// connection wait for at most 128 replies (the system bus's `max_replies_per_connection`)
@@ -116,6 +125,7 @@ pub const MAX_CALLS_IN_FLIGHT: usize = 48;
 pub struct StemClient {
     connection: OnceLock<Connection>,
     in_flight: tokio::sync::Semaphore,
+    owners: bus_peer::owner::Owners,
 }
 
 impl Default for StemClient {
@@ -123,6 +133,7 @@ impl Default for StemClient {
         StemClient {
             connection: OnceLock::new(),
             in_flight: tokio::sync::Semaphore::new(MAX_CALLS_IN_FLIGHT),
+            owners: bus_peer::owner::Owners::default(),
         }
     }
 }
@@ -195,9 +206,39 @@ impl StemClient {
         let _ = self.connection.set(connection);
     }
 
+    /// A proxy to the connection that owns the stem's name, once the bus has said that
+    /// connection runs as root (the stem's user): the keeper hands the stem pipe ends and
+    /// takes its word on the disk, so a policy file installed wrong must not be enough for a
+    /// stranger to stand in for it. The proxy calls the owner's unique name, which no other
+    /// connection can take over between this check and the call. Any error deciding is a
+    /// refusal.
     async fn proxy(&self) -> Result<Stem1Proxy<'static>, StemError> {
         let conn = self.connection.get().ok_or(StemError::NotRunning)?;
+        let name = layout::names::STEM_BUS_NAME;
+        let owner = match self.owners.owned_by(conn, name, STEM_UID).await {
+            Err(NotTheOwner::NoOwner) => {
+                // Nobody owns it yet: the bus may start it (D-Bus activation), as a call to
+                // the name would have.
+                bus_peer::owner::start_service(conn, name).await;
+                self.owners.owned_by(conn, name, STEM_UID).await
+            }
+            other => other,
+        };
+        let owner = owner.map_err(|e| match e {
+            NotTheOwner::NoOwner => StemError::NotRunning,
+            NotTheOwner::Bus(m) => StemError::NotTheStem(format!(
+                "cannot tell who owns {name} on the bus ({m}); nothing was asked of it: \
+                 check that the bus is running and try again"
+            )),
+            NotTheOwner::Stranger { unique, uid } => StemError::NotTheStem(format!(
+                "{name} is owned by {unique}, which runs as uid {uid}, not as root: refused \
+                 to call it. Find and stop that process (`busctl --system status {name}`), \
+                 check that the bus policy lets only root own {name}, then start {unit}",
+                unit = layout::names::STEM_UNIT
+            )),
+        })?;
         Stem1Proxy::builder(conn)
+            .destination(owner)
             .cache_properties(CacheProperties::No)
             .build()
             .await
@@ -216,11 +257,14 @@ impl StemClient {
             .acquire()
             .await
             .map_err(|e| StemError::Bus(e.to_string()))?;
-        let proxy = self.proxy().await?;
-        match f(proxy.clone()).await.map_err(classify) {
+        let first = match self.proxy().await {
+            Ok(proxy) => f(proxy).await.map_err(classify),
+            Err(e) => Err(e),
+        };
+        match first {
             Err(StemError::NotRunning) => {
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                f(proxy).await.map_err(classify)
+                f(self.proxy().await?).await.map_err(classify)
             }
             other => other,
         }
@@ -701,6 +745,6 @@ pub(crate) fn stem_error(e: StemError) -> KeeperError {
                 }
             }
         }
-        StemError::Bus(_) => KeeperError::StemFailed(e.to_string()),
+        StemError::Bus(_) | StemError::NotTheStem(_) => KeeperError::StemFailed(e.to_string()),
     }
 }

@@ -243,10 +243,8 @@ impl From<WorkerGone> for Error {
     }
 }
 
-impl From<CallerRefused> for Error {
-    fn from(e: CallerRefused) -> Error {
-        Error::AccessDenied(e.to_string())
-    }
+fn refused(e: CallerRefused) -> Error {
+    Error::AccessDenied(e.to_string())
 }
 
 /// The server side: the interface served at `/org/tacid/Stem1`.
@@ -299,7 +297,7 @@ impl Stem1 {
             }
             Err(refusal) => {
                 tracing::warn!(member, %refusal, "call refused");
-                Err(refusal.into())
+                Err(refused(refusal))
             }
         }
     }
@@ -1023,7 +1021,7 @@ fn changes_info(c: &btrfs::Changes) -> ChangesInfo {
 
 /// The introspection data of `org.tacid.Stem1`, as committed in `stem-interface/org.tacid.Stem1.xml`.
 pub fn introspection_xml() -> String {
-    let iface = Stem1::new(Worker::stopped(), KeeperOnly::nobody());
+    let iface = Stem1::new(Worker::stopped(), crate::caller::nobody());
     let mut xml = String::from(
         "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \
          \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n\

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use copier::caller::KeeperOnly;
 use copier::copier1::{introspection_xml, Copier1};
 use copier::keys::KeyCommand;
 use copier::service::{Copier, Paths};
@@ -154,7 +153,7 @@ fn init_logging() {
 }
 
 async fn serve(args: Args) -> Result<(), String> {
-    let keeper_only = KeeperOnly::of_user(&args.keeper_user).map_err(|e| e.to_string())?;
+    let keeper_only = copier::caller::keeper_only(&args.keeper_user).map_err(|e| e.to_string())?;
     // A configuration that cannot be used is said now, and to every caller that names a
     // target; the copier still serves (an exit would leave the keeper only "no such name").
     let config = copier::config::load(&args.copies_config);

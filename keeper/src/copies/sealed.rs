@@ -175,7 +175,7 @@ impl SealedFailed {
 fn copier_whole(e: &CopierError) -> bool {
     use copier_interface::ErrorKind as K;
     match e {
-        CopierError::NotRunning | CopierError::WentAway => true,
+        CopierError::NotRunning | CopierError::WentAway | CopierError::NotTheCopier(_) => true,
         CopierError::Refused { kind, .. } => matches!(
             kind,
             K::Unreachable | K::Full | K::NoKey | K::KeyUnsafe | K::NotConfigured | K::NotPermitted

@@ -213,7 +213,10 @@ impl Retention {
             }
             Err(e) => {
                 // Gone mid-call: left pending, settled from the disk by the next prune.
-                if matches!(e, StemError::Refused { .. } | StemError::NotRunning) {
+                if matches!(
+                    e,
+                    StemError::Refused { .. } | StemError::NotRunning | StemError::NotTheStem(_)
+                ) {
                     let (name, failed) = (name.to_owned(), e.to_string());
                     self.h
                         .journal(move |j| {
@@ -450,7 +453,7 @@ impl Retention {
                     stem_gone = Some(e.to_string());
                 }
                 Err(e) => {
-                    if e == StemError::NotRunning {
+                    if matches!(e, StemError::NotRunning | StemError::NotTheStem(_)) {
                         stem_gone = Some(e.to_string());
                     }
                     results.push(DeletionResult {

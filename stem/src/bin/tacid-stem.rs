@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use stem::caller::KeeperOnly;
 use stem::engine::Engine;
 use stem::stem1::{introspection_xml, Stem1};
 use stem::worker::Worker;
@@ -212,7 +211,7 @@ async fn serve(args: Args, host_ns: Result<std::os::fd::OwnedFd, String>) -> Res
     let opens = start_opens(host_ns, &args);
     let idle = std::time::Duration::from_secs(args.open_idle_secs.max(1));
     let top = args.top.ok_or("--top is required")?;
-    let keeper_only = KeeperOnly::of_user(&args.keeper_user).map_err(|e| e.to_string())?;
+    let keeper_only = stem::caller::keeper_only(&args.keeper_user).map_err(|e| e.to_string())?;
     let copies_config = stem::copies::load_config(&args.copies_config)?;
     let engine = Engine::open(&top).map_err(|e| format!("cannot open {}: {e}", top.display()))?;
     engine.set_hard_floor(args.hard_floor_bytes);
