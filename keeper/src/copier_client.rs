@@ -196,7 +196,10 @@ impl CopierClient {
                 "cannot tell who owns {name} on the bus ({m}); nothing was handed to it: \
                  check that the bus is running and try again"
             )),
-            NotTheOwner::Stranger { unique, uid: theirs } => CopierError::NotTheCopier(format!(
+            NotTheOwner::Stranger {
+                unique,
+                uid: theirs,
+            } => CopierError::NotTheCopier(format!(
                 "{name} is owned by {unique}, which runs as uid {theirs}, not as the copier's \
                  user {user} (uid {uid}): refused to hand it anything. Find and stop that \
                  process (`busctl --system status {name}`), check that the bus policy lets \

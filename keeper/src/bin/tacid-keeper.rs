@@ -24,6 +24,10 @@ struct Args {
     /// Members of this group (and root) may snapshot, restore and cancel.
     #[arg(long, default_value = layout::defaults::APPROVER_GROUP)]
     approver_group: String,
+    /// The copier's user: the keeper hands a sealed copy's pipe only to the owner of
+    /// org.tacid.Copier1 that the bus says runs as this user.
+    #[arg(long, value_name = "USER", default_value = names::COPIER_USER)]
+    copier_user: String,
     /// Connect to this bus instead of the system bus (tests).
     #[arg(long, env = "TACID_BUS_ADDRESS", hide = true)]
     bus: Option<String>,
@@ -203,6 +207,7 @@ async fn run(args: Args) -> Result<(), String> {
         .await
         .map_err(|e| format!("connecting to the bus: {e}"))?;
     keeper.stem().connect(connection.clone());
+    keeper.copier().expect_user(&args.copier_user);
     keeper.copier().connect(connection.clone());
     connection
         .request_name(names::KEEPER_BUS_NAME)

@@ -144,6 +144,7 @@ fn bus_config(dir: &Path, socket: &Path) -> String {
   <include>{keeper}</include>
   <include>{stem}</include>
   {copier}
+  <includedir>{dir}/bus.d</includedir>
 </busconfig>
 "#,
         socket = socket.display(),
@@ -217,6 +218,8 @@ impl World {
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
         let socket = dir.join("bus.sock");
         let config = dir.join("bus.conf");
+        // Policies a test adds (`World::add_bus_policy`), read after the shipped ones.
+        fs::create_dir_all(dir.join("bus.d")).expect("bus.d");
         fs::write(&config, bus_config(&dir, &socket)).expect("bus config");
         let mut bus = Command::new("/usr/bin/dbus-daemon")
             .arg(format!("--config-file={}", config.display()))
@@ -286,6 +289,31 @@ impl World {
         self.fs.top()
     }
 
+    /// Add `policy` (the inside of a `<busconfig>`) to the bus's configuration, and make
+    /// the bus read it again before this returns.
+    pub fn add_bus_policy(&self, file: &str, policy: &str) {
+        fs::write(
+            self.dir.join("bus.d").join(file),
+            format!(
+                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>{policy}</busconfig>
+"#
+            ),
+        )
+        .expect("policy");
+        ok(
+            "/usr/bin/dbus-send",
+            &[
+                &format!("--bus={}", self.address),
+                "--print-reply",
+                "--dest=org.freedesktop.DBus",
+                "/org/freedesktop/DBus",
+                "org.freedesktop.DBus.ReloadConfig",
+            ],
+        );
+    }
+
     pub fn has_owner(&self, name: &str) -> bool {
         let out = Command::new("/usr/bin/dbus-send")
             .args([
@@ -301,7 +329,7 @@ impl World {
         String::from_utf8_lossy(&out.stdout).contains("boolean true")
     }
 
-    fn wait_owner(&self, name: &str, owned: bool, log: &Path) {
+    pub fn wait_owner(&self, name: &str, owned: bool, log: &Path) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while self.has_owner(name) != owned {
             assert!(

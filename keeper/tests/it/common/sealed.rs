@@ -16,6 +16,8 @@ pub struct Copier {
     pub log: PathBuf,
     /// The sealed directory target's place.
     pub vault: PathBuf,
+    /// Its copies configuration.
+    pub config: PathBuf,
 }
 
 impl Drop for Copier {
@@ -56,8 +58,33 @@ impl Copier {
 /// targets (JSON members, "" for none); the stem, the keeper and a copier told of it.
 pub fn world_with_vault(extra: &str) -> Option<(World, Copier)> {
     let mut w = World::start()?;
+    let copier = start_copier_as(&w, names::COPIER_USER, "", extra);
+    configure_daemons(&mut w, &copier);
+    Some((w, copier))
+}
+
+/// The stem and the keeper restarted with `copier`'s copies configuration.
+pub fn configure_daemons(w: &mut World, copier: &Copier) {
+    let config_arg = copier.config.to_str().expect("utf-8").to_owned();
+    w.stem_args
+        .extend(["--copies-config".to_owned(), config_arg.clone()]);
+    w.kill_stem();
+    w.start_stem();
+    w.stop_keeper_and_set_args(&[
+        "--copies-config",
+        config_arg.as_str(),
+        "--free-floor-bytes",
+        "0",
+    ]);
+    w.start_keeper(None);
+}
+
+/// A copier started on `w`'s bus as `user` (made if missing), serving the keeper's user,
+/// with its own key, state, log and copies configuration (`vault` and `extra`), their
+/// names in `w.dir` prefixed with `tag`.
+pub fn start_copier_as(w: &World, user: &str, tag: &str, extra: &str) -> Copier {
     let (cuid, cgid) = testbed::users::ensure_user(
-        names::COPIER_USER,
+        user,
         &[
             "--system",
             "--user-group",
@@ -70,9 +97,9 @@ pub fn world_with_vault(extra: &str) -> Option<(World, Copier)> {
         fs::create_dir_all(p).expect("mkdir");
         std::os::unix::fs::chown(p, Some(cuid), Some(cgid)).expect("chown");
     };
-    let vault = w.dir.join("vault");
+    let vault = w.dir.join(format!("{tag}vault"));
     owned(&vault);
-    let state = w.dir.join("copier-state");
+    let state = w.dir.join(format!("{tag}copier-state"));
     owned(&state);
     fs::set_permissions(&state, fs::Permissions::from_mode(0o700)).expect("chmod");
     let key = state.join("recovery.key");
@@ -82,7 +109,7 @@ pub fn world_with_vault(extra: &str) -> Option<(World, Copier)> {
     } else {
         format!(", {extra}")
     };
-    let config = w.dir.join("copies.json");
+    let config = w.dir.join(format!("{tag}copies.json"));
     fs::write(
         &config,
         format!(
@@ -101,10 +128,10 @@ pub fn world_with_vault(extra: &str) -> Option<(World, Copier)> {
             "--key",
             key.to_str().expect("utf-8"),
             "--user",
-            names::COPIER_USER,
+            user,
         ],
     );
-    let log = w.dir.join("copier.log");
+    let log = w.dir.join(format!("{tag}copier.log"));
     let log_file = fs::File::create(&log).expect("log");
     let child = Command::new("/usr/bin/setpriv")
         .arg(format!("--reuid={cuid}"))
@@ -127,18 +154,8 @@ pub fn world_with_vault(extra: &str) -> Option<(World, Copier)> {
         child,
         log: log.clone(),
         vault,
+        config,
     };
     w.wait_owner(names::COPIER_BUS_NAME, true, &log);
-    w.stem_args
-        .extend(["--copies-config".to_owned(), config_arg.clone()]);
-    w.kill_stem();
-    w.start_stem();
-    w.stop_keeper_and_set_args(&[
-        "--copies-config",
-        config_arg.as_str(),
-        "--free-floor-bytes",
-        "0",
-    ]);
-    w.start_keeper(None);
-    Some((w, copier))
+    copier
 }
