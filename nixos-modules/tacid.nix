@@ -447,7 +447,7 @@ in
             fullEvery = lib.mkOption {
               type = lib.types.ints.positive;
               default = d.seal_full_every;
-              description = "A full copy after this many incrementals in a chain, so that a fetch replays at most this many streams.";
+              description = "A full copy every this many copies: a chain holds at most this many copies, its full copy counted (2: full, incremental, full, …; 1: every copy full), so that a fetch replays at most this many streams.";
             };
             fullPastBytes = lib.mkOption {
               type = lib.types.nullOr lib.types.ints.unsigned;

@@ -22,7 +22,8 @@ pub struct SealedTarget {
     pub name: String,
     /// Where its copies are kept, as shown to a person (no credentials).
     pub place_shown: String,
-    /// A full copy at least every this many copies of a chain (the full counts as the first).
+    /// A full copy every this many copies: a chain holds at most this many copies, its
+    /// full copy counted (`layout::copies::Seal::full_every`).
     pub full_every: u32,
     /// A full copy when the incrementals since the last full add up past this many stored
     /// bytes; 0: past the full's own stored bytes.

@@ -44,7 +44,8 @@ pub const DEFAULT_SSH_PORT: u16 = 22;
 pub const DEFAULT_SEAL_REGION: &str = "garage";
 /// Longest S3 region name.
 pub const MAX_REGION_BYTES: usize = 64;
-/// Largest `seal.full_every`; more is a typing error (a fetch would replay that many streams).
+/// Largest `seal.full_every`; more is a typing error (a fetch would replay that many streams,
+/// one per copy of the chain).
 pub const MAX_FULL_EVERY: u32 = 10_000;
 
 /// [`TargetName`]'s grammar as a whole-string POSIX ERE (Nix's `builtins.match`).
@@ -341,7 +342,8 @@ pub struct Seal {
     /// Speak plain HTTP to the S3 endpoint instead of HTTPS (a store on the same host or
     /// link only; s3 only).
     pub http: bool,
-    /// A full copy after this many incrementals in a chain (0: every copy is full).
+    /// A full copy every this many copies: a chain holds at most this many copies, its
+    /// full copy counted (2: full, incremental, full, …; 0 and 1: every copy is full).
     pub full_every: u32,
     /// A full copy once the incrementals since the last full add up to more than this many
     /// stored bytes; `None`: more than the full's own stored bytes.

@@ -42,8 +42,10 @@ pub const KEEP_COPIES_DAILY: usize = 7;
 pub const KEEP_COPIES_WEEKLY: usize = 4;
 /// Copies: likewise for months.
 pub const KEEP_COPIES_MONTHLY: usize = 6;
-/// Sealed copies: a full copy after this many incrementals in a chain, so that a fetch
-/// replays at most this many streams and one lost part costs at most one chain.
+/// Sealed copies: a full copy every this many copies of a chain: a chain holds at most this
+/// many copies, its full copy counted (2: full, incremental, full, …; 0 and 1: every copy
+/// full), so that a fetch replays at most this many streams and one lost part costs at most
+/// one chain.
 pub const SEAL_FULL_EVERY: u32 = 30;
 /// Sealed copies: the stored bytes of one part (the compressed stream cut into pieces, each
 /// encrypted on its own), so that a part is retried, checked and fetched whole in memory.

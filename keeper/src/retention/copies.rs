@@ -451,6 +451,45 @@ mod sealed_tests {
         assert_eq!(sealed_parent("@log", &two, all, thirty), None);
     }
 
+    /// Which of the first `copies` copies of one subvolume (numbered from 1) are full under
+    /// `full_every`, each copy sealed against the parent [`sealed_parent`] chooses.
+    fn full_copies(full_every: u32, copies: u32) -> Vec<u32> {
+        let bound = ChainBound {
+            full_every,
+            full_past_bytes: Some(u64::MAX),
+        };
+        let mut held: Vec<SealedHeld> = Vec::new();
+        let mut full = Vec::new();
+        for number in 1..=copies {
+            let parent = sealed_parent("@home", &held, |_| true, bound).cloned();
+            if parent.is_none() {
+                full.push(number);
+            }
+            held.push(SealedHeld {
+                name: format!("@home.c{number}"),
+                of: "@home".into(),
+                taken_micros: i64::from(number),
+                uuid: format!("c{number}"),
+                parent_uuid: parent.as_ref().map(|p| p.uuid.clone()).unwrap_or_default(),
+                depth: parent.map(|p| p.depth + 1).unwrap_or(0),
+                stored_bytes: 1,
+            });
+        }
+        full
+    }
+
+    #[test]
+    fn full_every_n_is_a_full_copy_every_n_copies_the_full_counted() {
+        // The meaning layout::copies::Seal::full_every, the module's option and docs/nixos.md
+        // state: a chain holds at most N copies, its full copy counted.
+        assert_eq!(full_copies(2, 7), [1, 3, 5, 7]);
+        assert_eq!(full_copies(3, 7), [1, 4, 7]);
+        assert_eq!(full_copies(1, 3), [1, 2, 3]);
+        assert_eq!(full_copies(0, 3), [1, 2, 3]);
+        let default = full_copies(layout::defaults::SEAL_FULL_EVERY, 61);
+        assert_eq!(default, [1, 31, 61]);
+    }
+
     #[test]
     fn a_chain_is_bounded_by_its_incrementals_bytes() {
         let all = |_: &str| true;
