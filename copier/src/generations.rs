@@ -3,6 +3,11 @@
 //! manifest is this machine's, not that it is the newest. Kept in
 //! `COPIER_STATE_DIR/generations.json`, written durably.
 //!
+//! It keeps a tombstone for each copy it deleted (its name, UUID, generation and when), so
+//! that a store serving a deleted copy's manifest again is caught too: that manifest is
+//! genuine and as new as any this machine wrote for its name. The tombstones of a target
+//! are bounded ([`MAX_TOMBSTONES`]); past that, the oldest deletions are forgotten.
+//!
 //! What it cannot know: after a dead disk this file is gone with the machine; a store that
 //! serves an older manifest then is caught only by a generation a person remembers, or by a
 //! second target.
@@ -20,14 +25,33 @@ pub const FILE_NAME: &str = "generations.json";
 /// Larger than any file this writes for a few thousand copies; a larger one is refused.
 const MAX_BYTES: u64 = 16 << 20;
 
+/// Tombstones kept per target: about 200 bytes each in the file, so a few MiB at most,
+/// and more deletions than a target's retention makes in years.
+pub const MAX_TOMBSTONES: usize = 10_000;
+
 /// One target's memory.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TargetGenerations {
     /// The highest generation this machine gave a copy on the target.
     pub highest: u64,
-    /// Per copy name, the generation this machine last gave it (kept after a delete, so
-    /// that a deleted copy's manifest served again is refused too).
+    /// Per copy name, the generation this machine last gave it.
     pub copies: BTreeMap<String, u64>,
+    /// Per copy name, the copy this machine deleted (absent in files written before
+    /// tombstones were kept).
+    #[serde(default)]
+    pub deleted: BTreeMap<String, Tombstone>,
+}
+
+/// A copy this machine deleted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tombstone {
+    /// The deleted copy's UUID (its snapshot's), hyphenated.
+    pub uuid: String,
+    /// The deleted manifest's generation: a manifest of the name this old or older is the
+    /// deleted copy (or an older one) served again.
+    pub generation: u64,
+    /// When it was deleted (microseconds since the Unix epoch).
+    pub deleted_micros: i64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,23 +66,60 @@ pub struct Generations {
     file: File,
 }
 
-/// A manifest older than the one this machine wrote for its name.
+/// A manifest this machine knows is not the copy it keeps: an older one than it wrote for
+/// its name, or one of a copy it deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Older {
-    pub name: String,
-    pub served: u64,
-    pub wrote: u64,
+pub enum Stale {
+    Older {
+        name: String,
+        served: u64,
+        wrote: u64,
+    },
+    Deleted {
+        name: String,
+        served: u64,
+        deleted: Tombstone,
+    },
 }
 
-impl std::fmt::Display for Older {
+/// A time as people read it, in UTC (`2026-12-05 14:10:00 UTC`).
+fn when(micros: i64) -> String {
+    let format =
+        time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000)
+        .ok()
+        .and_then(|t| t.format(&format).ok())
+        .unwrap_or_else(|| format!("{micros} µs after 1970"))
+}
+
+impl std::fmt::Display for Stale {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the target served an older manifest of {} (generation {}; this machine wrote {}): \
-             someone with access to the target put back an old copy; do not trust this target \
-             until you know why, and make a new copy",
-            self.name, self.served, self.wrote
-        )
+        match self {
+            Stale::Older {
+                name,
+                served,
+                wrote,
+            } => write!(
+                f,
+                "the target served an older manifest of {name} (generation {served}; this \
+                 machine wrote {wrote}): someone with access to the target put back an old \
+                 copy; do not trust this target until you know why, and make a new copy"
+            ),
+            Stale::Deleted {
+                name,
+                served,
+                deleted,
+            } => write!(
+                f,
+                "the target served a manifest of {name} (generation {served}), a copy that \
+                 was deleted on this machine at {} (uuid {}, generation {}): someone with \
+                 access to the target put back a deleted copy; do not trust this target until \
+                 you know why, and make a new copy",
+                when(deleted.deleted_micros),
+                deleted.uuid,
+                deleted.generation
+            ),
+        }
     }
 }
 
@@ -99,11 +160,61 @@ impl Generations {
     }
 
     /// Remember that `name` on `target` is given `generation`, durably, before it returns.
+    /// A tombstone of the name goes: the new copy's generation is higher than the deleted
+    /// one's, which is then caught as older.
     pub fn remember(&mut self, target: &str, name: &str, generation: u64) -> Result<(), String> {
+        self.change(target, |t| {
+            t.highest = t.highest.max(generation);
+            t.copies.insert(name.to_owned(), generation);
+            t.deleted.remove(name);
+        })
+    }
+
+    /// Remember, durably, that this machine deletes the copy `name` on `target` (`uuid`,
+    /// `generation`) at `deleted_micros`. Past [`MAX_TOMBSTONES`] on the target, the oldest
+    /// deletion is forgotten.
+    pub fn bury(
+        &mut self,
+        target: &str,
+        name: &str,
+        uuid: &str,
+        generation: u64,
+        deleted_micros: i64,
+    ) -> Result<(), String> {
+        self.change(target, |t| {
+            t.highest = t.highest.max(generation);
+            let wrote = t.copies.remove(name).unwrap_or(0);
+            t.deleted.insert(
+                name.to_owned(),
+                Tombstone {
+                    uuid: uuid.to_owned(),
+                    generation: generation.max(wrote),
+                    deleted_micros,
+                },
+            );
+            while t.deleted.len() > MAX_TOMBSTONES {
+                let oldest = t
+                    .deleted
+                    .iter()
+                    .min_by_key(|(n, d)| (d.deleted_micros, d.generation, (*n).clone()))
+                    .map(|(n, _)| n.clone());
+                match oldest {
+                    Some(n) => t.deleted.remove(&n),
+                    None => break,
+                };
+            }
+        })
+    }
+
+    /// Apply `change` to `target`'s memory and write the whole file durably; the memory in
+    /// hand changes only once the file is written.
+    fn change(
+        &mut self,
+        target: &str,
+        change: impl FnOnce(&mut TargetGenerations),
+    ) -> Result<(), String> {
         let mut next = self.file.clone();
-        let t = next.targets.entry(target.to_owned()).or_default();
-        t.highest = t.highest.max(generation);
-        t.copies.insert(name.to_owned(), generation);
+        change(next.targets.entry(target.to_owned()).or_default());
         let bytes = serde_json::to_vec_pretty(&next).map_err(|e| e.to_string())?;
         durable::write_file(&self.path, &bytes, 0o600)
             .map_err(|e| format!("cannot write {}: {e}", self.path.display()))?;
@@ -111,18 +222,26 @@ impl Generations {
         Ok(())
     }
 
-    /// `Err` when `served` is older than what this machine wrote for `name` on `target`.
-    pub fn check(&self, target: &str, name: &str, served: u64) -> Result<(), Older> {
-        match self
-            .file
-            .targets
-            .get(target)
-            .and_then(|t| t.copies.get(name))
-        {
-            Some(&wrote) if served < wrote => Err(Older {
+    /// `Err` when the manifest of `name` of generation `served` on `target` is older than
+    /// what this machine wrote for the name, or is (or is older than) a copy it deleted.
+    pub fn check(&self, target: &str, name: &str, served: u64) -> Result<(), Stale> {
+        let Some(t) = self.file.targets.get(target) else {
+            return Ok(());
+        };
+        if let Some(&wrote) = t.copies.get(name) {
+            if served < wrote {
+                return Err(Stale::Older {
+                    name: name.to_owned(),
+                    served,
+                    wrote,
+                });
+            }
+        }
+        match t.deleted.get(name) {
+            Some(d) if served <= d.generation => Err(Stale::Deleted {
                 name: name.to_owned(),
                 served,
-                wrote,
+                deleted: d.clone(),
             }),
             _ => Ok(()),
         }
@@ -149,6 +268,78 @@ mod tests {
             .contains("older manifest of @home.x (generation 3; this machine wrote 5)"));
         assert_eq!(g.check("usb", "@home.y", 1), Ok(()));
         assert_eq!(g.check("nas", "@home.x", 1), Ok(()));
+    }
+
+    #[test]
+    fn a_deleted_copy_is_caught_until_a_newer_copy_of_its_name_is_written() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let mut g = Generations::load(dir.path()).expect("empty");
+        g.remember("usb", "@home.x", 3).expect("write");
+        // 2026-12-05 14:10:00 UTC.
+        g.bury("usb", "@home.x", "u-x", 3, 1_796_479_800_000_000)
+            .expect("write");
+        let g2 = Generations::load(dir.path()).expect("reload");
+        let stale = g2.check("usb", "@home.x", 3).expect_err("deleted");
+        assert!(
+            stale.to_string().contains(
+                "a copy that was deleted on this machine at 2026-12-05 14:10:00 UTC (uuid u-x, generation 3)"
+            ),
+            "{stale}"
+        );
+        assert!(g2.check("usb", "@home.x", 2).is_err());
+        assert_eq!(g2.check("usb", "@home.y", 3), Ok(()));
+        // Copied again: the new copy is good, the deleted one caught as older.
+        let mut g = g2;
+        g.remember("usb", "@home.x", 7).expect("write");
+        assert_eq!(g.check("usb", "@home.x", 7), Ok(()));
+        assert!(matches!(
+            g.check("usb", "@home.x", 3),
+            Err(Stale::Older { .. })
+        ));
+    }
+
+    #[test]
+    fn the_tombstones_are_bounded_the_oldest_forgotten() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let mut g = Generations::load(dir.path()).expect("empty");
+        let mut next = g.file.clone();
+        let t = next.targets.entry("usb".into()).or_default();
+        for i in 0..MAX_TOMBSTONES as u64 {
+            t.deleted.insert(
+                format!("@home.{i:05}"),
+                Tombstone {
+                    uuid: format!("u{i}"),
+                    generation: i + 1,
+                    deleted_micros: i as i64,
+                },
+            );
+        }
+        g.file = next;
+        g.bury("usb", "@home.new", "u-new", 99_999, 1 << 50)
+            .expect("write");
+        let g = Generations::load(dir.path()).expect("reload");
+        let t = g.of("usb");
+        assert_eq!(t.deleted.len(), MAX_TOMBSTONES);
+        assert!(!t.deleted.contains_key("@home.00000"));
+        assert!(t.deleted.contains_key("@home.00001"));
+        assert!(t.deleted.contains_key("@home.new"));
+        let bytes = std::fs::metadata(dir.path().join(FILE_NAME))
+            .expect("file")
+            .len();
+        assert!(bytes < MAX_BYTES / 4, "{bytes} bytes");
+    }
+
+    #[test]
+    fn a_file_without_tombstones_reads() {
+        let dir = tempfile::tempdir().expect("a directory");
+        std::fs::write(
+            dir.path().join(FILE_NAME),
+            br#"{"targets": {"usb": {"highest": 4, "copies": {"@home.x": 4}}}}"#,
+        )
+        .expect("write");
+        let g = Generations::load(dir.path()).expect("reads");
+        assert_eq!(g.of("usb").highest, 4);
+        assert!(g.of("usb").deleted.is_empty());
     }
 
     #[test]

@@ -316,8 +316,8 @@ impl Copier {
                         seal::verify_checked(store, key, &parsed, turn.moved(), &|n| {
                             remembered.get(&n.to_string()).copied()
                         })
-                        .map(|_| ())
                         .map_err(|e| e.to_string())
+                        .and_then(|chain| inner.not_stale(target, &chain).map_err(|e| e.message()))
                     }
                 };
                 let bytes_read = turn.moved().load(std::sync::atomic::Ordering::Relaxed);
@@ -345,6 +345,7 @@ impl Copier {
                 let remembered = inner.remembered(target);
                 let chain = seal::chain_checked(store, key, &name, &|n| remembered.get(&n.to_string()).copied())
                     .map_err(error_of)?;
+                inner.not_stale(target, &chain)?;
                 let bytes = seal::unseal(store, key, &chain, &mut out, turn.moved()).map_err(error_of)?;
                 Ok((chain, bytes))
             })();
@@ -370,10 +371,11 @@ impl Copier {
         .await
     }
 
-    /// Delete the copy `name` on `target`, unless another copy's chain needs it.
+    /// Delete the copy `name` on `target`, unless another copy's chain needs it. Its
+    /// tombstone is kept first, durably: its manifest served again later is refused.
     pub async fn delete(&self, target: &str, name: SnapshotName) -> Result<(), Error> {
         let n = name.to_string();
-        self.act(target, &n, "delete", move |_, _, store, key, _| {
+        self.act(target, &n, "delete", move |inner, target, store, key, _| {
             let listed = seal::copies(store, key).map_err(error_of)?;
             let needed_by: Vec<String> = listed
                 .iter()
@@ -392,6 +394,18 @@ impl Copier {
                         layout::human::and_list(&needed_by.iter().map(String::as_str).collect::<Vec<_>>())
                     ),
                 ));
+            }
+            let deleting = listed.iter().find_map(|l| match l {
+                Listed::Good(m) if m.name == name => Some((m.uuid, m.generation)),
+                _ => None,
+            });
+            if let Some((uuid, generation)) = deleting {
+                // Before the delete: a manifest put back after it must never find no record.
+                let now = layout::human::unix_micros(std::time::SystemTime::now());
+                inner
+                    .generations()
+                    .bury(target.name.as_str(), &name.to_string(), &uuid.hyphenated().to_string(), generation, now)
+                    .map_err(|e| failed(format!("{e}; {name} was not deleted: free space in {} and try again", inner.paths.state.display())))?;
             }
             seal::delete_copy(store, key, &name).map_err(error_of)
         })
@@ -479,6 +493,18 @@ impl Inner {
     fn clean(&self, target: &Target, store: &dyn Store, key: &SealKey) -> Result<(), Error> {
         let report = seal::clean(store, key).map_err(error_of)?;
         tracing::debug!(target = %target.name, ?report, "cleaned");
+        Ok(())
+    }
+
+    /// `Err` (Untrusted) when a manifest of `chain` is older than this machine wrote for its
+    /// name, or of a copy this machine deleted.
+    fn not_stale(&self, target: &Target, chain: &[seal::Manifest]) -> Result<(), Error> {
+        let generations = self.generations();
+        for m in chain {
+            generations
+                .check(target.name.as_str(), &m.name.to_string(), m.generation)
+                .map_err(|stale| Error::new(ErrorKind::Untrusted, stale.to_string()))?;
+        }
         Ok(())
     }
 

@@ -1,4 +1,5 @@
-//! A target that serves an older genuine manifest, and a copier killed mid-upload.
+//! A target that serves an older genuine manifest, or a deleted copy's again, and a copier
+//! killed mid-upload.
 
 use std::io::Write as _;
 use std::time::Duration;
@@ -107,6 +108,99 @@ fn an_older_manifest_put_back_is_untrusted() {
         !verified[0].ok && verified[0].problem.contains("older manifest"),
         "{verified:?}"
     );
+}
+
+#[test]
+fn a_deleted_copy_put_back_is_untrusted() {
+    if !common::require() {
+        return;
+    }
+    let bus = PrivateBus::start();
+    let places = Places::new("");
+    let _copier = CopierDaemon::start(&bus, &places);
+    let stream = incompressible(100_000);
+    let uuid = uuid::Uuid::from_u128(0x53);
+    let copy = common::seal(&bus, FULL, uuid, None, &stream, Ending::End).expect("copy");
+    // What a hostile store keeps: the whole copy, manifest and parts.
+    let saved = places.dir.path().join("saved");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&places.target)
+        .arg(&saved)
+        .status()
+        .expect("cp");
+    assert!(cp.success());
+    let before = std::time::SystemTime::now();
+    common::call(&bus, common::keeper(), |p| {
+        Box::pin(async move { p.delete(USB, FULL).await })
+    })
+    .expect("delete");
+    let after = std::time::SystemTime::now();
+    assert!(places.objects().is_empty(), "{:?}", places.objects());
+    // The copier's record names it, durably (the file is what outlives a restart).
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(places.state.join("generations.json")).expect("the record"),
+    )
+    .expect("JSON");
+    let tomb = &record["targets"][USB]["deleted"][FULL];
+    assert_eq!(tomb["uuid"], uuid.hyphenated().to_string(), "{record}");
+    assert_eq!(tomb["generation"], copy.generation, "{record}");
+    // Put the deleted copy back, whole and genuine.
+    let status = std::process::Command::new("cp")
+        .args(["-a", "-T"])
+        .arg(&saved)
+        .arg(&places.target)
+        .status()
+        .expect("cp back");
+    assert!(status.success());
+
+    let deleted_at = |text: &str| {
+        text.contains(&format!(
+            "a manifest of {FULL} (generation {}), a copy that was deleted on this machine at ",
+            copy.generation
+        )) && [before, after]
+            .iter()
+            .any(|t| text.contains(&format!("at {}:", time_of(*t))))
+    };
+    let listed = copies(&bus);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(deleted_at(&listed[0].problem), "{listed:?}");
+    let (answer, read) = common::unseal(&bus, FULL);
+    let e = answer.expect_err("refused");
+    assert_eq!(e.kind(), Some(ErrorKind::Untrusted), "{e:?}");
+    assert!(deleted_at(&e.message()), "{}", e.message());
+    let stem_saw = read.expect_err("the stem gets no END");
+    assert!(stem_saw.contains("deleted on this machine"), "{stem_saw}");
+    let verified = common::call(&bus, common::keeper(), |p| {
+        Box::pin(async move { p.verify(USB, vec![FULL.into()]).await })
+    })
+    .expect("verify answers");
+    assert!(
+        !verified[0].ok && deleted_at(&verified[0].problem),
+        "{verified:?}"
+    );
+    // A new copy of the same snapshot is good again; the deleted one stays refused.
+    common::call(&bus, common::keeper(), |p| {
+        Box::pin(async move { p.delete(USB, FULL).await })
+    })
+    .expect("the served-again copy deleted");
+    let again = common::seal(&bus, FULL, uuid, None, &stream, Ending::End).expect("copy again");
+    assert!(again.generation > copy.generation);
+    let listed = copies(&bus);
+    assert_eq!(listed[0].problem, "", "{listed:?}");
+}
+
+/// `t` to the minute, in UTC, as the copier words a time (`2026-12-05 14:10`).
+fn time_of(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    let out = std::process::Command::new("date")
+        .args(["-u", "-d", &format!("@{secs}"), "+%Y-%m-%d %H:%M"])
+        .output()
+        .expect("date");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 #[test]
