@@ -26,6 +26,7 @@
 
 pub mod command_line;
 pub mod garage;
+pub mod peaks;
 pub mod send_stream;
 pub mod ssh;
 

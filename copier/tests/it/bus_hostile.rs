@@ -6,38 +6,13 @@ use std::time::Duration;
 
 use copier_interface::ErrorKind;
 
-use crate::common::{self, CopierDaemon, Ending, Places, PrivateBus, FULL, USB};
+use crate::common::{self, incompressible, CopierDaemon, Ending, Places, PrivateBus, FULL, USB};
 
 fn copies(bus: &PrivateBus) -> Vec<copier_interface::SealedCopy> {
     common::call(bus, common::keeper(), |p| {
         Box::pin(async move { p.copies(USB).await })
     })
     .expect("copies")
-}
-
-/// A send stream (header and WRITE commands) of about `bytes` bytes zstd cannot shrink.
-fn incompressible(bytes: usize) -> Vec<u8> {
-    use testbed::send_stream::{attr, cmd, stream};
-    let mut s = 0x9e37_79b9_7f4a_7c15u64;
-    let mut commands = Vec::new();
-    let mut left = bytes;
-    while left > 0 {
-        let n = left.min(60_000);
-        let mut data = Vec::with_capacity(n + 8);
-        while data.len() < n {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            data.extend_from_slice(&s.to_le_bytes());
-        }
-        data.truncate(n);
-        commands.push((
-            cmd::WRITE,
-            vec![(attr::PATH, b"f".to_vec()), (attr::DATA, data)],
-        ));
-        left -= n;
-    }
-    stream(&commands)
 }
 
 /// The parts stored under their names; not the directory store's own temporary file of a

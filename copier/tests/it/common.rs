@@ -382,6 +382,11 @@ impl CopierDaemon {
         daemon
     }
 
+    /// Its process id (setpriv executes the copier in its own process).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL, as a crash or a power cut would stop it, and wait.
     pub fn kill(mut self) {
         let _ = self.child.kill();
@@ -502,6 +507,20 @@ pub fn seal(
     stream: &[u8],
     ending: Ending,
 ) -> Result<copier_interface::Sealed, Error> {
+    seal_to(bus, USB, name, uuid, parent, stream, ending)
+}
+
+/// As [`seal`], to the sealed target `target`.
+pub fn seal_to(
+    bus: &PrivateBus,
+    target: &str,
+    name: &str,
+    uuid: uuid::Uuid,
+    parent: Option<(&str, uuid::Uuid)>,
+    stream: &[u8],
+    ending: Ending,
+) -> Result<copier_interface::Sealed, Error> {
+    let target = target.to_owned();
     let (r, w) = pipe();
     let writer = write_frames(w, stream.to_vec(), uuid, parent.map(|p| p.1), ending);
     let (pname, puuid) = parent
@@ -510,7 +529,7 @@ pub fn seal(
     let name = name.to_owned();
     let answer = call(bus, keeper(), move |p| {
         Box::pin(async move {
-            p.seal(USB, &name, &uuid.to_string(), &pname, &puuid, fd(r))
+            p.seal(&target, &name, &uuid.to_string(), &pname, &puuid, fd(r))
                 .await
         })
     });
@@ -530,6 +549,31 @@ pub fn unseal(
         Box::pin(async move { p.unseal(USB, &name, fd(w)).await })
     });
     (answer, reader.join().expect("the reader"))
+}
+
+/// A send stream (header and WRITE commands) of about `bytes` bytes zstd cannot shrink.
+pub fn incompressible(bytes: usize) -> Vec<u8> {
+    use testbed::send_stream::{attr, cmd, stream};
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    let mut commands = Vec::new();
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(60_000);
+        let mut data = Vec::with_capacity(n + 8);
+        while data.len() < n {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            data.extend_from_slice(&s.to_le_bytes());
+        }
+        data.truncate(n);
+        commands.push((
+            cmd::WRITE,
+            vec![(attr::PATH, b"f".to_vec()), (attr::DATA, data)],
+        ));
+        left -= n;
+    }
+    stream(&commands)
 }
 
 /// Two real Btrfs send streams: a full one of a tree and an incremental one on it.
