@@ -44,6 +44,68 @@ pub fn overall_exposure(security_output: &str) -> Result<f64, String> {
         .ok_or_else(|| format!("unreadable overall exposure line: {overall}"))
 }
 
+/// `systemd-analyze`, a test oracle of the shipped units; `None` after a loud message where
+/// it is missing (a failure under CI=true).
+pub fn systemd_analyze() -> Option<&'static str> {
+    let found = std::process::Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some("systemd-analyze");
+    }
+    let message = "systemd-analyze is not installed: the unit's verify and security checks \
+                   DID NOT RUN (apt-get install systemd)";
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{message}");
+    }
+    eprintln!("\n*** {message} ***\n");
+    None
+}
+
+/// `systemd-analyze verify` accepts `units` (run in the first one's directory) with nothing
+/// to say; panics with what it said otherwise.
+pub fn assert_verifies(analyze: &str, units: &[&std::path::Path]) {
+    let dir = units
+        .first()
+        .and_then(|u| u.parent())
+        .unwrap_or(std::path::Path::new("."));
+    let out = std::process::Command::new(analyze)
+        .args(["verify", "--man=no"])
+        .args(units)
+        .current_dir(dir)
+        .output()
+        .expect("run systemd-analyze verify");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "systemd-analyze verify {units:?} (exit {:?}):\n{stderr}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// The exposure score of `unit` (`systemd-analyze security --offline`), which must be at
+/// most `max` (`--threshold` makes systemd-analyze itself fail above it too); returned.
+pub fn assert_exposure_at_most(analyze: &str, unit: &std::path::Path, max: f64) -> f64 {
+    let threshold = format!("--threshold={}", (max * 10.0) as u32);
+    let out = std::process::Command::new(analyze)
+        .args(["security", "--offline=true", &threshold, "--no-pager"])
+        .arg(unit)
+        .output()
+        .expect("run systemd-analyze security");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let score = overall_exposure(&stdout)
+        .unwrap_or_else(|e| panic!("{e} in:\n{stdout}{}", String::from_utf8_lossy(&out.stderr)));
+    eprintln!("{}: exposure {score}", unit.display());
+    assert!(score <= max, "exposure {score} > {max}:\n{stdout}");
+    assert!(
+        out.status.success(),
+        "systemd-analyze security {threshold} failed:\n{stdout}"
+    );
+    score
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

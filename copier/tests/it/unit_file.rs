@@ -3,7 +3,6 @@
 //! (a loud skip otherwise, a failure under CI=true).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use layout::names;
 
@@ -177,27 +176,9 @@ fn the_activation_file_and_policy_name_the_copier_and_the_keeper() {
     assert!(!policy.contains("context=\"mandatory\""));
 }
 
-/// `systemd-analyze`, or `None` after a loud message (a failure under CI=true).
-fn systemd_analyze() -> Option<&'static str> {
-    let found = Command::new("systemd-analyze")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if found {
-        return Some("systemd-analyze");
-    }
-    let message = "systemd-analyze is not installed: the copier unit's verify and security \
-                   checks DID NOT RUN (apt-get install systemd)";
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{message}");
-    }
-    eprintln!("\n*** {message} ***\n");
-    None
-}
-
 #[test]
 fn systemd_analyze_verify_is_clean() {
-    let Some(analyze) = systemd_analyze() else {
+    let Some(analyze) = testbed::units::systemd_analyze() else {
         return;
     };
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -207,19 +188,7 @@ fn systemd_analyze_verify_is_clean() {
     let text = read(&unit_path()).replace("/usr/bin/tacid-copier", &bin.display().to_string());
     let unit = dir.path().join(names::COPIER_UNIT);
     std::fs::write(&unit, text).expect("write the rewritten unit");
-    let out = Command::new(analyze)
-        .arg("verify")
-        .arg(&unit)
-        .output()
-        .expect("run systemd-analyze verify");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stderr.trim().is_empty(),
-        "systemd-analyze verify {} (exit {:?}):\n{stderr}{}",
-        unit.display(),
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout)
-    );
+    testbed::units::assert_verifies(analyze, &[&unit]);
 }
 
 /// The exposure score (`systemd-analyze security`, 0 to 10), measured 1.2: what is left is
@@ -230,20 +199,8 @@ const MAX_EXPOSURE: f64 = 1.2;
 
 #[test]
 fn systemd_analyze_security_exposure_is_at_most_1_2() {
-    let Some(analyze) = systemd_analyze() else {
+    let Some(analyze) = testbed::units::systemd_analyze() else {
         return;
     };
-    let out = Command::new(analyze)
-        .args(["security", "--offline=true", "--no-pager"])
-        .arg(unit_path())
-        .output()
-        .expect("run systemd-analyze security");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let score = testbed::units::overall_exposure(&stdout)
-        .unwrap_or_else(|e| panic!("{e} in:\n{stdout}{}", String::from_utf8_lossy(&out.stderr)));
-    eprintln!("{}: exposure {score}", names::COPIER_UNIT);
-    assert!(
-        score <= MAX_EXPOSURE,
-        "exposure {score} > {MAX_EXPOSURE}:\n{stdout}"
-    );
+    testbed::units::assert_exposure_at_most(analyze, &unit_path(), MAX_EXPOSURE);
 }

@@ -2,25 +2,10 @@
 //! accepts the unit (`systemd-analyze verify`) with an exposure score of at most 0.5.
 
 use std::path::Path;
-use std::process::Command;
 
 fn read(rel: &str) -> String {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
-}
-
-/// `systemd-analyze` is a test oracle; where it is missing the test says so loudly, and
-/// fails under CI=true.
-fn systemd_analyze() -> Option<&'static str> {
-    if Path::new("/usr/bin/systemd-analyze").exists() {
-        return Some("/usr/bin/systemd-analyze");
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "systemd-analyze is missing under CI=true"
-    );
-    eprintln!("!!! SKIPPED: /usr/bin/systemd-analyze is missing; the unit file was not verified");
-    None
 }
 
 #[test]
@@ -68,7 +53,7 @@ fn the_bus_policy_lets_only_the_keeper_own_the_name_and_anybody_call() {
 
 #[test]
 fn systemd_accepts_the_unit_and_scores_it_hardened() {
-    let Some(analyze) = systemd_analyze() else {
+    let Some(analyze) = testbed::units::systemd_analyze() else {
         return;
     };
     let dir = tempfile::tempdir().expect("temp dir");
@@ -77,37 +62,10 @@ fn systemd_accepts_the_unit_and_scores_it_hardened() {
         .replace("/usr/bin/tacid-keeper", env!("CARGO_BIN_EXE_tacid-keeper"));
     let path = dir.path().join(layout::names::KEEPER_UNIT);
     std::fs::write(&path, unit).expect("write unit");
-    let out = Command::new(analyze)
-        .args(["verify", "--man=no"])
-        .arg(&path)
-        .output()
-        .expect("runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stderr.trim().is_empty(),
-        "systemd-analyze verify: {stderr}"
-    );
-    // At most what it was before the limits on hostile callers (adr/0016): limits must not cost
-    // hardening. The score is read and compared; `--threshold` (on a scale of 100) makes
-    // systemd-analyze itself fail above it too.
-    let threshold = format!("--threshold={}", (MAX_EXPOSURE * 10.0) as u32);
-    let out = Command::new(analyze)
-        .args(["security", "--offline=true", &threshold, "--no-pager"])
-        .arg(&path)
-        .output()
-        .expect("runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let score = testbed::units::overall_exposure(&text)
-        .unwrap_or_else(|e| panic!("{e} in:\n{text}{}", String::from_utf8_lossy(&out.stderr)));
-    eprintln!("{}: exposure {score}", layout::names::KEEPER_UNIT);
-    assert!(
-        score <= MAX_EXPOSURE,
-        "exposure {score} > {MAX_EXPOSURE}:\n{text}"
-    );
-    assert!(
-        out.status.success(),
-        "systemd-analyze security {threshold} failed:\n{text}"
-    );
+    testbed::units::assert_verifies(analyze, &[&path]);
+    // At most what it was before the limits on hostile callers (adr/0016): limits must not
+    // cost hardening.
+    testbed::units::assert_exposure_at_most(analyze, &path, MAX_EXPOSURE);
 }
 
 /// The keeper's exposure score (`systemd-analyze security`, 0 to 10): 0.5 before the limits
@@ -172,7 +130,7 @@ fn the_units_flags_are_the_layouts_defaults_and_the_keepers_own() {
 
 #[test]
 fn systemd_accepts_the_timeline_service_and_timer() {
-    let Some(analyze) = systemd_analyze() else {
+    let Some(analyze) = testbed::units::systemd_analyze() else {
         return;
     };
     let dir = tempfile::tempdir().expect("temp dir");
@@ -188,16 +146,5 @@ fn systemd_accepts_the_timeline_service_and_timer() {
     let timer_path = dir.path().join(layout::names::TIMELINE_TIMER);
     std::fs::write(&service_path, service).expect("write unit");
     std::fs::write(&timer_path, timer).expect("write timer");
-    let out = Command::new(analyze)
-        .args(["verify", "--man=no"])
-        .arg(&timer_path)
-        .arg(&service_path)
-        .current_dir(dir.path())
-        .output()
-        .expect("runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stderr.trim().is_empty(),
-        "systemd-analyze verify: {stderr}"
-    );
+    testbed::units::assert_verifies(analyze, &[&timer_path, &service_path]);
 }

@@ -9,7 +9,6 @@
 //! exists (and fail under CI=true where it does not).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use layout::names;
 
@@ -361,25 +360,6 @@ fn the_activation_file_and_policy_name_the_stem_and_the_keeper() {
     );
 }
 
-/// `systemd-analyze`, or `None` after a loud message (a failure under CI=true).
-fn systemd_analyze() -> Option<&'static str> {
-    let found = Command::new("systemd-analyze")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if found {
-        return Some("systemd-analyze");
-    }
-    let message =
-        "systemd-analyze is not installed: the unit's verify and security checks DID NOT RUN \
-                   (apt-get install systemd)";
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{message}");
-    }
-    eprintln!("\n*** {message} ***\n");
-    None
-}
-
 /// The unit as the package installs it: `/usr/bin/` rewritten to where the binary is, the
 /// same rewrite the package build does (nixos-modules/lib.nix, rewriteUnitPaths).
 fn installed_unit(dir: &Path) -> PathBuf {
@@ -393,24 +373,12 @@ fn installed_unit(dir: &Path) -> PathBuf {
 
 #[test]
 fn systemd_analyze_verify_is_clean() {
-    let Some(analyze) = systemd_analyze() else {
+    let Some(analyze) = testbed::units::systemd_analyze() else {
         return;
     };
     let dir = tempfile::tempdir().expect("a temporary directory");
     let unit = installed_unit(dir.path());
-    let out = Command::new(analyze)
-        .arg("verify")
-        .arg(&unit)
-        .output()
-        .expect("run systemd-analyze verify");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stderr.trim().is_empty(),
-        "systemd-analyze verify {} (exit {:?}):\n{stderr}{}",
-        unit.display(),
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout)
-    );
+    testbed::units::assert_verifies(analyze, &[&unit]);
 }
 
 /// The exposure score (`systemd-analyze security`, 0 to 10): the design's bound for the stem
@@ -424,27 +392,10 @@ const MAX_EXPOSURE: f64 = 2.0;
 
 #[test]
 fn systemd_analyze_security_exposure_is_at_most_2_0() {
-    let Some(analyze) = systemd_analyze() else {
+    let Some(analyze) = testbed::units::systemd_analyze() else {
         return;
     };
-    let threshold = format!("--threshold={}", (MAX_EXPOSURE * 10.0) as u32);
-    let out = Command::new(analyze)
-        .args(["security", "--offline=true", &threshold, "--no-pager"])
-        .arg(unit_path())
-        .output()
-        .expect("run systemd-analyze security");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let score = testbed::units::overall_exposure(&stdout)
-        .unwrap_or_else(|e| panic!("{e} in:\n{stdout}{}", String::from_utf8_lossy(&out.stderr)));
-    eprintln!("{}: exposure {score}", names::STEM_UNIT);
-    assert!(
-        score <= MAX_EXPOSURE,
-        "exposure {score} > {MAX_EXPOSURE}:\n{stdout}"
-    );
-    assert!(
-        out.status.success(),
-        "systemd-analyze security {threshold} failed:\n{stdout}"
-    );
+    testbed::units::assert_exposure_at_most(analyze, &unit_path(), MAX_EXPOSURE);
 }
 
 /// The shipped unit with the copies drop-ins appended (what systemd makes of a drop-in: its
@@ -470,7 +421,7 @@ const MAX_EXPOSURE_WITH_COPIES: [f64; 2] = [2.7, 3.5];
 
 #[test]
 fn systemd_analyze_with_the_copies_drop_ins() {
-    let Some(analyze) = systemd_analyze() else {
+    let Some(analyze) = testbed::units::systemd_analyze() else {
         return;
     };
     let cases = [
@@ -480,28 +431,8 @@ fn systemd_analyze_with_the_copies_drop_ins() {
     for (drop_ins, max) in cases.into_iter().zip(MAX_EXPOSURE_WITH_COPIES) {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let unit = unit_with_drop_ins(dir.path(), drop_ins);
-        let out = Command::new(analyze)
-            .arg("verify")
-            .arg(&unit)
-            .output()
-            .expect("run systemd-analyze verify");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success() && stderr.trim().is_empty(),
-            "systemd-analyze verify with {drop_ins:?}:\n{stderr}"
-        );
-        let out = Command::new(analyze)
-            .args(["security", "--offline=true", "--no-pager"])
-            .arg(&unit)
-            .output()
-            .expect("run systemd-analyze security");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let score = testbed::units::overall_exposure(&stdout)
-            .unwrap_or_else(|e| panic!("{e} in:\n{stdout}"));
-        eprintln!("{} with {drop_ins:?}: exposure {score}", names::STEM_UNIT);
-        assert!(
-            score <= max,
-            "exposure {score} > {max} with {drop_ins:?}:\n{stdout}"
-        );
+        testbed::units::assert_verifies(analyze, &[&unit]);
+        eprintln!("{} with {drop_ins:?}:", names::STEM_UNIT);
+        testbed::units::assert_exposure_at_most(analyze, &unit, max);
     }
 }
