@@ -83,9 +83,28 @@ impl Owners {
     }
 }
 
+impl Owners {
+    /// As [`Owners::owned_by`]; when nobody owns `name`, the bus is first asked to start
+    /// its service (D-Bus activation), as a call to the name would have.
+    pub async fn owned_by_or_started(
+        &self,
+        connection: &Connection,
+        name: &str,
+        uid: u32,
+    ) -> Result<OwnedUniqueName, NotTheOwner> {
+        match self.owned_by(connection, name, uid).await {
+            Err(NotTheOwner::NoOwner) => {
+                start_service(connection, name).await;
+                self.owned_by(connection, name, uid).await
+            }
+            other => other,
+        }
+    }
+}
+
 /// Ask the bus to start `name`'s service (D-Bus activation), as a call to the name would;
 /// whether it could is learnt by asking who owns the name afterwards.
-pub async fn start_service(connection: &Connection, name: &str) {
+async fn start_service(connection: &Connection, name: &str) {
     let Ok(well_known) = WellKnownName::try_from(name) else {
         return;
     };

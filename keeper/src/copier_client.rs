@@ -178,18 +178,12 @@ impl CopierClient {
         let user = self.user();
         let uid = bus_peer::only::uid_of_user(user).map_err(|e| {
             CopierError::NotTheCopier(format!(
-                "cannot tell whether {name} is the copier: the copier's user {user} cannot be                  looked up ({e}); create it (the NixOS module does when a target is sealed)                  or name it with tacid-keeper's --copier-user"
+                "cannot tell whether {name} is the copier: the copier's user {user} cannot be \
+                 looked up ({e}); create it (the NixOS module does when a target is sealed) \
+                 or name it with tacid-keeper's --copier-user"
             ))
         })?;
-        let owner = match self.owners.owned_by(conn, name, uid).await {
-            Err(NotTheOwner::NoOwner) => {
-                // Nobody owns it yet: the bus may start it (D-Bus activation), as a call to
-                // the name would have.
-                bus_peer::owner::start_service(conn, name).await;
-                self.owners.owned_by(conn, name, uid).await
-            }
-            other => other,
-        };
+        let owner = self.owners.owned_by_or_started(conn, name, uid).await;
         let owner = owner.map_err(|e| match e {
             NotTheOwner::NoOwner => CopierError::NotRunning,
             NotTheOwner::Bus(m) => CopierError::NotTheCopier(format!(

@@ -215,15 +215,7 @@ impl StemClient {
     async fn proxy(&self) -> Result<Stem1Proxy<'static>, StemError> {
         let conn = self.connection.get().ok_or(StemError::NotRunning)?;
         let name = layout::names::STEM_BUS_NAME;
-        let owner = match self.owners.owned_by(conn, name, STEM_UID).await {
-            Err(NotTheOwner::NoOwner) => {
-                // Nobody owns it yet: the bus may start it (D-Bus activation), as a call to
-                // the name would have.
-                bus_peer::owner::start_service(conn, name).await;
-                self.owners.owned_by(conn, name, STEM_UID).await
-            }
-            other => other,
-        };
+        let owner = self.owners.owned_by_or_started(conn, name, STEM_UID).await;
         let owner = owner.map_err(|e| match e {
             NotTheOwner::NoOwner => StemError::NotRunning,
             NotTheOwner::Bus(m) => StemError::NotTheStem(format!(

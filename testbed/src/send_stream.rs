@@ -104,6 +104,31 @@ pub fn escaping(name: &str, uuid: [u8; 16], victim: &str) -> Vec<u8> {
     ])
 }
 
+/// A send stream (a header and WRITE commands of at most 60 000 bytes) of about `bytes`
+/// bytes that zstd cannot shrink (xorshift from `seed`): many parts without a loop device.
+pub fn incompressible(bytes: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    let mut commands = Vec::new();
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(60_000);
+        let mut data = Vec::with_capacity(n + 8);
+        while data.len() < n {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            data.extend_from_slice(&s.to_le_bytes());
+        }
+        data.truncate(n);
+        commands.push((
+            cmd::WRITE,
+            vec![(attr::PATH, b"f".to_vec()), (attr::DATA, data)],
+        ));
+        left -= n;
+    }
+    stream(&commands)
+}
+
 #[cfg(test)]
 mod tests {
     use crate::{LoopFs, MIN_SIZE};

@@ -84,6 +84,21 @@ pub fn ensure_user(name: &str, useradd_args: &[&str]) -> (u32, u32) {
     (uid, gid)
 }
 
+/// A daemon's system user `name` (its own group, no home, no shell), made when missing:
+/// the kind the NixOS module makes for the keeper and the copier. Never removed.
+pub fn ensure_system_user(name: &str) -> (u32, u32) {
+    ensure_user(
+        name,
+        &[
+            "--system",
+            "--user-group",
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+        ],
+    )
+}
+
 /// The group `name`'s gid, made with `groupadd ARGS name` when missing. Never removed.
 pub fn ensure_group(name: &str, groupadd_args: &[&str]) -> u32 {
     let gid = |n: &str| getent("group", n).and_then(|f| f.get(2)?.parse().ok());

@@ -25,6 +25,30 @@ fn stored_parts(places: &Places) -> Vec<String> {
         .collect()
 }
 
+/// A copy of everything the target holds now, as a hostile store would keep it.
+fn keep_aside(places: &Places) -> std::path::PathBuf {
+    let saved = places.dir.path().join("saved");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&places.target)
+        .arg(&saved)
+        .status()
+        .expect("cp");
+    assert!(cp.success());
+    saved
+}
+
+/// What was kept aside, put back over what the target holds now.
+fn put_back(places: &Places, saved: &std::path::Path) {
+    let status = std::process::Command::new("cp")
+        .args(["-a", "-T"])
+        .arg(saved)
+        .arg(&places.target)
+        .status()
+        .expect("cp back");
+    assert!(status.success());
+}
+
 #[test]
 fn an_older_manifest_put_back_is_untrusted() {
     if !common::require() {
@@ -38,14 +62,7 @@ fn an_older_manifest_put_back_is_untrusted() {
     let first = common::seal(&bus, FULL, uuid, None, &stream, Ending::End).expect("copy");
     assert_eq!(first.generation, 1);
     // What a hostile store keeps: the whole first copy, manifest and parts.
-    let saved = places.dir.path().join("saved");
-    let cp = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(&places.target)
-        .arg(&saved)
-        .status()
-        .expect("cp");
-    assert!(cp.success());
+    let saved = keep_aside(&places);
     common::call(&bus, common::keeper(), |p| {
         Box::pin(async move { p.delete(USB, FULL).await })
     })
@@ -53,13 +70,7 @@ fn an_older_manifest_put_back_is_untrusted() {
     let second = common::seal(&bus, FULL, uuid, None, &stream, Ending::End).expect("copy again");
     assert_eq!(second.generation, 2);
     // Put the first copy back over the second.
-    let status = std::process::Command::new("cp")
-        .args(["-a", "-T"])
-        .arg(&saved)
-        .arg(&places.target)
-        .status()
-        .expect("cp back");
-    assert!(status.success());
+    put_back(&places, &saved);
 
     let listed = copies(&bus);
     assert_eq!(listed.len(), 1, "{listed:?}");
@@ -97,14 +108,7 @@ fn a_deleted_copy_put_back_is_untrusted() {
     let uuid = uuid::Uuid::from_u128(0x53);
     let copy = common::seal(&bus, FULL, uuid, None, &stream, Ending::End).expect("copy");
     // What a hostile store keeps: the whole copy, manifest and parts.
-    let saved = places.dir.path().join("saved");
-    let cp = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(&places.target)
-        .arg(&saved)
-        .status()
-        .expect("cp");
-    assert!(cp.success());
+    let saved = keep_aside(&places);
     let before = std::time::SystemTime::now();
     common::call(&bus, common::keeper(), |p| {
         Box::pin(async move { p.delete(USB, FULL).await })
@@ -121,13 +125,7 @@ fn a_deleted_copy_put_back_is_untrusted() {
     assert_eq!(tomb["uuid"], uuid.hyphenated().to_string(), "{record}");
     assert_eq!(tomb["generation"], copy.generation, "{record}");
     // Put the deleted copy back, whole and genuine.
-    let status = std::process::Command::new("cp")
-        .args(["-a", "-T"])
-        .arg(&saved)
-        .arg(&places.target)
-        .status()
-        .expect("cp back");
-    assert!(status.success());
+    put_back(&places, &saved);
 
     let deleted_at = |text: &str| {
         text.contains(&format!(

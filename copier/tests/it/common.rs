@@ -54,16 +54,7 @@ pub fn require() -> bool {
 
 /// A system user's uid and gid, made when missing (never removed).
 pub fn user(name: &str) -> (u32, u32) {
-    testbed::users::ensure_user(
-        name,
-        &[
-            "--system",
-            "--user-group",
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-        ],
-    )
+    testbed::users::ensure_system_user(name)
 }
 
 pub fn keeper() -> (u32, u32) {
@@ -551,29 +542,9 @@ pub fn unseal(
     (answer, reader.join().expect("the reader"))
 }
 
-/// A send stream (header and WRITE commands) of about `bytes` bytes zstd cannot shrink.
+/// A send stream of about `bytes` bytes zstd cannot shrink.
 pub fn incompressible(bytes: usize) -> Vec<u8> {
-    use testbed::send_stream::{attr, cmd, stream};
-    let mut s = 0x9e37_79b9_7f4a_7c15u64;
-    let mut commands = Vec::new();
-    let mut left = bytes;
-    while left > 0 {
-        let n = left.min(60_000);
-        let mut data = Vec::with_capacity(n + 8);
-        while data.len() < n {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            data.extend_from_slice(&s.to_le_bytes());
-        }
-        data.truncate(n);
-        commands.push((
-            cmd::WRITE,
-            vec![(attr::PATH, b"f".to_vec()), (attr::DATA, data)],
-        ));
-        left -= n;
-    }
-    stream(&commands)
+    testbed::send_stream::incompressible(bytes, 0x9e37_79b9_7f4a_7c15)
 }
 
 /// Two real Btrfs send streams: a full one of a tree and an incremental one on it.

@@ -16,10 +16,7 @@ fn bus_a_copier_name_owned_by_another_user_is_refused_and_gets_no_pipe() {
         return;
     };
     // The copier's user exists (the keeper compares the owner's uid with it).
-    testbed::users::ensure_user(
-        names::COPIER_USER,
-        &["--system", "--user-group", "--no-create-home"],
-    );
+    testbed::users::ensure_system_user(names::COPIER_USER);
     // The mistake: a policy that lets the stranger own the copier's name.
     w.add_bus_policy(
         "impostor.conf",
@@ -29,7 +26,7 @@ fn bus_a_copier_name_owned_by_another_user_is_refused_and_gets_no_pipe() {
         ),
     );
     let mut impostor = start_copier_as(&w, STRANGER, "impostor-", "");
-    configure_daemons(&mut w, &impostor);
+    configure_daemons(&mut w, &impostor.config);
     let s1 = w.snapshot_home();
 
     // Copy, list, verify, fetch: each refused with words naming the owner's uid and the

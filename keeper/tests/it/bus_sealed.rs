@@ -32,18 +32,7 @@ fn world_with_vault() -> Option<(World, testbed::LoopFs)> {
     fs::create_dir(&vault).expect("vault dir");
     let config = w.dir.join("copies.json");
     write_config(&config, &usb, &vault);
-    let config_arg = config.to_str().expect("utf-8").to_owned();
-    w.stem_args
-        .extend(["--copies-config".to_owned(), config_arg.clone()]);
-    w.kill_stem();
-    w.start_stem();
-    w.stop_keeper_and_set_args(&[
-        "--copies-config",
-        config_arg.as_str(),
-        "--free-floor-bytes",
-        "0",
-    ]);
-    w.start_keeper(None);
+    crate::common::sealed::configure_daemons(&mut w, &config);
     Some((w, target))
 }
 

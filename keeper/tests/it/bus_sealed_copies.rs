@@ -325,16 +325,7 @@ fn bus_sealed_copies_on_garage() {
             .to_string(),
     )
     .expect("credentials");
-    let (cuid, cgid) = testbed::users::ensure_user(
-        layout::names::COPIER_USER,
-        &[
-            "--system",
-            "--user-group",
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-        ],
-    );
+    let (cuid, cgid) = testbed::users::ensure_system_user(layout::names::COPIER_USER);
     std::os::unix::fs::chown(&credentials, Some(cuid), Some(cgid)).expect("chown");
     fs::set_permissions(&credentials, fs::Permissions::from_mode(0o600)).expect("chmod");
     let cloud = format!(

@@ -55,18 +55,9 @@ fn ensure_users() {
     static USERS: Once = Once::new();
     // Made once under the lock every test process takes, never removed (testbed::users).
     USERS.call_once(|| {
-        use testbed::users::{ensure_group, ensure_member, ensure_user};
+        use testbed::users::{ensure_group, ensure_member, ensure_system_user, ensure_user};
         ensure_group(APPROVER_GROUP, &["--system"]);
-        ensure_user(
-            names::KEEPER_USER,
-            &[
-                "--system",
-                "--user-group",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-            ],
-        );
+        ensure_system_user(names::KEEPER_USER);
         ensure_user(APPROVER, &["--user-group", "--no-create-home"]);
         ensure_member(APPROVER, APPROVER_GROUP);
         ensure_user(STRANGER, &["--user-group", "--no-create-home"]);

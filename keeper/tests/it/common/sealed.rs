@@ -59,13 +59,13 @@ impl Copier {
 pub fn world_with_vault(extra: &str) -> Option<(World, Copier)> {
     let mut w = World::start()?;
     let copier = start_copier_as(&w, names::COPIER_USER, "", extra);
-    configure_daemons(&mut w, &copier);
+    configure_daemons(&mut w, &copier.config);
     Some((w, copier))
 }
 
-/// The stem and the keeper restarted with `copier`'s copies configuration.
-pub fn configure_daemons(w: &mut World, copier: &Copier) {
-    let config_arg = copier.config.to_str().expect("utf-8").to_owned();
+/// The stem and the keeper restarted with the copies configuration `config`.
+pub fn configure_daemons(w: &mut World, config: &Path) {
+    let config_arg = config.to_str().expect("utf-8").to_owned();
     w.stem_args
         .extend(["--copies-config".to_owned(), config_arg.clone()]);
     w.kill_stem();
@@ -83,16 +83,7 @@ pub fn configure_daemons(w: &mut World, copier: &Copier) {
 /// with its own key, state, log and copies configuration (`vault` and `extra`), their
 /// names in `w.dir` prefixed with `tag`.
 pub fn start_copier_as(w: &World, user: &str, tag: &str, extra: &str) -> Copier {
-    let (cuid, cgid) = testbed::users::ensure_user(
-        user,
-        &[
-            "--system",
-            "--user-group",
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-        ],
-    );
+    let (cuid, cgid) = testbed::users::ensure_system_user(user);
     let owned = |p: &Path| {
         fs::create_dir_all(p).expect("mkdir");
         std::os::unix::fs::chown(p, Some(cuid), Some(cgid)).expect("chown");

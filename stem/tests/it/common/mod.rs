@@ -74,16 +74,7 @@ pub fn require_root_and_tools() -> bool {
 /// A system user's uid and gid, made with `useradd --system` when missing, under the lock
 /// every test process takes, and never removed (`testbed::users`).
 pub fn ensure_user(name: &str) -> (u32, u32) {
-    testbed::users::ensure_user(
-        name,
-        &[
-            "--system",
-            "--user-group",
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-        ],
-    )
+    testbed::users::ensure_system_user(name)
 }
 
 /// A private `dbus-daemon` with a system-like policy; killed on drop.
