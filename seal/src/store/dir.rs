@@ -486,13 +486,14 @@ impl Inner {
                 continue;
             };
             match FileType::from_raw_mode(st.st_mode) {
-                FileType::RegularFile if name.starts_with(TEMP_PREFIX) => {
-                    if modified(&st).is_some_and(|t| t < cutoff) {
-                        match rustix::fs::unlinkat(&dir, name.as_str(), AtFlags::empty()) {
-                            Ok(()) => removed += 1,
-                            Err(Errno::NOENT) => {}
-                            Err(e) => return Err(io_error(&shown.join(&name), "delete", e.into())),
-                        }
+                FileType::RegularFile
+                    if name.starts_with(TEMP_PREFIX)
+                        && modified(&st).is_some_and(|t| t < cutoff) =>
+                {
+                    match rustix::fs::unlinkat(&dir, name.as_str(), AtFlags::empty()) {
+                        Ok(()) => removed += 1,
+                        Err(Errno::NOENT) => {}
+                        Err(e) => return Err(io_error(&shown.join(&name), "delete", e.into())),
                     }
                 }
                 // Only the store's own directories: key segments.

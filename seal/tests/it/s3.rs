@@ -145,11 +145,21 @@ fn garage_every_prefix_the_configuration_accepts_holds_copies() {
     let key = seal::SealKey::generate();
     let a = "@home.2026-12-01T140200.123456Z";
     // Spaces, leading dots, '%', '#', '~' and non-ASCII: all valid in a place's prefix.
-    for (i, prefix) in ["machines/laptop", "a b/.x/..y", "100%/#1/~z/\u{e9}t\u{e9}", "p"]
-        .into_iter()
-        .enumerate()
+    for (i, prefix) in [
+        "machines/laptop",
+        "a b/.x/..y",
+        "100%/#1/~z/\u{e9}t\u{e9}",
+        "p",
+    ]
+    .into_iter()
+    .enumerate()
     {
-        let text = format!("s3://{}:{}/{}/{prefix}", garage.host(), garage.port(), garage.bucket());
+        let text = format!(
+            "s3://{}:{}/{}/{prefix}",
+            garage.host(),
+            garage.port(),
+            garage.bucket()
+        );
         let layout::copies::Place::S3 { prefix: parsed, .. } =
             layout::copies::Place::parse(&text).unwrap()
         else {
@@ -171,9 +181,17 @@ fn garage_every_prefix_the_configuration_accepts_holds_copies() {
         seal::verify(&*store, &key, &common::name(a), &AtomicU64::new(0)).unwrap();
     }
     // What the configuration refuses, the store refuses alike.
-    for bad in ["a//b", "a/../b", "a/\n", &"p".repeat(layout::copies::S3_MAX_PREFIX_BYTES + 1)] {
+    for bad in [
+        "a//b",
+        "a/../b",
+        "a/\n",
+        &"p".repeat(layout::copies::S3_MAX_PREFIX_BYTES + 1),
+    ] {
         assert!(layout::copies::check_s3_prefix(bad).is_err());
-        assert!(seal::open_store(&place(&garage, bad), rt.handle().clone()).is_err(), "{bad:?}");
+        assert!(
+            seal::open_store(&place(&garage, bad), rt.handle().clone()).is_err(),
+            "{bad:?}"
+        );
     }
 }
 

@@ -148,7 +148,9 @@ fn ssh_listings_carry_the_far_sides_times_and_old_temporaries_are_cleaned_there(
     let listed = store.list("tacid-v1/").unwrap();
     assert!(!listed.is_empty());
     for o in &listed {
-        let t = o.modified.unwrap_or_else(|| panic!("no time for {}", o.key));
+        let t = o
+            .modified
+            .unwrap_or_else(|| panic!("no time for {}", o.key));
         let off = SystemTime::now()
             .duration_since(t)
             .unwrap_or_else(|e| e.duration());
@@ -160,7 +162,10 @@ fn ssh_listings_carry_the_far_sides_times_and_old_temporaries_are_cleaned_there(
     let young_orphan = format!("tacid-v1/{}/parts/{}/000000", key.key_id(), "cd".repeat(16));
     store.put(&old_orphan, b"old").unwrap();
     store.put(&young_orphan, b"young").unwrap();
-    common::age(&far.path().join(&old_orphan), Duration::from_secs(7 * 24 * 3600));
+    common::age(
+        &far.path().join(&old_orphan),
+        Duration::from_secs(7 * 24 * 3600),
+    );
     let parts_dir = far.path().join(format!("tacid-v1/{}/parts", key.key_id()));
     let old_tmp = parts_dir.join(".tmp-put.4242");
     let young_tmp = parts_dir.join(".tmp-put.4343");
@@ -168,7 +173,11 @@ fn ssh_listings_carry_the_far_sides_times_and_old_temporaries_are_cleaned_there(
     std::fs::write(&young_tmp, b"half").unwrap();
     common::age(&old_tmp, seal::CLEAN_GRACE + Duration::from_secs(120));
     let report = seal::clean(&store, &key).unwrap();
-    assert_eq!((report.parts, report.young.len(), report.temporaries), (1, 1, 1), "{report:?}");
+    assert_eq!(
+        (report.parts, report.young.len(), report.temporaries),
+        (1, 1, 1),
+        "{report:?}"
+    );
     assert!(store.get(&old_orphan, 10).is_err());
     assert!(store.get(&young_orphan, 10).is_ok());
     assert!(!old_tmp.exists() && young_tmp.exists());
