@@ -203,9 +203,24 @@ impl SealKey {
             SealError::Io(format!("{shown} names no file; give the key file's path"))
         })?;
         // A name `load` never reads as the key: a leftover is only ever a leftover.
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(file_name);
-        tmp_name.push(format!(".tmp-{}", uuid::Uuid::new_v4().simple()));
+        let mut tmp_start = std::ffi::OsString::from(".");
+        tmp_start.push(file_name);
+        tmp_start.push(".tmp-");
+        // What a power cut during an earlier attempt left holds a secret: it goes now.
+        if let Ok(entries) = fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if name
+                    .as_encoded_bytes()
+                    .starts_with(tmp_start.as_encoded_bytes())
+                    && entry.file_type().is_ok_and(|t| t.is_file())
+                {
+                    let _ = fs::remove_file(entry.path());
+                }
+            }
+        }
+        let mut tmp_name = tmp_start;
+        tmp_name.push(uuid::Uuid::new_v4().simple().to_string());
         let tmp = dir.join(tmp_name);
         let text = format!(
             "# tacid recovery key (age identity); keep a copy away from this machine\n{}\n",
