@@ -355,13 +355,13 @@ fn listed(store: &dyn Store) -> u64 {
         .list("")
         .expect("list the store")
         .iter()
-        .map(|(_, bytes)| bytes)
+        .map(|o| o.size)
         .sum()
 }
 
 fn empty_store(store: &dyn Store) {
-    for (key, _) in store.list("").expect("list the store") {
-        store.delete(&key).expect("delete an object");
+    for o in store.list("").expect("list the store") {
+        store.delete(&o.key).expect("delete an object");
     }
 }
 

@@ -179,7 +179,9 @@ impl Copier {
     }
 
     /// Run `act` on a blocking thread holding the turn of `target`, with the key and the
-    /// store open and cleaned.
+    /// store open; before an act that writes (seal, delete), the store cleaned of what
+    /// copies cut short left long ago (a reading act removes nothing: another writer's
+    /// copy in flight must not lose its parts).
     async fn act<T: Send + 'static>(
         &self,
         target: &str,
@@ -205,8 +207,10 @@ impl Copier {
         let answer = tokio::task::spawn_blocking(move || {
             let key = load_key(&inner.paths.key)?;
             let store = inner.open_store(&target)?;
-            turn.now(&name, "clean");
-            inner.clean(&target, &*store, &key)?;
+            if matches!(doing, "seal" | "delete") {
+                turn.now(&name, "clean");
+                inner.clean(&target, &*store, &key)?;
+            }
             turn.now(&name, doing);
             act(&inner, &target, &*store, &key, &turn)
         })
@@ -307,20 +311,22 @@ impl Copier {
                 names.iter().map(|n| n.to_string()).collect()
             };
             let mut out = Vec::with_capacity(names.len());
+            let remembered = inner.remembered(target);
+            let remembered = |n: &SnapshotName| remembered.get(&n.to_string()).copied();
+            // One verifier for the act: each stored copy is read once, however many chains share it.
+            let mut verifier = seal::Verifier::new(store, key, turn.moved(), &remembered);
             for name in names {
                 turn.now(&name, "verify");
-                let result = match SnapshotName::parse(&name) {
-                    Err(e) => Err(format!("the target names a copy {} that is not a snapshot name ({e}); it is not this machine's: remove it", shown(&name))),
+                let (result, bytes_read) = match SnapshotName::parse(&name) {
+                    Err(e) => (Err(format!("the target names a copy {} that is not a snapshot name ({e}); it is not this machine's: remove it", shown(&name))), 0),
                     Ok(parsed) => {
-                        let remembered = inner.remembered(target);
-                        seal::verify_checked(store, key, &parsed, turn.moved(), &|n| {
-                            remembered.get(&n.to_string()).copied()
-                        })
-                        .map_err(|e| e.to_string())
-                        .and_then(|chain| inner.not_stale(target, &chain).map_err(|e| e.message()))
+                        let (result, bytes_read) = verifier.verify(&parsed);
+                        let result = result
+                            .map_err(|e| e.to_string())
+                            .and_then(|chain| inner.not_stale(target, &chain).map_err(|e| e.message()));
+                        (result, bytes_read)
                     }
                 };
-                let bytes_read = turn.moved().load(std::sync::atomic::Ordering::Relaxed);
                 out.push(match result {
                     Ok(()) => Verified { name, ok: true, problem: String::new(), bytes_read },
                     Err(problem) => Verified { name, ok: false, problem, bytes_read },
@@ -489,7 +495,8 @@ impl Inner {
         seal::open_store(&place, self.runtime.clone()).map_err(|e| error_of(e.into()))
     }
 
-    /// Remove the parts no manifest names (a copy cut short, a delete cut short).
+    /// Remove the parts no manifest names and the store's temporaries, once older than
+    /// seal::CLEAN_GRACE (a copy cut short, a delete cut short, a put a power cut stopped).
     fn clean(&self, target: &Target, store: &dyn Store, key: &SealKey) -> Result<(), Error> {
         let report = seal::clean(store, key).map_err(error_of)?;
         tracing::debug!(target = %target.name, ?report, "cleaned");
@@ -596,13 +603,9 @@ impl Inner {
                 stored_bytes: m.stored_bytes,
                 depth: m.depth,
             }),
-            Err(e) => {
-                // The parts of the copy cut short go now; the next act cleans what cannot.
-                if let Err(c) = seal::clean(store, key) {
-                    tracing::warn!(target = %target.name, "cannot clean after a failed seal: {c}; the next act does");
-                }
-                Err(error_of(e))
-            }
+            // The seal removed the parts of the copy cut short; what it could not, a
+            // writing act removes once older than seal::CLEAN_GRACE.
+            Err(e) => Err(error_of(e)),
         }
     }
 }

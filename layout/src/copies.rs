@@ -698,6 +698,24 @@ fn parse_host_port(hostport: &str) -> Result<(String, Option<u16>), &'static str
     Ok((host, port))
 }
 
+/// The longest prefix of an s3:// place. An object's name is the prefix, `/` and the
+/// copier's key (at most 255 bytes), and S3 allows 1024 bytes; some characters are kept
+/// spelled as three (`%` as `%25`).
+pub const S3_MAX_PREFIX_BYTES: usize = 256;
+
+/// A prefix an s3:// place may have (without its leading `/`): empty, or `/`-separated
+/// segments, none empty, `.` or `..`, no control character, at most
+/// [`S3_MAX_PREFIX_BYTES`]. The S3 store accepts exactly these.
+pub fn check_s3_prefix(prefix: &str) -> Result<(), ConfigError> {
+    if prefix.is_empty() {
+        return Ok(());
+    }
+    if prefix.len() > S3_MAX_PREFIX_BYTES {
+        return Err(ConfigError::S3Place("the prefix is at most 256 bytes"));
+    }
+    check_abs_path(&format!("/{prefix}"), "the s3:// place's prefix")
+}
+
 fn parse_s3(rest: &str) -> Result<Place, ConfigError> {
     if rest.len() > MAX_PATH_BYTES {
         return Err(ConfigError::S3Place("too long"));
@@ -720,6 +738,7 @@ fn parse_s3(rest: &str) -> Result<Place, ConfigError> {
     }
     if path.len() > bucket.len() {
         check_abs_path(&format!("/{prefix}"), "the s3:// place's prefix")?;
+        check_s3_prefix(prefix)?;
     }
     Ok(Place::S3 {
         host,
@@ -1138,6 +1157,18 @@ mod tests {
             assert_eq!(Place::parse(&place.to_string()).unwrap(), place);
         }
         assert!(Place::parse(&format!("s3://h/bkt/{}", "p".repeat(MAX_PATH_BYTES))).is_err());
+        // What the S3 store can hold under: the prefix, '/' and a key within S3's 1024 bytes.
+        assert!(Place::parse(&format!("s3://h/bkt/{}", "p".repeat(S3_MAX_PREFIX_BYTES))).is_ok());
+        let e = Place::parse(&format!(
+            "s3://h/bkt/{}",
+            "p".repeat(S3_MAX_PREFIX_BYTES + 1)
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("at most 256 bytes"), "{e}");
+        assert!(check_s3_prefix("a b/.x/..y/100%/#1").is_ok());
+        for bad in ["a//b", "a/../b", "./a", "a/\n"] {
+            assert!(check_s3_prefix(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

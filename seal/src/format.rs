@@ -1,9 +1,9 @@
 //! The sealed format: parts and the authenticated manifest; seal, list, check, unseal.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hmac::Mac as _;
 use layout::SnapshotName;
@@ -103,13 +103,26 @@ pub enum Listed {
     Bad { name: String, problem: String },
 }
 
-/// What [`clean`] removed.
+/// How long a part no manifest names, or a store's temporary file, is left alone before
+/// [`clean`] removes it: another writer on the same place (a second machine with the same
+/// imported key during a move, a copy still being sealed) puts parts before their manifest,
+/// and its copy must not lose them. A seal that ran longer than this between two parts
+/// would lose its first ones; a day is far past any.
+pub const CLEAN_GRACE: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// What [`clean`] removed and kept.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CleanReport {
-    /// The copy ids whose parts were removed (no manifest names them).
+    /// The copy ids whose parts were removed (no manifest names them, all older than the
+    /// grace period).
     pub copies: Vec<String>,
     pub parts: u64,
     pub bytes: u64,
+    /// The copy ids whose parts no manifest names yet, kept: written within the grace
+    /// period (or at a time the store does not say), perhaps a copy being sealed.
+    pub young: Vec<String>,
+    /// The store's temporary files removed (puts a power cut or a kill left).
+    pub temporaries: u64,
 }
 
 fn now_micros() -> u64 {
@@ -130,8 +143,9 @@ fn is_hex(s: &str, len: usize) -> bool {
 }
 
 /// Seal the send stream `plaintext` of `meta` into `store` in parts of
-/// `layout::defaults::SEAL_PART_BYTES`: parts first, then the manifest, each put durably;
-/// then every object read back (size and digest) before the manifest is returned. An
+/// `layout::defaults::SEAL_PART_BYTES`: parts first, each put durably and read back (size
+/// and digest) before the next, so that the manifest, put last, names only parts the store
+/// holds; then the manifest read back and the parts listed with their sizes. An
 /// incremental's parent must have a manifest here that authenticates, with its uuid.
 /// `moved` counts the stream's bytes read.
 pub fn seal(
@@ -411,13 +425,25 @@ impl PartWriter<'_> {
         }
         let sealed = encrypt(self.key, &self.buf).map_err(|e| io::Error::other(Stored(e)))?;
         let index = self.entries.len();
-        self.store
-            .put(&part_key(self.key.key_id(), self.copy_id, index), &sealed)
-            .map_err(|e| io::Error::other(Stored(e.into())))?;
-        self.entries.push(PartEntry {
+        let pkey = part_key(self.key.key_id(), self.copy_id, index);
+        let stored = |e: StoreError| io::Error::other(Stored(e.into()));
+        self.store.put(&pkey, &sealed).map_err(stored)?;
+        let entry = PartEntry {
             bytes: sealed.len() as u64,
             sha256: sha256_hex(&sealed),
-        });
+        };
+        // Read back now, before any manifest can name it: a manifest never names a part
+        // the store does not hold as it was put.
+        let got = self.store.get(&pkey, entry.bytes).map_err(stored)?;
+        if got.len() as u64 != entry.bytes || sha256_hex(&got) != entry.sha256 {
+            return Err(io::Error::other(Stored(SealError::Untrusted(format!(
+                "{} did not keep part {index} as it was stored (read back {} bytes, other \
+                 content): the store loses or changes data; nothing of this copy is kept, check the store",
+                self.store.describe(),
+                got.len()
+            )))));
+        }
+        self.entries.push(entry);
         self.buf.clear();
         Ok(())
     }
@@ -461,7 +487,8 @@ fn encrypt(key: &SealKey, plain: &[u8]) -> Result<Vec<u8>, SealError> {
     Ok(out)
 }
 
-/// Read every object of a new copy back and compare: the store holds what was put.
+/// After the manifest is put: it reads back as it was put, and every part it names is
+/// listed with its size (each was read back whole when it was put).
 fn read_back(
     store: &dyn Store,
     key: &SealKey,
@@ -470,17 +497,6 @@ fn read_back(
     mbytes: &[u8],
 ) -> Result<(), SealError> {
     let name = manifest.name;
-    for (i, entry) in manifest.parts.iter().enumerate() {
-        let got = store.get(&part_key(key.key_id(), &manifest.copy_id, i), entry.bytes)?;
-        if got.len() as u64 != entry.bytes || sha256_hex(&got) != entry.sha256 {
-            return Err(SealError::Untrusted(format!(
-                "{} did not keep part {i} of {name} as it was stored (read back {} bytes, other \
-                 content): the store loses or changes data; nothing of this copy is kept, check the store",
-                store.describe(),
-                got.len()
-            )));
-        }
-    }
     let got = store.get(mkey, MAX_MANIFEST_BYTES)?;
     if got != mbytes {
         return Err(SealError::Untrusted(format!(
@@ -488,6 +504,22 @@ fn read_back(
              changes data; nothing of this copy is kept, check the store",
             store.describe()
         )));
+    }
+    let listed: BTreeMap<String, u64> = store
+        .list(&format!("{}{}/", parts_prefix(key), manifest.copy_id))?
+        .into_iter()
+        .map(|o| (o.key, o.size))
+        .collect();
+    for (i, entry) in manifest.parts.iter().enumerate() {
+        let size = listed.get(&part_key(key.key_id(), &manifest.copy_id, i));
+        if size != Some(&entry.bytes) {
+            return Err(SealError::Untrusted(format!(
+                "{} no longer lists part {i} of {name} with its {} bytes once the manifest was \
+                 stored: the store loses data; nothing of this copy is kept, check the store",
+                store.describe(),
+                entry.bytes
+            )));
+        }
     }
     Ok(())
 }
@@ -645,10 +677,13 @@ fn parts_prefix(key: &SealKey) -> String {
 /// there with its size) and bad ones with what is wrong. A store that fails is an error.
 pub fn copies(store: &dyn Store, key: &SealKey) -> Result<Vec<Listed>, SealError> {
     let manifests = store.list(&manifests_prefix(key))?;
-    let parts: std::collections::BTreeMap<String, u64> =
-        store.list(&parts_prefix(key))?.into_iter().collect();
+    let parts: BTreeMap<String, u64> = store
+        .list(&parts_prefix(key))?
+        .into_iter()
+        .map(|o| (o.key, o.size))
+        .collect();
     let mut listed = Vec::new();
-    for (mkey, _) in manifests {
+    for mkey in manifests.into_iter().map(|o| o.key) {
         let name = mkey[manifests_prefix(key).len()..].to_owned();
         if SnapshotName::parse(&name).is_err() {
             listed.push(Listed::Bad {
@@ -709,21 +744,39 @@ pub fn chain_checked(
     name: &SnapshotName,
     remembered: &dyn Fn(&SnapshotName) -> Option<u64>,
 ) -> Result<Vec<Manifest>, SealError> {
-    let open = |n: &SnapshotName| -> Result<Manifest, SealError> {
-        let m = open_manifest(store, key, &n.to_string())?;
-        if let Some(wrote) = remembered(n) {
-            if m.generation < wrote {
-                return Err(SealError::Untrusted(format!(
-                    "{} served an older manifest of {n} (generation {}; this machine wrote {wrote}): \
-                     the store rolled the copy back or lost its newer one; nothing of it was used. \
-                     Check the store, then delete the copy and seal it again",
-                    store.describe(),
-                    m.generation
-                )));
-            }
+    chain_with(store, name, &mut |n| {
+        open_remembered(store, key, n, remembered)
+    })
+}
+
+/// The manifest of `n`, refused when older than `remembered` says.
+fn open_remembered(
+    store: &dyn Store,
+    key: &SealKey,
+    n: &SnapshotName,
+    remembered: &dyn Fn(&SnapshotName) -> Option<u64>,
+) -> Result<Manifest, SealError> {
+    let m = open_manifest(store, key, &n.to_string())?;
+    if let Some(wrote) = remembered(n) {
+        if m.generation < wrote {
+            return Err(SealError::Untrusted(format!(
+                "{} served an older manifest of {n} (generation {}; this machine wrote {wrote}): \
+                 the store rolled the copy back or lost its newer one; nothing of it was used. \
+                 Check the store, then delete the copy and seal it again",
+                store.describe(),
+                m.generation
+            )));
         }
-        Ok(m)
-    };
+    }
+    Ok(m)
+}
+
+/// The chain of `name`, each manifest from `open`.
+fn chain_with(
+    store: &dyn Store,
+    name: &SnapshotName,
+    open: &mut dyn FnMut(&SnapshotName) -> Result<Manifest, SealError>,
+) -> Result<Vec<Manifest>, SealError> {
     let mut chain = vec![open(name)?];
     loop {
         let last = chain.last().expect("not empty");
@@ -771,11 +824,83 @@ pub fn verify_checked(
     moved: &AtomicU64,
     remembered: &dyn Fn(&SnapshotName) -> Option<u64>,
 ) -> Result<Vec<Manifest>, SealError> {
-    let chain = chain_checked(store, key, name, remembered)?;
-    for m in &chain {
-        decode(store, key, m, &mut io::sink(), moved)?;
+    Verifier::new(store, key, moved, remembered).verify(name).0
+}
+
+/// Verifies many copies in one act, each stored copy read once: copies share the start of
+/// their chains, and a chain already read back in this act is not read again.
+pub struct Verifier<'a> {
+    store: &'a dyn Store,
+    key: &'a SealKey,
+    moved: &'a AtomicU64,
+    remembered: &'a dyn Fn(&SnapshotName) -> Option<u64>,
+    /// Each manifest as opened (and checked against `remembered`) in this act.
+    manifests: HashMap<SnapshotName, Result<Manifest, SealError>>,
+    /// Each copy id read back in this act, and how that went.
+    read: HashMap<String, Result<(), SealError>>,
+}
+
+impl std::fmt::Debug for Verifier<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Verifier")
+            .field("store", &self.store.describe())
+            .field("copies_read", &self.read.len())
+            .finish_non_exhaustive()
     }
-    Ok(chain)
+}
+
+impl<'a> Verifier<'a> {
+    /// `moved` counts every stored byte read, for progress; `remembered` as in
+    /// [`chain_checked`].
+    pub fn new(
+        store: &'a dyn Store,
+        key: &'a SealKey,
+        moved: &'a AtomicU64,
+        remembered: &'a dyn Fn(&SnapshotName) -> Option<u64>,
+    ) -> Verifier<'a> {
+        Verifier {
+            store,
+            key,
+            moved,
+            remembered,
+            manifests: HashMap::new(),
+            read: HashMap::new(),
+        }
+    }
+
+    /// [`verify_checked`] of `name`, and the stored bytes read for it: those of copies in
+    /// its chain that no earlier name of this act read (what was read for an earlier name
+    /// is not read again, and not counted again).
+    pub fn verify(&mut self, name: &SnapshotName) -> (Result<Vec<Manifest>, SealError>, u64) {
+        let (store, key, remembered) = (self.store, self.key, self.remembered);
+        let manifests = &mut self.manifests;
+        let chain = chain_with(store, name, &mut |n| {
+            manifests
+                .entry(*n)
+                .or_insert_with(|| open_remembered(store, key, n, remembered))
+                .clone()
+        });
+        let chain = match chain {
+            Ok(chain) => chain,
+            Err(e) => return (Err(e), 0),
+        };
+        let mine = AtomicU64::new(0);
+        for m in &chain {
+            let result = match self.read.get(&m.copy_id) {
+                Some(done) => done.clone(),
+                None => {
+                    let result =
+                        decode(store, key, m, &mut io::sink(), &[self.moved, &mine]).map(drop);
+                    self.read.insert(m.copy_id.clone(), result.clone());
+                    result
+                }
+            };
+            if let Err(e) = result {
+                return (Err(e), mine.load(Ordering::Relaxed));
+            }
+        }
+        (Ok(chain), mine.load(Ordering::Relaxed))
+    }
 }
 
 /// Write the plaintext of `chain` (full first, as [`chain`] returns it) to `out`, stream
@@ -819,7 +944,7 @@ pub fn unseal(
     }
     let mut total = 0;
     for m in chain {
-        total += decode(store, key, m, out, moved)?;
+        total += decode(store, key, m, out, &[moved])?;
     }
     Ok(total)
 }
@@ -830,7 +955,7 @@ fn decode(
     key: &SealKey,
     m: &Manifest,
     out: &mut dyn Write,
-    moved: &AtomicU64,
+    moved: &[&AtomicU64],
 ) -> Result<u64, SealError> {
     let reader = PartReader {
         store,
@@ -920,7 +1045,8 @@ struct PartReader<'a> {
     next: usize,
     current: io::Cursor<Vec<u8>>,
     error: Option<SealError>,
-    moved: &'a AtomicU64,
+    /// Each counts the stored bytes read.
+    moved: &'a [&'a AtomicU64],
 }
 
 impl PartReader<'_> {
@@ -948,7 +1074,9 @@ impl PartReader<'_> {
                 )),
                 other => other.into(),
             })?;
-        self.moved.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        for counter in self.moved {
+            counter.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        }
         if bytes.len() as u64 != entry.bytes {
             return Err(said(&format!(
                 "has {} bytes, its manifest says {} (cut short?)",
@@ -1018,20 +1146,36 @@ pub fn delete_copy(store: &dyn Store, key: &SealKey, name: &SnapshotName) -> Res
     store.delete(&mkey)?;
     if let Some(m) = found {
         let prefix = format!("{}{}/", parts_prefix(key), m.copy_id);
-        for (part, _) in store.list(&prefix)? {
-            store.delete(&part)?;
+        for part in store.list(&prefix)? {
+            store.delete(&part.key)?;
         }
     }
     Ok(())
 }
 
-/// Remove every part no manifest names (copies cut short, deleted halfway). Parts a
-/// manifest that does not authenticate claims are kept (they may still be wanted; a
-/// person decides). Never run it while a seal into the same store is under way.
+/// Remove the parts no manifest names (copies cut short, deleted halfway) and the store's
+/// temporary files, once older than [`CLEAN_GRACE`]: younger ones may be a copy another
+/// writer is sealing right now. Parts a manifest that does not authenticate claims are
+/// kept (they may still be wanted; a person decides). For acts that write (seal, delete);
+/// never needed to read.
 pub fn clean(store: &dyn Store, key: &SealKey) -> Result<CleanReport, SealError> {
+    clean_older_than(store, key, CLEAN_GRACE)
+}
+
+/// [`clean`] with another grace period: what was last written `grace` or longer ago (by
+/// the store's clock against this machine's) goes.
+pub fn clean_older_than(
+    store: &dyn Store,
+    key: &SealKey,
+    grace: Duration,
+) -> Result<CleanReport, SealError> {
     let mut kept = BTreeSet::new();
     let mprefix = manifests_prefix(key);
-    for (mkey, _) in store.list(&mprefix)? {
+    let pprefix = parts_prefix(key);
+    // Parts first: a copy whose parts are listed here and whose manifest is put after the
+    // manifests are listed is then seen with its manifest missing, but its parts are young.
+    let parts = store.list(&pprefix)?;
+    for mkey in store.list(&mprefix)?.into_iter().map(|o| o.key) {
         let name = &mkey[mprefix.len()..];
         match open_manifest(store, key, name) {
             Ok(m) => {
@@ -1049,22 +1193,43 @@ pub fn clean(store: &dyn Store, key: &SealKey) -> Result<CleanReport, SealError>
             Err(e) => return Err(e),
         }
     }
-    let pprefix = parts_prefix(key);
-    let mut report = CleanReport::default();
-    for (part, size) in store.list(&pprefix)? {
-        let Some((copy_id, _)) = part[pprefix.len()..].split_once('/') else {
+    // Each orphan copy's parts, and when the newest of them was written.
+    let mut orphans: BTreeMap<String, (Vec<crate::store::Object>, Option<SystemTime>)> =
+        BTreeMap::new();
+    for part in parts {
+        let Some((copy_id, _)) = part.key[pprefix.len()..].split_once('/') else {
             continue;
         };
         if kept.contains(copy_id) || !is_hex(copy_id, 32) {
             continue;
         }
-        store.delete(&part)?;
-        if report.copies.last().map(String::as_str) != Some(copy_id) {
-            report.copies.push(copy_id.to_owned());
-        }
-        report.parts += 1;
-        report.bytes += size;
+        let entry = orphans
+            .entry(copy_id.to_owned())
+            .or_insert_with(|| (Vec::new(), Some(UNIX_EPOCH)));
+        entry.1 = match (entry.1, part.modified) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            _ => None,
+        };
+        entry.0.push(part);
     }
+    let now = SystemTime::now();
+    let old = |t: Option<SystemTime>| {
+        t.is_some_and(|t| now.duration_since(t).is_ok_and(|age| age >= grace))
+    };
+    let mut report = CleanReport::default();
+    for (copy_id, (parts, newest)) in orphans {
+        if !old(newest) {
+            report.young.push(copy_id);
+            continue;
+        }
+        for part in parts {
+            store.delete(&part.key)?;
+            report.parts += 1;
+            report.bytes += part.size;
+        }
+        report.copies.push(copy_id);
+    }
+    report.temporaries = store.remove_temporaries(grace)?;
     Ok(report)
 }
 

@@ -176,7 +176,9 @@ impl SealKey {
     }
 
     /// A new key written at `path` (which must not exist), mode 0400, owned by the caller;
-    /// the file and its directory are synced before this returns.
+    /// the file and its directory are synced before this returns. Written through a
+    /// temporary file in the same directory renamed into place: a power cut or a full disk
+    /// leaves no key or the whole key, never part of one.
     pub fn create(path: &Path) -> Result<SealKey, SealError> {
         Self::generate().store(path)
     }
@@ -184,33 +186,74 @@ impl SealKey {
     /// Write this key at `path` as [`SealKey::create`] does (for an imported key).
     pub fn store(self, path: &Path) -> Result<SealKey, SealError> {
         let shown = path.display();
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o400)
-            .custom_flags(libc_flags())
-            .open(path)
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::AlreadyExists {
-                    SealError::Io(format!(
-                        "{shown} is already there; a recovery key is never overwritten \
-                         (move it away first if you really mean to replace it: copies sealed with it need it)"
-                    ))
-                } else {
-                    SealError::Io(format!("cannot create the recovery key {shown}: {e}"))
-                }
-            })?;
-        let text = format!(
-            "# tacid recovery key (age identity); keep a copy away from this machine\n{}\n",
-            self.recovery_text()
-        );
-        file.write_all(text.as_bytes())
-            .and_then(|()| file.sync_all())
-            .map_err(|e| SealError::Io(format!("cannot write the recovery key {shown}: {e}")))?;
+        let already = || {
+            SealError::Io(format!(
+                "{shown} is already there; a recovery key is never overwritten \
+                 (move it away first if you really mean to replace it: copies sealed with it need it)"
+            ))
+        };
+        if fs::symlink_metadata(path).is_ok() {
+            return Err(already());
+        }
         let dir = path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
+        let file_name = path.file_name().ok_or_else(|| {
+            SealError::Io(format!("{shown} names no file; give the key file's path"))
+        })?;
+        // A name `load` never reads as the key: a leftover is only ever a leftover.
+        let mut tmp_start = std::ffi::OsString::from(".");
+        tmp_start.push(file_name);
+        tmp_start.push(".tmp-");
+        // What a power cut during an earlier attempt left holds a secret: it goes now.
+        if let Ok(entries) = fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if name
+                    .as_encoded_bytes()
+                    .starts_with(tmp_start.as_encoded_bytes())
+                    && entry.file_type().is_ok_and(|t| t.is_file())
+                {
+                    let _ = fs::remove_file(entry.path());
+                }
+            }
+        }
+        let mut tmp_name = tmp_start;
+        tmp_name.push(uuid::Uuid::new_v4().simple().to_string());
+        let tmp = dir.join(tmp_name);
+        let text = format!(
+            "# tacid recovery key (age identity); keep a copy away from this machine\n{}\n",
+            self.recovery_text()
+        );
+        let written = (|| -> std::io::Result<()> {
+            let mut file = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o400)
+                .custom_flags(libc_flags())
+                .open(&tmp)?;
+            file.write_all(text.as_bytes())?;
+            file.sync_all()?;
+            // Never over a key that appeared meanwhile.
+            rustix::fs::renameat_with(
+                rustix::fs::CWD,
+                &tmp,
+                rustix::fs::CWD,
+                path,
+                rustix::fs::RenameFlags::NOREPLACE,
+            )?;
+            Ok(())
+        })();
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                return Err(already());
+            }
+            return Err(SealError::Io(format!(
+                "cannot write the recovery key {shown}: {e}; nothing was kept there (free space or fix the directory, then run the command again)"
+            )));
+        }
         fs::File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| SealError::Io(format!("cannot sync {}: {e}", dir.display())))?;

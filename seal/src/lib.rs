@@ -15,15 +15,15 @@ mod store;
 
 pub use error::{SealError, StoreError};
 pub use format::{
-    chain, chain_checked, clean, copies, delete_copy, seal, seal_with, unseal, verify,
-    verify_checked, CleanReport, CopyMeta, Listed, Manifest, PartEntry, MANIFEST_MAGIC,
-    MAX_MANIFEST_BYTES, STREAM_MAGIC,
+    chain, chain_checked, clean, clean_older_than, copies, delete_copy, seal, seal_with, unseal,
+    verify, verify_checked, CleanReport, CopyMeta, Listed, Manifest, PartEntry, Verifier,
+    CLEAN_GRACE, MANIFEST_MAGIC, MAX_MANIFEST_BYTES, STREAM_MAGIC,
 };
 pub use key::SealKey;
 pub use store::dir::DirStore;
 pub use store::s3::S3Store;
 pub use store::ssh::SshStore;
-pub use store::{check_key, open_store, read_credentials, S3Credentials, Store, StorePlace};
+pub use store::{check_key, open_store, Object, S3Credentials, Store, StorePlace, MAX_LISTED};
 
 /// The prefix of every object a sealed target holds: the format's version, then the key's id.
 pub const FORMAT_PREFIX: &str = "tacid-v1";

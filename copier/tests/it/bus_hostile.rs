@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use copier_interface::ErrorKind;
 
-use crate::common::{self, incompressible, CopierDaemon, Ending, Places, PrivateBus, FULL, USB};
+use crate::common::{self, incompressible, CopierDaemon, Ending, Places, PrivateBus, FULL, INCR, USB};
 
 fn copies(bus: &PrivateBus) -> Vec<copier_interface::SealedCopy> {
     common::call(bus, common::keeper(), |p| {
@@ -177,7 +177,7 @@ fn time_of(t: std::time::SystemTime) -> String {
 }
 
 #[test]
-fn a_copier_killed_mid_upload_leaves_nothing_listed_and_the_next_act_cleans() {
+fn a_copier_killed_mid_upload_leaves_nothing_listed_and_a_writing_act_cleans_once_old() {
     if !common::require() {
         return;
     }
@@ -231,7 +231,41 @@ fn a_copier_killed_mid_upload_leaves_nothing_listed_and_the_next_act_cleans() {
 
     let _copier = CopierDaemon::start(&bus, &places);
     assert!(copies(&bus).is_empty(), "nothing listed");
-    let parts = stored_parts(&places);
+    let orphans = places.parts();
+    // Young, they may be another machine's copy in flight on the same place (the same key
+    // imported during a move): neither a listing nor a writing act removes them.
+    assert_eq!(places.parts(), orphans, "a listing removed parts");
+    let other = uuid::Uuid::from_u128(0x54);
+    common::seal(
+        &bus,
+        INCR,
+        other,
+        None,
+        &incompressible(50_000),
+        Ending::End,
+    )
+    .expect("a copy");
+    for orphan in &orphans {
+        assert!(
+            places.parts().contains(orphan),
+            "{orphan} was removed while young"
+        );
+    }
+    // A day and a minute later (their time set back, the store's own clock): the next act
+    // that writes removes them, and the temporary file the kill left.
+    for orphan in &orphans {
+        let when = std::time::SystemTime::now() - Duration::from_secs(24 * 3600 + 60);
+        std::fs::File::options()
+            .write(true)
+            .open(places.target.join(orphan))
+            .and_then(|f| f.set_times(std::fs::FileTimes::new().set_modified(when)))
+            .expect("age the orphan");
+    }
+    common::call(&bus, common::keeper(), |p| {
+        Box::pin(async move { p.delete(USB, INCR).await })
+    })
+    .expect("delete");
+    let parts = places.parts();
     assert!(parts.is_empty(), "cleaned: {parts:?}");
 }
 

@@ -1,7 +1,7 @@
 //! Where sealed objects are kept: a [`Store`] is a flat map of keys to bytes.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::error::StoreError;
 
@@ -12,6 +12,31 @@ pub mod ssh;
 /// The longest key any store accepts.
 pub const MAX_KEY_BYTES: usize = 255;
 
+/// The most objects one listing may return. A sealed target holds a few objects per 16 MiB
+/// stored (a million is 16 TiB); a store that lists more is not a sealed target of this
+/// machine's alone, and reading all it says would hold the copier's memory hostage.
+pub const MAX_LISTED: usize = 1_000_000;
+
+/// One object in a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object {
+    pub key: String,
+    pub size: u64,
+    /// When the store last wrote it, by the store's clock; None when the store does not say
+    /// (such an object is never old enough to be cleaned).
+    pub modified: Option<SystemTime>,
+}
+
+/// The error of a listing that passed [`MAX_LISTED`] objects.
+pub(crate) fn too_many_listed(store: &str, prefix: &str, max: usize) -> StoreError {
+    StoreError::Io(format!(
+        "{store} lists more than {max} objects under {:?}; a sealed target holds far fewer: \
+         something else keeps objects there. Give the target a place of its own (another \
+         directory, bucket or prefix), or remove what is not tacid's",
+        crate::error::capped(prefix)
+    ))
+}
+
 /// A place that keeps objects. Every `put` is durable when it returns (fsync'd, the far side
 /// synced, or the PUT answered); every operation fails in bounded time.
 pub trait Store: Send + Sync {
@@ -20,12 +45,19 @@ pub trait Store: Send + Sync {
     /// The bytes under `key`; [`StoreError::TooBig`] (nothing read into memory past `max`)
     /// when there are more than `max`.
     fn get(&self, key: &str, max: u64) -> Result<Vec<u8>, StoreError>;
-    /// Every key that starts with `prefix`, with its size, sorted by key.
-    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, StoreError>;
+    /// Every key that starts with `prefix`, with its size and time, sorted by key; an error
+    /// past [`MAX_LISTED`] objects.
+    fn list(&self, prefix: &str) -> Result<Vec<Object>, StoreError>;
     /// Remove `key`; not an error when it is not there.
     fn delete(&self, key: &str) -> Result<(), StoreError>;
     /// The store in words, for messages ("the directory /mnt/usb/tacid").
     fn describe(&self) -> String;
+    /// Remove the store's own temporary files (puts a power cut or a kill left) older than
+    /// `grace`; how many. None by default: a store whose puts leave nothing behind.
+    fn remove_temporaries(&self, grace: Duration) -> Result<u64, StoreError> {
+        let _ = grace;
+        Ok(0)
+    }
 }
 
 /// Everything needed to reach a store. The copier builds it from its configuration.
@@ -80,60 +112,6 @@ impl std::fmt::Debug for S3Credentials {
         f.debug_struct("S3Credentials")
             .field("access_key_id", &self.access_key_id)
             .finish_non_exhaustive()
-    }
-}
-
-/// Read an S3 credentials file: lines `access_key_id = …` and `secret_access_key = …`
-/// (also `AWS_ACCESS_KEY_ID=…` / `AWS_SECRET_ACCESS_KEY=…`; `#` comments). The file must be
-/// owned by the effective uid and not readable by group or others.
-pub fn read_credentials(path: &std::path::Path) -> Result<S3Credentials, StoreError> {
-    use std::io::Read as _;
-    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
-    let shown = path.display();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC).bits() as i32)
-        .open(path)
-        .map_err(|e| StoreError::Io(format!("cannot open the S3 credentials {shown}: {e}")))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| StoreError::Io(format!("cannot stat {shown}: {e}")))?;
-    let euid = rustix::process::geteuid().as_raw();
-    if !meta.is_file() || meta.uid() != euid || meta.mode() & 0o077 != 0 {
-        return Err(StoreError::Io(format!(
-            "the S3 credentials {shown} must be a regular file owned by uid {euid} with mode 0400 or 0600 \
-             (now uid {}, mode {:04o}); fix it: chown {euid} {shown} && chmod 0400 {shown}",
-            meta.uid(),
-            meta.mode() & 0o7777
-        )));
-    }
-    let mut text = String::new();
-    file.take(64 << 10)
-        .read_to_string(&mut text)
-        .map_err(|e| StoreError::Io(format!("cannot read {shown}: {e}")))?;
-    let (mut id, mut secret) = (None, None);
-    for line in text.lines().map(str::trim) {
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let Some((k, v)) = line.split_once('=') else {
-            continue;
-        };
-        let v = v.trim().trim_matches('"').to_owned();
-        match k.trim() {
-            "access_key_id" | "AWS_ACCESS_KEY_ID" => id = Some(v),
-            "secret_access_key" | "AWS_SECRET_ACCESS_KEY" => secret = Some(v),
-            _ => {}
-        }
-    }
-    match (id, secret) {
-        (Some(access_key_id), Some(secret_access_key)) => Ok(S3Credentials {
-            access_key_id,
-            secret_access_key,
-        }),
-        _ => Err(StoreError::Io(format!(
-            "{shown} needs two lines: access_key_id = … and secret_access_key = …"
-        ))),
     }
 }
 

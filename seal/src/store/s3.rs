@@ -9,7 +9,7 @@ use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjectPath;
 use object_store::{ClientOptions, ObjectStore as _, ObjectStoreExt as _, RetryConfig};
 
-use super::{check_key, check_prefix, Store, StorePlace};
+use super::{check_key, check_prefix, too_many_listed, Object, Store, StorePlace, MAX_LISTED};
 use crate::error::{capped, StoreError};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -26,6 +26,7 @@ pub struct S3Store {
     shown: String,
     /// The most one operation may take in all (retries included).
     bound: Duration,
+    max_listed: usize,
 }
 
 impl S3Store {
@@ -58,10 +59,14 @@ impl S3Store {
             Some(p) => format!("{scheme}://{host_shown}:{p}"),
             None => format!("{scheme}://{host_shown}"),
         };
+        // Any prefix the configuration accepts (one rule for both, in layout), as the
+        // object names it gives: object_store leaves its characters as they are.
         let prefix = prefix.trim_matches('/').to_owned();
-        if !prefix.is_empty() {
-            check_key(&prefix)?;
-        }
+        layout::copies::check_s3_prefix(&prefix).map_err(|e| {
+            StoreError::Io(format!(
+                "the S3 target {endpoint}/{bucket}: {e}; change the place's prefix"
+            ))
+        })?;
         let connect = connect_timeout.unwrap_or(CONNECT_TIMEOUT);
         let request = request_timeout.unwrap_or(REQUEST_TIMEOUT);
         let retry = RetryConfig {
@@ -104,7 +109,14 @@ impl S3Store {
             prefix,
             shown,
             bound: (connect + request) * (RETRIES as u32 + 1) + Duration::from_secs(5),
+            max_listed: MAX_LISTED,
         })
+    }
+
+    /// Another cap on the objects one listing may return (tests of the cap).
+    pub fn with_max_listed(mut self, max: usize) -> S3Store {
+        self.max_listed = max;
+        self
     }
 
     fn path(&self, key: &str) -> Result<ObjectPath, StoreError> {
@@ -116,7 +128,7 @@ impl S3Store {
         if self.prefix.is_empty() {
             ObjectPath::from(key)
         } else {
-            ObjectPath::from(format!("{}/{key}", self.prefix))
+            ObjectPath::from_iter(self.prefix.split('/').chain(key.split('/')))
         }
     }
 
@@ -252,7 +264,7 @@ impl Store for S3Store {
         })?
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, StoreError> {
+    fn list(&self, prefix: &str) -> Result<Vec<Object>, StoreError> {
         check_prefix(prefix)?;
         let dir = match prefix.rfind('/') {
             Some(i) => &prefix[..i],
@@ -261,26 +273,42 @@ impl Store for S3Store {
         let base = match (self.prefix.is_empty(), dir.is_empty()) {
             (true, true) => None,
             (true, false) => Some(ObjectPath::from(dir)),
-            (false, true) => Some(ObjectPath::from(self.prefix.as_str())),
+            (false, true) => Some(ObjectPath::from_iter(self.prefix.split('/'))),
             (false, false) => Some(self.object_path(dir)),
         };
-        let metas: Vec<object_store::ObjectMeta> = self.run(
-            &format!("list {prefix}"),
-            self.store.list(base.as_ref()).try_collect(),
-        )?;
         let strip = if self.prefix.is_empty() {
             String::new()
         } else {
-            format!("{}/", self.prefix)
+            format!(
+                "{}/",
+                ObjectPath::from_iter(self.prefix.split('/')).as_ref()
+            )
         };
-        let mut found: Vec<(String, u64)> = metas
-            .into_iter()
-            .filter_map(|m| {
-                let key = m.location.as_ref().strip_prefix(&strip)?.to_owned();
-                (key.starts_with(prefix) && check_key(&key).is_ok()).then_some((key, m.size))
-            })
-            .collect();
-        found.sort();
+        let max = self.max_listed;
+        let doing = format!("list {prefix}");
+        let mut found = self.run(&doing, async {
+            let mut stream = self.store.list(base.as_ref());
+            let mut found = Vec::new();
+            let mut seen = 0usize;
+            while let Some(m) = stream.try_next().await? {
+                seen += 1;
+                if seen > max {
+                    return Ok(Err(too_many_listed(&self.shown, prefix, max)));
+                }
+                let Some(key) = m.location.as_ref().strip_prefix(&strip) else {
+                    continue;
+                };
+                if key.starts_with(prefix) && check_key(key).is_ok() {
+                    found.push(Object {
+                        key: key.to_owned(),
+                        size: m.size,
+                        modified: Some(std::time::SystemTime::from(m.last_modified)),
+                    });
+                }
+            }
+            Ok(Ok(found))
+        })??;
+        found.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(found)
     }
 

@@ -1,5 +1,6 @@
 //! A far directory over SSH, behind the forced command `tacid-copy-target DIR` and its
-//! object verbs (`obj-put KEY SIZE`, `obj-get KEY`, `obj-list PREFIX`, `obj-delete KEY`).
+//! object verbs (`obj-put KEY SIZE`, `obj-get KEY`, `obj-list PREFIX`, `obj-delete KEY`,
+//! `obj-clean MINUTES`).
 //!
 //! ssh runs as the stem runs it for Btrfs targets: no config file (`-F /dev/null`), the
 //! host key pinned in a known_hosts file of our own, key authentication only, batch mode,
@@ -12,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{check_key, check_prefix, Store, StorePlace};
+use super::{check_key, check_prefix, too_many_listed, Object, Store, StorePlace, MAX_LISTED};
 use crate::error::{capped, StoreError};
 
 /// Exit codes of the far side (copies/tacid-copy-target).
@@ -39,6 +40,7 @@ pub struct SshStore {
     known_hosts: PathBuf,
     shown: String,
     deadline: Duration,
+    max_listed: usize,
 }
 
 /// What one ssh run gave.
@@ -108,7 +110,14 @@ impl SshStore {
             known_hosts,
             shown: format!("the ssh target {label} ({user}@{host_shown}:{port})"),
             deadline: DEADLINE,
+            max_listed: MAX_LISTED,
         })
+    }
+
+    /// Another cap on the objects one listing may return (tests of the cap).
+    pub fn with_max_listed(mut self, max: usize) -> SshStore {
+        self.max_listed = max;
+        self
     }
 
     /// Another deadline per operation (tests of a store that never answers).
@@ -285,7 +294,7 @@ impl Store for SshStore {
         Ok(ran.stdout)
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, StoreError> {
+    fn list(&self, prefix: &str) -> Result<Vec<Object>, StoreError> {
         check_prefix(prefix)?;
         let request = format!("obj-list {prefix}");
         let ran = self.run(&request, &[], MAX_LIST_BYTES)?;
@@ -295,22 +304,44 @@ impl Store for SshStore {
         let text = String::from_utf8_lossy(&ran.stdout);
         let mut found = Vec::new();
         for line in text.lines() {
-            let parsed = line.split_once('\t').and_then(|(size, key)| {
+            if found.len() >= self.max_listed {
+                return Err(too_many_listed(&self.shown, prefix, self.max_listed));
+            }
+            // SIZE<TAB>MTIME<TAB>KEY; a far side older than MTIME prints SIZE<TAB>KEY (its
+            // objects then have no time, and are never old enough to be cleaned).
+            let fields: Vec<&str> = line.splitn(3, '\t').collect();
+            let (size, mtime, key) = match fields.as_slice() {
+                [size, mtime, key] => (*size, Some(*mtime), *key),
+                [size, key] => (*size, None, *key),
+                _ => ("", None, ""),
+            };
+            let parsed = (|| {
                 let size = size.parse::<u64>().ok()?;
-                (key.starts_with(prefix) && check_key(key).is_ok()).then(|| (key.to_owned(), size))
-            });
+                let modified = match mtime {
+                    Some(t) => Some(
+                        std::time::UNIX_EPOCH
+                            .checked_add(Duration::from_secs(t.parse::<u64>().ok()?))?,
+                    ),
+                    None => None,
+                };
+                (key.starts_with(prefix) && check_key(key).is_ok()).then(|| Object {
+                    key: key.to_owned(),
+                    size,
+                    modified,
+                })
+            })();
             match parsed {
                 Some(entry) => found.push(entry),
                 None => {
                     return Err(StoreError::Io(format!(
-                        "{} listed a line that is not SIZE<TAB>KEY under {prefix}: {:?}",
+                        "{} listed a line that is not SIZE<TAB>MTIME<TAB>KEY under {prefix}: {:?}",
                         self.shown,
                         capped(line)
                     )))
                 }
             }
         }
-        found.sort();
+        found.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(found)
     }
 
@@ -326,6 +357,28 @@ impl Store for SshStore {
 
     fn describe(&self) -> String {
         self.shown.clone()
+    }
+
+    fn remove_temporaries(&self, grace: Duration) -> Result<u64, StoreError> {
+        let request = format!("obj-clean {}", grace.as_secs().div_ceil(60).min(9_999_999));
+        let ran = self.run(&request, &[], 4096)?;
+        match ran.code {
+            // A far side older than the verb: it has nothing to say; its temporaries stay.
+            Some(BAD_COMMAND) => return Ok(0),
+            Some(0) => {}
+            _ => return Err(self.failed(&request, &ran)),
+        }
+        let text = String::from_utf8_lossy(&ran.stdout);
+        text.trim()
+            .strip_prefix("cleaned ")
+            .and_then(|n| n.trim().parse().ok())
+            .ok_or_else(|| {
+                StoreError::Io(format!(
+                    "{} did not say what {request} cleaned: {:?}",
+                    self.shown,
+                    capped(&text)
+                ))
+            })
     }
 }
 

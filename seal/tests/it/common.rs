@@ -236,3 +236,13 @@ pub fn round_trip(store: &dyn Store, streams: &Streams) {
     assert_eq!(seal::copies(store, &key).unwrap(), vec![]);
     assert_eq!(store.list("tacid-v1/").unwrap(), vec![]);
 }
+
+/// Set the time `path` was last written to `ago` before now: a file that old.
+pub fn age(path: &Path, ago: std::time::Duration) {
+    let when = std::time::SystemTime::now() - ago;
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_times(std::fs::FileTimes::new().set_modified(when)))
+        .unwrap_or_else(|e| panic!("set the time of {}: {e}", path.display()));
+}

@@ -85,3 +85,40 @@ fn a_hung_filesystem_fails_in_bounded_time_in_words() {
     }
     seal::verify(&store, &key, &m.name, &AtomicU64::new(0)).unwrap();
 }
+
+#[test]
+fn opening_a_store_on_a_hung_filesystem_is_bounded() {
+    use std::time::{Duration, Instant};
+    let Some(fs) = testbed::LoopFs::new(testbed::MIN_SIZE).unwrap() else {
+        return;
+    };
+    let frozen = std::process::Command::new("fsfreeze")
+        .arg("-f")
+        .arg(fs.top())
+        .status()
+        .unwrap();
+    assert!(frozen.success());
+    // Thawed after a minute whatever happens, so a hang fails the assertion below instead
+    // of holding the test forever.
+    let top = fs.top().to_owned();
+    let thaw = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(60));
+        let _ = std::process::Command::new("fsfreeze")
+            .arg("-u")
+            .arg(&top)
+            .status();
+    });
+    let start = Instant::now();
+    // The directory is not there yet: opening makes it, a write the frozen filesystem holds.
+    let e =
+        seal::DirStore::open_within(&fs.top().join("target"), Duration::from_secs(2)).unwrap_err();
+    let took = start.elapsed();
+    let _ = std::process::Command::new("fsfreeze")
+        .arg("-u")
+        .arg(fs.top())
+        .status();
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    assert!(matches!(e, seal::StoreError::Unreachable(_)), "{e:?}");
+    assert!(e.to_string().contains("did not open within 2 s"), "{e}");
+    drop(thaw);
+}

@@ -459,7 +459,7 @@ impl Store for CutOff<'_> {
     fn get(&self, key: &str, max: u64) -> Result<Vec<u8>, StoreError> {
         self.inner.get(key, max)
     }
-    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, StoreError> {
+    fn list(&self, prefix: &str) -> Result<Vec<seal::Object>, StoreError> {
         self.inner.list(prefix)
     }
     fn delete(&self, _key: &str) -> Result<(), StoreError> {
@@ -471,7 +471,7 @@ impl Store for CutOff<'_> {
 }
 
 #[test]
-fn a_copy_cut_mid_upload_is_never_listed_and_clean_removes_its_parts() {
+fn a_copy_cut_mid_upload_is_never_listed_and_clean_removes_its_parts_once_old() {
     let b = Bench::new();
     let cut = CutOff {
         inner: &b.store,
@@ -500,9 +500,26 @@ fn a_copy_cut_mid_upload_is_never_listed_and_clean_removes_its_parts() {
     assert_eq!(listed, vec![Listed::Good(b.manifest.clone())]);
     let (result, _) = b.fetch(B);
     assert!(matches!(result, Err(SealError::NotFound(_))));
+    // Young: perhaps a copy another writer is sealing now; kept.
+    let report = seal::clean(&b.store, &b.key).unwrap();
+    assert_eq!(
+        (report.parts, report.copies.len(), report.young.len()),
+        (0, 0, 1)
+    );
+    assert_eq!(b.store.list(&parts_prefix).unwrap().len(), before);
+    // Older than the grace period (its parts last written a day and a minute ago): removed.
+    for part in b.store.list(&parts_prefix).unwrap() {
+        if !part.key.contains(&b.manifest.copy_id) {
+            common::age(
+                &b.root.join(&part.key),
+                seal::CLEAN_GRACE + Duration::from_secs(60),
+            );
+        }
+    }
     let report = seal::clean(&b.store, &b.key).unwrap();
     assert_eq!(report.parts, 7);
     assert_eq!(report.copies.len(), 1);
+    assert!(report.young.is_empty(), "{report:?}");
     assert_eq!(
         b.store.list(&parts_prefix).unwrap().len(),
         b.manifest.parts.len()
@@ -904,4 +921,341 @@ fn the_full_and_incremental_of_a_real_send_stream_fail_alike_when_damaged() {
         out == streams.full,
         "exactly the full stream was written, nothing of the damaged incremental"
     );
+}
+
+/// A store that keeps other bytes than it was given for parts, and remembers what
+/// manifests it was asked to put.
+struct Loses<'a> {
+    inner: &'a DirStore,
+    manifests_put: AtomicUsize,
+}
+
+impl Store for Loses<'_> {
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        if key.contains("/manifests/") {
+            self.manifests_put.fetch_add(1, Ordering::SeqCst);
+            return self.inner.put(key, bytes);
+        }
+        let mut kept = bytes.to_vec();
+        kept[bytes.len() / 2] ^= 1;
+        self.inner.put(key, &kept)
+    }
+    fn get(&self, key: &str, max: u64) -> Result<Vec<u8>, StoreError> {
+        self.inner.get(key, max)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<seal::Object>, StoreError> {
+        self.inner.list(prefix)
+    }
+    fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.inner.delete(key)
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+#[test]
+fn a_part_the_store_does_not_keep_fails_the_seal_before_any_manifest_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirStore::open(&dir.path().join("t")).unwrap();
+    let key = SealKey::generate();
+    let losing = Loses {
+        inner: &store,
+        manifests_put: AtomicUsize::new(0),
+    };
+    let e = seal::seal_with(
+        &losing,
+        &key,
+        meta(A, Uuid::from_u128(1), None),
+        1,
+        &mut &synthetic(100_000, 1)[..],
+        &AtomicU64::new(0),
+        PART,
+    )
+    .unwrap_err();
+    assert!(matches!(e, SealError::Untrusted(_)), "{e:?}");
+    assert!(e.to_string().contains("did not keep part 0"), "{e}");
+    assert_eq!(
+        losing.manifests_put.load(Ordering::SeqCst),
+        0,
+        "a manifest was put naming a part the store did not hold"
+    );
+    assert!(seal::copies(&store, &key).unwrap().is_empty());
+}
+
+/// A store that counts the bytes of parts read.
+struct Counting<'a> {
+    inner: &'a DirStore,
+    part_gets: AtomicUsize,
+}
+
+impl Store for Counting<'_> {
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        self.inner.put(key, bytes)
+    }
+    fn get(&self, key: &str, max: u64) -> Result<Vec<u8>, StoreError> {
+        if key.contains("/parts/") {
+            self.part_gets.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.get(key, max)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<seal::Object>, StoreError> {
+        self.inner.list(prefix)
+    }
+    fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.inner.delete(key)
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+#[test]
+fn verifying_every_copy_reads_each_stored_copy_once_and_counts_bytes_per_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirStore::open(&dir.path().join("t")).unwrap();
+    let key = SealKey::generate();
+    // A chain of four: a full and three incrementals, each on the one before.
+    let names = [
+        "@home.2026-12-01T140200.123456Z",
+        "@home.2026-12-02T140200.123456Z",
+        "@home.2026-12-03T140200.123456Z",
+        "@home.2026-12-04T140200.123456Z",
+    ];
+    let mut manifests = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        let parent = (i > 0).then(|| (names[i - 1], Uuid::from_u128(i as u128)));
+        manifests.push(seal_small(
+            &store,
+            &key,
+            meta(n, Uuid::from_u128(i as u128 + 1), parent),
+            i as u64 + 1,
+            &synthetic(60_000, i as u64 + 1),
+            PART,
+        ));
+    }
+    let counting = Counting {
+        inner: &store,
+        part_gets: AtomicUsize::new(0),
+    };
+    let moved = AtomicU64::new(0);
+    let mut verifier = seal::Verifier::new(&counting, &key, &moved, &|_| None);
+    // The newest first: its chain reads all four; each older one then reads nothing again.
+    let mut bytes = Vec::new();
+    for n in names.iter().rev() {
+        let (result, read) = verifier.verify(&name(n));
+        result.unwrap();
+        bytes.push(read);
+    }
+    let all_parts: usize = manifests.iter().map(|m| m.parts.len()).sum();
+    let all_bytes: u64 = manifests.iter().map(|m| m.stored_bytes).sum();
+    assert_eq!(
+        counting.part_gets.load(Ordering::SeqCst),
+        all_parts,
+        "each part read once"
+    );
+    assert_eq!(
+        bytes,
+        vec![all_bytes, 0, 0, 0],
+        "bytes per name, not cumulative"
+    );
+    assert_eq!(moved.load(Ordering::Relaxed), all_bytes);
+    // The oldest first: each name reads its own copy only.
+    let counting = Counting {
+        inner: &store,
+        part_gets: AtomicUsize::new(0),
+    };
+    let mut verifier = seal::Verifier::new(&counting, &key, &moved, &|_| None);
+    let own: Vec<u64> = names.iter().map(|n| verifier.verify(&name(n)).1).collect();
+    assert_eq!(
+        own,
+        manifests.iter().map(|m| m.stored_bytes).collect::<Vec<_>>()
+    );
+    assert_eq!(counting.part_gets.load(Ordering::SeqCst), all_parts);
+    // A damaged full fails every name whose chain needs it, read once.
+    flip(
+        &dir.path()
+            .join("t")
+            .join(seal::part_key(key.key_id(), &manifests[0].copy_id, 0)),
+        100,
+    );
+    let counting = Counting {
+        inner: &store,
+        part_gets: AtomicUsize::new(0),
+    };
+    let mut verifier = seal::Verifier::new(&counting, &key, &moved, &|_| None);
+    for n in names.iter().rev() {
+        let e = verifier.verify(&name(n)).0.unwrap_err();
+        assert!(e.to_string().contains("part 0 of"), "{e}");
+    }
+    assert_eq!(counting.part_gets.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_symlinked_directory_inside_the_store_is_never_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("t");
+    let store = DirStore::open(&root).unwrap();
+    let key = SealKey::generate();
+    let m = seal_small(
+        &store,
+        &key,
+        meta(A, Uuid::from_u128(1), None),
+        1,
+        &synthetic(40_000, 1),
+        PART,
+    );
+    // Outside the store: a directory shaped like a copy's parts.
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(outside.join("x")).unwrap();
+    std::fs::write(outside.join("x/000000"), b"not the store's").unwrap();
+    std::fs::write(outside.join("000000"), b"not the store's either").unwrap();
+    // Inside: the parts directory of another copy id is a link to it, and so is a middle
+    // directory of the key path.
+    let parts = root.join(format!("tacid-v1/{}/parts", key.key_id()));
+    let linked = "ab".repeat(16);
+    std::os::unix::fs::symlink(&outside, parts.join(&linked)).unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("tacid-v1/other")).unwrap();
+    let through = [
+        format!("tacid-v1/{}/parts/{linked}/000000", key.key_id()),
+        format!("tacid-v1/{}/parts/{linked}/x/000000", key.key_id()),
+        "tacid-v1/other/x/000000".to_owned(),
+        "tacid-v1/other/000000".to_owned(),
+    ];
+    for k in &through {
+        let e = store.get(k, 1000).unwrap_err();
+        assert!(
+            e.to_string().contains("symbolic link"),
+            "{k}: read through a link: {e:?}"
+        );
+        let e = store.delete(k).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{k}: {e:?}");
+        let e = store.put(k, b"x").unwrap_err();
+        assert!(
+            e.to_string().contains("symbolic link") || e.to_string().contains("in the way"),
+            "{k}: {e:?}"
+        );
+    }
+    let listed: Vec<String> = store
+        .list("tacid-v1/")
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert!(
+        listed
+            .iter()
+            .all(|k| !k.contains(&linked) && !k.contains("other")),
+        "{listed:?}"
+    );
+    assert!(
+        store.list("tacid-v1/other/").is_err(),
+        "listing through a link"
+    );
+    // Clean does not reach through either: the outside files are all there.
+    seal::clean_older_than(&store, &key, Duration::ZERO).unwrap();
+    assert_eq!(
+        std::fs::read(outside.join("x/000000")).unwrap(),
+        b"not the store's"
+    );
+    assert_eq!(
+        std::fs::read(outside.join("000000")).unwrap(),
+        b"not the store's either"
+    );
+    assert!(!outside.join("x/.tmp-").exists());
+    seal::verify(&store, &key, &m.name, &AtomicU64::new(0)).unwrap();
+}
+
+#[test]
+fn a_listing_past_the_cap_is_refused_in_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirStore::open(&dir.path().join("t"))
+        .unwrap()
+        .with_max_listed(5);
+    for i in 0..6 {
+        store.put(&format!("tacid-v1/x/{i:06}"), b"x").unwrap();
+    }
+    let e = store.list("tacid-v1/").unwrap_err();
+    let words = e.to_string();
+    assert!(words.contains("more than 5 objects"), "{words}");
+    assert!(words.contains("a place of its own"), "{words}");
+    store.delete("tacid-v1/x/000000").unwrap();
+    assert_eq!(store.list("tacid-v1/").unwrap().len(), 5);
+}
+
+#[test]
+fn a_leftover_temporary_key_file_is_no_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("recovery.key");
+    // What a power cut during `key init` leaves: a temporary beside the key, half written.
+    let leftover = dir
+        .path()
+        .join(".recovery.key.tmp-0123456789abcdef0123456789abcdef");
+    std::fs::write(
+        &leftover,
+        b"# tacid recovery key (age identity); keep a copy away\nAGE-SECRET-KEY-1QQQ",
+    )
+    .unwrap();
+    let e = SealKey::load(&path).unwrap_err();
+    assert!(matches!(e, SealError::KeyMissing(_)), "{e:?}");
+    let key = SealKey::create(&path).unwrap();
+    assert_eq!(SealKey::load(&path).unwrap().key_id(), key.key_id());
+    // The key alone stays: neither its own temporary nor the leftover (it held a secret).
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["recovery.key"]);
+    // Never over a key.
+    let e = SealKey::generate().store(&path).unwrap_err();
+    assert!(e.to_string().contains("never overwritten"), "{e}");
+    assert_eq!(SealKey::load(&path).unwrap().key_id(), key.key_id());
+}
+
+#[test]
+fn a_key_written_on_a_full_disk_leaves_no_key_file() {
+    // A tmpfs of one page, filled: the key cannot be written. Before, the key's own file
+    // was made and left empty: `load` then failed and `create` refused to replace it.
+    if !rustix::process::geteuid().is_root() {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "CI=true but not root: a full tmpfs needs root to mount"
+        );
+        eprintln!("\n*** SKIPPED: a full tmpfs needs root to mount; this test did not run ***\n");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("m");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4k,mode=0700", "tacid-full"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&mnt);
+    let filler = mnt.join("filler");
+    let _ = std::fs::write(&filler, vec![7u8; 64 << 10]);
+    let path = mnt.join("recovery.key");
+    let e = SealKey::create(&path).unwrap_err();
+    assert!(e.to_string().contains("nothing was kept"), "{e}");
+    assert!(
+        std::fs::symlink_metadata(&path).is_err(),
+        "a key file was left behind"
+    );
+    assert_eq!(
+        std::fs::read_dir(&mnt).unwrap().count(),
+        1,
+        "only the filler"
+    );
+    std::fs::remove_file(&filler).unwrap();
+    let key = SealKey::create(&path).unwrap();
+    assert_eq!(SealKey::load(&path).unwrap().key_id(), key.key_id());
 }

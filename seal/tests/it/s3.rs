@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use seal::{S3Credentials, StorePlace};
+use seal::{S3Credentials, Store as _, StorePlace};
 
 use crate::common;
 
@@ -112,39 +112,20 @@ fn garage_a_part_changed_in_the_bucket_is_refused_and_a_full_bucket_is_full() {
 }
 
 #[test]
-fn garage_wrong_credentials_are_said_so_and_the_credentials_file_is_checked() {
-    use std::os::unix::fs::PermissionsExt as _;
+fn garage_wrong_credentials_are_said_so() {
     let Some(garage) = testbed::garage::Garage::start().unwrap() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("cloud.credentials");
-    std::fs::write(
-        &file,
-        format!(
-            "# Garage key\naccess_key_id = {}\nsecret_access_key = {}\n",
-            garage.key_id(),
-            "0".repeat(64)
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let e = seal::read_credentials(&file).unwrap_err();
-    assert!(
-        e.to_string()
-            .contains(&format!("chmod 0400 {}", file.display())),
-        "{e}"
-    );
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o400)).unwrap();
-    let credentials = seal::read_credentials(&file).unwrap();
-    assert_eq!(credentials.access_key_id, garage.key_id());
-    assert!(
-        !format!("{credentials:?}").contains(&"0".repeat(64)),
-        "Debug shows the secret"
-    );
     let mut place = place(&garage, "");
     if let StorePlace::S3 { credentials: c, .. } = &mut place {
-        *c = credentials;
+        *c = S3Credentials {
+            access_key_id: garage.key_id().into(),
+            secret_access_key: "0".repeat(64),
+        };
+        assert!(
+            !format!("{c:?}").contains(&"0".repeat(64)),
+            "Debug shows the secret"
+        );
     }
     let rt = runtime();
     let store = seal::open_store(&place, rt.handle().clone()).unwrap();
@@ -152,4 +133,95 @@ fn garage_wrong_credentials_are_said_so_and_the_credentials_file_is_checked() {
     assert!(matches!(e, seal::StoreError::Io(_)), "{e:?}");
     assert!(e.to_string().contains("refused the credentials"), "{e}");
     assert!(e.to_string().contains("check the credentials file"), "{e}");
+}
+
+#[test]
+fn garage_every_prefix_the_configuration_accepts_holds_copies() {
+    use std::sync::atomic::AtomicU64;
+    let Some(garage) = testbed::garage::Garage::start().unwrap() else {
+        return;
+    };
+    let rt = runtime();
+    let key = seal::SealKey::generate();
+    let a = "@home.2026-12-01T140200.123456Z";
+    // Spaces, leading dots, '%', '#', '~' and non-ASCII: all valid in a place's prefix.
+    for (i, prefix) in [
+        "machines/laptop",
+        "a b/.x/..y",
+        "100%/#1/~z/\u{e9}t\u{e9}",
+        "p",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let text = format!(
+            "s3://{}:{}/{}/{prefix}",
+            garage.host(),
+            garage.port(),
+            garage.bucket()
+        );
+        let layout::copies::Place::S3 { prefix: parsed, .. } =
+            layout::copies::Place::parse(&text).unwrap()
+        else {
+            panic!("{text}")
+        };
+        let store = seal::open_store(&place(&garage, &parsed), rt.handle().clone())
+            .unwrap_or_else(|e| panic!("{prefix:?}: {e}"));
+        let m = common::seal_small(
+            &*store,
+            &key,
+            common::meta(a, uuid::Uuid::from_u128(i as u128 + 1), None),
+            1,
+            &common::synthetic(40_000, i as u64),
+            16 << 10,
+        );
+        // Each prefix sees its own copy only.
+        let listed = seal::copies(&*store, &key).unwrap();
+        assert_eq!(listed, vec![seal::Listed::Good(m)], "{prefix:?}");
+        seal::verify(&*store, &key, &common::name(a), &AtomicU64::new(0)).unwrap();
+    }
+    // What the configuration refuses, the store refuses alike.
+    for bad in [
+        "a//b",
+        "a/../b",
+        "a/\n",
+        &"p".repeat(layout::copies::S3_MAX_PREFIX_BYTES + 1),
+    ] {
+        assert!(layout::copies::check_s3_prefix(bad).is_err());
+        assert!(
+            seal::open_store(&place(&garage, bad), rt.handle().clone()).is_err(),
+            "{bad:?}"
+        );
+    }
+}
+
+#[test]
+fn garage_orphans_are_kept_while_young_and_listings_are_capped() {
+    use std::time::Duration;
+    let Some(garage) = testbed::garage::Garage::start().unwrap() else {
+        return;
+    };
+    let rt = runtime();
+    let place = place(&garage, "cap");
+    let store = seal::S3Store::open(&place, rt.handle().clone()).unwrap();
+    let key = seal::SealKey::generate();
+    let orphan = format!("tacid-v1/{}/parts/{}/000000", key.key_id(), "ab".repeat(16));
+    store.put(&orphan, b"a part of a copy in flight").unwrap();
+    let listed = store.list("tacid-v1/").unwrap();
+    assert!(listed[0].modified.is_some(), "{listed:?}");
+    let report = seal::clean(&store, &key).unwrap();
+    assert_eq!((report.parts, report.young.len()), (0, 1), "{report:?}");
+    assert!(store.get(&orphan, 100).is_ok());
+    // Aged past the grace period (injected: a grace of nothing).
+    let report = seal::clean_older_than(&store, &key, Duration::ZERO).unwrap();
+    assert_eq!(report.parts, 1, "{report:?}");
+    assert!(store.get(&orphan, 100).is_err());
+    for i in 0..4 {
+        store.put(&format!("tacid-v1/x/{i:06}"), b"x").unwrap();
+    }
+    let capped = seal::S3Store::open(&place, rt.handle().clone())
+        .unwrap()
+        .with_max_listed(3);
+    let e = capped.list("tacid-v1/").unwrap_err();
+    assert!(e.to_string().contains("more than 3 objects"), "{e}");
 }

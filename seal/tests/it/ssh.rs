@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use seal::StorePlace;
+use seal::{Store as _, StorePlace};
 
 use crate::common;
 
@@ -123,4 +123,87 @@ fn ssh_a_part_changed_on_the_far_side_is_refused_and_keys_are_checked_there_too(
         0,
         "no temporary file left"
     );
+}
+
+#[test]
+fn ssh_listings_carry_the_far_sides_times_and_old_temporaries_are_cleaned_there() {
+    use std::time::{Duration, SystemTime};
+    let far = tempfile::tempdir().unwrap();
+    let Some(target) = testbed::ssh::SshTarget::start(far.path()).unwrap() else {
+        return;
+    };
+    let mine = tempfile::tempdir().unwrap();
+    let store = seal::SshStore::open(&place(&target, mine.path())).unwrap();
+    let key = seal::SealKey::generate();
+    let a = "@home.2026-12-01T140200.123456Z";
+    common::seal_small(
+        &store,
+        &key,
+        common::meta(a, uuid::Uuid::from_u128(1), None),
+        1,
+        &common::synthetic(40_000, 1),
+        16 << 10,
+    );
+    // Times: the far side's clock, within a minute of this one.
+    let listed = store.list("tacid-v1/").unwrap();
+    assert!(!listed.is_empty());
+    for o in &listed {
+        let t = o
+            .modified
+            .unwrap_or_else(|| panic!("no time for {}", o.key));
+        let off = SystemTime::now()
+            .duration_since(t)
+            .unwrap_or_else(|e| e.duration());
+        assert!(off < Duration::from_secs(60), "{}: {off:?}", o.key);
+    }
+    // An orphan part written a week ago, a young one, and two temporaries of puts a power
+    // cut stopped (one old, one young).
+    let old_orphan = format!("tacid-v1/{}/parts/{}/000000", key.key_id(), "ab".repeat(16));
+    let young_orphan = format!("tacid-v1/{}/parts/{}/000000", key.key_id(), "cd".repeat(16));
+    store.put(&old_orphan, b"old").unwrap();
+    store.put(&young_orphan, b"young").unwrap();
+    common::age(
+        &far.path().join(&old_orphan),
+        Duration::from_secs(7 * 24 * 3600),
+    );
+    let parts_dir = far.path().join(format!("tacid-v1/{}/parts", key.key_id()));
+    let old_tmp = parts_dir.join(".tmp-put.4242");
+    let young_tmp = parts_dir.join(".tmp-put.4343");
+    std::fs::write(&old_tmp, b"half").unwrap();
+    std::fs::write(&young_tmp, b"half").unwrap();
+    common::age(&old_tmp, seal::CLEAN_GRACE + Duration::from_secs(120));
+    let report = seal::clean(&store, &key).unwrap();
+    assert_eq!(
+        (report.parts, report.young.len(), report.temporaries),
+        (1, 1, 1),
+        "{report:?}"
+    );
+    assert!(store.get(&old_orphan, 10).is_err());
+    assert!(store.get(&young_orphan, 10).is_ok());
+    assert!(!old_tmp.exists() && young_tmp.exists());
+    // The verb takes minutes only.
+    let out = target
+        .ssh("obj-clean 1h")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn ssh_a_listing_past_the_cap_is_refused_in_words() {
+    let far = tempfile::tempdir().unwrap();
+    let Some(target) = testbed::ssh::SshTarget::start(far.path()).unwrap() else {
+        return;
+    };
+    let mine = tempfile::tempdir().unwrap();
+    let store = seal::SshStore::open(&place(&target, mine.path()))
+        .unwrap()
+        .with_max_listed(3);
+    for i in 0..4 {
+        std::fs::create_dir_all(far.path().join("tacid-v1/x")).unwrap();
+        std::fs::write(far.path().join(format!("tacid-v1/x/{i:06}")), b"x").unwrap();
+    }
+    let e = store.list("tacid-v1/").unwrap_err();
+    assert!(e.to_string().contains("more than 3 objects"), "{e}");
 }
