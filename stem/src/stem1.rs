@@ -810,8 +810,10 @@ impl Stem1 {
     /// deleted whatever happens, so nothing half-received stays. Answers the snapshot and
     /// the stream bytes received. Errors: AccessDenied, InvalidArgument (also: not a FIFO
     /// open for reading), AlreadyHere, TargetBusy (another fetch is being received),
-    /// TransferFailed (an ABORT, no END, a stall, a stream that does not check out), NoSpace,
-    /// StoreUnsafe, Failed.
+    /// TransferFailed (an ABORT, no END, a stall, a stream that does not check out; a
+    /// stream past the store's free space above its hard floor, or still going at the
+    /// deadline: the stem trusts no size it is told), BelowHardFloor (before anything was
+    /// received), NoSpace, StoreUnsafe, Failed.
     #[zbus(out_args("snapshot", "bytes"))]
     async fn receive_sealed(
         &self,
