@@ -25,6 +25,9 @@ pub struct DiskSnapshot {
     pub member: Member,
     /// The staged restore names it.
     pub staged: bool,
+    /// Its identity to `btrfs send` and `receive`: its received UUID when it was fetched,
+    /// else its UUID. A copy of it, and a stream against it as parent, name this.
+    pub identity: String,
 }
 
 /// A snapshot on disk as `list_since` gives it, borrowed from the stem's answer.
@@ -140,6 +143,11 @@ fn member(s: &stem1::SnapshotInfo) -> DiskSnapshot {
                 .unwrap_or(s.taken_unix_micros),
         },
         staged: s.staged,
+        identity: if s.received_uuid.is_empty() {
+            s.uuid.clone()
+        } else {
+            s.received_uuid.clone()
+        },
     }
 }
 

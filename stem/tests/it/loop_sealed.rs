@@ -332,6 +332,12 @@ fn loop_sealed_chain_received_into_a_fresh_store() {
     assert_eq!(fetched.name, last.name);
     assert!(fetched.readonly);
     assert_eq!(fetched.origin, Origin::NameOnly);
+    assert_eq!(
+        fetched.received_uuid,
+        Some(last.uuid),
+        "its identity, for a copy of it elsewhere"
+    );
+    assert_eq!(last.received_uuid, None, "a snapshot taken here has none");
     let listed = fresh.worker.run_blocking(|e| e.list()).unwrap().unwrap();
     assert_eq!(
         listed.iter().map(|s| s.name).collect::<Vec<_>>(),
