@@ -114,10 +114,7 @@ impl PipeEnd {
                 if to_deadline.is_zero() {
                     return Err(io::Error::new(
                         io::ErrorKind::TimedOut,
-                        format!(
-                            "the transfer was still going after {}, the most it may take",
-                            shown(given)
-                        ),
+                        past_deadline(given),
                     ));
                 }
                 left = left.min(to_deadline);
@@ -190,6 +187,15 @@ fn shown(d: Duration) -> String {
         s if s < 7200 => format!("{} min", s / 60),
         s => format!("{} h", s / 3600),
     }
+}
+
+/// Why a transfer that went on for `given` was stopped, and what to do.
+fn past_deadline(given: Duration) -> String {
+    format!(
+        "the transfer was still going after {}, the most one may take (a copier still \
+         sending then is stuck or hostile: see tacid-copier's log, then fetch again)",
+        shown(given)
+    )
 }
 
 fn sealed_failed(name: SnapshotName, reason: impl std::fmt::Display) -> CopyError {
@@ -365,19 +371,16 @@ impl Copies {
         };
         let finished = match received {
             Err(e) => Err(match e {
-                CopyError::Stalled(_) if Instant::now() >= deadline => sealed_failed(
-                    name,
-                    format!(
-                        "the transfer was still going after {}, the most it may take",
-                        shown(given)
-                    ),
-                ),
+                CopyError::Stalled(_) if Instant::now() >= deadline => {
+                    sealed_failed(name, past_deadline(given))
+                }
                 // The pump's stall and the pipe's are one: which side stopped is not known.
                 CopyError::Stalled(_) => sealed_failed(
                     name,
                     format!(
                         "nothing moved through the pipe for {} s: the copier stopped writing, \
-                         or btrfs receive stopped taking the stream",
+                         or btrfs receive stopped taking the stream (see tacid-copier's log, \
+                         then fetch again)",
                         self.programs.stall.as_secs()
                     ),
                 ),
