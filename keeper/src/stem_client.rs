@@ -27,6 +27,9 @@ pub struct DiskSnapshot {
     pub member: Member,
     /// The staged restore names it.
     pub staged: bool,
+    /// Its identity to `btrfs send` and `receive`: its received UUID when it was fetched,
+    /// else its UUID. A copy of it, and a stream against it as parent, name this.
+    pub identity: String,
 }
 
 /// A snapshot on disk as `list_since` gives it, borrowed from the stem's answer.
@@ -37,6 +40,19 @@ pub struct OnDisk<'a> {
     pub taken_micros: i64,
     pub staged: bool,
 }
+
+/// A `SnapshotInfo` of `ListSince`'s answer, borrowed (a test holds the two alike).
+type ListedRow<'a> = (
+    &'a str,
+    u64,
+    &'a str,
+    &'a str,
+    &'a str,
+    i64,
+    bool,
+    bool,
+    &'a str,
+);
 
 /// One member of a staged request, as the stem reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,6 +167,11 @@ fn member(s: &stem1::SnapshotInfo) -> DiskSnapshot {
                 .unwrap_or(s.taken_unix_micros),
         },
         staged: s.staged,
+        identity: if s.received_uuid.is_empty() {
+            s.uuid.clone()
+        } else {
+            s.received_uuid.clone()
+        },
     }
 }
 
@@ -288,12 +309,11 @@ impl StemClient {
                 }
             })
             .await?;
-        type Row<'a> = (&'a str, u64, &'a str, &'a str, &'a str, i64, bool, bool);
         let body = reply.body();
-        let (generation, changed, rows): (Vec<u64>, bool, Vec<Row<'_>>) = body
+        let (generation, changed, rows): (Vec<u64>, bool, Vec<ListedRow<'_>>) = body
             .deserialize()
             .map_err(|e| StemError::Bus(format!("the stem's list does not read: {e}")))?;
-        for (name, _id, _uuid, of, _origin, taken, _readonly, staged) in rows {
+        for (name, _id, _uuid, of, _origin, taken, _readonly, staged, _received) in rows {
             each(OnDisk {
                 name,
                 of,
@@ -738,5 +758,18 @@ pub(crate) fn stem_error(e: StemError) -> KeeperError {
             }
         }
         StemError::Bus(_) | StemError::NotTheStem(_) => KeeperError::StemFailed(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use zbus::Type as _;
+
+    #[test]
+    fn the_borrowed_list_row_is_the_stems_snapshot_info() {
+        assert_eq!(
+            <super::ListedRow<'static>>::SIGNATURE,
+            <stem_interface::SnapshotInfo>::SIGNATURE
+        );
     }
 }

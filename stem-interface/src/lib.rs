@@ -47,6 +47,11 @@ pub struct SnapshotInfo {
     pub readonly: bool,
     /// Whether the staged restore request names it (it cannot be deleted while so).
     pub staged: bool,
+    /// When it was received (fetched from a copy), the UUID of the snapshot it was
+    /// received from, lowercase and hyphenated; else "". Its identity to `btrfs send` and
+    /// `receive`: a copy of it, or a stream against it as parent, names this UUID, not
+    /// `uuid`.
+    pub received_uuid: String,
 }
 
 /// A restore request: put `subvolume` back to `snapshot`, whose Btrfs UUID is `uuid`.

@@ -40,6 +40,10 @@ pub struct Snapshot {
     pub readonly: bool,
     /// True when the staged restore request names it.
     pub staged: bool,
+    /// When it was received (fetched from a copy): the UUID of the snapshot it was
+    /// received from, its identity to `btrfs send` and `receive` (a stream of it, or
+    /// against it, names this).
+    pub received_uuid: Option<Uuid>,
 }
 
 pub use layout::origin::Origin;
@@ -379,6 +383,7 @@ impl Engine {
                         taken: info.created.unwrap_or_else(|| name.taken()),
                         readonly: info.readonly,
                         staged: false,
+                        received_uuid: info.received_uuid,
                     })
                 }
                 Err(e) if e.kind == ErrorKind::AlreadyExists => name = name.next(),
@@ -484,6 +489,7 @@ impl Engine {
                 staged: staged
                     .as_ref()
                     .is_some_and(|r| r.members().iter().any(|m| m.snapshot() == stored.name)),
+                received_uuid: info.received_uuid,
             });
         }
         out.sort_by_key(|s| std::cmp::Reverse(s.name));

@@ -808,8 +808,10 @@ impl Stem1 {
     /// deleted whatever happens, so nothing half-received stays. Answers the snapshot and
     /// the stream bytes received. Errors: AccessDenied, InvalidArgument (also: not a FIFO
     /// open for reading), AlreadyHere, TargetBusy (another fetch is being received),
-    /// TransferFailed (an ABORT, no END, a stall, a stream that does not check out), NoSpace,
-    /// StoreUnsafe, Failed.
+    /// TransferFailed (an ABORT, no END, a stall, a stream that does not check out; a
+    /// stream past the store's free space above its hard floor, or still going at the
+    /// deadline: the stem trusts no size it is told), BelowHardFloor (before anything was
+    /// received), NoSpace, StoreUnsafe, Failed.
     #[zbus(out_args("snapshot", "bytes"))]
     async fn receive_sealed(
         &self,
@@ -1137,6 +1139,10 @@ impl From<&engine::Snapshot> for SnapshotInfo {
             taken_unix_micros: layout::human::unix_micros(s.taken),
             readonly: s.readonly,
             staged: s.staged,
+            received_uuid: s
+                .received_uuid
+                .map(|u| u.hyphenated().to_string())
+                .unwrap_or_default(),
         }
     }
 }
@@ -1158,6 +1164,13 @@ impl TryFrom<&SnapshotInfo> for engine::Snapshot {
             taken: layout::human::from_unix_micros(s.taken_unix_micros),
             readonly: s.readonly,
             staged: s.staged,
+            received_uuid: match s.received_uuid.as_str() {
+                "" => None,
+                u => Some(
+                    uuid::Uuid::try_parse(u)
+                        .map_err(|e| wire("snapshot received UUID")(e.to_string()))?,
+                ),
+            },
         })
     }
 }
@@ -1370,8 +1383,17 @@ mod tests {
             taken: name.taken(),
             readonly: true,
             staged: true,
+            received_uuid: Some(uuid::Uuid::from_u128(0x7a)),
         };
         let info = SnapshotInfo::from(&snapshot);
+        assert_eq!(info.received_uuid, "00000000-0000-0000-0000-00000000007a");
+        let plain = engine::Snapshot {
+            received_uuid: None,
+            ..snapshot.clone()
+        };
+        let plain_info = SnapshotInfo::from(&plain);
+        assert_eq!(plain_info.received_uuid, "");
+        assert_eq!(engine::Snapshot::try_from(&plain_info), Ok(plain));
         assert_eq!(info.taken_unix_micros, name.taken_unix_micros());
         assert_eq!(engine::Snapshot::try_from(&info), Ok(snapshot.clone()));
 

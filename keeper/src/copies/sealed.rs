@@ -567,23 +567,25 @@ impl Copies {
         };
         let snap = SnapshotName::parse(name)
             .map_err(|e| failed(KeeperError::InvalidArgument(format!("{name}: {e}"))))?;
+        // The snapshot's identity: what the stem's stream names (its received UUID when it
+        // was itself fetched), so also what the copy, and a chain against it, are known by.
         let uuid = disk
             .iter()
             .find(|d| d.member.name == name)
-            .map(|d| d.member.uuid.clone())
+            .map(|d| d.identity.clone())
             .ok_or_else(|| {
                 failed(KeeperError::NoSuchSnapshot(format!(
                     "there is no snapshot named {name} here; see `tacid data list`"
                 )))
             })?;
         let held: Vec<SealedHeld> = listed.iter().filter_map(held_of).collect();
-        let in_store = |u: &str| disk.iter().any(|d| d.member.uuid == u);
+        let in_store = |u: &str| disk.iter().any(|d| d.identity == u);
         let parent = sealed_parent(&snap.subvolume().to_string(), &held, in_store, bound_of(t))
             // A copy is never its own parent (a name sealed again after it was deleted here).
             .filter(|p| p.uuid != uuid);
-        // The parent's snapshot in the store, by its UUID.
+        // The parent's snapshot in the store, by its identity.
         let (parent_name, parent_uuid) = match parent {
-            Some(p) => match disk.iter().find(|d| d.member.uuid == p.uuid) {
+            Some(p) => match disk.iter().find(|d| d.identity == p.uuid) {
                 Some(d) => (d.member.name.clone(), p.uuid.clone()),
                 None => (String::new(), String::new()),
             },
@@ -714,7 +716,7 @@ impl Copies {
                 name: h.name.clone(),
                 of: h.of.clone(),
                 taken_micros: h.taken_micros,
-                in_store: disk.iter().any(|d| d.member.uuid == h.uuid),
+                in_store: disk.iter().any(|d| d.identity == h.uuid),
             })
             .collect();
         let rule = retention_rule(target);

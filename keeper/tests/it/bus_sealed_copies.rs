@@ -361,3 +361,92 @@ fn bus_sealed_copies_on_garage() {
     let (code, text, err) = w.tacid(APPROVER, &["data", "restore", &s2]);
     assert_eq!(code, 3, "{text} {err}");
 }
+
+#[test]
+fn bus_a_fetched_snapshot_is_sealed_to_another_target_and_its_chain_holds() {
+    // A second sealed directory, `vault2`, chains up to 5 long.
+    let vault2 = tempfile::tempdir().expect("a temp dir");
+    let place = vault2.path().join("copies");
+    let extra = format!(
+        r#""vault2": {{"place": {:?}, "seal": {{"full_every": 5}}}}"#,
+        place.display().to_string()
+    );
+    let Some((w, _copier)) = world_with_vault(&extra) else {
+        return;
+    };
+    let copier_user = nix_user(layout::names::COPIER_USER);
+    fs::create_dir(&place).expect("mkdir");
+    std::os::unix::fs::chown(&place, Some(copier_user.0), Some(copier_user.1)).expect("chown");
+
+    // s1 and s2 sealed to vault, then gone from the store; s2 fetched back (a received
+    // snapshot: its Btrfs UUID is new, its identity the one sealed).
+    let s1 = changed_snapshot(&w, "one");
+    copy(&w, &s1, "vault");
+    let s2 = changed_snapshot(&w, "two");
+    copy(&w, &s2, "vault");
+    for s in [&s1, &s2] {
+        let (code, _, err) = w.tacid(APPROVER, &["data", "delete", s, "--next-copy-full"]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let (code, out, err) = w.tacid(APPROVER, &["data", "fetch", &s2, "--from", "vault"]);
+    assert_eq!(code, 0, "fetch: {out} {err}");
+
+    // The fetched s2 sealed to vault2 (full: vault2 holds nothing), then s3 against it.
+    let r = copy(&w, &s2, "vault2");
+    assert_eq!(r["copied"][0]["incremental"], false, "{r}");
+    let s3 = changed_snapshot(&w, "three");
+    let r = copy(&w, &s3, "vault2");
+    assert_eq!(r["copied"][0]["incremental"], true, "{r}");
+    assert_eq!(
+        r["copied"][0]["parent"],
+        s2.as_str(),
+        "the fetched s2 is the parent: {r}"
+    );
+    let (code, out, err) = w.tacid(APPROVER, &["data", "verify", "--target", "vault2"]);
+    assert_eq!(code, 0, "{out} {err}");
+
+    // Every snapshot of the chain gone from the store: s3 fetched from vault2 alone (its
+    // chain s2 then s3), whole.
+    for s in [&s2, &s3] {
+        let (code, _, err) = w.tacid(APPROVER, &["data", "delete", s, "--next-copy-full"]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let (code, out, err) = w.tacid(
+        APPROVER,
+        &["data", "fetch", &s3, "--from", "vault2", "--json"],
+    );
+    assert_eq!(code, 0, "fetch from vault2: {out} {err}");
+    assert_eq!(json(&out)["snapshot"]["name"], s3.as_str());
+    let got = w.top().join(layout::SNAPSHOTS_SUBVOLUME).join(&s3);
+    for what in ["one", "two", "three"] {
+        assert_eq!(
+            fs::read_to_string(got.join(format!("{what}.txt"))).expect("a file"),
+            what.repeat(1000),
+            "{what}.txt"
+        );
+    }
+    // And s2 from vault2 too: a copy of a fetched snapshot is a copy like any other.
+    let (code, out, err) = w.tacid(APPROVER, &["data", "fetch", &s2, "--from", "vault2"]);
+    assert_eq!(code, 0, "fetch s2 from vault2: {out} {err}");
+}
+
+/// The uid and gid of `name`.
+fn nix_user(name: &str) -> (u32, u32) {
+    let out = std::process::Command::new("id")
+        .args(["-u", name])
+        .output()
+        .expect("id");
+    let uid = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a uid");
+    let out = std::process::Command::new("id")
+        .args(["-g", name])
+        .output()
+        .expect("id");
+    let gid = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a gid");
+    (uid, gid)
+}

@@ -39,7 +39,7 @@ use crate::engine::{EngineError, Snapshot};
 use crate::worker::{Worker, WorkerGone};
 pub use config::{load_config, Programs, DEFAULT_STALL};
 use local::Local;
-pub use sealed::{PipeEnd, SentSealed, Way};
+pub use sealed::{PipeEnd, SentSealed, Way, DEFAULT_SEALED_DEADLINE};
 use ssh::Ssh;
 use target::OpenTarget;
 use turns::Turns;
@@ -195,6 +195,8 @@ pub struct Copies {
     /// Held by the fetch receiving into the store's one `.incoming` (each fetch cleans it
     /// first: two at once would delete each other's).
     incoming: std::sync::Mutex<()>,
+    /// The most a sealed receive may take in all (its idle bound is `programs.stall`).
+    sealed_deadline: Duration,
 }
 
 /// How a copy act's answer is logged: a copy, fetch or deletion every time; a look that
@@ -266,7 +268,14 @@ impl Copies {
             top_path,
             turns: Turns::default(),
             incoming: std::sync::Mutex::new(()),
+            sealed_deadline: DEFAULT_SEALED_DEADLINE,
         }
+    }
+
+    /// The most a sealed receive may take in all ([`DEFAULT_SEALED_DEADLINE`] unless set).
+    pub fn with_sealed_deadline(mut self, deadline: Duration) -> Copies {
+        self.sealed_deadline = deadline;
+        self
     }
 
     /// The store's `.incoming`, for one fetch; another at the same time is refused as busy.

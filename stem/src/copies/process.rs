@@ -6,7 +6,7 @@ mod pump;
 use std::os::fd::OwnedFd;
 use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicU64;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pump::{pump, Drain, Pumped};
 
@@ -68,7 +68,14 @@ pub fn run_plain(cmd: Command, stall: Duration) -> Result<Ran, CopyError> {
     let (_, unused_sink) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| failed("pipe", e))?;
     drop(snk);
-    if let Err(e) = pump(src, unused_sink, &mut drains, &AtomicU64::new(0), stall) {
+    if let Err(e) = pump(
+        src,
+        unused_sink,
+        &mut drains,
+        &AtomicU64::new(0),
+        stall,
+        None,
+    ) {
         let _ = child.kill();
         let _ = child.wait();
         return Err(stalled(e, "reading a child's output"));
@@ -103,6 +110,17 @@ pub fn run_fed<T: Send + 'static>(
     moved: &AtomicU64,
     stall: Duration,
 ) -> Result<(Ran, T), CopyError> {
+    run_fed_until(cmd, send, moved, stall, None)
+}
+
+/// [`run_fed`], the child killed when `deadline` passes as when the stream stalls.
+pub fn run_fed_until<T: Send + 'static>(
+    cmd: Command,
+    send: impl FnOnce(OwnedFd) -> T + Send + 'static,
+    moved: &AtomicU64,
+    stall: Duration,
+    deadline: Option<Instant>,
+) -> Result<(Ran, T), CopyError> {
     let (stream_out, stream_in) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| failed("pipe", e))?;
     let mut child = spawn(cmd, Stdio::piped())?;
@@ -116,7 +134,7 @@ pub fn run_fed<T: Send + 'static>(
         Drain::last(child.stderr.take().expect("piped").into(), STDERR_CAP),
     ];
     // On a stall the stream's read end is closed here, so the send ends with EPIPE.
-    let pumped = pump(stream_out, stdin, &mut drains, moved, stall);
+    let pumped = pump(stream_out, stdin, &mut drains, moved, stall, deadline);
     if pumped.is_err() {
         let _ = child.kill();
     }
@@ -147,7 +165,7 @@ pub fn run_piped(
         Drain::last(sink.stderr.take().expect("piped").into(), STDERR_CAP),
         Drain::last(source.stderr.take().expect("piped").into(), STDERR_CAP),
     ];
-    let pumped = pump(stream, stdin, &mut all, moved, stall);
+    let pumped = pump(stream, stdin, &mut all, moved, stall, None);
     if pumped.is_err() {
         let _ = source.kill();
         let _ = sink.kill();

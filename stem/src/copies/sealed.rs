@@ -19,9 +19,9 @@ use rustix::io::Errno;
 use stem_interface::pipe::{FrameReader, FrameWriter, MAX_DATA};
 use uuid::Uuid;
 
-use super::process::{capped, run_fed, Ran};
+use super::process::{capped, run_fed_until, Ran};
 use super::{failed, identity, Copies, CopyError};
-use crate::engine::{EngineError, Snapshot};
+use crate::engine::{ByteCount, EngineError, Snapshot};
 
 /// How long an ABORT frame may wait for room in the pipe: it is a courtesy to a reader
 /// that may be gone or stuck.
@@ -48,12 +48,24 @@ pub enum Way {
     Write,
 }
 
+/// How long a sealed receive may take in all, by default: a whole chain restored from a
+/// slow link (a disk's worth at a few MB/s) fits; a copier that trickles forever does not.
+pub const DEFAULT_SEALED_DEADLINE: Duration = Duration::from_secs(48 * 3600);
+
+/// How often (in stream bytes) a sealed receive looks at the store's free space again.
+const SPACE_LOOK_EVERY: u64 = 8 << 20;
+
 /// A pipe end the keeper handed over: checked to be a FIFO open the right way, made
-/// non-blocking, every read and write waiting at most `stall` for the other side.
+/// non-blocking, every read and write waiting at most `stall` for the other side, and
+/// none past the deadline, when there is one.
 #[derive(Debug)]
 pub struct PipeEnd {
     fd: OwnedFd,
     stall: Duration,
+    /// When the whole transfer must be over, and how long it was given.
+    deadline: Option<(Instant, Duration)>,
+    /// Who stopped, when nothing moved for `stall`.
+    stalled: &'static str,
 }
 
 impl PipeEnd {
@@ -84,20 +96,36 @@ impl PipeEnd {
 
     fn new(fd: OwnedFd, stall: Duration) -> io::Result<PipeEnd> {
         rustix::io::ioctl_fionbio(&fd, true)?;
-        Ok(PipeEnd { fd, stall })
+        Ok(PipeEnd {
+            fd,
+            stall,
+            deadline: None,
+            stalled: "the copier stopped answering",
+        })
     }
 
-    /// Wait until the pipe is ready for `flags`, at most `stall`.
+    /// Wait until the pipe is ready for `flags`, at most `stall`, and not past the deadline.
     fn wait(&self, flags: PollFlags) -> io::Result<()> {
         let started = Instant::now();
         loop {
-            let left = self.stall.saturating_sub(started.elapsed());
-            if left.is_zero() {
+            let mut left = self.stall.saturating_sub(started.elapsed());
+            if let Some((at, given)) = self.deadline {
+                let to_deadline = at.saturating_duration_since(Instant::now());
+                if to_deadline.is_zero() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        past_deadline(given),
+                    ));
+                }
+                left = left.min(to_deadline);
+            }
+            if started.elapsed() >= self.stall {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!(
-                        "nothing moved through the pipe for {} s: the copier stopped answering",
-                        self.stall.as_secs()
+                        "nothing moved through the pipe for {} s: {}",
+                        self.stall.as_secs(),
+                        self.stalled
                     ),
                 ));
             }
@@ -150,6 +178,24 @@ impl Write for PipeEnd {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+}
+
+/// A duration for people: seconds, minutes or hours.
+fn shown(d: Duration) -> String {
+    match d.as_secs() {
+        s if s < 120 => format!("{s} s"),
+        s if s < 7200 => format!("{} min", s / 60),
+        s => format!("{} h", s / 3600),
+    }
+}
+
+/// Why a transfer that went on for `given` was stopped, and what to do.
+fn past_deadline(given: Duration) -> String {
+    format!(
+        "the transfer was still going after {}, the most one may take (a copier still \
+         sending then is stuck or hostile: see tacid-copier's log, then fetch again)",
+        shown(given)
+    )
 }
 
 fn sealed_failed(name: SnapshotName, reason: impl std::fmt::Display) -> CopyError {
@@ -290,22 +336,29 @@ impl Copies {
         let from = PipeEnd::check(from, Way::Read)?;
         let turn = self.turns.take_sealed(name, "receive-sealed")?;
         let _incoming = self.incoming_turn()?;
-        let from = PipeEnd::new(from, self.programs.stall).map_err(|e| failed("the pipe", e))?;
+        let given = self.sealed_deadline;
+        let deadline = Instant::now() + given;
+        let mut from =
+            PipeEnd::new(from, self.programs.stall).map_err(|e| failed("the pipe", e))?;
+        from.deadline = Some((deadline, given));
         self.worker.run_blocking(move |e| e.prepare_fetch(name))??;
+        let room = self.room(name)?;
         let incoming = self
             .top_path
             .join(layout::SNAPSHOTS_SUBVOLUME)
             .join(layout::copies::INCOMING_DIR_NAME);
-        tracing::info!("receiving {name} sealed, from a pipe");
+        tracing::info!(room = room.cap, "receiving {name} sealed, from a pipe");
         // No -e: a chain is several streams, each ended by its own end command. Each
         // incremental's parent is the subvolume received before it, inside the chroot.
         let mut receive = Command::new(&self.programs.btrfs);
         receive.args(["receive", "--chroot"]).arg(&incoming);
-        let received = run_fed(
+        let stall = self.programs.stall;
+        let received = run_fed_until(
             receive,
-            move |out| unframe(from, out),
+            move |out| unframe(from, out, room),
             &turn.bytes,
-            self.programs.stall,
+            stall,
+            Some(deadline),
         );
         let receive_failed = |ran: &Ran| {
             if ran.stderr.contains("No space left") {
@@ -318,18 +371,24 @@ impl Copies {
         };
         let finished = match received {
             Err(e) => Err(match e {
+                CopyError::Stalled(_) if Instant::now() >= deadline => {
+                    sealed_failed(name, past_deadline(given))
+                }
                 // The pump's stall and the pipe's are one: which side stopped is not known.
                 CopyError::Stalled(_) => sealed_failed(
                     name,
                     format!(
                         "nothing moved through the pipe for {} s: the copier stopped writing, \
-                         or btrfs receive stopped taking the stream",
+                         or btrfs receive stopped taking the stream (see tacid-copier's log, \
+                         then fetch again)",
                         self.programs.stall.as_secs()
                     ),
                 ),
                 e => e,
             }),
-            Ok((_, Err(Unframed::Input(why)))) => Err(sealed_failed(name, why)),
+            Ok((_, Err(Unframed::Input(why) | Unframed::Bound(why)))) => {
+                Err(sealed_failed(name, why))
+            }
             // btrfs receive stopped taking the stream: its words say why.
             Ok((ran, Err(Unframed::Output(_)))) if !ran.ok() => Err(receive_failed(&ran)),
             Ok((_, Err(Unframed::Output(why)))) => Err(sealed_failed(name, why)),
@@ -370,6 +429,87 @@ impl Copies {
     }
 }
 
+impl Copies {
+    /// What the store can take of a sealed receive: the free space above the hard floor.
+    /// Below the floor already, the receive is refused before it begins.
+    fn room(&self, name: SnapshotName) -> Result<Room, CopyError> {
+        let space = self.worker.run_blocking(|e| e.free_space())??;
+        let floor = space.hard_floor_bytes;
+        if space.free_bytes <= floor {
+            return Err(CopyError::Engine(EngineError::BelowHardFloor {
+                doing: format!("receiving {name}"),
+                free: ByteCount(space.free_bytes),
+                floor: ByteCount(floor),
+            }));
+        }
+        let top = rustix::fs::open(
+            &self.top_path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| failed("open the tacid filesystem", e))?;
+        Ok(Room {
+            cap: space.free_bytes - floor,
+            free: space.free_bytes,
+            floor,
+            top,
+        })
+    }
+}
+
+/// What a sealed receive may fill: the stem trusts no size it is told (the manifest's is
+/// the copier's word), so the store's own free space above its hard floor is the bound.
+#[derive(Debug)]
+struct Room {
+    /// The most stream bytes taken: the free space above the floor when it began (a stream
+    /// writes at most about its own size; metadata beyond that is what `floor` catches).
+    cap: u64,
+    /// The free space when it began.
+    free: u64,
+    /// The hard floor (0: none).
+    floor: u64,
+    /// The tacid filesystem, to look at its free space again as the stream comes.
+    top: OwnedFd,
+}
+
+impl Room {
+    fn full(&self, why: String) -> Unframed {
+        Unframed::Bound(format!(
+            "{why}; the receive was stopped. Free space in the store (`tacid data prune`, or \
+             `tacid data delete` snapshots) and fetch again; if there is room for the copy's \
+             size, the copier sent more than the copy holds (`tacid data verify` the copy)"
+        ))
+    }
+
+    /// Whether `so_far` stream bytes, and what the filesystem says now, are within bounds.
+    fn check(&self, so_far: u64, look: bool) -> Result<(), Unframed> {
+        if so_far > self.cap {
+            return Err(self.full(format!(
+                "the stream grew past {}, all the store could take above its hard floor of {} \
+                 ({} free when the receive began)",
+                ByteCount(self.cap),
+                ByteCount(self.floor),
+                ByteCount(self.free)
+            )));
+        }
+        if look && self.floor > 0 {
+            if let Ok(st) = rustix::fs::fstatvfs(&self.top) {
+                let free = st.f_bavail.saturating_mul(st.f_frsize);
+                if free < self.floor {
+                    return Err(self.full(format!(
+                        "the store's free space fell to {}, below its hard floor of {}, after \
+                         {} of stream",
+                        ByteCount(free),
+                        ByteCount(self.floor),
+                        ByteCount(so_far)
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Why the unframing stopped before the END frame.
 #[derive(Debug)]
 enum Unframed {
@@ -377,22 +517,39 @@ enum Unframed {
     Input(String),
     /// The stream's way into `btrfs receive` (it stopped taking it).
     Output(String),
+    /// A bound of the receive: the room in the store, the deadline, or `btrfs receive`
+    /// taking nothing for the stall.
+    Bound(String),
 }
 
 /// The unframing thread: the frames read from the pipe `from` become the plain stream,
-/// written into `out` (`run_fed`'s way into `btrfs receive`). Returns the END frame's
-/// trailer and the stream bytes that came, or why the stream is not whole. `out` is closed on return either way, so the
-/// receive sees the end of its input.
-fn unframe(from: PipeEnd, out: OwnedFd) -> Result<(Vec<u8>, u64), Unframed> {
+/// written into `out` (`run_fed`'s way into `btrfs receive`), within `room` and `from`'s
+/// stall and deadline. Returns the END frame's trailer and the stream bytes that came, or
+/// why the stream is not whole. `out` is closed on return either way, so the receive sees
+/// the end of its input.
+fn unframe(from: PipeEnd, out: OwnedFd, room: Room) -> Result<(Vec<u8>, u64), Unframed> {
+    let mut out = PipeEnd::new(out, from.stall).map_err(|e| Unframed::Output(e.to_string()))?;
+    out.deadline = from.deadline;
+    out.stalled = "btrfs receive stopped taking the stream";
     let mut frames = FrameReader::new(from);
-    let mut out = std::fs::File::from(out);
     let mut buf = vec![0u8; 256 << 10];
+    let mut next_look = SPACE_LOOK_EVERY;
     loop {
         match frames.read(&mut buf) {
             Ok(0) => break,
-            Ok(n) => out.write_all(&buf[..n]).map_err(|e| {
-                Unframed::Output(format!("btrfs receive stopped taking the stream: {e}"))
-            })?,
+            Ok(n) => {
+                // Checked before it is written: what is past the room never reaches the disk.
+                let so_far = frames.data_bytes();
+                let look = so_far >= next_look;
+                if look {
+                    next_look = so_far.saturating_add(SPACE_LOOK_EVERY);
+                }
+                room.check(so_far, look)?;
+                out.write_all(&buf[..n]).map_err(|e| match e.kind() {
+                    io::ErrorKind::TimedOut => Unframed::Bound(e.to_string()),
+                    _ => Unframed::Output(format!("btrfs receive stopped taking the stream: {e}")),
+                })?
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(Unframed::Input(e.to_string())),
         }

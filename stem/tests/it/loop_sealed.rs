@@ -18,7 +18,7 @@ use crate::common::megabytes;
 use layout::copies::CopiesConfig;
 use layout::origin::Origin;
 use layout::{SnapshotName, SubvolumeName, SNAPSHOTS_SUBVOLUME};
-use stem::copies::{Copies, CopyError, Programs, SentSealed};
+use stem::copies::{Copies, CopyError, Programs, SentSealed, DEFAULT_SEALED_DEADLINE};
 use stem::worker::Worker;
 use stem::{Engine, Snapshot};
 use stem_interface::pipe::{FrameReader, FrameWriter};
@@ -36,16 +36,27 @@ struct Machine {
 }
 
 fn machine_with(stall: Duration, config: CopiesConfig) -> Option<Machine> {
+    machine_bounded(stall, DEFAULT_SEALED_DEADLINE, "btrfs".as_ref(), config)
+}
+
+/// A machine whose sealed receives stall after `stall`, end at `deadline`, and run `btrfs`.
+fn machine_bounded(
+    stall: Duration,
+    deadline: Duration,
+    btrfs: &Path,
+    config: CopiesConfig,
+) -> Option<Machine> {
     let fs = LoopFs::with_layout(SIZE).expect("make a loop Btrfs")?;
     let worker = Worker::start(Engine::open(fs.top()).unwrap(), || {}).unwrap();
     let runtime = tempfile::tempdir().unwrap();
     let programs = Programs {
-        btrfs: "btrfs".into(),
+        btrfs: btrfs.to_owned(),
         ssh: "ssh".into(),
         runtime_dir: runtime.path().to_owned(),
         stall,
     };
-    let copies = Copies::new(config, programs, worker.clone(), fs.top().to_owned());
+    let copies = Copies::new(config, programs, worker.clone(), fs.top().to_owned())
+        .with_sealed_deadline(deadline);
     Some(Machine {
         fs,
         worker,
@@ -321,6 +332,12 @@ fn loop_sealed_chain_received_into_a_fresh_store() {
     assert_eq!(fetched.name, last.name);
     assert!(fetched.readonly);
     assert_eq!(fetched.origin, Origin::NameOnly);
+    assert_eq!(
+        fetched.received_uuid,
+        Some(last.uuid),
+        "its identity, for a copy of it elsewhere"
+    );
+    assert_eq!(last.received_uuid, None, "a snapshot taken here has none");
     let listed = fresh.worker.run_blocking(|e| e.list()).unwrap().unwrap();
     assert_eq!(
         listed.iter().map(|s| s.name).collect::<Vec<_>>(),
@@ -621,4 +638,174 @@ fn loop_sealed_one_receive_into_the_store_at_a_time() {
         "{first}"
     );
     assert!(m.incoming().is_empty());
+}
+
+/// A snapshot of @home holding `mib` MiB, sent sealed, then deleted from the store (so it
+/// can be received again): the snapshot and its stream, framed whole with its trailer.
+fn sent_and_deleted(m: &Machine, mib: usize) -> (Snapshot, Vec<u8>) {
+    m.write("@home/big", &megabytes(mib, 5));
+    let s = m.take("@home");
+    let (sent, framed) = m.send(s.name, None);
+    sent.unwrap();
+    let name = s.name;
+    m.worker
+        .run_blocking(move |e| e.delete(name))
+        .unwrap()
+        .unwrap();
+    (s, framed)
+}
+
+#[test]
+fn loop_sealed_receive_is_bounded_by_the_room_above_the_hard_floor() {
+    let Some(m) = machine_with(Duration::from_secs(5), CopiesConfig::default()) else {
+        return;
+    };
+    let (s, framed) = sent_and_deleted(&m, 24);
+    let free = m
+        .worker
+        .run_blocking(|e| e.free_space())
+        .unwrap()
+        .unwrap()
+        .free_bytes;
+    let before = m.subvolumes();
+
+    // Room for 4 MiB above the floor: the 24 MiB stream is stopped, nothing kept.
+    let floor = free - (4 << 20);
+    m.worker
+        .run_blocking(move |e| e.set_hard_floor(floor))
+        .unwrap();
+    let started = Instant::now();
+    let e = m.receive(s.name, s.uuid, framed.clone()).unwrap_err();
+    assert!(matches!(e, CopyError::SealedFailed { .. }), "{e:?}");
+    let words = e.to_string();
+    assert!(words.contains("hard floor"), "{words}");
+    assert!(words.contains("Free space in the store"), "{words}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(m.incoming().is_empty(), "{:?}", m.incoming());
+    assert_eq!(m.subvolumes(), before, "nothing kept");
+    assert!(m.copies.progress().is_empty());
+
+    // Below the floor already: refused before anything is received.
+    let floor = free + (1 << 30);
+    m.worker
+        .run_blocking(move |e| e.set_hard_floor(floor))
+        .unwrap();
+    let e = m.receive(s.name, s.uuid, framed.clone()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CopyError::Engine(stem::EngineError::BelowHardFloor { .. })
+        ),
+        "{e:?}"
+    );
+    assert!(m.incoming().is_empty(), "{:?}", m.incoming());
+    assert_eq!(m.subvolumes(), before);
+
+    // Room enough: the same stream is received whole (the room, not the stream, stopped it).
+    m.worker
+        .run_blocking(|e| e.set_hard_floor(8 << 20))
+        .unwrap();
+    let (got, bytes) = m.receive(s.name, s.uuid, framed).unwrap();
+    assert_eq!(got.name, s.name);
+    assert!(bytes > 24 << 20, "{bytes}");
+    assert_eq!(
+        fs::read(m.store().join(s.name.to_string()).join("big")).unwrap(),
+        megabytes(24, 5)
+    );
+    assert!(m.incoming().is_empty());
+}
+
+#[test]
+fn loop_sealed_receive_that_stalls_or_trickles_is_ended_in_time() {
+    let stall = Duration::from_secs(2);
+    let deadline = Duration::from_secs(4);
+    let Some(m) = machine_bounded(stall, deadline, "btrfs".as_ref(), CopiesConfig::default())
+    else {
+        return;
+    };
+    let (s, framed) = sent_and_deleted(&m, 3);
+    let before = m.subvolumes();
+
+    // A copier that sends a part and then nothing, its pipe held open: the idle bound.
+    let (r, w) = pipe();
+    let mut w = fs::File::from(w);
+    // Less than a pipe holds: written at once, with nobody reading yet.
+    w.write_all(&framed[..40_000]).unwrap();
+    let started = Instant::now();
+    let e = m.copies.receive_sealed(s.name, s.uuid, r).unwrap_err();
+    let took = started.elapsed();
+    drop(w);
+    assert!(matches!(e, CopyError::SealedFailed { .. }), "{e:?}");
+    assert!(
+        e.to_string()
+            .contains("nothing moved through the pipe for 2 s"),
+        "{e}"
+    );
+    assert!(took >= stall && took < stall * 4, "{took:?}");
+    assert!(m.incoming().is_empty(), "{:?}", m.incoming());
+    assert_eq!(m.subvolumes(), before);
+
+    // A copier that never stalls but never ends: 4 KiB every 50 ms, the real stream
+    // (12 s of it), ended by the deadline.
+    let (r, w) = pipe();
+    let trickle = framed.clone();
+    let writer = std::thread::spawn(move || {
+        let mut w = fs::File::from(w);
+        for chunk in trickle.chunks(4096) {
+            if w.write_all(chunk).is_err() {
+                return; // the stem stopped reading: that is the point
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let started = Instant::now();
+    let e = m.copies.receive_sealed(s.name, s.uuid, r).unwrap_err();
+    let took = started.elapsed();
+    writer.join().unwrap();
+    assert!(matches!(e, CopyError::SealedFailed { .. }), "{e:?}");
+    assert!(e.to_string().contains("still going after 4 s"), "{e}");
+    assert!(took >= deadline && took < deadline * 3, "{took:?}");
+    assert!(m.incoming().is_empty(), "{:?}", m.incoming());
+    assert_eq!(m.subvolumes(), before);
+    assert!(m.copies.progress().is_empty());
+
+    // Within its bounds, the same stream is received.
+    let (got, _) = m.receive(s.name, s.uuid, framed).unwrap();
+    assert_eq!(got.name, s.name);
+    assert!(m.incoming().is_empty());
+}
+
+#[test]
+fn loop_sealed_receive_whose_btrfs_receive_stops_taking_the_stream_is_ended() {
+    // A `btrfs` that never reads its input (a receive stuck in the kernel, say).
+    let dir = tempfile::tempdir().unwrap();
+    let stuck = dir.path().join("btrfs");
+    fs::write(&stuck, "#!/bin/sh\nexec sleep 600\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    fs::set_permissions(&stuck, fs::Permissions::from_mode(0o755)).unwrap();
+    let stall = Duration::from_secs(2);
+    let Some(m) = machine_with(stall, CopiesConfig::default()) else {
+        return;
+    };
+    let (s, framed) = sent_and_deleted(&m, 3);
+    let Some(stuck_m) = machine_bounded(
+        stall,
+        DEFAULT_SEALED_DEADLINE,
+        &stuck,
+        CopiesConfig::default(),
+    ) else {
+        return;
+    };
+    let started = Instant::now();
+    let e = stuck_m.receive(s.name, s.uuid, framed).unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(e, CopyError::SealedFailed { .. }), "{e:?}");
+    assert!(
+        e.to_string()
+            .contains("btrfs receive stopped taking the stream"),
+        "{e}"
+    );
+    assert!(took < stall * 4, "{took:?}");
+    assert!(stuck_m.incoming().is_empty(), "{:?}", stuck_m.incoming());
+    assert!(stuck_m.copies.progress().is_empty());
 }

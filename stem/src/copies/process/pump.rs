@@ -102,13 +102,15 @@ pub enum Pumped {
 /// every `drains` to its end. `source` is closed when the sink stops; `sink` when the
 /// source ends. Returns when the source is done and every drain is at its end, or with
 /// `TimedOut` when nothing at all moved for `stall` (a far side that keeps its link alive
-/// but never answers must not hold its target forever: the caller kills the children).
+/// but never answers must not hold its target forever: the caller kills the children), or
+/// when `deadline` passes.
 pub fn pump(
     source: OwnedFd,
     sink: OwnedFd,
     drains: &mut [Drain],
     moved: &AtomicU64,
     stall: std::time::Duration,
+    deadline: Option<std::time::Instant>,
 ) -> io::Result<Pumped> {
     for fd in [source.as_fd(), sink.as_fd()].into_iter().chain(
         drains
@@ -145,9 +147,19 @@ pub fn pump(
             }
         }
         let waited = std::time::Instant::now();
+        let wait = match deadline {
+            Some(at) if at <= waited => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the transfer went on past its deadline",
+                ))
+            }
+            Some(at) => stall.min(at - waited),
+            None => stall,
+        };
         let timeout = rustix::event::Timespec {
-            tv_sec: stall.as_secs().try_into().unwrap_or(i64::MAX),
-            tv_nsec: stall.subsec_nanos().into(),
+            tv_sec: wait.as_secs().try_into().unwrap_or(i64::MAX),
+            tv_nsec: wait.subsec_nanos().into(),
         };
         match poll(&mut fds, Some(&timeout)) {
             Ok(0) if waited.elapsed() >= stall => {
