@@ -5,6 +5,7 @@ TACID_DEBIAN_PACKAGES=(
     dbus                 # dbus-daemon for the private system bus
     systemd              # systemd-analyze verify / security on the unit files
     util-linux           # losetup, mount, setpriv
+    e2fsprogs            # mkfs.ext4: the story's sealed directory target is a stick with ext4
     passwd               # useradd/groupadd for the real users of the bus tier
     snapper              # the bench compares against it
     qemu-system-x86      # the boot tier
