@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use copier_interface::ErrorKind;
 
-use crate::common::{self, incompressible, CopierDaemon, Ending, Places, PrivateBus, FULL, INCR, USB};
+use crate::common::{
+    self, incompressible, CopierDaemon, Ending, Places, PrivateBus, FULL, INCR, USB,
+};
 
 fn copies(bus: &PrivateBus) -> Vec<copier_interface::SealedCopy> {
     common::call(bus, common::keeper(), |p| {
