@@ -8,7 +8,6 @@
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -20,6 +19,7 @@ use stem_interface::pipe::{FrameReader, FrameWriter, MAX_DATA};
 use uuid::Uuid;
 
 use super::process::{capped, run_fed_until, Ran};
+use super::target::{receive_failure, store_receive};
 use super::{failed, identity, Copies, CopyError};
 use crate::engine::{ByteCount, EngineError, Snapshot};
 
@@ -349,9 +349,8 @@ impl Copies {
             .join(layout::copies::INCOMING_DIR_NAME);
         tracing::info!(room = room.cap, "receiving {name} sealed, from a pipe");
         // No -e: a chain is several streams, each ended by its own end command. Each
-        // incremental's parent is the subvolume received before it, inside the chroot.
-        let mut receive = Command::new(&self.programs.btrfs);
-        receive.args(["receive", "--chroot"]).arg(&incoming);
+        // incremental's parent is the subvolume received before it, inside the store.
+        let receive = store_receive(&self.programs, &incoming, false);
         let stall = self.programs.stall;
         let received = run_fed_until(
             receive,
@@ -366,7 +365,7 @@ impl Copies {
                     doing: format!("receiving {name}: btrfs receive: {}", capped(&ran.stderr)),
                 })
             } else {
-                sealed_failed(name, format!("btrfs receive: {}", capped(&ran.stderr)))
+                sealed_failed(name, receive_failure(&ran.stderr))
             }
         };
         let finished = match received {

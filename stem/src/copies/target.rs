@@ -62,12 +62,41 @@ pub fn transfer_failed(target: &Configured, name: SnapshotName, reason: String) 
 /// `btrfs receive` of a stream from a target into the store's `incoming`. The stream comes
 /// from the target, which may be hostile: `btrfs receive` follows the paths a stream names,
 /// `..` and symlinks the stream made itself included, so unconfined it writes anywhere as
-/// root. --chroot confines it to `.incoming` (a fetch is always a full stream, so no parent
-/// needs finding outside it); -e stops it at the first stream's end.
+/// root. --chroot confines it to `.incoming`; -e stops it at the first stream's end.
 pub fn receive_into_store(programs: &Programs, incoming: &Path) -> Command {
+    store_receive(programs, incoming, true)
+}
+
+/// `btrfs receive --chroot` into `incoming` (the store's `.incoming`), parents and clone
+/// sources looked up only inside the store. btrfs receive finds an incremental's parent and
+/// a clone's source by (received) UUID across the whole filesystem, and --chroot confines
+/// paths, not that lookup: a read-only subvolume any user made in /tmp, claiming a
+/// snapshot's UUID, would be the parent and its files the snapshot's. `-m` names the store
+/// as the filesystem's root for the receive, so one outside it is refused as not reachable.
+pub fn store_receive(programs: &Programs, incoming: &Path, stop_at_end: bool) -> Command {
+    let store = incoming.parent().unwrap_or(incoming);
     let mut receive = Command::new(&programs.btrfs);
-    receive.args(["receive", "-e", "--chroot"]).arg(incoming);
+    receive.arg("receive");
+    if stop_at_end {
+        receive.arg("-e");
+    }
+    receive.arg("--chroot").arg("-m").arg(store).arg(incoming);
     receive
+}
+
+/// btrfs receive's failure in words, with what to do where btrfs's own say too little.
+pub fn receive_failure(stderr: &str) -> String {
+    let words = format!("btrfs receive: {}", capped(stderr));
+    if stderr.contains("not reachable") {
+        format!(
+            "{words}; a subvolume outside the store claims to be a copy of a snapshot this \
+             stream builds on (anybody may make one where they may write, e.g. in /tmp): find \
+             it with `btrfs subvolume list -R /` (the received UUID the chain's parent has), \
+             delete it, then fetch again"
+        )
+    } else {
+        words
+    }
 }
 
 /// How a fetch's `btrfs receive` into the store ended, with how the send ended.
@@ -78,7 +107,7 @@ pub fn received_into_store(
     sent: btrfs::Result<()>,
 ) -> Result<(), CopyError> {
     if !ran.ok() {
-        let reason = format!("btrfs receive: {}", capped(&ran.stderr));
+        let reason = receive_failure(&ran.stderr);
         return Err(if ran.stderr.contains("No space left") {
             CopyError::Engine(EngineError::NoSpace {
                 doing: format!("fetching {name}: {reason}"),

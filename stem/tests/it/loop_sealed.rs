@@ -809,3 +809,134 @@ fn loop_sealed_receive_whose_btrfs_receive_stops_taking_the_stream_is_ended() {
     assert!(stuck_m.incoming().is_empty(), "{:?}", stuck_m.incoming());
     assert!(stuck_m.copies.progress().is_empty());
 }
+
+/// `BTRFS_IOC_SET_RECEIVED_SUBVOL`'s argument (kernel uapi `btrfs.h`).
+#[repr(C)]
+struct ReceivedSubvolArgs {
+    uuid: [u8; 16],
+    stransid: u64,
+    rtransid: u64,
+    stime: [u64; 2],
+    rtime: [u64; 2],
+    flags: u64,
+    reserved: [u64; 16],
+}
+
+/// As `uid`: a subvolume at `path` that claims to be a received copy of `claimed`, read-only,
+/// as any user may make one where they may write (a subvolume's owner may set its received
+/// UUID; a snapshot's UUID is readable by whoever may open it). Returns whether it worked.
+fn plant_as(uid: u32, path: &Path, claimed: Uuid) -> bool {
+    use std::os::unix::process::CommandExt;
+    let made = Command::new("setpriv")
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            "--clear-groups",
+        ])
+        .args(["btrfs", "-q", "subvolume", "create"])
+        .arg(path)
+        .status()
+        .unwrap()
+        .success();
+    assert!(made, "a user made a subvolume at {}", path.display());
+    // What the planted tree needs for the chain's streams to apply to it: their parent's files.
+    for (file, bytes) in [("planted", &b"by a user"[..]), ("big", b"any")] {
+        fs::write(path.join(file), bytes).unwrap();
+        std::os::unix::fs::chown(path.join(file), Some(uid), Some(uid)).unwrap();
+    }
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let mut args = ReceivedSubvolArgs {
+        uuid: *claimed.as_bytes(),
+        stransid: 999,
+        rtransid: 0,
+        stime: [0; 2],
+        rtime: [0; 2],
+        flags: 0,
+        reserved: [0; 16],
+    };
+    // _IOWR(0x94, 37, struct btrfs_ioctl_received_subvol_args)
+    let request = (3u64 << 30)
+        | ((std::mem::size_of::<ReceivedSubvolArgs>() as u64) << 16)
+        | (0x94 << 8)
+        | 37;
+    let args_ptr = std::ptr::addr_of_mut!(args) as usize;
+    let mut child = Command::new("true");
+    // SAFETY: between fork and exec only raw syscalls, on memory the parent made before forking.
+    #[allow(unsafe_code)]
+    unsafe {
+        child.pre_exec(move || {
+            if libc::setresgid(uid, uid, uid) != 0 || libc::setresuid(uid, uid, uid) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let fd = libc::open(c_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if fd < 0 || libc::ioctl(fd, request as _, args_ptr as *mut libc::c_void) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let set = child.status().map(|s| s.success()).unwrap_or(false);
+    let readonly = Command::new("setpriv")
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            "--clear-groups",
+        ])
+        .args(["btrfs", "property", "set"])
+        .arg(path)
+        .args(["ro", "true"])
+        .status()
+        .unwrap()
+        .success();
+    set && readonly
+}
+
+#[test]
+fn loop_sealed_receive_never_takes_a_parent_a_user_planted() {
+    let Some(m) = machine() else { return };
+    let (snaps, streams) = chain_of_three(&m);
+    let (s1, last) = (&snaps[0], &snaps[2]);
+    let Some(fresh) = machine() else { return };
+    // Where every user may write on the same filesystem (on a machine: /tmp on @root).
+    let tmp = fresh.fs.top().join("tmp");
+    fs::create_dir(&tmp).unwrap();
+    fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+    let nobody = 65534;
+    assert!(
+        plant_as(nobody, &tmp.join("evil"), s1.uuid),
+        "nobody planted a read-only subvolume claiming to be {}",
+        s1.name
+    );
+    let shown = fresh.fs.show("tmp/evil").unwrap();
+    assert_eq!(shown["Received UUID"], s1.uuid.to_string(), "{shown:?}");
+
+    let refs: Vec<&[u8]> = streams.iter().map(Vec::as_slice).collect();
+    let received = fresh.receive(last.name, last.uuid, framed_chain(&refs, last.uuid));
+    // btrfs receive looks a parent up by received UUID across the whole filesystem: the
+    // planted one must never be it. Refused, or received on the chain's own full copy.
+    match received {
+        Ok((fetched, _)) => {
+            let got = fresh.store().join(fetched.name.to_string());
+            assert!(
+                !got.join("planted").exists(),
+                "the user's subvolume was the parent"
+            );
+            assert_eq!(fs::read_to_string(got.join("letter")).unwrap(), "tuesday");
+            let owner = std::os::unix::fs::MetadataExt::uid(&fs::metadata(&got).unwrap());
+            assert_eq!(
+                owner, 0,
+                "the received root is the snapshot's, not the user's"
+            );
+        }
+        Err(e) => {
+            eprintln!("refused: {e}");
+            let listed = fresh.worker.run_blocking(|e| e.list()).unwrap().unwrap();
+            assert!(listed.is_empty(), "nothing kept: {listed:?}");
+            assert!(
+                e.to_string().contains("outside the store"),
+                "the error says why and what to do: {e}"
+            );
+        }
+    }
+    assert!(fresh.incoming().is_empty(), "{:?}", fresh.incoming());
+}
