@@ -221,6 +221,43 @@ impl Keeper1 {
             .await
     }
 
+    /// What putting back the snapshots `names` together at one boot would cost, each and in
+    /// all, in the words of what is lost, each with where it came from (a set here, or the
+    /// target it was fetched from). Changes nothing. `names`: snapshot names, at most one of
+    /// each restorable subvolume; they need not be of one set (after a dead disk, each is
+    /// fetched from its own target). Anybody may ask; counted as SetRestorePreview counts.
+    /// The answer's set_id is 0. Errors: NotAuthorized (caller unknown), InvalidArgument,
+    /// NotAllowedForSubvolume, NoSuchSnapshot, StemNotRunning, StemFailed, Journal.
+    async fn named_restore_preview(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        names: Vec<String>,
+    ) -> Result<SetRestorePreview, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.named_restore_preview(uid, &names).await
+    }
+
+    /// Stage the restore of the snapshots `names` for the next boot as one request: the boot
+    /// puts all of them back together, or none. `words_shown`: exactly the words
+    /// NamedRestorePreview gave this caller for those names (within 15 minutes), journalled
+    /// as one consent naming every one. Root and approvers only. The answer's set_id is 0,
+    /// reboot_needed true. Errors: NotAuthorized, WordsNotShown, InvalidArgument,
+    /// NotAllowedForSubvolume, NoSuchSnapshot, AnotherRestoreStaged, StemNotRunning,
+    /// StemFailed, Journal.
+    async fn named_restore_confirm(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        names: Vec<String>,
+        words_shown: &str,
+    ) -> Result<SetRestoreStaged, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper
+            .named_restore_confirm(uid, &names, words_shown)
+            .await
+    }
+
     /// The staged restore and who staged it, the latest outcome of a boot (and whether this
     /// is the first report of it), and the journal's findings. Anybody may ask.
     /// Errors: NotAuthorized (caller unknown), StemFailed, Journal.

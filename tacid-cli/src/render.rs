@@ -23,6 +23,16 @@ fn write_why(out: &mut impl std::io::Write, e: &SnapshotRow<'_>) -> std::io::Res
     if e.origin == "unknown-origin" {
         return out.write_all(b"unknown origin: on disk, but not taken through the keeper");
     }
+    if e.origin == "fetched" {
+        // Its reason is the keeper's own: "fetched from TARGET".
+        out.write_all(e.reason.as_bytes())?;
+        out.write_all(b", asked by ")?;
+        out.write_all(e.asked_by.as_bytes())?;
+        if e.asked_by_uid != u32::MAX {
+            write!(out, " (uid {})", e.asked_by_uid)?;
+        }
+        return Ok(());
+    }
     let switch = switch_of(e);
     match &switch {
         // The reason is the switch: said once, in its own words.
@@ -262,12 +272,18 @@ pub fn set_preview(p: &SetRestorePreview) -> String {
     } else {
         String::new()
     };
-    staged_or_how_to_stage(
-        &mut out,
-        p.already_staged,
-        &and_list(&put_back),
-        &format!("{}{only}", p.set_id),
-    );
+    // Named one by one (no set): the same names again.
+    let args = if p.set_id == 0 {
+        p.members
+            .iter()
+            .filter(|m| m.put_back)
+            .map(|m| m.snapshot.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    } else {
+        format!("{}{only}", p.set_id)
+    };
+    staged_or_how_to_stage(&mut out, p.already_staged, &and_list(&put_back), &args);
     out
 }
 
@@ -295,19 +311,34 @@ pub fn set_staged(p: &SetRestorePreview, s: &SetRestoreStaged) -> String {
     } else if let [one] = &s.members[..] {
         let _ = writeln!(
             out,
-            "Staged. Nothing is put back yet: reboot to put {} back to {} (set {}). Until then, `tacid data cancel` withdraws it.",
-            one.of_path, one.snapshot, s.set_id
+            "Staged. Nothing is put back yet: reboot to put {} back to {}{}. Until then, `tacid data cancel` withdraws it.",
+            one.of_path,
+            one.snapshot,
+            of_set(s.set_id)
         );
     } else {
         let _ = writeln!(
             out,
-            "Staged, as one request. Nothing is put back yet: reboot to put {} back together (set {}). Until then, `tacid data cancel` withdraws all of it.",
+            "Staged, as one request. Nothing is put back yet: reboot to put {} back together{}. Until then, `tacid data cancel` withdraws all of it.",
             and_list(&paths),
-            s.set_id
+            if s.set_id == 0 {
+                ", each to the snapshot named".to_owned()
+            } else {
+                of_set(s.set_id)
+            }
         );
     }
     let _ = writeln!(out, "{NOT_THE_WORLD}");
     out
+}
+
+/// " (set 12)", or nothing for snapshots named one by one (set 0).
+fn of_set(set_id: i64) -> String {
+    if set_id == 0 {
+        String::new()
+    } else {
+        format!(" (set {set_id})")
+    }
 }
 
 /// `tacid data status`.

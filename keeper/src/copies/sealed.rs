@@ -895,10 +895,11 @@ impl Copies {
                         reason: escape(reason.as_bytes()),
                         asked_by: escape(asker.name.as_bytes()),
                         asked_by_uid: asker.uid,
-                        origin: "journal".into(),
+                        origin: "fetched".into(),
                         pre_switch: false,
                         pinned: d.staged,
-                        set_id: id,
+                        // A fetch brings one snapshot back: it is in no set here.
+                        set_id: 0,
                         copies: vec![target.to_owned()],
                         last_common_parent_of: Vec::new(),
                     },
