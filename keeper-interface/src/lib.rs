@@ -722,6 +722,9 @@ pub trait Keeper1 {
     /// Read back the copies `names` on the sealed target `target` (empty: every copy) and
     /// check each, down to its full copy, without receiving it.
     fn verify(&self, target: &str, names: Vec<String>) -> Result<VerifyReport, Error>;
+    /// The target's verify timer's act: every copy on `target` checked, journalled with the
+    /// rule "timer of TARGET".
+    fn verify_timer(&self, target: &str) -> Result<VerifyReport, Error>;
     /// Open the snapshot `name` read-only for the caller: their own home in it, or (root
     /// and approvers) all of it.
     fn open(&self, name: &str) -> Result<Opened, Error>;

@@ -423,11 +423,10 @@ impl Keeper1 {
         self.keeper.copy_progress(uid).await
     }
 
-    /// Read back the copies `names` (empty: every copy, what the target's timer runs) on
-    /// the sealed target `target`, and check each down to its full copy (every part's
-    /// digest and authentication), without receiving anything. Each copy checked is
-    /// journalled (a failure with what failed; the timer's act as the rule "timer of
-    /// <target>"); `Status` shows each target's last verification and `ListRows` a copy
+    /// Read back the copies `names` (empty: every copy) on the sealed target `target`, and
+    /// check each down to its full copy (every part's digest and authentication), without
+    /// receiving anything. Each copy checked is journalled with the caller (a failure with
+    /// what failed); `Status` shows each target's last verification and `ListRows` a copy
     /// that failed. Root and approvers only. Errors: NoSuchTarget, NotAuthorized,
     /// InvalidArgument (a name, or a target that is not sealed), TargetBusy,
     /// CopierNotRunning, TargetUnreachable, Untrusted, NoSuchSnapshot, StemFailed, Journal.
@@ -439,7 +438,20 @@ impl Keeper1 {
         names: Vec<String>,
     ) -> Result<VerifyReport, KeeperError> {
         let uid = caller(&self.callers, connection, &header).await?;
-        self.keeper.verify(uid, target, &names).await
+        self.keeper.verify(uid, target, &names, false).await
+    }
+
+    /// The target's verify timer's act (tacid-verify-<target>.service calls it): every copy
+    /// on `target` read back and checked, as Verify does, journalled with the caller and
+    /// the rule "timer of <target>". Root and approvers only. Errors: as Verify.
+    async fn verify_timer(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        target: &str,
+    ) -> Result<VerifyReport, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.verify(uid, target, &[], true).await
     }
 
     /// Open the snapshot `name` read-only for the caller, in the host's mount namespace, at

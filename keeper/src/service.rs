@@ -284,8 +284,9 @@ impl Keeper {
         uid: u32,
         target: &str,
         names: &[String],
+        by_timer: bool,
     ) -> Result<crate::wire::VerifyReport, KeeperError> {
-        self.copies.verify(uid, target, names).await
+        self.copies.verify(uid, target, names, by_timer).await
     }
 
     // Opens.

@@ -92,6 +92,7 @@ complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcom
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from fetch" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from verify" -l target -d 'The sealed target, by the name root gave it in /etc/tacid/copies.json' -r
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from verify" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r
+complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from verify" -l timer -d 'Check every copy as the target\'s verify timer (used by tacid-verify-TARGET.service): journalled as the rule "timer of TARGET" besides who ran it. Without it, the journal and `tacid data status` name you'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from verify" -l json -d 'Print JSON for programs instead of sentences for people: one object, its "schema" field the version of its shape (1); what nobody knows is null'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from verify" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c tacid -n "__fish_tacid_using_subcommand data; and __fish_seen_subcommand_from open" -l bus -d 'Talk to the keeper on this bus instead of the system bus (tests)' -r

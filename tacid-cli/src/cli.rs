@@ -149,6 +149,10 @@ Verifying sealed copies:
   Verification reads every byte of what it checks from the target: on a cloud
   store that is download traffic, and it takes as long as a fetch would.
 
+  Each verification is journalled with who ran it; the target's verify timer
+  (tacid-verify-TARGET.timer) runs `tacid data verify --target TARGET --timer`,
+  journalled as the rule \"timer of TARGET\" too, and `tacid data status` says which.
+
 Examples:
   tacid data verify --target cloud
       check every copy on the target cloud
@@ -430,6 +434,11 @@ pub struct VerifyArgs {
     /// The copies to check, as `tacid data copies TARGET` shows them; none: every copy.
     #[arg(value_name = "NAME")]
     pub names: Vec<String>,
+    /// Check every copy as the target's verify timer (used by tacid-verify-TARGET.service):
+    /// journalled as the rule "timer of TARGET" besides who ran it. Without it, the
+    /// journal and `tacid data status` name you.
+    #[arg(long, conflicts_with = "names")]
+    pub timer: bool,
 }
 
 #[derive(Debug, Clone, Args)]

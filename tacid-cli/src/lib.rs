@@ -747,13 +747,17 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             Ok(exit::OK)
         }
         Data::Verify(a) => {
-            let report = with_progress(
-                &keeper,
-                &a.target,
-                "",
-                keeper.verify(&a.target, a.names.clone()),
-            )
-            .await
+            let report = if a.timer {
+                with_progress(&keeper, &a.target, "", keeper.verify_timer(&a.target)).await
+            } else {
+                with_progress(
+                    &keeper,
+                    &a.target,
+                    "",
+                    keeper.verify(&a.target, a.names.clone()),
+                )
+                .await
+            }
             .map_err(classify)?;
             if as_json {
                 print_json(json::VerifyReport::from(&report));

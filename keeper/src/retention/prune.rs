@@ -34,7 +34,10 @@ fn of_path(name: &str) -> String {
 /// The policy in one line, for people.
 pub fn describe(p: &Policy) -> String {
     let manual = match p.manual_max_age {
-        Some(age) => format!("until {} days old", age.as_secs() / 86_400),
+        Some(age) => format!(
+            "until {} old",
+            crate::words::count(age.as_secs() / 86_400, "day", "days")
+        ),
         None => "until deleted".into(),
     };
     let floor = if p.floor_bytes == 0 {

@@ -51,7 +51,7 @@ fn listed_under<'a>(out: &'a str, name: &str) -> &'a str {
 fn backlog(status: &str) -> usize {
     status
         .lines()
-        .find(|l| l.contains("deleted snapshot(s) still giving their space back"))
+        .find(|l| l.contains("space back (Btrfs's cleaner runs after the next commit)"))
         .map(|l| {
             l.split_whitespace()
                 .next()
