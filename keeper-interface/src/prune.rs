@@ -57,7 +57,8 @@ impl fmt::Display for Rule {
         match self {
             Rule::PreSwitchSets { keep, set } => write!(
                 f,
-                "pre-switch set {set} is older than the newest {keep} pre-switch sets"
+                "pre-switch set {set} is older than the newest {}",
+                count(*keep as u64, "pre-switch set", "pre-switch sets")
             ),
             Rule::Timeline {
                 hourly,

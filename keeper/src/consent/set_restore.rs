@@ -182,7 +182,7 @@ fn check_named(names: &[String]) -> Result<Vec<SnapshotName>, KeeperError> {
     if names.len() > caps::max_only_names() {
         return Err(KeeperError::InvalidArgument(format!(
             "{} snapshots named to put back; a restore puts back at most one snapshot of each \
-             subvolume ({} of them)",
+             of {}",
             names.len(),
             words::restorable_paths()
         )));

@@ -46,9 +46,17 @@ pub fn describe(p: &Policy) -> String {
         format!("free-space floor {}", layout::human::bytes(p.floor_bytes))
     };
     format!(
-        "keep the last {} pre-switch sets; timeline {} hourly, {} daily, {} weekly, {} monthly; \
+        "keep the last {}; timeline {} hourly, {} daily, {} weekly, {} monthly; \
          manual snapshots {manual}; {floor}",
-        p.pre_switch_sets, p.hourly, p.daily, p.weekly, p.monthly
+        crate::words::count(
+            p.pre_switch_sets as u64,
+            "pre-switch set",
+            "pre-switch sets"
+        ),
+        p.hourly,
+        p.daily,
+        p.weekly,
+        p.monthly
     )
 }
 
