@@ -128,6 +128,8 @@ pub struct Snapshot<'a> {
     /// `null` (both): the journal does not know who asked.
     asked_by: Option<&'a str>,
     asked_by_uid: Option<u32>,
+    /// `journal` (taken through the keeper), `fetched` (fetched from a copy target: the
+    /// reason says which) or `unknown-origin`.
     origin: &'a str,
     pre_switch: bool,
     pinned: bool,
