@@ -498,15 +498,17 @@ pub struct Fetched {
     pub message: String,
 }
 
-/// A copy or fetch in flight, for a progress line.
+/// An act on a target in flight, for a progress line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
 pub struct CopyInFlight {
     pub target: String,
     pub name: String,
-    /// `copy` or `fetch`.
+    /// What is done: `copy`, `fetch`, `verify` (the copy `name`, or "" before the first),
+    /// `list`, `clean` or `delete`.
     pub direction: String,
-    /// Bytes sent so far.
+    /// Bytes sent or received so far; of `verify`, `list` and `clean`, read from the target.
     pub bytes: u64,
+    /// 0: not known (the copier's own acts).
     pub elapsed_ms: u64,
 }
 

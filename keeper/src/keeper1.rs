@@ -411,9 +411,10 @@ impl Keeper1 {
         self.keeper.fetch(uid, name, target).await
     }
 
-    /// The copies and fetches in flight: target, snapshot, direction, bytes so far and time
-    /// taken, for a progress line. Anybody may ask. Errors: NotAuthorized (caller unknown),
-    /// StemNotRunning, StemFailed.
+    /// The acts on targets in flight (copies, fetches, verifications, listings): target,
+    /// snapshot, what is done (`copy`, `fetch`, `verify`, `list`, `clean`, `delete`), bytes
+    /// so far and time taken (0: not known), for a progress line. Anybody may ask. Errors:
+    /// NotAuthorized (caller unknown), StemNotRunning, StemFailed.
     async fn copy_progress(
         &self,
         #[zbus(connection)] connection: &Connection,
