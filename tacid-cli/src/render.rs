@@ -746,7 +746,7 @@ mod tests {
             deleted,
             spared: Vec::new(),
             failed: Vec::new(),
-            policy: "keep the last 1 pre-switch sets".into(),
+            policy: "keep the last 1 pre-switch set".into(),
             free_bytes: 300 << 20,
             floor_bytes: 0,
             floor_unmet: false,
@@ -1026,7 +1026,7 @@ mod tests {
         assert!(
             out.contains(
                 "  @persist.f  not tried: the stem is not running (chosen: pre-switch set 5 is \
-                 older than the newest 1 pre-switch sets)"
+                 older than the newest 1 pre-switch set)"
             ),
             "{out}"
         );
