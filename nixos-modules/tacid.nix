@@ -609,7 +609,7 @@ in
             after = [ layout.keeper_unit ];
             serviceConfig = {
               Type = "oneshot";
-              ExecStart = "${bin "cli"} data verify --target ${name}";
+              ExecStart = "${bin "cli"} data verify --target ${name} --timer";
             };
           })
           verifiedCopies)

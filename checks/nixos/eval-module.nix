@@ -355,7 +355,7 @@ in
     (check "sealed copies: a weekly verification timer by default, none when its schedule is null (rendered as systemd.nix renders them)"
       (withSealed.systemd.timers.${verifyUnit "usb"}.timerConfig.OnCalendar == "weekly"
         && withSealed.systemd.timers.${verifyUnit "usb"}.wantedBy == [ "timers.target" ]
-        && withSealed.systemd.services.${verifyUnit "usb"}.serviceConfig.ExecStart == "${package}/bin/${shipped.binaries.cli.name} data verify --target usb"
+        && withSealed.systemd.services.${verifyUnit "usb"}.serviceConfig.ExecStart == "${package}/bin/${shipped.binaries.cli.name} data verify --target usb --timer"
         && !(withSealed.systemd.timers ? ${verifyUnit "nas"}) && !(withSealed.systemd.services ? ${verifyUnit "nas"})
         && !(withCopies.systemd.timers ? ${verifyUnit "usb"})
         && nixos.force (systemdLib.serviceToUnit withSealed.systemd.services.${verifyUnit "usb"})

@@ -31,13 +31,15 @@ pub struct SnapshotEntry {
     /// Who asked: user name (escaped), and uid (`u32::MAX` when the journal does not know).
     pub asked_by: String,
     pub asked_by_uid: u32,
-    /// `journal` (the keeper took it), or `unknown-origin` (on disk, never journalled).
+    /// `journal` (the keeper took it), `fetched` (the keeper fetched it from a copy target:
+    /// `reason` says which), or `unknown-origin` (on disk, never journalled).
     pub origin: String,
     /// Taken before a switch to a new configuration.
     pub pre_switch: bool,
     /// The staged restore names it (it cannot be deleted until that is cancelled).
     pub pinned: bool,
-    /// The journal's set id (0 when unknown origin).
+    /// The journal's id of the set it was taken in (0 when it is in no set: fetched, or
+    /// of unknown origin).
     pub set_id: i64,
     /// The targets holding a verified copy of it, as the keeper last knew (its journal of
     /// copies, corrected each time it lists a target), in name order.
@@ -163,7 +165,8 @@ pub struct SetRestoreMember {
 /// shown to the person.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
 pub struct SetRestorePreview {
-    /// The journal's id of the set, as `tacid data list` shows it.
+    /// The journal's id of the set, as `tacid data list` shows it; 0 for snapshots named one
+    /// by one (`NamedRestorePreview`).
     pub set_id: i64,
     /// The set was taken before a switch of configuration.
     pub pre_switch: bool,
@@ -495,15 +498,17 @@ pub struct Fetched {
     pub message: String,
 }
 
-/// A copy or fetch in flight, for a progress line.
+/// An act on a target in flight, for a progress line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
 pub struct CopyInFlight {
     pub target: String,
     pub name: String,
-    /// `copy` or `fetch`.
+    /// What is done: `copy`, `fetch`, `verify` (the copy `name`, or "" before the first),
+    /// `list`, `clean` or `delete`.
     pub direction: String,
-    /// Bytes sent so far.
+    /// Bytes sent or received so far; of `verify`, `list` and `clean`, read from the target.
     pub bytes: u64,
+    /// 0: not known (the copier's own acts).
     pub elapsed_ms: u64,
 }
 
@@ -681,6 +686,16 @@ pub trait Keeper1 {
         only: Vec<String>,
         words_shown: &str,
     ) -> Result<SetRestoreStaged, Error>;
+    /// What putting back the snapshots `names` (at most one of each subvolume) together at
+    /// one boot would do, each and in all, in words (`set_id` 0). Changes nothing.
+    fn named_restore_preview(&self, names: Vec<String>) -> Result<SetRestorePreview, Error>;
+    /// Stage the restore of the snapshots `names` as one request, given back the words
+    /// `NamedRestorePreview` showed this caller.
+    fn named_restore_confirm(
+        &self,
+        names: Vec<String>,
+        words_shown: &str,
+    ) -> Result<SetRestoreStaged, Error>;
     /// The staged restore, the last outcome of a boot, and the journal's health.
     fn status(&self) -> Result<Status, Error>;
     /// Withdraw the staged restore.
@@ -709,6 +724,9 @@ pub trait Keeper1 {
     /// Read back the copies `names` on the sealed target `target` (empty: every copy) and
     /// check each, down to its full copy, without receiving it.
     fn verify(&self, target: &str, names: Vec<String>) -> Result<VerifyReport, Error>;
+    /// The target's verify timer's act: every copy on `target` checked, journalled with the
+    /// rule "timer of TARGET".
+    fn verify_timer(&self, target: &str) -> Result<VerifyReport, Error>;
     /// Open the snapshot `name` read-only for the caller: their own home in it, or (root
     /// and approvers) all of it.
     fn open(&self, name: &str) -> Result<Opened, Error>;

@@ -5,6 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::words::count;
+
 /// Why a snapshot goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rule {
@@ -55,7 +57,8 @@ impl fmt::Display for Rule {
         match self {
             Rule::PreSwitchSets { keep, set } => write!(
                 f,
-                "pre-switch set {set} is older than the newest {keep} pre-switch sets"
+                "pre-switch set {set} is older than the newest {}",
+                count(*keep as u64, "pre-switch set", "pre-switch sets")
             ),
             Rule::Timeline {
                 hourly,
@@ -64,13 +67,16 @@ impl fmt::Display for Rule {
                 monthly,
             } => write!(
                 f,
-                "timeline: not the newest of any of the last {hourly} hours, {daily} days, \
-                 {weekly} weeks or {monthly} months"
+                "timeline: not the newest of any of the last {}, {}, {} or {}",
+                count(*hourly as u64, "hour", "hours"),
+                count(*daily as u64, "day", "days"),
+                count(*weekly as u64, "week", "weeks"),
+                count(*monthly as u64, "month", "months")
             ),
             Rule::ManualMaxAge { max_age } => write!(
                 f,
-                "manual snapshot older than {} days",
-                max_age.as_secs() / 86_400
+                "manual snapshot older than {}",
+                count(max_age.as_secs() / 86_400, "day", "days")
             ),
             Rule::FreeSpaceFloor {
                 free_bytes,

@@ -1,4 +1,4 @@
-//! Times for people, as the keeper's words and the CLI's list write them.
+//! Times and counts for people, as the keeper's words and the CLI's list write them.
 //!
 //! Times are shown in UTC and say so: the keeper is a long-running multi-threaded daemon,
 //! where the local offset cannot be read soundly, and one clock for every user of the
@@ -7,6 +7,12 @@
 use std::time::SystemTime;
 
 use time::OffsetDateTime;
+
+/// `n` things in words: "1 copy", "3 copies", "0 copies" (`one` for exactly one, else
+/// `many`).
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
 
 /// A time for people: `Tue 1 Dec 14:02 UTC` (the year only when it is not `now`'s).
 pub fn human_time(when: SystemTime, now: SystemTime) -> String {
@@ -180,4 +186,18 @@ pub fn utc_year(t: SystemTime) -> i32 {
 fn utc(t: SystemTime) -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(layout::human::unix_micros(t)) * 1000)
         .unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
+#[cfg(test)]
+mod count_tests {
+    use super::count;
+
+    #[test]
+    fn one_thing_is_singular_and_any_other_number_plural() {
+        assert_eq!(count(1, "copy", "copies"), "1 copy");
+        assert_eq!(count(0, "copy", "copies"), "0 copies");
+        assert_eq!(count(2, "copy", "copies"), "2 copies");
+        assert_eq!(count(1, "day", "days"), "1 day");
+        assert_eq!(count(21, "snapshot", "snapshots"), "21 snapshots");
+    }
 }

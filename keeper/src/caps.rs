@@ -115,6 +115,7 @@ mod tests {
                 of_path: s.display_path(),
                 taken,
                 counts: Some(most),
+                named: None,
             })
             .collect();
         let left_out: Vec<(&str, &str)> = layout::SUBVOLUMES
@@ -127,8 +128,10 @@ mod tests {
             })
             .collect();
         let w = words::set_restore_words(
-            i64::MAX,
-            Some(&layout::switch::Switch::default()),
+            words::PutBack::Set {
+                id: i64::MAX,
+                before_switch: Some(&layout::switch::Switch::default()),
+            },
             &put_back,
             &left_out,
             true,
@@ -144,8 +147,25 @@ mod tests {
                 "a".repeat(layout::switch::MAX_TOPLEVEL_BYTES - 1)
             ))),
         };
-        let w = words::set_restore_words(i64::MAX, Some(&switch), &put_back, &left_out, true, now);
+        let set = words::PutBack::Set {
+            id: i64::MAX,
+            before_switch: Some(&switch),
+        };
+        let w = words::set_restore_words(set, &put_back, &left_out, true, now);
         assert!(w.len() < MAX_WORDS_BYTES * 5 / 8, "{} bytes: {w}", w.len());
+        // Snapshots named one by one, each of the longest name, fetched from a target of the
+        // longest name.
+        let longest = "@".repeat(MAX_NAME_BYTES);
+        let origin = format!("fetched from {}", "t".repeat(MAX_TARGET_NAME_BYTES));
+        let named: Vec<words::SetMember<'_>> = put_back
+            .iter()
+            .map(|m| words::SetMember {
+                named: Some((longest.as_str(), origin.as_str())),
+                ..*m
+            })
+            .collect();
+        let w = words::set_restore_words(words::PutBack::Named, &named, &[], true, now);
+        assert!(w.len() < MAX_WORDS_BYTES / 2, "{} bytes: {w}", w.len());
     }
 
     #[test]

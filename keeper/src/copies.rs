@@ -426,14 +426,14 @@ impl Copies {
         match result {
             Ok(c) => {
                 let outcome = format!(
-                    "copied to {target} ({}), {} bytes in {:.1} s; verified: read-only, received \
+                    "copied to {target} ({}), {} in {:.1} s; verified: read-only, received \
                      UUID {}",
                     if c.incremental {
                         format!("incremental against {}", c.parent)
                     } else {
                         "full".to_owned()
                     },
-                    c.bytes,
+                    crate::words::count(c.bytes, "byte", "bytes"),
                     took_ms as f64 / 1000.0,
                     layout::human::prefix(&c.received_uuid, 64)
                 );
@@ -892,10 +892,11 @@ impl Copies {
                         reason: escape(reason.as_bytes()),
                         asked_by: escape(asker.name.as_bytes()),
                         asked_by_uid: uid,
-                        origin: "journal".into(),
+                        origin: "fetched".into(),
                         pre_switch: false,
                         pinned: d.staged,
-                        set_id: id,
+                        // A fetch brings one snapshot back: it is in no set here.
+                        set_id: 0,
                         copies: vec![target.to_owned()],
                         last_common_parent_of: Vec::new(),
                     },
@@ -928,25 +929,8 @@ impl Copies {
     /// Copies and fetches in flight. Anybody may ask.
     pub async fn copy_progress(&self, uid: u32) -> Result<Vec<CopyInFlight>, KeeperError> {
         let _turn = self.h.looker_turn(self.h.may_change(uid)).await;
-        let mut all = self.h.stem.copy_progress().await.map_err(stem_error)?;
-        // A sealed copy's or fetch's bytes are the copier's to count (an act the stem also
-        // reports is shown once).
-        for p in self.h.copier.progress().await {
-            let direction = match p.doing.as_str() {
-                "seal" => "copy",
-                "unseal" => "fetch",
-                other => other,
-            };
-            if !all.iter().any(|f| f.target == p.target && f.name == p.name) {
-                all.push(crate::stem_client::InFlight {
-                    target: p.target,
-                    name: p.name,
-                    direction: direction.to_owned(),
-                    bytes: p.moved,
-                    elapsed_ms: 0,
-                });
-            }
-        }
+        let stem = self.h.stem.copy_progress().await.map_err(stem_error)?;
+        let all = in_flight(stem, self.h.copier.progress().await);
         Ok(all
             .into_iter()
             .map(|f| CopyInFlight {
@@ -960,6 +944,37 @@ impl Copies {
             })
             .collect())
     }
+}
+
+/// What is in flight, as a person reads it: each act named by its target, with what it is
+/// doing (`copy`, `fetch`, `verify`, `list`, `clean`, `delete`). A sealed copy or fetch is
+/// the copier's act on its target and the stem's send or receive of the same snapshot
+/// (the stem knows no target of it): shown once, as the copy or fetch it is, with the
+/// stem's bytes and time. The copier's other acts (a verification above all) have its
+/// bytes read and no time.
+fn in_flight(
+    stem: Vec<crate::stem_client::InFlight>,
+    copier: Vec<copier_interface::SealProgress>,
+) -> Vec<crate::stem_client::InFlight> {
+    let (mut all, sealed): (Vec<_>, Vec<_>) = stem.into_iter().partition(|f| !f.target.is_empty());
+    for p in copier {
+        let stem_side = sealed
+            .iter()
+            .find(|f| !p.name.is_empty() && f.name == p.name);
+        let direction = match (stem_side.map(|f| f.direction.as_str()), p.doing.as_str()) {
+            (Some("send-sealed"), _) | (None, "seal") => "copy",
+            (Some("receive-sealed"), _) | (None, "unseal") => "fetch",
+            (_, other) => other,
+        };
+        all.push(crate::stem_client::InFlight {
+            target: p.target,
+            name: p.name,
+            direction: direction.to_owned(),
+            bytes: stem_side.map_or(p.moved, |f| f.bytes),
+            elapsed_ms: stem_side.map_or(0, |f| f.elapsed_ms),
+        });
+    }
+    all
 }
 
 /// A report for `target` with nothing in it yet; each act fills in what it did.
@@ -990,6 +1005,62 @@ fn made(c: &Copied, took_ms: u64) -> CopyMade {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_says_what_each_act_does_on_which_target() {
+        use crate::stem_client::InFlight;
+        let stem = |target: &str, name: &str, kind: &str, bytes| InFlight {
+            target: target.into(),
+            name: name.into(),
+            direction: kind.into(),
+            bytes,
+            elapsed_ms: 2000,
+        };
+        let copier =
+            |target: &str, name: &str, doing: &str, moved| copier_interface::SealProgress {
+                target: target.into(),
+                name: name.into(),
+                doing: doing.into(),
+                moved,
+            };
+        let all = in_flight(
+            vec![
+                stem("usb", "@home.a", "copy", 10),
+                stem("", "@log.b", "receive-sealed", 20),
+                stem("", "@persist.c", "send-sealed", 30),
+            ],
+            vec![
+                copier("nas", "@log.b", "unseal", 99),
+                copier("stick", "@persist.c", "clean", 0),
+                copier("cloud", "", "verify", 0),
+                copier("vault", "@home.d", "verify", 40),
+                copier("attic", "", "list", 0),
+            ],
+        );
+        let said: Vec<(&str, &str, &str, u64, u64)> = all
+            .iter()
+            .map(|f| {
+                (
+                    f.target.as_str(),
+                    f.name.as_str(),
+                    f.direction.as_str(),
+                    f.bytes,
+                    f.elapsed_ms,
+                )
+            })
+            .collect();
+        assert_eq!(
+            said,
+            [
+                ("usb", "@home.a", "copy", 10, 2000),
+                ("nas", "@log.b", "fetch", 20, 2000),
+                ("stick", "@persist.c", "copy", 30, 2000),
+                ("cloud", "", "verify", 0, 0),
+                ("vault", "@home.d", "verify", 40, 0),
+                ("attic", "", "list", 0, 0),
+            ]
+        );
+    }
 
     #[test]
     fn only_failures_of_the_whole_target_stop_the_timer() {

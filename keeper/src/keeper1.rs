@@ -221,6 +221,43 @@ impl Keeper1 {
             .await
     }
 
+    /// What putting back the snapshots `names` together at one boot would cost, each and in
+    /// all, in the words of what is lost, each with where it came from (a set here, or the
+    /// target it was fetched from). Changes nothing. `names`: snapshot names, at most one of
+    /// each restorable subvolume; they need not be of one set (after a dead disk, each is
+    /// fetched from its own target). Anybody may ask; counted as SetRestorePreview counts.
+    /// The answer's set_id is 0. Errors: NotAuthorized (caller unknown), InvalidArgument,
+    /// NotAllowedForSubvolume, NoSuchSnapshot, StemNotRunning, StemFailed, Journal.
+    async fn named_restore_preview(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        names: Vec<String>,
+    ) -> Result<SetRestorePreview, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.named_restore_preview(uid, &names).await
+    }
+
+    /// Stage the restore of the snapshots `names` for the next boot as one request: the boot
+    /// puts all of them back together, or none. `words_shown`: exactly the words
+    /// NamedRestorePreview gave this caller for those names (within 15 minutes), journalled
+    /// as one consent naming every one. Root and approvers only. The answer's set_id is 0,
+    /// reboot_needed true. Errors: NotAuthorized, WordsNotShown, InvalidArgument,
+    /// NotAllowedForSubvolume, NoSuchSnapshot, AnotherRestoreStaged, StemNotRunning,
+    /// StemFailed, Journal.
+    async fn named_restore_confirm(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        names: Vec<String>,
+        words_shown: &str,
+    ) -> Result<SetRestoreStaged, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper
+            .named_restore_confirm(uid, &names, words_shown)
+            .await
+    }
+
     /// The staged restore and who staged it, the latest outcome of a boot (and whether this
     /// is the first report of it), and the journal's findings. Anybody may ask.
     /// Errors: NotAuthorized (caller unknown), StemFailed, Journal.
@@ -374,9 +411,10 @@ impl Keeper1 {
         self.keeper.fetch(uid, name, target).await
     }
 
-    /// The copies and fetches in flight: target, snapshot, direction, bytes so far and time
-    /// taken, for a progress line. Anybody may ask. Errors: NotAuthorized (caller unknown),
-    /// StemNotRunning, StemFailed.
+    /// The acts on targets in flight (copies, fetches, verifications, listings): target,
+    /// snapshot, what is done (`copy`, `fetch`, `verify`, `list`, `clean`, `delete`), bytes
+    /// so far and time taken (0: not known), for a progress line. Anybody may ask. Errors:
+    /// NotAuthorized (caller unknown), StemNotRunning, StemFailed.
     async fn copy_progress(
         &self,
         #[zbus(connection)] connection: &Connection,
@@ -386,11 +424,10 @@ impl Keeper1 {
         self.keeper.copy_progress(uid).await
     }
 
-    /// Read back the copies `names` (empty: every copy, what the target's timer runs) on
-    /// the sealed target `target`, and check each down to its full copy (every part's
-    /// digest and authentication), without receiving anything. Each copy checked is
-    /// journalled (a failure with what failed; the timer's act as the rule "timer of
-    /// <target>"); `Status` shows each target's last verification and `ListRows` a copy
+    /// Read back the copies `names` (empty: every copy) on the sealed target `target`, and
+    /// check each down to its full copy (every part's digest and authentication), without
+    /// receiving anything. Each copy checked is journalled with the caller (a failure with
+    /// what failed); `Status` shows each target's last verification and `ListRows` a copy
     /// that failed. Root and approvers only. Errors: NoSuchTarget, NotAuthorized,
     /// InvalidArgument (a name, or a target that is not sealed), TargetBusy,
     /// CopierNotRunning, TargetUnreachable, Untrusted, NoSuchSnapshot, StemFailed, Journal.
@@ -402,7 +439,20 @@ impl Keeper1 {
         names: Vec<String>,
     ) -> Result<VerifyReport, KeeperError> {
         let uid = caller(&self.callers, connection, &header).await?;
-        self.keeper.verify(uid, target, &names).await
+        self.keeper.verify(uid, target, &names, false).await
+    }
+
+    /// The target's verify timer's act (tacid-verify-<target>.service calls it): every copy
+    /// on `target` read back and checked, as Verify does, journalled with the caller and
+    /// the rule "timer of <target>". Root and approvers only. Errors: as Verify.
+    async fn verify_timer(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        target: &str,
+    ) -> Result<VerifyReport, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.verify(uid, target, &[], true).await
     }
 
     /// Open the snapshot `name` read-only for the caller, in the host's mount namespace, at

@@ -25,7 +25,7 @@ use zbus::{Signature, Type};
 use layout::copies::CopiesConfig;
 
 use crate::handles::Handles;
-use crate::journal::{Journal, JournalError, ListedRequest};
+use crate::journal::{Action, Journal, JournalError, ListedRequest};
 use crate::reconcile::Reconcile;
 use crate::stem_client::stem_error;
 use crate::stem_client::OnDisk;
@@ -48,6 +48,8 @@ struct Row {
     asked_by: Span,
     asked_by_uid: u32,
     journalled: bool,
+    /// The keeper fetched it from a copy target (its reason says which).
+    fetched: bool,
     pre_switch: bool,
     pinned: bool,
     set_id: i64,
@@ -92,10 +94,10 @@ impl Listed {
             reason: self.str(r.reason),
             asked_by: self.str(r.asked_by),
             asked_by_uid: r.asked_by_uid,
-            origin: if r.journalled {
-                "journal"
-            } else {
-                "unknown-origin"
+            origin: match (r.journalled, r.fetched) {
+                (true, true) => "fetched",
+                (true, false) => "journal",
+                (false, _) => "unknown-origin",
             },
             pre_switch: r.pre_switch,
             pinned: r.pinned,
@@ -213,7 +215,9 @@ impl ListCache {
 /// What the journal says of a listed snapshot, its words already in the list's text.
 #[derive(Debug, Clone, Copy)]
 struct Journalled {
-    id: i64,
+    /// The set that took it; 0 when a fetch brought it (a fetch is no set).
+    set_id: i64,
+    fetched: bool,
     uid: u32,
     pre_switch: bool,
     reason: Span,
@@ -242,6 +246,7 @@ impl OnDiskRows {
             asked_by: Span::default(),
             asked_by_uid: u32::MAX,
             journalled: false,
+            fetched: false,
             pre_switch: false,
             pinned: d.staged,
             set_id: 0,
@@ -293,7 +298,12 @@ impl OnDiskRows {
                     facts.push((
                         i,
                         Some(Journalled {
-                            id: r.id,
+                            set_id: if r.action == Action::Snapshot {
+                                r.id
+                            } else {
+                                0
+                            },
+                            fetched: r.action == Action::Fetch,
                             uid: r.uid,
                             pre_switch: r.pre_switch,
                             reason: spans.0,
@@ -352,7 +362,8 @@ impl OnDiskRows {
             match request {
                 Some(j) => {
                     row.journalled = true;
-                    row.set_id = j.id;
+                    row.fetched = j.fetched;
+                    row.set_id = j.set_id;
                     row.asked_by_uid = j.uid;
                     row.pre_switch = j.pre_switch;
                     row.reason = j.reason;
@@ -360,6 +371,7 @@ impl OnDiskRows {
                 }
                 None => {
                     row.journalled = false;
+                    row.fetched = false;
                     row.set_id = 0;
                     row.asked_by_uid = u32::MAX;
                     row.pre_switch = false;

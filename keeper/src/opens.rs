@@ -334,8 +334,12 @@ impl Opens {
                     ErrorKind::TooManyOpen => format!(
                         "{message}; nothing was opened. Close one with `tacid data close NAME` \
                          (`tacid data list` says which are open), or wait: an unused open \
-                         closes by itself after {} minutes",
-                        layout::defaults::OPEN_IDLE_SECS / 60
+                         closes by itself after {}",
+                        crate::words::count(
+                            layout::defaults::OPEN_IDLE_SECS / 60,
+                            "minute",
+                            "minutes"
+                        )
                     ),
                     // AlreadyOpen, the one other the guard lets through.
                     _ => format!(
@@ -360,10 +364,15 @@ impl Opens {
         out.message = format!(
             "opened {name} read-only at {}: {} as it was then, with the owners and modes it had \
              then; copy what you need out of it. Nothing is restored. It closes with `tacid data \
-             close {name}`, by itself after {} minutes unused, and at a reboot",
+             close {name}`, by itself after {} unused, and at a reboot",
             info.path,
             out.shows,
-            (info.idle_close_unix_micros - info.opened_unix_micros).max(0) / 60_000_000
+            crate::words::count(
+                ((info.idle_close_unix_micros - info.opened_unix_micros).max(0) / 60_000_000)
+                    as u64,
+                "minute",
+                "minutes"
+            )
         );
         let recorded = self
             .h

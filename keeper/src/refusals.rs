@@ -413,8 +413,8 @@ impl Refusals {
                 uid = c.key.uid,
                 act = %c.key.act,
                 row = c.id,
-                "{} refusals of {} counted in journal row {}",
-                c.calls,
+                "{} of {} counted in journal row {}",
+                crate::words::count(c.calls, "refusal", "refusals"),
                 c.key.act,
                 c.id
             );

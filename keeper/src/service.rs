@@ -200,6 +200,25 @@ impl Keeper {
             .await
     }
 
+    pub async fn named_restore_preview(
+        &self,
+        uid: u32,
+        names: &[String],
+    ) -> Result<SetRestorePreview, KeeperError> {
+        self.consent.named_restore_preview(uid, names).await
+    }
+
+    pub async fn named_restore_confirm(
+        &self,
+        uid: u32,
+        names: &[String],
+        words_shown: &str,
+    ) -> Result<SetRestoreStaged, KeeperError> {
+        self.consent
+            .named_restore_confirm(uid, names, words_shown)
+            .await
+    }
+
     pub async fn cancel(&self, uid: u32) -> Result<Cancelled, KeeperError> {
         self.consent.cancel(uid).await
     }
@@ -265,8 +284,9 @@ impl Keeper {
         uid: u32,
         target: &str,
         names: &[String],
+        by_timer: bool,
     ) -> Result<crate::wire::VerifyReport, KeeperError> {
-        self.copies.verify(uid, target, names).await
+        self.copies.verify(uid, target, names, by_timer).await
     }
 
     // Opens.

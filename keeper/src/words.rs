@@ -8,10 +8,10 @@ use std::time::SystemTime;
 
 use layout::switch::{generation_link, Switch};
 
-// Times for people are the interface's (the CLI writes them too): re-exported here, where the
-// keeper's words are.
+// Times and counts for people are the interface's (the CLI writes them too): re-exported
+// here, where the keeper's words are.
 pub use keeper_interface::words::{
-    ago, exact_time, human_time, utc_year, write_taken, Ago, ExactTime, HumanTime,
+    ago, count, exact_time, human_time, utc_year, write_taken, Ago, ExactTime, HumanTime,
 };
 
 /// What a restore costs, in the words of what is lost.
@@ -152,6 +152,20 @@ pub struct SetMember<'a> {
     pub taken: SystemTime,
     /// What changed since, when it was counted.
     pub counts: Option<ChangeCounts>,
+    /// Of a restore of snapshots named one by one: the snapshot's name and where it came
+    /// from in words (`fetched from cloud`, `set 12`, `unknown origin`); `None` in a set's.
+    pub named: Option<(&'a str, &'a str)>,
+}
+
+/// What a restore puts back: a set (its id; taken before a switch: what its reason says of
+/// the generations), or snapshots a person named one by one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutBack<'a> {
+    Set {
+        id: i64,
+        before_switch: Option<&'a Switch>,
+    },
+    Named,
 }
 
 /// What a restore of a set costs, member by member and in all, in the words of what is lost
@@ -163,8 +177,7 @@ pub struct SetMember<'a> {
 /// `at_last_commit`: the counts are of the filesystem's last commit (a looker's preview,
 /// adr/0016).
 pub fn set_restore_words(
-    set_id: i64,
-    before_switch: Option<&Switch>,
+    what: PutBack<'_>,
     put_back: &[SetMember<'_>],
     left_out: &[(&str, &str)],
     at_last_commit: bool,
@@ -172,27 +185,40 @@ pub fn set_restore_words(
 ) -> String {
     let taken = put_back.iter().map(|m| m.taken).min().unwrap_or(now);
     let n = put_back.len();
-    let mut out = format!(
-        "This puts back {n} subvolume{} of set {set_id}, taken together{} on {} ({}):",
-        if n == 1 { "" } else { "s" },
-        match before_switch {
-            Some(Switch {
-                from: None,
-                to: None,
-            }) => " before switching configuration".to_owned(),
-            Some(switch) => format!(" {switch}"),
-            None => String::new(),
-        },
-        human_time(taken, now),
-        ago(taken, now)
-    );
+    let subvolumes = count(n as u64, "subvolume", "subvolumes");
+    let before_switch = match what {
+        PutBack::Set { before_switch, .. } => before_switch,
+        PutBack::Named => None,
+    };
+    let mut out = match what {
+        PutBack::Set { id, before_switch } => format!(
+            "This puts back {subvolumes} of set {id}, taken together{} on {} ({}):",
+            match before_switch {
+                Some(Switch {
+                    from: None,
+                    to: None,
+                }) => " before switching configuration".to_owned(),
+                Some(switch) => format!(" {switch}"),
+                None => String::new(),
+            },
+            human_time(taken, now),
+            ago(taken, now)
+        ),
+        // Named one by one, they are no set: each goes back to its own time, and nothing
+        // says they were one cut.
+        PutBack::Named if n == 1 => format!("This puts back {subvolumes} to the snapshot named:"),
+        PutBack::Named => format!("This puts back {subvolumes}, each to the snapshot named:"),
+    };
     let mut total = ChangeCounts {
         complete: true,
         ..ChangeCounts::default()
     };
     let mut uncounted: Vec<&str> = Vec::new();
     for m in put_back {
-        let when = human_time(m.taken, now);
+        let when = match m.named {
+            Some((name, origin)) => format!("{name} ({}, {origin})", human_time(m.taken, now)),
+            None => human_time(m.taken, now),
+        };
         let path = m.of_path;
         match &m.counts {
             Some(c) => {
@@ -407,6 +433,58 @@ mod tests {
         );
     }
 
+    fn set(id: i64) -> PutBack<'static> {
+        PutBack::Set {
+            id,
+            before_switch: None,
+        }
+    }
+
+    #[test]
+    fn named_snapshots_are_no_set_and_each_says_where_it_came_from() {
+        let taken = at(1_796_133_720);
+        let now = at(1_796_133_720 + 2 * 86_400 + 60);
+        let counted = ChangeCounts {
+            files_modified: 1,
+            files_added: 1,
+            complete: true,
+            ..ChangeCounts::default()
+        };
+        let members = [
+            SetMember {
+                of_path: "/persist",
+                taken,
+                counts: Some(counted),
+                named: Some(("@persist.2026-12-01T140200.000000Z", "fetched from stick")),
+            },
+            SetMember {
+                of_path: "/home",
+                taken: taken + Duration::from_secs(3600),
+                counts: Some(counted),
+                named: Some(("@home.2026-12-01T150200.000000Z", "fetched from cloud")),
+            },
+        ];
+        let words = set_restore_words(PutBack::Named, &members, &[], false, now);
+        assert_eq!(
+            words,
+            "This puts back 2 subvolumes, each to the snapshot named:\n  \
+             /persist back to @persist.2026-12-01T140200.000000Z (Tue 1 Dec 14:02 UTC, fetched \
+             from stick): 1 file changed, 1 added, 0 removed since then (0 B written). \
+             Everything written to /persist since then is deleted.\n  \
+             /home back to @home.2026-12-01T150200.000000Z (Tue 1 Dec 15:02 UTC, fetched from \
+             cloud): 1 file changed, 1 added, 0 removed since then (0 B written). Everything \
+             written to /home since then is deleted.\n\
+             In all: 2 files changed, 2 added, 0 removed since then (0 B written).\n\
+             It happens at the next reboot, to all of them together."
+        );
+        assert!(!words.contains("set"), "{words}");
+        let one = set_restore_words(PutBack::Named, &members[..1], &[], false, now);
+        assert!(
+            one.starts_with("This puts back 1 subvolume to the snapshot named:\n"),
+            "{one}"
+        );
+    }
+
     #[test]
     fn the_set_words_say_each_member_the_total_and_what_stays() {
         let taken = at(1_796_133_720);
@@ -427,16 +505,20 @@ mod tests {
                 of_path: "/persist",
                 taken,
                 counts: counts(412, 2048),
+                named: None,
             },
             SetMember {
                 of_path: "/var/log",
                 taken,
                 counts: counts(3, 1024),
+                named: None,
             },
         ];
         let words = set_restore_words(
-            12,
-            Some(&Switch::default()),
+            PutBack::Set {
+                id: 12,
+                before_switch: Some(&Switch::default()),
+            },
             &members,
             &[("/home", "left out as asked")],
             false,
@@ -462,7 +544,7 @@ mod tests {
         // A member not counted: its sentence without numbers, and the total says so.
         let mut partly = members;
         partly[1].counts = None;
-        let words = set_restore_words(3, None, &partly, &[], true, now);
+        let words = set_restore_words(set(3), &partly, &[], true, now);
         assert!(
             words.contains("\n  /var/log back to Tue 1 Dec 14:02 UTC. Everything written"),
             "{words}"
@@ -479,7 +561,7 @@ mod tests {
         );
         assert!(words.starts_with("This puts back 2 subvolumes of set 3, taken together on"));
         // One member: no total, and no "all of them".
-        let words = set_restore_words(3, None, &members[..1], &[], false, now);
+        let words = set_restore_words(set(3), &members[..1], &[], false, now);
         assert!(!words.contains("In all"), "{words}");
         assert!(
             words.ends_with("\nIt happens at the next reboot."),

@@ -718,7 +718,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data__subcmd__verify)
-            opts="-h --target --json --bus --help"
+            opts="-h --target --timer --json --bus --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -111,7 +111,8 @@ Copies off the disk:
   After a disk dies: put in a new disk, make the layout, `tacid data copies TARGET`
   says what the target holds, `tacid data fetch NAME --from TARGET` brings a copy
   back into the local store, and `tacid data restore NAME` puts it back at the next
-  boot, as for any snapshot.
+  boot, as for any snapshot. Copies fetched one by one (each subvolume from its own
+  target) go back together at one boot: `tacid data restore NAME NAME NAME`.
 
 Progress:
   While a copy or fetch runs, a line on stderr says the bytes sent and the rate,
@@ -148,6 +149,10 @@ Verifying sealed copies:
   Verification reads every byte of what it checks from the target: on a cloud
   store that is download traffic, and it takes as long as a fetch would.
 
+  Each verification is journalled with who ran it; the target's verify timer
+  (tacid-verify-TARGET.timer) runs `tacid data verify --target TARGET --timer`,
+  journalled as the rule \"timer of TARGET\" too, and `tacid data status` says which.
+
 Examples:
   tacid data verify --target cloud
       check every copy on the target cloud
@@ -170,6 +175,15 @@ Restoring a set:
   back together at one reboot, under one consent. --only chooses members by mount
   point or subvolume; the others stay as they are, and the preview says which.
 
+Restoring snapshots named together:
+  Several snapshots named, at most one of each subvolume, are put back together at one
+  reboot as one request, under one consent, each to its own snapshot: after a dead disk,
+  /home fetched from one target, /persist and /var/log from others. They need not be of
+  one set, and tacid does not say they were taken at one instant: the preview says when
+  each was taken and where it came from (its set, or the target it was fetched from), what
+  each costs, and the total. A fetched snapshot is in no set on the new disk: a fetch
+  brings back one snapshot, and the journal that knew its set died with the old disk.
+
 Examples:
   tacid data restore @home.2026-12-01T140200.123456Z
       what putting /home back to that snapshot costs; nothing changes (exit code 3)
@@ -178,7 +192,9 @@ Examples:
   tacid data restore @home.2026-12-01T140200.123456Z --set --details
       the same, naming the set by a member, with every changed path
   tacid data restore 12 --only /persist,/var/log --yes
-      stage /persist and /var/log of set 12 for the next reboot; /home stays";
+      stage /persist and /var/log of set 12 for the next reboot; /home stays
+  tacid data restore @home.2026-12-01T140200.123456Z @persist.2026-12-01T140200.123456Z
+      what putting /home and /persist back together, each to the snapshot named, costs";
 
 const JSON_OUTPUT: &str = "\
 JSON for programs:
@@ -288,9 +304,9 @@ pub enum Data {
     /// together as one set. Root and the approver group only.
     #[command(after_help = BOUNDARIES)]
     Snapshot(SnapshotArgs),
-    /// Say what restoring a snapshot, or a set of snapshots together, would cost, and change
-    /// nothing (exit code 3); with --yes, stage it for the next boot. Root and the approver
-    /// group only may stage.
+    /// Say what restoring a snapshot, a set of snapshots together, or several snapshots named
+    /// together would cost, and change nothing (exit code 3); with --yes, stage it for the
+    /// next boot. Root and the approver group only may stage.
     #[command(
         after_help = BOUNDARIES,
         after_long_help = format!("{RESTORING}\n\n{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{}", exit_table())
@@ -418,6 +434,11 @@ pub struct VerifyArgs {
     /// The copies to check, as `tacid data copies TARGET` shows them; none: every copy.
     #[arg(value_name = "NAME")]
     pub names: Vec<String>,
+    /// Check every copy as the target's verify timer (used by tacid-verify-TARGET.service):
+    /// journalled as the rule "timer of TARGET" besides who ran it. Without it, the
+    /// journal and `tacid data status` name you.
+    #[arg(long, conflicts_with = "names")]
+    pub timer: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -457,9 +478,11 @@ pub struct SnapshotArgs {
 #[derive(Debug, Clone, Args)]
 pub struct RestoreArgs {
     /// A snapshot's name, as `tacid data list` shows it; or a set's number (its "set"
-    /// in the list), to put back every member of that set together.
-    #[arg(value_name = "NAME|SET")]
-    pub name: String,
+    /// in the list), to put back every member of that set together; or several snapshots'
+    /// names, at most one of each subvolume, to put all of them back together at one
+    /// reboot (after a dead disk: each fetched from its own target).
+    #[arg(value_name = "NAME|SET", required = true, num_args = 1..)]
+    pub names: Vec<String>,
     /// Put back the whole set the snapshot NAME belongs to, every member together at one
     /// reboot, not NAME alone.
     #[arg(long)]

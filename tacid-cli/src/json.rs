@@ -128,10 +128,12 @@ pub struct Snapshot<'a> {
     /// `null` (both): the journal does not know who asked.
     asked_by: Option<&'a str>,
     asked_by_uid: Option<u32>,
+    /// `journal` (taken through the keeper), `fetched` (fetched from a copy target: the
+    /// reason says which) or `unknown-origin`.
     origin: &'a str,
     pre_switch: bool,
     pinned: bool,
-    /// `null`: unknown origin (no set).
+    /// `null`: in no set (fetched from a copy target, or of unknown origin).
     set_id: Option<i64>,
     copies: Targets<'a>,
     last_common_parent_of: Targets<'a>,
@@ -360,7 +362,8 @@ pub struct SetRestoreMember<'a> {
 /// `tacid data restore SET`.
 #[derive(Debug, Serialize)]
 pub struct SetRestorePreview<'a> {
-    set_id: i64,
+    /// `null`: snapshots named one by one, no set.
+    set_id: Option<i64>,
     pre_switch: bool,
     members: Vec<SetRestoreMember<'a>>,
     total: Option<Changes>,
@@ -372,7 +375,7 @@ pub struct SetRestorePreview<'a> {
 impl<'a> From<&'a wire::SetRestorePreview> for SetRestorePreview<'a> {
     fn from(p: &'a wire::SetRestorePreview) -> Self {
         SetRestorePreview {
-            set_id: p.set_id,
+            set_id: (p.set_id != 0).then_some(p.set_id),
             pre_switch: p.pre_switch,
             members: p
                 .members
@@ -404,7 +407,8 @@ pub struct StagedMember<'a> {
 
 #[derive(Debug, Serialize)]
 pub struct SetRestoreStaged<'a> {
-    set_id: i64,
+    /// `null`: snapshots named one by one, no set.
+    set_id: Option<i64>,
     members: Vec<StagedMember<'a>>,
     already_staged: bool,
     reboot_needed: bool,
@@ -414,7 +418,7 @@ pub struct SetRestoreStaged<'a> {
 impl<'a> From<&'a wire::SetRestoreStaged> for SetRestoreStaged<'a> {
     fn from(s: &'a wire::SetRestoreStaged) -> Self {
         SetRestoreStaged {
-            set_id: s.set_id,
+            set_id: (s.set_id != 0).then_some(s.set_id),
             members: s
                 .members
                 .iter()

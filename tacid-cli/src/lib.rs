@@ -376,16 +376,41 @@ fn is_set_number(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// `tacid data restore SET` (or `NAME --set`): every member's cost and the total; with
-/// `--yes`, one request for every member put back, under one consent.
+/// Why several names given to `restore` are not a command: a set's number among them, or
+/// --set or --only with them (each chooses members of one set).
+fn several_misnamed(a: &cli::RestoreArgs) -> Option<String> {
+    if a.names.len() < 2 {
+        return None;
+    }
+    if let Some(n) = a.names.iter().find(|n| is_set_number(n)) {
+        return Some(format!(
+            "{n} is a set's number: name a set alone (`tacid data restore {n}`), or several \
+             snapshots by their names to put them back together"
+        ));
+    }
+    (a.set || !a.only.is_empty()).then(|| {
+        "--set and --only choose members of one set; several snapshots named are put back \
+         as named: leave --set and --only out"
+            .to_owned()
+    })
+}
+
+/// `tacid data restore SET` (or `NAME --set`, or `NAME NAME...`): every member's cost and
+/// the total; with `--yes`, one request for every member put back, under one consent.
 async fn restore_set(
     keeper: &Keeper1Proxy<'static>,
     a: cli::RestoreArgs,
     as_json: bool,
 ) -> Result<u8, Failure> {
-    let preview = slow_with_a_word(keeper.set_restore_preview(&a.name, a.only.clone()))
-        .await
-        .map_err(classify)?;
+    // Several snapshots named are put back together as they are; one name with --set, or
+    // a number, is a set.
+    let named = a.names.len() > 1;
+    let preview = if named {
+        slow_with_a_word(keeper.named_restore_preview(a.names.clone())).await
+    } else {
+        slow_with_a_word(keeper.set_restore_preview(&a.names[0], a.only.clone())).await
+    }
+    .map_err(classify)?;
     let details = if a.details {
         let mut all = Vec::new();
         for m in preview.members.iter().filter(|m| m.put_back) {
@@ -421,10 +446,16 @@ async fn restore_set(
     if let (Some(d), false) = (&details, as_json) {
         print!("{}", render::set_details(d));
     }
-    let staged = keeper
-        .set_restore_confirm(&a.name, a.only.clone(), &preview.words)
-        .await
-        .map_err(classify)?;
+    let staged = if named {
+        keeper
+            .named_restore_confirm(a.names.clone(), &preview.words)
+            .await
+    } else {
+        keeper
+            .set_restore_confirm(&a.names[0], a.only.clone(), &preview.words)
+            .await
+    }
+    .map_err(classify)?;
     if as_json {
         print_json(json::Shown {
             shown: json::SetRestorePreview::from(&preview),
@@ -474,7 +505,14 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
     let as_json = cli.json;
     let Command::Data(data) = cli.command;
     if let Data::Restore(a) = &data {
-        if !a.only.is_empty() && !a.set && !is_set_number(&a.name) {
+        if let Some(message) = several_misnamed(a) {
+            return Err(Failure {
+                code: exit::USAGE,
+                name: String::new(),
+                message,
+            });
+        }
+        if !a.only.is_empty() && !a.set && !is_set_number(&a.names[0]) {
             return Err(Failure {
                 code: exit::USAGE,
                 name: String::new(),
@@ -556,17 +594,18 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             }
             Ok(exit::OK)
         }
-        Data::Restore(a) if a.set || is_set_number(&a.name) => {
+        Data::Restore(a) if a.set || a.names.len() > 1 || is_set_number(&a.names[0]) => {
             restore_set(&keeper, a, as_json).await
         }
-        Data::Restore(a) => {
-            let preview = slow_with_a_word(keeper.restore_preview(&a.name))
+        Data::Restore(mut a) => {
+            let name = a.names.swap_remove(0);
+            let preview = slow_with_a_word(keeper.restore_preview(&name))
                 .await
                 .map_err(classify)?;
             timings::mark("call");
             let details = if a.details {
                 Some(
-                    slow_with_a_word(keeper.restore_details(&a.name))
+                    slow_with_a_word(keeper.restore_details(&name))
                         .await
                         .map_err(classify)?,
                 )
@@ -596,7 +635,7 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
                 print!("{}", render::details(d));
             }
             let staged = keeper
-                .restore_confirm(&a.name, &preview.words)
+                .restore_confirm(&name, &preview.words)
                 .await
                 .map_err(classify)?;
             if as_json {
@@ -708,13 +747,17 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             Ok(exit::OK)
         }
         Data::Verify(a) => {
-            let report = with_progress(
-                &keeper,
-                &a.target,
-                "",
-                keeper.verify(&a.target, a.names.clone()),
-            )
-            .await
+            let report = if a.timer {
+                with_progress(&keeper, &a.target, "", keeper.verify_timer(&a.target)).await
+            } else {
+                with_progress(
+                    &keeper,
+                    &a.target,
+                    "",
+                    keeper.verify(&a.target, a.names.clone()),
+                )
+                .await
+            }
             .map_err(classify)?;
             if as_json {
                 print_json(json::VerifyReport::from(&report));

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
-use keeper_interface::words::{ago, exact_time, human_time, utc_year, write_taken};
+use keeper_interface::words::{ago, count, exact_time, human_time, utc_year, write_taken};
 use keeper_interface::{
     ChangedPath, CopyInFlight, CopyOfRow, CopyReport, Opened, PartChanges, PruneEntry, PruneReport,
     RestoreDetails, RestorePreview, RestoreStaged, SetRestorePreview, SetRestoreStaged,
@@ -22,6 +22,16 @@ const NOT_THE_WORLD: &str =
 fn write_why(out: &mut impl std::io::Write, e: &SnapshotRow<'_>) -> std::io::Result<()> {
     if e.origin == "unknown-origin" {
         return out.write_all(b"unknown origin: on disk, but not taken through the keeper");
+    }
+    if e.origin == "fetched" {
+        // Its reason is the keeper's own: "fetched from TARGET".
+        out.write_all(e.reason.as_bytes())?;
+        out.write_all(b", asked by ")?;
+        out.write_all(e.asked_by.as_bytes())?;
+        if e.asked_by_uid != u32::MAX {
+            write!(out, " (uid {})", e.asked_by_uid)?;
+        }
+        return Ok(());
     }
     let switch = switch_of(e);
     match &switch {
@@ -262,12 +272,18 @@ pub fn set_preview(p: &SetRestorePreview) -> String {
     } else {
         String::new()
     };
-    staged_or_how_to_stage(
-        &mut out,
-        p.already_staged,
-        &and_list(&put_back),
-        &format!("{}{only}", p.set_id),
-    );
+    // Named one by one (no set): the same names again.
+    let args = if p.set_id == 0 {
+        p.members
+            .iter()
+            .filter(|m| m.put_back)
+            .map(|m| m.snapshot.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    } else {
+        format!("{}{only}", p.set_id)
+    };
+    staged_or_how_to_stage(&mut out, p.already_staged, &and_list(&put_back), &args);
     out
 }
 
@@ -295,19 +311,34 @@ pub fn set_staged(p: &SetRestorePreview, s: &SetRestoreStaged) -> String {
     } else if let [one] = &s.members[..] {
         let _ = writeln!(
             out,
-            "Staged. Nothing is put back yet: reboot to put {} back to {} (set {}). Until then, `tacid data cancel` withdraws it.",
-            one.of_path, one.snapshot, s.set_id
+            "Staged. Nothing is put back yet: reboot to put {} back to {}{}. Until then, `tacid data cancel` withdraws it.",
+            one.of_path,
+            one.snapshot,
+            of_set(s.set_id)
         );
     } else {
         let _ = writeln!(
             out,
-            "Staged, as one request. Nothing is put back yet: reboot to put {} back together (set {}). Until then, `tacid data cancel` withdraws all of it.",
+            "Staged, as one request. Nothing is put back yet: reboot to put {} back together{}. Until then, `tacid data cancel` withdraws all of it.",
             and_list(&paths),
-            s.set_id
+            if s.set_id == 0 {
+                ", each to the snapshot named".to_owned()
+            } else {
+                of_set(s.set_id)
+            }
         );
     }
     let _ = writeln!(out, "{NOT_THE_WORLD}");
     out
+}
+
+/// " (set 12)", or nothing for snapshots named one by one (set 0).
+fn of_set(set_id: i64) -> String {
+    if set_id == 0 {
+        String::new()
+    } else {
+        format!(" (set {set_id})")
+    }
 }
 
 /// `tacid data status`.
@@ -435,15 +466,16 @@ pub fn status(s: &Status, now: SystemTime) -> String {
     if s.unknown_origin > 0 {
         let _ = writeln!(
             out,
-            "{} snapshot(s) on disk were not taken through the keeper (unknown origin).",
-            s.unknown_origin
+            "{} on disk {} not taken through the keeper (unknown origin).",
+            count(u64::from(s.unknown_origin), "snapshot", "snapshots"),
+            if s.unknown_origin == 1 { "was" } else { "were" }
         );
     }
     if s.failed_sets > 0 {
         let _ = writeln!(
             out,
-            "{} snapshot set(s) failed; `tacid data list` shows what exists.",
-            s.failed_sets
+            "{} failed; `tacid data list` shows what exists.",
+            count(u64::from(s.failed_sets), "snapshot set", "snapshot sets")
         );
     }
     if s.stem_running {
@@ -472,8 +504,17 @@ pub fn status(s: &Status, now: SystemTime) -> String {
         if s.deletions_pending > 0 {
             let _ = writeln!(
                 out,
-                "{} deleted snapshot(s) still giving their space back (Btrfs's cleaner runs after the next commit).",
-                s.deletions_pending
+                "{} still giving {} space back (Btrfs's cleaner runs after the next commit).",
+                count(
+                    u64::from(s.deletions_pending),
+                    "deleted snapshot",
+                    "deleted snapshots"
+                ),
+                if s.deletions_pending == 1 {
+                    "its"
+                } else {
+                    "their"
+                }
             );
         }
     }
@@ -705,7 +746,7 @@ mod tests {
             deleted,
             spared: Vec::new(),
             failed: Vec::new(),
-            policy: "keep the last 1 pre-switch sets".into(),
+            policy: "keep the last 1 pre-switch set".into(),
             free_bytes: 300 << 20,
             floor_bytes: 0,
             floor_unmet: false,
@@ -985,7 +1026,7 @@ mod tests {
         assert!(
             out.contains(
                 "  @persist.f  not tried: the stem is not running (chosen: pre-switch set 5 is \
-                 older than the newest 1 pre-switch sets)"
+                 older than the newest 1 pre-switch set)"
             ),
             "{out}"
         );
@@ -1128,21 +1169,33 @@ pub fn verified(r: &VerifyReport) -> String {
 
 /// One line of progress: `copying @home.… to usb: 1.2 GiB, 85.3 MiB/s, 14 s`.
 pub fn progress(f: &CopyInFlight) -> String {
-    let secs = f.elapsed_ms as f64 / 1000.0;
-    let rate = if secs > 0.0 {
-        format!("{}/s", bytes((f.bytes as f64 / secs) as u64))
+    let (name, target) = (f.name.as_str(), f.target.as_str());
+    let what = match (f.direction.as_str(), name.is_empty()) {
+        ("copy", false) => format!("copying {name} to {target}"),
+        ("copy", true) => format!("copying to {target}"),
+        ("fetch", _) => format!("fetching {name} from {target}"),
+        ("verify", false) => format!("verifying {name} on {target}"),
+        ("verify", true) => format!("verifying the copies on {target}"),
+        ("list", _) => format!("reading what {target} holds"),
+        ("clean", _) => format!("clearing {target} of what copies cut short left"),
+        ("delete", _) => format!("deleting the copy {name} on {target}"),
+        (other, true) => format!("{other} on {target}"),
+        (other, false) => format!("{other} {name} on {target}"),
+    };
+    // What the bytes are: sent or received, or read back from the target.
+    let read = if matches!(f.direction.as_str(), "verify" | "list" | "clean") {
+        " read"
     } else {
-        "-".to_owned()
+        ""
     };
-    let (verb, dir) = match f.direction.as_str() {
-        "fetch" => ("fetching", "from"),
-        "verify" => ("verifying", "on"),
-        _ => ("copying", "to"),
-    };
+    if f.elapsed_ms == 0 {
+        // No time known: bytes only, no rate made up.
+        return format!("tacid: {what}: {}{read}", bytes(f.bytes));
+    }
+    let secs = f.elapsed_ms as f64 / 1000.0;
+    let rate = format!("{}/s", bytes((f.bytes as f64 / secs) as u64));
     format!(
-        "tacid: {verb} {} {dir} {}: {}, {rate}, {:.0} s",
-        f.name,
-        f.target,
+        "tacid: {what}: {}{read}, {rate}, {:.0} s",
         bytes(f.bytes),
         secs
     )
@@ -1166,6 +1219,48 @@ mod copy_tests {
             progress(&f),
             "tacid: copying @home.2026-12-01T140200.123456Z to usb: 200.0 MiB, 100.0 MiB/s, 2 s"
         );
+    }
+
+    #[test]
+    fn progress_says_what_is_done_where_with_bytes() {
+        let f = |direction: &str, name: &str, bytes, elapsed_ms| CopyInFlight {
+            target: "stick".into(),
+            name: name.into(),
+            direction: direction.into(),
+            bytes,
+            elapsed_ms,
+        };
+        let n = "@persist.2026-12-01T140200.123456Z";
+        for (f, said) in [
+            (
+                f("fetch", n, 3 << 20, 3000),
+                format!("tacid: fetching {n} from stick: 3.0 MiB, 1.0 MiB/s, 3 s"),
+            ),
+            (
+                f("fetch", n, 2048, 0),
+                format!("tacid: fetching {n} from stick: 2.0 KiB"),
+            ),
+            (
+                f("verify", n, 1024, 0),
+                format!("tacid: verifying {n} on stick: 1.0 KiB read"),
+            ),
+            (
+                f("verify", "", 0, 0),
+                "tacid: verifying the copies on stick: 0 B read".to_owned(),
+            ),
+            (
+                f("list", "", 0, 0),
+                "tacid: reading what stick holds: 0 B read".to_owned(),
+            ),
+            (
+                f("copy", "", 5, 0),
+                "tacid: copying to stick: 5 B".to_owned(),
+            ),
+        ] {
+            let line = progress(&f);
+            assert_eq!(line, said);
+            assert!(!line.contains("  "), "{line}");
+        }
     }
 
     #[test]

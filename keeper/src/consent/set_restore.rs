@@ -1,11 +1,15 @@
-//! Restores of a snapshot set: the members a person chooses put back together,
-//! at one boot, as one request, with one consent that names every member.
+//! Restores of several snapshots at one boot, as one request, with one consent that names
+//! every member: the members of a snapshot set a person chooses, or snapshots a person names
+//! one by one (at most one of each subvolume: after a dead disk, each fetched from its own
+//! target).
 //!
 //! A set is what one `Snapshot` request took: the journal's request id, as `tacid data list`
 //! shows it. The person names it by that id or by any member's name, and may leave members
-//! out (`only`). The preview counts each member put back, one after another in the caller's
-//! one turn (as a single preview does, adr/0016: a looker's counts never make the stem
-//! commit), and says what each loses, the total, and which members stay as they are.
+//! out (`only`). A fetched snapshot is in no set here (a fetch brings one snapshot back; the
+//! journal that knew its set died with its disk): it is named by its name. The preview
+//! counts each member put back, one after another in the caller's one turn (as a single
+//! preview does, adr/0016: a looker's counts never make the stem commit), and says what
+//! each loses, the total, and which members stay as they are.
 
 use std::time::SystemTime;
 
@@ -62,6 +66,8 @@ struct Planned {
     taken_micros: i64,
     staged: bool,
     left_out: Option<LeftOut>,
+    /// Named one by one: where it came from, in words (`fetched from cloud`, `set 12`).
+    origin: String,
 }
 
 impl Planned {
@@ -70,10 +76,11 @@ impl Planned {
     }
 }
 
-/// A set, as the journal and the disk know it, and the members this restore puts back.
+/// A set, as the journal and the disk know it, and the members this restore puts back; or
+/// the snapshots a person named one by one (`set` `None`).
 #[derive(Debug)]
 struct SetPlan {
-    id: i64,
+    set: Option<i64>,
     /// Taken before a switch: the generations its reason names (none when it names none).
     before_switch: Option<Switch>,
     /// Those put back first, in the order the boot takes them; then the others.
@@ -95,7 +102,7 @@ impl SetPlan {
     /// The journal's subject for this restore's preview and consent.
     fn subject(&self) -> Subject {
         Subject::Restore {
-            set: Some(self.id),
+            set: self.set,
             names: self.put_back().map(|m| m.name).collect(),
         }
     }
@@ -103,6 +110,116 @@ impl SetPlan {
     /// Exactly these members are staged already.
     fn already_staged(&self) -> bool {
         self.put_back().all(|m| m.staged) && self.put_back().count() == self.staged_now
+    }
+
+    /// What the words say is put back.
+    fn what(&self) -> words::PutBack<'_> {
+        match self.set {
+            Some(id) => words::PutBack::Set {
+                id,
+                before_switch: self.before_switch.as_ref(),
+            },
+            None => words::PutBack::Named,
+        }
+    }
+
+    /// The arguments of `tacid data restore` that ask for this restore again.
+    fn again(&self) -> String {
+        match self.set {
+            Some(id) => id.to_string(),
+            None => self.names().join(" "),
+        }
+    }
+}
+
+/// What a person asks to put back.
+#[derive(Debug, Clone, Copy)]
+enum Asked<'a> {
+    /// A set (its id, or a member's name) and the members asked for (none: every one).
+    Set { set: &'a str, only: &'a [String] },
+    /// Snapshots named one by one.
+    Named(&'a [String]),
+}
+
+impl Asked<'_> {
+    /// The caller's strings, checked against their caps before anything else looks at them.
+    fn check(&self) -> Result<(), KeeperError> {
+        match self {
+            Asked::Set { set, only } => check_set_arguments(set, only).map(|_| ()),
+            Asked::Named(names) => check_named(names).map(|_| ()),
+        }
+    }
+
+    /// The key of a preview in the caller's turn.
+    fn key(&self) -> String {
+        match self {
+            Asked::Set { set, only } => format!("set {set} only {}", only.join(",")),
+            Asked::Named(names) => format!("named {}", names.join(" ")),
+        }
+    }
+
+    /// What it names, for a refusal's journal row.
+    fn subject(&self) -> String {
+        match self {
+            Asked::Set { set, .. } => (*set).to_owned(),
+            Asked::Named(names) => names
+                .iter()
+                .map(|n| caps::name(n).into_owned())
+                .collect::<Vec<_>>()
+                .join(" "),
+        }
+    }
+}
+
+/// The snapshots named one by one, checked: each a snapshot name within its cap, each once,
+/// at most one of each subvolume; in the order the boot takes them.
+fn check_named(names: &[String]) -> Result<Vec<SnapshotName>, KeeperError> {
+    if names.is_empty() {
+        return Err(KeeperError::InvalidArgument(
+            "name at least one snapshot to put back; see `tacid data list`".into(),
+        ));
+    }
+    if names.len() > caps::max_only_names() {
+        return Err(KeeperError::InvalidArgument(format!(
+            "{} snapshots named to put back; a restore puts back at most one snapshot of each \
+             of {}",
+            names.len(),
+            words::restorable_paths()
+        )));
+    }
+    let mut parsed: Vec<SnapshotName> = Vec::with_capacity(names.len());
+    for n in names {
+        let name = parse_snapshot(n)?;
+        if parsed.contains(&name) {
+            return Err(KeeperError::InvalidArgument(format!(
+                "{name} is named twice; name each snapshot once"
+            )));
+        }
+        if let Some(other) = parsed.iter().find(|p| p.subvolume() == name.subvolume()) {
+            return Err(KeeperError::InvalidArgument(format!(
+                "{other} and {name} are both of {}; a restore puts each subvolume back to one \
+                 snapshot: name one of them",
+                name.subvolume().display_path()
+            )));
+        }
+        parsed.push(name);
+    }
+    parsed.sort_by_key(|n| layout_rank(n.subvolume()));
+    Ok(parsed)
+}
+
+/// Where a snapshot came from, in words, as the journal knows it: the set that took it, the
+/// target it was fetched from, or neither.
+fn origin_words(row: Option<&crate::journal::SnapshotRow>) -> String {
+    match row.and_then(|r| r.request.as_ref()) {
+        Some(q) if q.action == Action::Snapshot => format!("set {}", q.id),
+        // The keeper wrote the reason of its own fetch: "fetched from TARGET".
+        Some(q) if q.action == Action::Fetch && q.reason.starts_with("fetched from ") => {
+            q.reason.clone()
+        }
+        Some(q) if q.action == Action::Fetch => "fetched".into(),
+        Some(_) => "taken through the keeper".into(),
+        None => "unknown origin: not taken through the keeper".into(),
     }
 }
 
@@ -182,13 +299,24 @@ impl Consent {
             (Some(id), _) => id,
             (None, Some(name)) => {
                 let text = name.to_string();
-                match rows.iter().find(|r| r.name == text).and_then(of_a_set) {
+                let row = rows.iter().find(|r| r.name == text);
+                match row.and_then(of_a_set) {
                     Some(id) => id,
                     None if disk.iter().any(|d| d.member.name == text) => {
+                        // A fetched snapshot came back alone: its set was known only to the
+                        // journal of the disk it was taken on.
+                        let why = match origin_words(row) {
+                            o if o.starts_with("fetched") => format!(
+                                "it was {o}, alone (a set is what one snapshot request took \
+                                 on this machine)"
+                            ),
+                            o => format!("it was not taken as one ({o})"),
+                        };
                         return Err(KeeperError::InvalidArgument(format!(
-                            "{text} is in no set: it was not taken through the keeper \
-                             (unknown origin); put it back alone with `tacid data restore {text}`"
-                        )))
+                            "{text} is in no set: {why}; put it back alone with `tacid data \
+                             restore {text}`, or together with other snapshots, one of each \
+                             subvolume, with `tacid data restore {text} NAME...`"
+                        )));
                     }
                     None => {
                         return Err(KeeperError::NoSuchSnapshot(format!(
@@ -310,11 +438,12 @@ impl Consent {
                 taken_micros: on_disk.map_or(r.taken_micros, |d| d.member.taken_micros),
                 staged: on_disk.is_some_and(|d| d.staged),
                 left_out,
+                origin: String::new(),
             });
         }
         members.sort_by_key(|m| (m.left_out.is_some(), layout_rank(m.name.subvolume())));
         let plan = SetPlan {
-            id,
+            set: Some(id),
             before_switch,
             members,
             staged_now: disk.iter().filter(|d| d.staged).count(),
@@ -336,6 +465,61 @@ impl Consent {
         Ok(plan)
     }
 
+    /// The snapshots named one by one, as the disk and the journal know them: each on disk,
+    /// of a restorable subvolume, described by where it came from.
+    async fn resolve_named(
+        &self,
+        names: &[String],
+        may_confirm: bool,
+    ) -> Result<SetPlan, KeeperError> {
+        let parsed = check_named(names)?;
+        self.reconcile.ensure().await;
+        let disk: Vec<DiskSnapshot> = {
+            let _turn = self.h.looker_turn(may_confirm).await;
+            self.h.stem.list().await.map_err(stem_error)?
+        };
+        let rows = self.h.journal(|j| j.snapshots()).await?;
+        let mut members = Vec::with_capacity(parsed.len());
+        for name in parsed {
+            let text = name.to_string();
+            let sub = name.subvolume();
+            if !sub.subvolume().restorable {
+                return Err(KeeperError::NotAllowedForSubvolume(format!(
+                    "{} ({sub}) is never put back, so {text} cannot be; leave it out",
+                    sub.display_path()
+                )));
+            }
+            let Some(d) = disk.iter().find(|d| d.member.name == text) else {
+                return Err(KeeperError::NoSuchSnapshot(format!(
+                    "there is no snapshot named {text} here; see `tacid data list` (a copy on \
+                     a target is brought back first with `tacid data fetch {text} --from \
+                     TARGET`)"
+                )));
+            };
+            members.push(Planned {
+                name,
+                taken_micros: d.member.taken_micros,
+                staged: d.staged,
+                left_out: None,
+                origin: origin_words(rows.iter().rev().find(|r| r.name == text)),
+            });
+        }
+        Ok(SetPlan {
+            set: None,
+            before_switch: None,
+            members,
+            staged_now: disk.iter().filter(|d| d.staged).count(),
+        })
+    }
+
+    /// The plan of what was asked.
+    async fn resolve(&self, asked: Asked<'_>, may_confirm: bool) -> Result<SetPlan, KeeperError> {
+        match asked {
+            Asked::Set { set, only } => self.resolve_set(set, only, may_confirm).await,
+            Asked::Named(names) => self.resolve_named(names, may_confirm).await,
+        }
+    }
+
     /// What restoring the set `set` (its id or a member's name) would do, member by member
     /// and in all, in words. Changes nothing on disk; the words shown to somebody who may
     /// confirm are journalled, under one subject naming every member put back, so the
@@ -346,34 +530,57 @@ impl Consent {
         set: &str,
         only: &[String],
     ) -> Result<SetRestorePreview, KeeperError> {
-        check_set_arguments(set, only)?;
-        let key = format!("set {set} only {}", only.join(","));
+        self.several_preview(uid, Asked::Set { set, only }).await
+    }
+
+    /// What putting back the snapshots `names` (at most one of each subvolume) at one boot
+    /// would do, each and in all, in words; as [`Consent::set_restore_preview`] does for a
+    /// set.
+    pub async fn named_restore_preview(
+        &self,
+        uid: u32,
+        names: &[String],
+    ) -> Result<SetRestorePreview, KeeperError> {
+        self.several_preview(uid, Asked::Named(names)).await
+    }
+
+    async fn several_preview(
+        &self,
+        uid: u32,
+        asked: Asked<'_>,
+    ) -> Result<SetRestorePreview, KeeperError> {
+        asked.check()?;
         self.previews
-            .in_turn(uid, &key, || self.set_preview_now(uid, set, only))
+            .in_turn(uid, &asked.key(), || self.several_preview_now(uid, asked))
             .await
     }
 
-    /// One set preview, in the caller's turn: each member put back counted in turn.
-    async fn set_preview_now(
+    /// One preview, in the caller's turn: each member put back counted in turn.
+    async fn several_preview_now(
         &self,
         uid: u32,
-        set: &str,
-        only: &[String],
+        asked: Asked<'_>,
     ) -> Result<SetRestorePreview, KeeperError> {
         let may_confirm = self.h.may_change(uid);
-        let plan = self.resolve_set(set, only, may_confirm).await?;
+        let plan = self.resolve(asked, may_confirm).await?;
         let mut counts: Vec<Option<words::ChangeCounts>> = Vec::new();
         for m in plan.put_back() {
             counts.push(self.preview_count(&m.name, may_confirm).await);
         }
         let now = SystemTime::now();
+        let names: Vec<String> = plan.put_back().map(|m| m.name.to_string()).collect();
         let put_back: Vec<words::SetMember<'_>> = plan
             .put_back()
             .zip(&counts)
-            .map(|(m, c)| words::SetMember {
+            .zip(&names)
+            .map(|((m, c), name)| words::SetMember {
                 of_path: m.path(),
                 taken: from_unix_micros(m.taken_micros),
                 counts: *c,
+                named: plan
+                    .set
+                    .is_none()
+                    .then_some((name.as_str(), m.origin.as_str())),
             })
             .collect();
         let left_out: Vec<(&str, &str)> = plan
@@ -381,14 +588,7 @@ impl Consent {
             .iter()
             .filter_map(|m| m.left_out.map(|l| (m.path(), l.words())))
             .collect();
-        let text = words::set_restore_words(
-            plan.id,
-            plan.before_switch.as_ref(),
-            &put_back,
-            &left_out,
-            !may_confirm,
-            now,
-        );
+        let text = words::set_restore_words(plan.what(), &put_back, &left_out, !may_confirm, now);
         if may_confirm {
             let asker = Authority::asker(uid);
             let subject = plan.subject();
@@ -445,7 +645,7 @@ impl Consent {
             ChangeCount::default()
         };
         Ok(SetRestorePreview {
-            set_id: plan.id,
+            set_id: plan.set.unwrap_or(0),
             pre_switch: plan.before_switch.is_some(),
             members,
             total,
@@ -464,14 +664,36 @@ impl Consent {
         only: &[String],
         words_shown: &str,
     ) -> Result<SetRestoreStaged, KeeperError> {
+        self.several_confirm(uid, Asked::Set { set, only }, words_shown)
+            .await
+    }
+
+    /// Stage the restore of the snapshots `names` as one request, given the words the
+    /// caller was shown for exactly those; one consent row names every one.
+    pub async fn named_restore_confirm(
+        &self,
+        uid: u32,
+        names: &[String],
+        words_shown: &str,
+    ) -> Result<SetRestoreStaged, KeeperError> {
+        self.several_confirm(uid, Asked::Named(names), words_shown)
+            .await
+    }
+
+    async fn several_confirm(
+        &self,
+        uid: u32,
+        asked: Asked<'_>,
+        words_shown: &str,
+    ) -> Result<SetRestoreStaged, KeeperError> {
         let asker = Authority::asker(uid);
         if let Err(why) = self.h.authority.decide(uid, Act::Change) {
             return Err(self
                 .refusals
-                .refuse(&asker, Action::Restore, set, words_shown, why)
+                .refuse(&asker, Action::Restore, &asked.subject(), words_shown, why)
                 .await);
         }
-        let plan = self.resolve_set(set, only, true).await?;
+        let plan = self.resolve(asked, true).await?;
         let subject = plan.subject();
         let since = unix_micros(SystemTime::now() - CONSENT_WINDOW);
         // Words longer than any the keeper shows were not shown; they are not compared.
@@ -483,15 +705,23 @@ impl Consent {
                 .journal(move |j| j.words_shown(uid, &subject, since))
                 .await?
         };
+        let what = match plan.set {
+            Some(id) => format!("set {id} ("),
+            None => "the snapshots named (".to_owned(),
+        };
         if shown.as_deref() != Some(words_shown) {
             let why = format!(
-                "these are not the words the keeper showed you for putting back set {} ({}) in \
-                 the last {} minutes; run `tacid data restore {}` again with the same members, \
+                "these are not the words the keeper showed you for putting back {what}{}) in \
+                 the last {} minutes; run `tacid data restore {}` again with the same {}, \
                  read what it costs, then add --yes",
-                plan.id,
                 and_list(&plan.put_back().map(Planned::path).collect::<Vec<_>>()),
                 CONSENT_WINDOW.as_secs() / 60,
-                plan.id
+                plan.again(),
+                if plan.set.is_some() {
+                    "members"
+                } else {
+                    "snapshots"
+                },
             );
             self.refusals
                 .journal_refusal_built(
@@ -535,10 +765,12 @@ impl Consent {
                     ("go", "them")
                 };
                 let what = format!(
-                    "{} {verb} back to {} (set {}){} at the next reboot",
+                    "{} {verb} back to {}{}{} at the next reboot",
                     and_list(&paths),
                     and_list(&snapshots),
-                    plan.id,
+                    plan.set
+                        .map(|id| format!(" (set {id})"))
+                        .unwrap_or_default(),
                     if members.len() == 1 {
                         ""
                     } else {
@@ -564,9 +796,9 @@ impl Consent {
                         move |j| j.unsynced(|j| j.finish(id, st, &message))
                     })
                     .await?;
-                tracing::info!(uid, user = %asker.name, set = plan.id, "{message}");
+                tracing::info!(uid, user = %asker.name, set = plan.set.unwrap_or(0), "{message}");
                 Ok(SetRestoreStaged {
-                    set_id: plan.id,
+                    set_id: plan.set.unwrap_or(0),
                     members,
                     already_staged: already,
                     reboot_needed: true,

@@ -25,7 +25,7 @@ use crate::wire::{
     CopyDeleted, CopyFailed, CopyHeld, CopyMade, CopyReport, CopyVerified, Fetched, KeeperError,
     SnapshotEntry, TargetCopies, VerifyReport,
 };
-use crate::words::of_path;
+use crate::words::{count, of_path};
 
 /// The most copies one verification may name (every copy: none named).
 pub const MAX_VERIFY_NAMES: usize = 1000;
@@ -39,13 +39,15 @@ fn not_sealed(target: &str) -> String {
 }
 
 impl Copies {
-    /// Read back and check copies on the sealed target `target` (`names` empty: every copy,
-    /// the timer's act); each copy checked is journalled.
+    /// Read back and check copies on the sealed target `target` (`names` empty: every
+    /// copy); each copy checked is journalled with the caller, and with the rule "timer of
+    /// TARGET" when `by_timer` (the target's verify timer calls; it names no copy).
     pub async fn verify(
         &self,
         uid: u32,
         target: &str,
         names: &[String],
+        by_timer: bool,
     ) -> Result<VerifyReport, KeeperError> {
         let asker = Authority::asker(uid);
         let t = self
@@ -77,13 +79,24 @@ impl Copies {
                 .await;
             return Err(KeeperError::InvalidArgument(why));
         }
+        if by_timer && !asked.is_empty() {
+            return Err(KeeperError::InvalidArgument(format!(
+                "the verify timer of {target} checks every copy there: name no copy"
+            )));
+        }
         asked.sort();
         asked.dedup();
         let _turn = self
             .acts
             .try_turn(target)
             .ok_or_else(|| Self::busy(target))?;
-        self.verify_turn(&asker, t, asked).await
+        // Who asked is always the caller; the rule says the timer's act, and only that.
+        let rule = if by_timer {
+            timer_rule(target)
+        } else {
+            String::new()
+        };
+        self.verify_turn(&asker, t, asked, rule).await
     }
 
     /// [`Copies::verify`] once the turn on the target is held.
@@ -92,13 +105,9 @@ impl Copies {
         asker: &Asker,
         t: &Target,
         asked: Vec<String>,
+        rule: String,
     ) -> Result<VerifyReport, KeeperError> {
         let target = t.name.to_string();
-        let rule = if asked.is_empty() {
-            timer_rule(&target)
-        } else {
-            String::new()
-        };
         let answer = self.h.copier.verify(&target, &asked).await;
         let checked: Result<Vec<Checked>, _> = answer.map(|list| {
             list.into_iter()
@@ -130,11 +139,15 @@ impl Copies {
         let failed = list.iter().filter(|c| !c.ok).count();
         let message = match (list.len(), failed) {
             (0, _) => format!("{target} holds no sealed copy to verify"),
-            (n, 0) => format!("{n} copies on {target} verified: every part read back, authentic"),
+            (n, 0) => format!(
+                "{} on {target} verified: every part read back, authentic",
+                count(n as u64, "copy", "copies")
+            ),
             (n, f) => format!(
-                "{f} of {n} copies on {target} failed verification; `tacid data status` and \
+                "{f} of {} on {target} failed verification; `tacid data status` and \
                  `tacid data list` show which (make a new copy of what failed: \
-                 `tacid data copy --to {target}`)"
+                 `tacid data copy --to {target}`)",
+                count(n as u64, "copy", "copies")
             ),
         };
         Ok(VerifyReport {
@@ -638,17 +651,16 @@ impl Copies {
         match (sent, sealed) {
             (Ok((sent_uuid, _, bytes)), Ok(s)) if sent_uuid == uuid => {
                 let outcome = format!(
-                    "sealed to {target} ({}), {} bytes of stream, {} stored in {} part{}, \
+                    "sealed to {target} ({}), {} of stream, {} stored in {}, \
                      generation {}, in {:.1} s; stored durably, read back and checked",
                     if parent_name.is_empty() {
                         "full".to_owned()
                     } else {
                         format!("incremental against {parent_name}, depth {}", s.depth)
                     },
-                    bytes,
-                    s.stored_bytes,
-                    s.parts,
-                    if s.parts == 1 { "" } else { "s" },
+                    count(bytes, "byte", "bytes"),
+                    count(s.stored_bytes, "byte", "bytes"),
+                    count(u64::from(s.parts), "part", "parts"),
                     s.generation,
                     took_ms as f64 / 1000.0
                 );
@@ -853,10 +865,10 @@ impl Copies {
         match (unsealed, received) {
             (Ok(u), Ok((d, bytes))) => {
                 let message = format!(
-                    "fetched {name} from {target} into the local store ({} copies of its chain, \
+                    "fetched {name} from {target} into the local store (its chain: {}, \
                      {} in {:.1} s); every part authenticated before it was received. \
                      `tacid data restore {name}` says what putting {} back to it costs",
-                    u.chain.len(),
+                    count(u.chain.len() as u64, "copy", "copies"),
                     layout::human::bytes(bytes),
                     took_ms as f64 / 1000.0,
                     snap.subvolume().display_path()
@@ -895,10 +907,11 @@ impl Copies {
                         reason: escape(reason.as_bytes()),
                         asked_by: escape(asker.name.as_bytes()),
                         asked_by_uid: asker.uid,
-                        origin: "journal".into(),
+                        origin: "fetched".into(),
                         pre_switch: false,
                         pinned: d.staged,
-                        set_id: id,
+                        // A fetch brings one snapshot back: it is in no set here.
+                        set_id: 0,
                         copies: vec![target.to_owned()],
                         last_common_parent_of: Vec::new(),
                     },

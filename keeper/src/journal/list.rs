@@ -15,8 +15,10 @@ fn text<'r>(r: &'r rusqlite::Row<'_>, i: usize) -> rusqlite::Result<&'r str> {
 /// What the journal says of one snapshot, borrowed for the length of a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListedRequest<'a> {
-    /// The request (set) that took it.
+    /// The request that took it (a set) or fetched it.
     pub id: i64,
+    /// `Snapshot` (a set took it) or `Fetch`.
+    pub action: Action,
     pub uid: u32,
     pub user_name: &'a str,
     pub reason: &'a str,
@@ -40,7 +42,7 @@ impl Journal {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT s.name, r.id, r.uid, r.user_name, r.reason, r.pre_switch
+                "SELECT s.name, r.id, r.uid, r.user_name, r.reason, r.pre_switch, r.action
                  FROM snapshots s LEFT JOIN requests r ON r.id = s.request_id
                  ORDER BY s.rowid",
             )
@@ -56,6 +58,7 @@ impl Journal {
                     user_name: text(r, 3).map_err(|e| self.err(e))?,
                     reason: text(r, 4).map_err(|e| self.err(e))?,
                     pre_switch: r.get(5).map_err(|e| self.err(e))?,
+                    action: r.get(6).map_err(|e| self.err(e))?,
                 }),
             };
             each(name, request);

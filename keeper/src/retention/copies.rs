@@ -39,10 +39,13 @@ impl TargetKeep {
     /// The counts in words: "the newest 3 copies of each subvolume, and the newest of each
     /// of the last 7 days, 4 weeks and 6 months".
     pub fn describe(&self) -> String {
+        use crate::words::count;
         format!(
-            "the newest {} copies of each subvolume, and the newest of each of the last {} days, \
-             {} weeks and {} months",
-            self.latest, self.daily, self.weekly, self.monthly
+            "the newest {} of each subvolume, and the newest of each of the last {}, {} and {}",
+            count(self.latest as u64, "copy", "copies"),
+            count(self.daily as u64, "day", "days"),
+            count(self.weekly as u64, "week", "weeks"),
+            count(self.monthly as u64, "month", "months")
         )
     }
 }

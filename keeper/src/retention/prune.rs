@@ -34,7 +34,10 @@ fn of_path(name: &str) -> String {
 /// The policy in one line, for people.
 pub fn describe(p: &Policy) -> String {
     let manual = match p.manual_max_age {
-        Some(age) => format!("until {} days old", age.as_secs() / 86_400),
+        Some(age) => format!(
+            "until {} old",
+            crate::words::count(age.as_secs() / 86_400, "day", "days")
+        ),
         None => "until deleted".into(),
     };
     let floor = if p.floor_bytes == 0 {
@@ -43,9 +46,17 @@ pub fn describe(p: &Policy) -> String {
         format!("free-space floor {}", layout::human::bytes(p.floor_bytes))
     };
     format!(
-        "keep the last {} pre-switch sets; timeline {} hourly, {} daily, {} weekly, {} monthly; \
+        "keep the last {}; timeline {} hourly, {} daily, {} weekly, {} monthly; \
          manual snapshots {manual}; {floor}",
-        p.pre_switch_sets, p.hourly, p.daily, p.weekly, p.monthly
+        crate::words::count(
+            p.pre_switch_sets as u64,
+            "pre-switch set",
+            "pre-switch sets"
+        ),
+        p.hourly,
+        p.daily,
+        p.weekly,
+        p.monthly
     )
 }
 

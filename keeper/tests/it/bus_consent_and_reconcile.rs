@@ -325,7 +325,7 @@ fn bus_a_keeper_start_reconciles_snapshots_made_and_deleted_behind_its_back() {
     let (code, out, _) = w.tacid(STRANGER, &["data", "status"]);
     assert_eq!(code, 0);
     assert!(
-        out.contains("2 snapshot(s) on disk were not taken through the keeper (unknown origin)."),
+        out.contains("2 snapshots on disk were not taken through the keeper (unknown origin)."),
         "{out}"
     );
 

@@ -69,7 +69,8 @@ fn bus_sealed_targets_without_a_copier_say_which_unit_to_start() {
     assert_eq!(code, 0);
     let v = &json(&out)["verifications"];
     assert_eq!(v[0]["target"], "vault", "{v}");
-    assert_eq!(v[0]["by"], "timer of vault", "{v}");
+    // A person's verification: journalled as theirs.
+    assert_eq!(v[0]["by"], APPROVER, "{v}");
     assert_eq!(v[0]["failed"][0]["name"], serde_json::Value::Null, "{v}");
     assert!(
         v[0]["failed"][0]["problem"]

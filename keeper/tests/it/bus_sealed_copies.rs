@@ -13,7 +13,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::time::{Duration, Instant};
 
 use crate::common::sealed::world_with_vault;
-use crate::common::{json, World, APPROVER, STRANGER};
+use crate::common::{json, uid_of, World, APPROVER, STRANGER};
 use keeper::journal::{Journal, State};
 use serde_json::Value;
 
@@ -105,6 +105,38 @@ fn bus_sealed_copies_made_verified_fetched_and_kept_whole() {
         "{text}"
     );
     assert!(text.contains("3 copies good"), "{text}");
+    // A person's verification of every copy is journalled as theirs, not as the timer's.
+    assert!(
+        text.contains(" by tacid-approver: 3 copies good."),
+        "{text}"
+    );
+    let rows = verify_rows(&w);
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    assert!(
+        rows.iter()
+            .all(|r| r.uid == uid_of(APPROVER) && r.user_name == APPROVER),
+        "{rows:#?}"
+    );
+    // The timer's act (its unit runs `--timer` as root): the rule, and root as the caller.
+    let (code, out, err) = w.tacid("root", &["data", "verify", "--target", "vault", "--timer"]);
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(out.contains("3 copies on vault verified"), "{out}");
+    let (_, text, _) = w.tacid(STRANGER, &["data", "status"]);
+    assert!(
+        text.contains(" by timer of vault: 3 copies good."),
+        "{text}"
+    );
+    let rows = verify_rows(&w);
+    assert!(
+        rows.len() == 6 && rows[3..].iter().all(|r| r.uid == 0),
+        "{rows:#?}"
+    );
+    // The timer checks every copy: it names none.
+    let (code, _, err) = w.tacid(
+        "root",
+        &["data", "verify", "--target", "vault", "--timer", &s1],
+    );
+    assert_eq!(code, 2, "{err}");
 
     // The way back: s2 deleted here, fetched (its chain: s1 then s2), its restore previewed.
     let (code, _, err) = w.tacid(APPROVER, &["data", "delete", &s2, "--next-copy-full"]);

@@ -387,6 +387,10 @@ fn valid_value(method: &str, arg: &InArgument, valid: &Valid) -> Value {
         // No member named: every member of the set.
         ("only", "as") => Value::As(vec![]),
         ("subvolumes", "as") => Value::As(vec!["/home".to_owned()]),
+        // A restore of snapshots named: one, that is there.
+        ("names", "as") if method.starts_with("NamedRestore") => {
+            Value::As(vec![valid.snapshot.clone()])
+        }
         // No copy named: every copy.
         ("names", "as") => Value::As(vec![]),
         ("reason", "s") => Value::S("before the test".to_owned()),
@@ -469,6 +473,10 @@ fn refusal_of_many(method: &str, arg: &InArgument) -> Refusal {
         "only" => format!(
             "{FLOOD_ELEMENTS} members named to put back; a set has at most {}",
             max_only_names()
+        ),
+        "names" if method.starts_with("NamedRestore") => format!(
+            "{FLOOD_ELEMENTS} snapshots named to put back; a restore puts back at most one \
+             snapshot of each of"
         ),
         "names" => format!(
             "{FLOOD_ELEMENTS} copies named; at most {} at once",
