@@ -1,8 +1,7 @@
 //! A target that is a directory on another Btrfs filesystem of this machine (a USB disk).
 
 use std::os::fd::AsFd as _;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::atomic::AtomicU64;
 
 use btrfs::Dir;
@@ -10,7 +9,8 @@ use layout::copies::Target as Configured;
 use layout::SnapshotName;
 use uuid::Uuid;
 
-use super::process::{capped, run_fed};
+use super::process::{capped, run_fed, Sink};
+use crate::receiver::Where;
 use super::target::{receive_into_store, received_into_store, transfer_failed, OpenTarget, Stream};
 use super::{failed, CopyError, CopyOnTarget, Programs, MAX_COPIES_LISTED};
 
@@ -18,7 +18,6 @@ use super::{failed, CopyError, CopyOnTarget, Programs, MAX_COPIES_LISTED};
 pub struct Local<'t> {
     target: &'t Configured,
     programs: &'t Programs,
-    path: PathBuf,
     dir: Dir,
 }
 
@@ -61,7 +60,6 @@ impl<'t> Local<'t> {
         Ok(Local {
             target,
             programs,
-            path: PathBuf::from(path),
             dir,
         })
     }
@@ -169,9 +167,12 @@ impl OpenTarget for Local<'_> {
     ) -> Result<Uuid, CopyError> {
         let target = self.target;
         let transfer_failed = |reason: String| transfer_failed(target, name, reason);
-        let mut cmd = Command::new(&self.programs.btrfs);
-        cmd.arg("receive").arg(&self.path);
-        let (ran, sent) = run_fed(cmd, send, moved, self.programs.stall)?;
+        // By the receiver, which finds the target's directory in root's configuration itself.
+        let sink = Sink::Receiver {
+            socket: &self.programs.receiver,
+            place: Where::Target(target.name.clone()),
+        };
+        let (ran, sent) = run_fed(sink, send, moved, self.programs.stall)?;
         if let Err(e) = &sent {
             // The sender's failure is the cause unless the receiver stopped first (EPIPE).
             if ran.ok() {
@@ -217,10 +218,9 @@ impl OpenTarget for Local<'_> {
     fn send_into(
         &self,
         name: SnapshotName,
-        incoming: &Path,
         moved: &AtomicU64,
     ) -> Result<(), CopyError> {
-        let receive = receive_into_store(self.programs, incoming);
+        let receive = receive_into_store(self.programs);
         let copy = self
             .dir
             .open_dir(name.to_string())

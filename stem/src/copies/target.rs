@@ -2,15 +2,13 @@
 //! place (a local directory, `super::local`; a far host over SSH, `super::ssh`).
 
 use std::os::fd::OwnedFd;
-use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::AtomicU64;
 
 use layout::copies::Target as Configured;
 use layout::SnapshotName;
 use uuid::Uuid;
 
-use super::process::{capped, Ran};
+use super::process::{capped, Ran, Sink};
 use super::{CopyError, CopyOnTarget, Programs};
 use crate::engine::EngineError;
 
@@ -38,11 +36,10 @@ pub trait OpenTarget {
         moved: &AtomicU64,
     ) -> Result<Uuid, CopyError>;
 
-    /// Send the copy `name` from the target into `incoming` (a directory of the store).
+    /// Send the copy `name` from the target into the store's `.incoming` (by the receiver).
     fn send_into(
         &self,
         name: SnapshotName,
-        incoming: &Path,
         moved: &AtomicU64,
     ) -> Result<(), CopyError>;
 
@@ -59,15 +56,17 @@ pub fn transfer_failed(target: &Configured, name: SnapshotName, reason: String) 
     }
 }
 
-/// `btrfs receive` of a stream from a target into the store's `incoming`. The stream comes
-/// from the target, which may be hostile: `btrfs receive` follows the paths a stream names,
-/// `..` and symlinks the stream made itself included, so unconfined it writes anywhere as
-/// root. --chroot confines it to `.incoming` (a fetch is always a full stream, so no parent
-/// needs finding outside it); -e stops it at the first stream's end.
-pub fn receive_into_store(programs: &Programs, incoming: &Path) -> Command {
-    let mut receive = Command::new(&programs.btrfs);
-    receive.args(["receive", "-e", "--chroot"]).arg(incoming);
-    receive
+/// `btrfs receive` of a stream from a target into the store's `.incoming`, by the receiver.
+/// The stream comes from the target, which may be hostile: `btrfs receive` follows the
+/// paths a stream names, `..` and symlinks the stream made itself included, so unconfined
+/// it writes anywhere as root. The receiver confines it to `.incoming` with --chroot (a
+/// fetch is always a full stream, so no parent needs finding outside it) and stops it at
+/// the first stream's end (-e).
+pub fn receive_into_store(programs: &Programs) -> Sink<'_> {
+    Sink::Receiver {
+        socket: &programs.receiver,
+        place: crate::receiver::Where::Store,
+    }
 }
 
 /// How a fetch's `btrfs receive` into the store ended, with how the send ended.

@@ -1,0 +1,116 @@
+//! The stem's receiver (`tacid-stem-receive`) as systemd runs it, for every tier that runs a
+//! stem: one instance per connection to its socket, started here by
+//! `systemd-socket-activate --accept --inetd` (PID 1 is not systemd in tests), so every
+//! `btrfs receive` in a test goes through the real split.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What the receiver is started with; what its unit's command line sets in production.
+#[derive(Debug, Clone)]
+pub struct ReceiverArgs {
+    /// The receiver's binary (`tacid-stem-receive`).
+    pub binary: PathBuf,
+    /// Where the store (`@snapshots`) is: `<top>/@snapshots` on a test's filesystem.
+    pub snapshots: PathBuf,
+    /// Root's copies configuration (a file; it need not exist: no targets).
+    pub copies_config: PathBuf,
+    /// `btrfs`, or a stand-in that misbehaves.
+    pub btrfs: PathBuf,
+    /// How long `btrfs receive` may go on after the stream ended.
+    pub stall: Duration,
+}
+
+impl ReceiverArgs {
+    /// The defaults for a store at `top` (a test filesystem's top level).
+    pub fn new(binary: impl Into<PathBuf>, top: &Path, copies_config: impl Into<PathBuf>) -> Self {
+        ReceiverArgs {
+            binary: binary.into(),
+            snapshots: top.join(layout::SNAPSHOTS_SUBVOLUME),
+            copies_config: copies_config.into(),
+            btrfs: "btrfs".into(),
+            stall: Duration::from_secs(600),
+        }
+    }
+}
+
+/// A listening receiver; stopped (SIGTERM) on drop. Instances serving a connection then
+/// end with it.
+#[derive(Debug)]
+pub struct Receiver {
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+/// `systemd-socket-activate`, which this machine's systemd ships.
+pub const SOCKET_ACTIVATE: &str = "/usr/bin/systemd-socket-activate";
+
+impl Receiver {
+    /// Listen on a socket of its own (root's, 0600 as the unit's), and wait until it does.
+    pub fn start(args: &ReceiverArgs) -> io::Result<Receiver> {
+        let dir = tempfile::Builder::new()
+            .prefix("tacid-receive-")
+            .tempdir()?;
+        let socket = dir.path().join("receive.sock");
+        // Its chatter (and each instance's log) to a file: `Receiver::log`.
+        let log = std::fs::File::create(dir.path().join("receive.log"))?;
+        let child = Command::new(SOCKET_ACTIVATE)
+            .arg("--accept")
+            .arg("--inetd")
+            .arg(format!("--listen={}", socket.display()))
+            .arg(&args.binary)
+            .arg("--snapshots")
+            .arg(&args.snapshots)
+            .arg("--copies-config")
+            .arg(&args.copies_config)
+            .arg("--btrfs")
+            .arg(&args.btrfs)
+            .arg("--stall-secs")
+            .arg(args.stall.as_secs().max(1).to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| io::Error::other(format!("run {SOCKET_ACTIVATE}: {e}")))?;
+        let mut r = Receiver { dir, child };
+        let until = Instant::now() + Duration::from_secs(10);
+        while !r.socket().exists() {
+            if let Some(status) = r.child.try_wait()? {
+                return Err(io::Error::other(format!(
+                    "{SOCKET_ACTIVATE} ended before listening: {status}"
+                )));
+            }
+            if Instant::now() > until {
+                return Err(io::Error::other(format!(
+                    "{SOCKET_ACTIVATE} did not listen at {} within 10 s",
+                    r.socket().display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(r.socket(), std::fs::Permissions::from_mode(0o600))?;
+        Ok(r)
+    }
+
+    /// What it and its instances said.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("receive.log")).unwrap_or_default()
+    }
+
+    /// The socket the stem is pointed at (`--receiver-socket`).
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("receive.sock")
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
