@@ -36,6 +36,22 @@ impl ReceiverArgs {
     }
 }
 
+/// The receiver a stem started with `stem_args` needs: the same store (`--top`'s
+/// `@snapshots`) and the same copies configuration (`--copies-config`, or the default).
+/// Every tier that starts a stem starts this beside it and hands the stem
+/// `--receiver-socket` [`Receiver::socket`].
+pub fn beside_stem<S: AsRef<str>>(binary: &Path, stem_args: &[S]) -> io::Result<Receiver> {
+    let value = |flag: &str| {
+        stem_args
+            .windows(2)
+            .find(|w| w[0].as_ref() == flag)
+            .map(|w| PathBuf::from(w[1].as_ref()))
+    };
+    let top = value("--top").ok_or_else(|| io::Error::other("the stem's arguments name no --top"))?;
+    let config = value("--copies-config").unwrap_or_else(|| layout::copies::CONFIG_PATH.into());
+    Receiver::start(&ReceiverArgs::new(binary, &top, config))
+}
+
 /// A listening receiver; stopped (SIGTERM) on drop. Instances serving a connection then
 /// end with it.
 #[derive(Debug)]

@@ -200,22 +200,32 @@ pub fn wait_for_stem_name(bus: &PrivateBus, mut child: Child) -> Child {
 #[derive(Debug)]
 pub struct StemDaemon {
     child: Child,
+    /// Its receiver (`tacid-stem-receive`), as the system runs it beside the stem.
+    _receiver: testbed::receive::Receiver,
 }
 
 impl StemDaemon {
     /// Start `tacid-stem --bus ADDRESS --keeper-user USER` plus `args`, and wait until it
     /// owns its name. Panics with its stderr when it exits instead.
     pub fn start(bus: &PrivateBus, keeper_user: &str, args: &[&str]) -> StemDaemon {
+        let receiver = testbed::receive::beside_stem(
+            Path::new(env!("CARGO_BIN_EXE_tacid-stem-receive")),
+            args,
+        )
+        .expect("start the receiver");
         let child = Command::new(env!("CARGO_BIN_EXE_tacid-stem"))
             .args(["--bus", bus.address(), "--keeper-user", keeper_user])
             // The loop filesystems are smaller than the default hard floor.
             .args(["--hard-floor-bytes", "0"])
+            .arg("--receiver-socket")
+            .arg(receiver.socket())
             .args(args)
             .env("RUST_LOG", "info")
             .spawn()
             .expect("start tacid-stem");
         StemDaemon {
             child: wait_for_stem_name(bus, child),
+            _receiver: receiver,
         }
     }
 
