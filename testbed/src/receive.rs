@@ -130,3 +130,46 @@ impl Drop for Receiver {
         let _ = self.child.wait();
     }
 }
+
+/// The pid of a `btrfs receive` a receiver for the store at `top` runs now, if any: what a
+/// test stops or kills to catch a transfer mid-way.
+pub fn btrfs_receive_for(top: &Path) -> Option<i32> {
+    let snapshots = top.join(layout::SNAPSHOTS_SUBVOLUME);
+    let args_of = |pid: &str| -> Vec<Vec<u8>> {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .unwrap_or_default()
+            .split(|b| *b == 0)
+            .map(<[u8]>::to_vec)
+            .collect()
+    };
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Ok(pid) = name.parse::<i32>() else {
+            continue;
+        };
+        if !args_of(&name).iter().any(|a| a == b"receive") {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command's parenthesis: state, then the parent's pid.
+        let Some(ppid) = stat
+            .rsplit_once(") ")
+            .and_then(|(_, r)| r.split(' ').nth(1).map(str::to_owned))
+        else {
+            continue;
+        };
+        let parent = args_of(&ppid);
+        let is_receiver = parent
+            .first()
+            .is_some_and(|a| a.ends_with(b"tacid-stem-receive"));
+        let ours = parent
+            .iter()
+            .any(|a| a.as_slice() == snapshots.as_os_str().as_encoded_bytes());
+        if is_receiver && ours {
+            return Some(pid);
+        }
+    }
+    None
+}
