@@ -47,7 +47,8 @@ pub fn beside_stem<S: AsRef<str>>(binary: &Path, stem_args: &[S]) -> io::Result<
             .find(|w| w[0].as_ref() == flag)
             .map(|w| PathBuf::from(w[1].as_ref()))
     };
-    let top = value("--top").ok_or_else(|| io::Error::other("the stem's arguments name no --top"))?;
+    let top =
+        value("--top").ok_or_else(|| io::Error::other("the stem's arguments name no --top"))?;
     let config = value("--copies-config").unwrap_or_else(|| layout::copies::CONFIG_PATH.into());
     Receiver::start(&ReceiverArgs::new(binary, &top, config))
 }

@@ -230,7 +230,10 @@ fn unit_files_run_shipped_binaries_and_say_what_enables_them() {
         // A timer or a socket starts a service; it runs nothing itself.
         let is_timer = file.source.ends_with(".timer") || file.source.ends_with(".socket");
         if is_timer && !starts.is_empty() {
-            problems.push(format!("{} is a timer or socket with an ExecStart=", file.source));
+            problems.push(format!(
+                "{} is a timer or socket with an ExecStart=",
+                file.source
+            ));
         }
         if !is_timer && starts.len() != 1 {
             problems.push(format!(

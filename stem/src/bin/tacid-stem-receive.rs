@@ -9,7 +9,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use stem::receiver::{serve, Answer, Options};
+use stem::receive_protocol::Answer;
+use stem::receiver::{serve, Options};
 
 /// Receive one send stream from the stem into the store's `.incoming` or a local Btrfs copy
 /// target named in root's configuration, under `btrfs receive --chroot`.

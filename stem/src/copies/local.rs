@@ -10,9 +10,9 @@ use layout::SnapshotName;
 use uuid::Uuid;
 
 use super::process::{capped, run_fed, Sink};
-use crate::receiver::Where;
 use super::target::{receive_into_store, received_into_store, transfer_failed, OpenTarget, Stream};
 use super::{failed, CopyError, CopyOnTarget, Programs, MAX_COPIES_LISTED};
+use crate::receive_protocol::Where;
 
 /// A local target, its directory open.
 pub struct Local<'t> {
@@ -215,11 +215,7 @@ impl OpenTarget for Local<'_> {
         Ok(identity)
     }
 
-    fn send_into(
-        &self,
-        name: SnapshotName,
-        moved: &AtomicU64,
-    ) -> Result<(), CopyError> {
+    fn send_into(&self, name: SnapshotName, moved: &AtomicU64) -> Result<(), CopyError> {
         let receive = receive_into_store(self.programs);
         let copy = self
             .dir

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use pump::{pump, Drain, Pumped};
 
 use super::{failed, CopyError};
-use crate::receiver::{Answer, Where};
+use crate::receive_protocol::{Answer, Where};
 
 /// Most bytes of a child's stderr kept for the reason of a failure.
 const STDERR_CAP: usize = 4096;
@@ -116,7 +116,8 @@ fn connect(socket: &Path, place: &Where, stall: Duration) -> Result<UnixStream, 
     };
     let mut conn = UnixStream::connect(socket).map_err(unreachable)?;
     conn.set_write_timeout(Some(stall)).map_err(unreachable)?;
-    conn.write_all(place.line().as_bytes()).map_err(unreachable)?;
+    conn.write_all(place.line().as_bytes())
+        .map_err(unreachable)?;
     Ok(conn)
 }
 

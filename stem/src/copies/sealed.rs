@@ -347,7 +347,7 @@ impl Copies {
         // each incremental's parent is the subvolume received before it, inside the chroot.
         let receive = Sink::Receiver {
             socket: &self.programs.receiver,
-            place: crate::receiver::Where::StoreChain,
+            place: crate::receive_protocol::Where::StoreChain,
         };
         let stall = self.programs.stall;
         let received = run_fed_until(

@@ -122,11 +122,7 @@ impl OpenTarget for Ssh<'_> {
         Ok(identity)
     }
 
-    fn send_into(
-        &self,
-        name: SnapshotName,
-        moved: &AtomicU64,
-    ) -> Result<(), CopyError> {
+    fn send_into(&self, name: SnapshotName, moved: &AtomicU64) -> Result<(), CopyError> {
         let receive = receive_into_store(self.programs);
         let n = name.to_string();
         let far = self.command(&["send", &n])?;

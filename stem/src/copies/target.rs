@@ -37,11 +37,7 @@ pub trait OpenTarget {
     ) -> Result<Uuid, CopyError>;
 
     /// Send the copy `name` from the target into the store's `.incoming` (by the receiver).
-    fn send_into(
-        &self,
-        name: SnapshotName,
-        moved: &AtomicU64,
-    ) -> Result<(), CopyError>;
+    fn send_into(&self, name: SnapshotName, moved: &AtomicU64) -> Result<(), CopyError>;
 
     /// Delete what a transfer that died left (after a failed receive).
     fn clean(&self);
@@ -65,7 +61,7 @@ pub fn transfer_failed(target: &Configured, name: SnapshotName, reason: String) 
 pub fn receive_into_store(programs: &Programs) -> Sink<'_> {
     Sink::Receiver {
         socket: &programs.receiver,
-        place: crate::receiver::Where::Store,
+        place: crate::receive_protocol::Where::Store,
     }
 }
 

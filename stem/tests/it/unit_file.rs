@@ -445,14 +445,17 @@ fn receiver_service() -> PathBuf {
 }
 
 fn receiver_socket() -> PathBuf {
-    stem_dir().join("systemd").join(names::STEM_RECEIVE_SOCKET_UNIT)
+    stem_dir()
+        .join("systemd")
+        .join(names::STEM_RECEIVE_SOCKET_UNIT)
 }
 
 /// The receiver's socket and service with the binary where cargo built it, in `dir`.
 fn installed_receiver(dir: &Path) -> (PathBuf, PathBuf) {
     let bin = Path::new(env!("CARGO_BIN_EXE_tacid-stem-receive"));
     let bin_dir = bin.parent().expect("the binary is in a directory");
-    let service = read(&receiver_service()).replace("/usr/bin/", &format!("{}/", bin_dir.display()));
+    let service =
+        read(&receiver_service()).replace("/usr/bin/", &format!("{}/", bin_dir.display()));
     let service_path = dir.join(names::STEM_RECEIVE_SERVICE_UNIT);
     std::fs::write(&service_path, service).expect("write the service");
     let socket_path = dir.join(names::STEM_RECEIVE_SOCKET_UNIT);
@@ -506,7 +509,10 @@ fn receiver_service_holds_only_what_a_receive_needs() {
     assert_eq!(value(&unit, "StandardOutput"), "socket");
     assert_eq!(value(&unit, "StandardError"), "journal");
     assert!(!value(&unit, "RuntimeMaxSec").is_empty());
-    assert_eq!(exec_option(&unit, "--snapshots"), layout::SNAPSHOTS_MOUNT_POINT);
+    assert_eq!(
+        exec_option(&unit, "--snapshots"),
+        layout::SNAPSHOTS_MOUNT_POINT
+    );
     assert_eq!(
         exec_option(&unit, "--copies-config"),
         layout::copies::CONFIG_PATH
