@@ -111,6 +111,24 @@ fn check_dir(path: &Path) -> Result<(), String> {
     }
 }
 
+/// The root of the subvolume `dir` is in: the nearest of `dir` and its ancestors that is a
+/// subvolume's root (inode 256 on Btrfs).
+fn subvolume_root(dir: &Path) -> Result<PathBuf, String> {
+    const SUBVOLUME_ROOT_INODE: u64 = 256;
+    for at in dir.ancestors() {
+        let meta = std::fs::metadata(at).map_err(|e| format!("{}: {e}", at.display()))?;
+        if meta.ino() == SUBVOLUME_ROOT_INODE {
+            let on_btrfs = btrfs::Dir::open_configured(at)
+                .and_then(|d| d.is_on_btrfs())
+                .unwrap_or(false);
+            if on_btrfs {
+                return Ok(at.to_owned());
+            }
+        }
+    }
+    Err(format!("{} is in no Btrfs subvolume", dir.display()))
+}
+
 /// The directory `w` names, found and checked by the receiver itself.
 fn dest(opts: &Options, w: &Where) -> Result<PathBuf, String> {
     let path = match w {
@@ -142,6 +160,12 @@ fn receive(opts: &Options, conn: BorrowedFd<'_>, dest: &Path, w: &Where) -> Resu
     if *w != Where::StoreChain {
         cmd.arg("-e");
     }
+    // -m: the subvolume holding `dest`, so btrfs-progs finds an incremental's parent from
+    // there. Left to itself it starts from the mount `dest` is on, which under the unit's
+    // ReadWritePaths= is a bind mount of `dest` itself, not a subvolume's root: the parent
+    // is then not found (measured: "It seems that you have changed your default
+    // subvolume").
+    cmd.arg("-m").arg(subvolume_root(dest)?);
     cmd.arg("--chroot").arg(dest);
     let input = conn
         .try_clone_to_owned()

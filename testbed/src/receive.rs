@@ -21,19 +21,56 @@ pub struct ReceiverArgs {
     pub btrfs: PathBuf,
     /// How long `btrfs receive` may go on after the stream ended.
     pub stall: Duration,
+    /// As the unit's `ProtectSystem=strict` and `ReadWritePaths=`: these are made read-only,
+    /// then `writable` (within them) writable again, in a mount namespace of the receiver's
+    /// own. The binds this makes are what its unit's sandbox makes.
+    pub read_only: Vec<PathBuf>,
+    pub writable: Vec<PathBuf>,
 }
 
 impl ReceiverArgs {
     /// The defaults for a store at `top` (a test filesystem's top level).
     pub fn new(binary: impl Into<PathBuf>, top: &Path, copies_config: impl Into<PathBuf>) -> Self {
-        ReceiverArgs {
+        let snapshots = top.join(layout::SNAPSHOTS_SUBVOLUME);
+        let incoming = snapshots.join(layout::copies::INCOMING_DIR_NAME);
+        let mut args = ReceiverArgs {
             binary: binary.into(),
-            snapshots: top.join(layout::SNAPSHOTS_SUBVOLUME),
+            snapshots: snapshots.clone(),
             copies_config: copies_config.into(),
             btrfs: "btrfs".into(),
             stall: Duration::from_secs(600),
+            read_only: vec![snapshots],
+            writable: vec![incoming],
+        };
+        args.add_local_targets();
+        args
+    }
+
+    /// Each local Btrfs target in the copies configuration, writable within its read-only
+    /// parent, as the NixOS module's drop-in makes it (one that does not exist is left out,
+    /// as `ReadWritePaths=-` leaves it).
+    pub fn add_local_targets(&mut self) {
+        let Ok(bytes) = std::fs::read(&self.copies_config) else {
+            return;
+        };
+        let Ok(config) = layout::copies::CopiesConfig::parse(&bytes) else {
+            return;
+        };
+        for t in config.targets.values() {
+            if let (layout::copies::Place::Local(p), false) = (&t.place, t.is_sealed()) {
+                let p = PathBuf::from(p);
+                if let (true, Some(parent)) = (p.is_dir(), p.parent()) {
+                    self.read_only.push(parent.to_owned());
+                    self.writable.push(p);
+                }
+            }
         }
     }
+}
+
+/// `path` as one word for sh.
+fn quoted(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
 }
 
 /// The receiver a stem started with `stem_args` needs: the same store (`--top`'s
@@ -73,10 +110,37 @@ impl Receiver {
         let socket = dir.path().join("receive.sock");
         // Its chatter (and each instance's log) to a file: `Receiver::log`.
         let log = std::fs::File::create(dir.path().join("receive.log"))?;
+        // Each connection's receiver gets a sandbox of its own, made when it starts, as
+        // systemd makes each instance's: a path that does not exist then is left out, as
+        // `ReadWritePaths=-` leaves it.
+        let mut sandbox = String::from("set -e\n");
+        for r in &args.read_only {
+            let r = quoted(r);
+            sandbox.push_str(&format!(
+                "mount --bind {r} {r}\nmount -o remount,bind,ro {r}\n"
+            ));
+        }
+        for w in &args.writable {
+            let w = quoted(w);
+            sandbox.push_str(&format!(
+                "if [ -d {w} ]; then mount --bind {w} {w}; mount -o remount,bind,rw {w}; fi\n"
+            ));
+        }
+        sandbox.push_str("exec \"$@\"\n");
         let child = Command::new(SOCKET_ACTIVATE)
             .arg("--accept")
             .arg("--inetd")
             .arg(format!("--listen={}", socket.display()))
+            .args([
+                "/usr/bin/unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                &sandbox,
+                "sh",
+            ])
             .arg(&args.binary)
             .arg("--snapshots")
             .arg(&args.snapshots)
