@@ -137,6 +137,16 @@ let
     ) >$out/${unitDir}/${layout.stem_unit}.d/${tacidLib.moduleDropIn}
     ${lib.concatMapStringsSep "\n" (dropIn: "cp ${cfg.package}/${tacidLib.stemCopyDropInsDir}/${dropIn} $out/${unitDir}/${layout.stem_unit}.d/${dropIn}")
       (lib.optional haveCopies tacidLib.stemCopyDropIn ++ lib.optional haveSshCopies tacidLib.stemSshDropIn)}
+    ${lib.optionalString haveCopies ''
+      mkdir -p $out/${unitDir}/${layout.stem_receive_service_unit}.d
+      (
+        ${tacidLib.execStartDropInAll {
+          unit = "${cfg.package}/${unitDir}/${layout.stem_receive_service_unit}";
+          values = copiesValue;
+        }}
+        ${lib.concatMapStringsSep "\n" (place: "echo ${lib.escapeShellArg "ReadWritePaths=-${place}"}") localBtrfsPlaces}
+      ) >$out/${unitDir}/${layout.stem_receive_service_unit}.d/${tacidLib.moduleDropIn}
+    ''}
     ${lib.optionalString haveSealed ''
       mkdir -p $out/${unitDir}/${layout.copier_unit}.d
       (
@@ -177,6 +187,9 @@ let
   haveSealedSsh = lib.any isSsh (lib.attrValues sealedCopies);
   # The copier's unit keeps the whole filesystem read-only but its state: each sealed
   # directory target is made writable for it, and nothing else.
+  # The receiver (adr/0025) keeps the whole filesystem read-only but the store's .incoming:
+  # each local Btrfs target's directory is made writable for it, and nothing else.
+  localBtrfsPlaces = map (t: t.target) (lib.filter (t: lib.hasPrefix "/" t.target && !isSealed t) (lib.attrValues copies));
   localSealedPlaces = map (t: t.target) (lib.filter (t: lib.hasPrefix "/" t.target) (lib.attrValues sealedCopies));
   copiesConfig = pkgs.writeText "tacid-copies.json" (builtins.toJSON {
     targets = lib.mapAttrs
@@ -592,9 +605,13 @@ in
             };
           };
         })
-        # The stem receives streams with btrfs-progs and reaches SSH targets with ssh.
+        # Every `btrfs receive` is the receiver's (adr/0025), one instance per connection;
+        # the stem reaches SSH targets on Btrfs with ssh.
         (lib.mkIf haveCopies {
-          ${tacidLib.serviceAttrName layout.stem_unit}.path = [ pkgs.btrfs-progs ] ++ lib.optional haveSshCopies pkgs.openssh;
+          ${tacidLib.serviceAttrName layout.stem_receive_service_unit}.path = [ pkgs.btrfs-progs ];
+        })
+        (lib.mkIf haveSshCopies {
+          ${tacidLib.serviceAttrName layout.stem_unit}.path = [ pkgs.openssh ];
         })
         # The copier runs on machines with sealed targets, and reaches SSH ones with ssh.
         (lib.mkIf haveSealed {
@@ -624,6 +641,10 @@ in
           })
           copies)
       ];
+      # The receiver's socket, only where there are copies to receive.
+      systemd.sockets = lib.mkIf haveCopies {
+        ${lib.removeSuffix ".socket" layout.stem_receive_socket_unit}.wantedBy = [ "sockets.target" ];
+      };
       # Always: with retention.timeline = false it only prunes (unitDropIns above).
       systemd.timers = lib.mkMerge [
         { ${tacidLib.timerAttrName layout.timeline_timer}.wantedBy = [ "timers.target" ]; }

@@ -165,6 +165,7 @@ in
         "systemd.packages"
         "systemd.paths"
         "systemd.services"
+        "systemd.sockets"
         "systemd.timers"
         "systemd.tmpfiles.rules"
         "users.groups"
@@ -286,20 +287,34 @@ in
           };
         };
       }))
-    (check "copies: the stem and the keeper are told the file by their drop-ins (one flag each)"
-      (lib.length (lib.splitString "| --copies-config ${withCopies.services.tacid.copiesConfigFile}|" (dropInScript withCopies)) == 3))
+    (check "copies: the stem, its receiver and the keeper are told the file by their drop-ins (one flag each)"
+      (lib.length (lib.splitString "| --copies-config ${withCopies.services.tacid.copiesConfigFile}|" (dropInScript withCopies)) == 4))
     (check "copies: the stem's copy drop-ins are linked in, the network one only for an SSH target"
       (hasInfix "/${tacidLib.stemCopyDropInsDir}/${tacidLib.stemCopyDropIn} " (dropInScript withCopies)
         && hasInfix "/${tacidLib.stemCopyDropInsDir}/${tacidLib.stemSshDropIn} " (dropInScript withCopies)
         && hasInfix "/${tacidLib.stemCopyDropInsDir}/${tacidLib.stemCopyDropIn} " (dropInScript onlyLocalCopies)
         && !(hasInfix tacidLib.stemSshDropIn (dropInScript onlyLocalCopies))))
-    (check "copies: the stem has btrfs-progs, and ssh only with an SSH target"
+    (check "copies: the receiver has btrfs-progs and the stem none; the stem has ssh only with an SSH target"
       (
-        let names = config: map (p: p.name) config.systemd.services.${unitAttr layout.stem_unit}.path; in
-        elem "btrfs-progs" (names withCopies) && elem "openssh" (names withCopies)
-        && elem "btrfs-progs" (names onlyLocalCopies) && !(elem "openssh" (names onlyLocalCopies))
+        let
+          names = config: map (p: p.name) config.systemd.services.${unitAttr layout.stem_unit}.path;
+          receiver = config: map (p: p.name) config.systemd.services.${unitAttr layout.stem_receive_service_unit}.path;
+        in
+        elem "btrfs-progs" (receiver withCopies) && elem "btrfs-progs" (receiver onlyLocalCopies)
+        && elem "openssh" (names withCopies) && !(elem "btrfs-progs" (names withCopies))
+        && !(onlyLocalCopies.systemd.services ? ${unitAttr layout.stem_unit})
         && !(c.systemd.services ? ${unitAttr layout.stem_unit})
+        && !(c.systemd.services ? ${unitAttr layout.stem_receive_service_unit})
       ))
+    (check "copies: the receiver's socket is enabled with copies, and only then"
+      (withCopies.systemd.sockets.${lib.removeSuffix ".socket" layout.stem_receive_socket_unit}.wantedBy == [ "sockets.target" ]
+        && onlyLocalCopies.systemd.sockets.${lib.removeSuffix ".socket" layout.stem_receive_socket_unit}.wantedBy == [ "sockets.target" ]
+        && !(c.systemd.sockets ? ${lib.removeSuffix ".socket" layout.stem_receive_socket_unit})))
+    (check "copies: the receiver is told the copies file by its drop-in, which makes each local Btrfs target writable for it and nothing else"
+      (hasInfix "${layout.stem_receive_service_unit}.d" (dropInScript withCopies)
+        && hasInfix "ReadWritePaths=-/mnt/backup/tacid" (dropInScript withCopies)
+        && !(hasInfix "ReadWritePaths=-/srv/tacid" (dropInScript withCopies))
+        && !(hasInfix "${layout.stem_receive_service_unit}.d" (dropInScript c))))
     (check "copies: a timer per target, on its schedule, starting the CLI's copy to that target (rendered as systemd.nix renders them)"
       (withCopies.systemd.timers.${copyUnit "offsite"}.timerConfig.OnCalendar == "hourly"
         && withCopies.systemd.timers.${copyUnit "usb"}.timerConfig.OnCalendar == "daily"
@@ -343,12 +358,12 @@ in
       (hasInfix "${layout.copier_unit}.d" (dropInScript withSealed)
         && hasInfix "echo 'ReadWritePaths=-/mnt/usb/tacid'" (dropInScript withSealed)
         && lib.length (lib.splitString "ReadWritePaths=" (dropInScript withSealed)) == 2
-        && lib.length (lib.splitString "| --copies-config ${withSealed.services.tacid.copiesConfigFile}|" (dropInScript withSealed)) == 4))
+        && lib.length (lib.splitString "| --copies-config ${withSealed.services.tacid.copiesConfigFile}|" (dropInScript withSealed)) == 5))
     (check "sealed copies: the stem gets neither the network drop-in nor ssh for a sealed SSH target"
       (true
         && !(hasInfix tacidLib.stemSshDropIn (dropInScript withSealed))
         && hasInfix "/${tacidLib.stemCopyDropInsDir}/${tacidLib.stemCopyDropIn} " (dropInScript withSealed)
-        && !(elem "openssh" (map (p: p.name) withSealed.systemd.services.${unitAttr layout.stem_unit}.path))))
+        && !(withSealed.systemd.services ? ${unitAttr layout.stem_unit})))
     (check "sealed copies: no sealed target, no copier (no user, no unit settings, no drop-in)"
       (!(withCopies.users.users ? ${layout.copier_user}) && !(withCopies.systemd.services ? ${copierAttr})
         && !(hasInfix "${layout.copier_unit}.d" (dropInScript withCopies))))

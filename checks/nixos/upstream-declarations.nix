@@ -69,6 +69,12 @@ in
       type = systemdUtils.types.mounts;
       description = "Definition of systemd mount units; see {manpage}`systemd.mount(5)`.";
     };
+    # The receiver's socket (adr/0025).
+    systemd.sockets = mkOption {
+      default = { };
+      type = systemdUtils.types.sockets;
+      description = "Definition of systemd socket units; see {manpage}`systemd.socket(5)`.";
+    };
     systemd.timers = mkOption {
       default = { };
       type = systemdUtils.types.timers;

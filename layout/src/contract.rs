@@ -48,6 +48,10 @@ pub struct Contract {
     /// The stem's drop-ins for copies, by file name.
     pub stem_copies_drop_in: &'static str,
     pub stem_copies_ssh_drop_in: &'static str,
+    /// The receiver's socket and its units (adr/0025).
+    pub stem_receive_socket: &'static str,
+    pub stem_receive_socket_unit: &'static str,
+    pub stem_receive_service_unit: &'static str,
     /// Sealed copies (adr/0024): the copier's bus name, user, unit, state directory and
     /// sealing key, and the per-target verification timer's prefix.
     pub copier_bus_name: &'static str,
@@ -101,6 +105,9 @@ impl Contract {
             copy_unit_prefix: names::COPY_UNIT_PREFIX,
             stem_copies_drop_in: names::STEM_COPIES_DROP_IN,
             stem_copies_ssh_drop_in: names::STEM_COPIES_SSH_DROP_IN,
+            stem_receive_socket: names::STEM_RECEIVE_SOCKET,
+            stem_receive_socket_unit: names::STEM_RECEIVE_SOCKET_UNIT,
+            stem_receive_service_unit: names::STEM_RECEIVE_SERVICE_UNIT,
             copier_bus_name: names::COPIER_BUS_NAME,
             copier_object_path: names::COPIER_OBJECT_PATH,
             copier_user: names::COPIER_USER,

@@ -132,6 +132,12 @@ pub mod names {
     /// directory and linked in only on machines with copies (and SSH targets).
     pub const STEM_COPIES_DROP_IN: &str = "copies.conf";
     pub const STEM_COPIES_SSH_DROP_IN: &str = "copies-ssh.conf";
+    /// The receiver (adr/0025): `btrfs receive` in a root unit of its own, one instance per
+    /// connection to its socket, so the stem holds none of what a receive needs.
+    pub const STEM_RECEIVE_SOCKET_UNIT: &str = "tacid-stem-receive.socket";
+    pub const STEM_RECEIVE_SERVICE_UNIT: &str = "tacid-stem-receive@.service";
+    /// Where the receiver listens (root only, mode 0600).
+    pub const STEM_RECEIVE_SOCKET: &str = "/run/tacid-stem-receive.sock";
     /// initrd units shipped in the package.
     pub const INITRD_RESTORE_UNIT: &str = "tacid-restore-data.service";
     pub const INITRD_WIPE_ROOT_UNIT: &str = "tacid-wipe-root.service";

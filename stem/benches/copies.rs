@@ -316,10 +316,20 @@ fn main() {
         r#"{{ "targets": {{ "{TARGET}": {{ "place": "{}" }}{remote} }} }}"#,
         tacid_dir.display()
     );
-    let config = layout::copies::CopiesConfig::parse(config.as_bytes()).expect("copies config");
     let runtime_dir = source.scratch().join("stem-runtime");
     std::fs::create_dir(&runtime_dir).expect("runtime dir");
+    // Every receive is the receiver's (tacid-stem-receive), as on a real machine.
+    let config_path = runtime_dir.join("copies.json");
+    std::fs::write(&config_path, &config).expect("write the copies configuration");
+    let receiver = testbed::receive::Receiver::start(&testbed::receive::ReceiverArgs::new(
+        env!("CARGO_BIN_EXE_tacid-stem-receive"),
+        top,
+        &config_path,
+    ))
+    .expect("start the receiver");
+    let config = layout::copies::CopiesConfig::parse(config.as_bytes()).expect("copies config");
     let programs = Programs {
+        receiver: receiver.socket(),
         ssh: ssh_targets
             .as_ref()
             .map(|(_, t)| t.ssh_program())

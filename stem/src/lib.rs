@@ -11,6 +11,8 @@ pub mod copies;
 pub mod engine;
 pub mod open;
 pub mod private_top;
+pub mod receive_protocol;
+pub mod receiver;
 pub mod stem1;
 pub mod worker;
 

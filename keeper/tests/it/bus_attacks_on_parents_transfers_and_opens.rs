@@ -108,28 +108,6 @@ fn bus_a_strangers_flood_of_refused_diffs_does_not_silence_another_callers() {
     );
 }
 
-/// The `btrfs receive` the stem runs for a transfer (its child), once it has started.
-fn receive_of(stem: u32) -> Option<i32> {
-    for e in fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // After the command's parenthesis: state, then the parent's pid.
-        let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) else {
-            continue;
-        };
-        let ppid = rest.split(' ').nth(1).and_then(|p| p.parse::<u32>().ok());
-        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if ppid == Some(stem) && cmdline.split(|b| *b == 0).any(|a| a == b"receive") {
-            return Some(pid);
-        }
-    }
-    None
-}
-
 fn signal(pid: i32, sig: rustix::process::Signal) {
     let pid = rustix::process::Pid::from_raw(pid).expect("a pid");
     rustix::process::kill_process(pid, sig).expect("signal");
@@ -151,10 +129,10 @@ fn bus_a_copy_the_stem_still_runs_for_a_keeper_that_stopped_is_not_written_off()
     fs::write(w.top().join("@home/big"), big).unwrap();
     let s1 = w.snapshot_home();
     let cli = w.spawn_tacid(common::APPROVER, &["data", "copy", &s1, "--to", "usb"]);
-    let stem = w.stem_pid().expect("stem");
     let deadline = Instant::now() + std::time::Duration::from_secs(60);
     let receive = loop {
-        if let Some(pid) = receive_of(stem) {
+        // The stem's receiver runs it (tacid-stem-receive), not the stem.
+        if let Some(pid) = testbed::receive::btrfs_receive_for(w.top()) {
             break pid;
         }
         assert!(Instant::now() < deadline, "the copy never began");

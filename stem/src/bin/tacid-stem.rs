@@ -53,6 +53,11 @@ struct Args {
     #[arg(long, value_name = "PATH", default_value = layout::copies::CONFIG_PATH)]
     copies_config: PathBuf,
 
+    /// The receiver's socket: every `btrfs receive` (a fetch, a copy to a local target, a
+    /// sealed fetch) is done by `tacid-stem-receive` behind it, in a unit of its own.
+    #[arg(long, value_name = "PATH", default_value = layout::names::STEM_RECEIVE_SOCKET)]
+    receiver_socket: PathBuf,
+
     /// Where opened snapshots are mounted for people, in the host's mount namespace:
     /// `DIR/<uid>/<snapshot name>`. Made (root's, 0755) when missing; whatever is mounted
     /// beneath it when the stem starts is unmounted (a stem that died left it), or kept open
@@ -253,7 +258,10 @@ async fn serve(args: Args, host_ns: Result<std::os::fd::OwnedFd, String>) -> Res
         .collect();
     let copies = std::sync::Arc::new(stem::copies::Copies::new(
         copies_config,
-        stem::copies::Programs::default(),
+        stem::copies::Programs {
+            receiver: args.receiver_socket.clone(),
+            ..stem::copies::Programs::default()
+        },
         worker.clone(),
         top.clone(),
     ));

@@ -54,8 +54,9 @@ pub fn load_config(path: &Path) -> Result<CopiesConfig, String> {
 /// The programs and places the copy engine uses.
 #[derive(Debug, Clone)]
 pub struct Programs {
-    /// `btrfs` (btrfs-progs), for `btrfs receive`: a name looked up in PATH, or a path.
-    pub btrfs: PathBuf,
+    /// The receiver's socket (`tacid-stem-receive`): every `btrfs receive` runs there, in a
+    /// unit of its own, never in the stem (adr/0025).
+    pub receiver: PathBuf,
     /// `ssh` (OpenSSH).
     pub ssh: PathBuf,
     /// Where the stem writes each SSH target's pinned `known_hosts` (root-only).
@@ -72,7 +73,7 @@ pub const DEFAULT_STALL: Duration = Duration::from_secs(600);
 impl Default for Programs {
     fn default() -> Self {
         Programs {
-            btrfs: "btrfs".into(),
+            receiver: layout::names::STEM_RECEIVE_SOCKET.into(),
             ssh: "ssh".into(),
             runtime_dir: std::env::var_os("RUNTIME_DIRECTORY")
                 .map(PathBuf::from)

@@ -1,8 +1,7 @@
 //! A target that is a directory on another Btrfs filesystem of this machine (a USB disk).
 
 use std::os::fd::AsFd as _;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::atomic::AtomicU64;
 
 use btrfs::Dir;
@@ -10,15 +9,17 @@ use layout::copies::Target as Configured;
 use layout::SnapshotName;
 use uuid::Uuid;
 
-use super::process::{capped, run_fed};
-use super::target::{receive_into_store, received_into_store, transfer_failed, OpenTarget, Stream};
+use super::process::{run_fed, Sink};
+use super::target::{
+    receive_failure, receive_into_store, received_into_store, transfer_failed, OpenTarget, Stream,
+};
 use super::{failed, CopyError, CopyOnTarget, Programs, MAX_COPIES_LISTED};
+use crate::receive_protocol::Where;
 
 /// A local target, its directory open.
 pub struct Local<'t> {
     target: &'t Configured,
     programs: &'t Programs,
-    path: PathBuf,
     dir: Dir,
 }
 
@@ -61,7 +62,6 @@ impl<'t> Local<'t> {
         Ok(Local {
             target,
             programs,
-            path: PathBuf::from(path),
             dir,
         })
     }
@@ -169,9 +169,12 @@ impl OpenTarget for Local<'_> {
     ) -> Result<Uuid, CopyError> {
         let target = self.target;
         let transfer_failed = |reason: String| transfer_failed(target, name, reason);
-        let mut cmd = Command::new(&self.programs.btrfs);
-        cmd.arg("receive").arg(&self.path);
-        let (ran, sent) = run_fed(cmd, send, moved, self.programs.stall)?;
+        // By the receiver, which finds the target's directory in root's configuration itself.
+        let sink = Sink::Receiver {
+            socket: &self.programs.receiver,
+            place: Where::Target(target.name.clone()),
+        };
+        let (ran, sent) = run_fed(sink, send, moved, self.programs.stall)?;
         if let Err(e) = &sent {
             // The sender's failure is the cause unless the receiver stopped first (EPIPE).
             if ran.ok() {
@@ -182,7 +185,7 @@ impl OpenTarget for Local<'_> {
         if !ran.ok() {
             let full =
                 ran.stderr.contains("No space left") || dir.free_bytes().is_ok_and(|b| b < 1 << 20);
-            let reason = format!("btrfs receive: {}", capped(&ran.stderr));
+            let reason = receive_failure(&ran.stderr);
             return Err(if full {
                 CopyError::TargetFull {
                     target: target.name.clone(),
@@ -214,13 +217,8 @@ impl OpenTarget for Local<'_> {
         Ok(identity)
     }
 
-    fn send_into(
-        &self,
-        name: SnapshotName,
-        incoming: &Path,
-        moved: &AtomicU64,
-    ) -> Result<(), CopyError> {
-        let receive = receive_into_store(self.programs, incoming);
+    fn send_into(&self, name: SnapshotName, moved: &AtomicU64) -> Result<(), CopyError> {
+        let receive = receive_into_store(self.programs);
         let copy = self
             .dir
             .open_dir(name.to_string())

@@ -435,11 +435,7 @@ impl Copies {
             })?;
         // The store's side: checked, the name free, an empty `.incoming` to receive into.
         self.worker.run_blocking(move |e| e.prepare_fetch(name))??;
-        let incoming = self
-            .top_path
-            .join(layout::SNAPSHOTS_SUBVOLUME)
-            .join(layout::copies::INCOMING_DIR_NAME);
-        let received = side.send_into(name, &incoming, &turn.bytes);
+        let received = side.send_into(name, &turn.bytes);
         let finished = match received {
             Ok(()) => self
                 .worker

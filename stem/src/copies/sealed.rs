@@ -18,8 +18,8 @@ use rustix::io::Errno;
 use stem_interface::pipe::{FrameReader, FrameWriter, MAX_DATA};
 use uuid::Uuid;
 
-use super::process::{capped, run_fed_until, Ran};
-use super::target::{receive_failure, store_receive};
+use super::process::{capped, run_fed_until, Ran, Sink};
+use super::target::receive_failure;
 use super::{failed, identity, Copies, CopyError};
 use crate::engine::{ByteCount, EngineError, Snapshot};
 
@@ -343,14 +343,13 @@ impl Copies {
         from.deadline = Some((deadline, given));
         self.worker.run_blocking(move |e| e.prepare_fetch(name))??;
         let room = self.room(name)?;
-        let incoming = self
-            .top_path
-            .join(layout::SNAPSHOTS_SUBVOLUME)
-            .join(layout::copies::INCOMING_DIR_NAME);
         tracing::info!(room = room.cap, "receiving {name} sealed, from a pipe");
-        // No -e: a chain is several streams, each ended by its own end command. Each
-        // incremental's parent is the subvolume received before it, inside the store.
-        let receive = store_receive(&self.programs, &incoming, false);
+        // By the receiver, as a chain: several streams, each ended by its own end command;
+        // each incremental's parent is the subvolume received before it, inside the chroot.
+        let receive = Sink::Receiver {
+            socket: &self.programs.receiver,
+            place: crate::receive_protocol::Where::StoreChain,
+        };
         let stall = self.programs.stall;
         let received = run_fed_until(
             receive,

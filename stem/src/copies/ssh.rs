@@ -10,7 +10,7 @@ use layout::copies::{Place, Target as Configured};
 use layout::SnapshotName;
 use uuid::Uuid;
 
-use super::process::{capped, run_fed, run_piped, run_plain};
+use super::process::{capped, run_fed, run_piped, run_plain, Sink};
 use super::target::{receive_into_store, received_into_store, transfer_failed, OpenTarget, Stream};
 use super::{failed, far_side, CopyError, CopyOnTarget, Programs};
 
@@ -102,7 +102,7 @@ impl OpenTarget for Ssh<'_> {
         let transfer_failed = |reason: String| transfer_failed(target, name, reason);
         let n = name.to_string();
         let cmd = self.command(&["receive", &n])?;
-        let (ran, sent) = run_fed(cmd, send, moved, self.programs.stall)?;
+        let (ran, sent) = run_fed(Sink::Child(cmd), send, moved, self.programs.stall)?;
         if let Err(e) = &sent {
             // The sender's failure is the cause unless the receiver stopped first (EPIPE).
             if ran.ok() {
@@ -122,13 +122,8 @@ impl OpenTarget for Ssh<'_> {
         Ok(identity)
     }
 
-    fn send_into(
-        &self,
-        name: SnapshotName,
-        incoming: &Path,
-        moved: &AtomicU64,
-    ) -> Result<(), CopyError> {
-        let receive = receive_into_store(self.programs, incoming);
+    fn send_into(&self, name: SnapshotName, moved: &AtomicU64) -> Result<(), CopyError> {
+        let receive = receive_into_store(self.programs);
         let n = name.to_string();
         let far = self.command(&["send", &n])?;
         let (ran, far_ran) = run_piped(far, receive, moved, self.programs.stall)?;

@@ -2,15 +2,13 @@
 //! place (a local directory, `super::local`; a far host over SSH, `super::ssh`).
 
 use std::os::fd::OwnedFd;
-use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::AtomicU64;
 
 use layout::copies::Target as Configured;
 use layout::SnapshotName;
 use uuid::Uuid;
 
-use super::process::{capped, Ran};
+use super::process::{capped, Ran, Sink};
 use super::{CopyError, CopyOnTarget, Programs};
 use crate::engine::EngineError;
 
@@ -38,13 +36,8 @@ pub trait OpenTarget {
         moved: &AtomicU64,
     ) -> Result<Uuid, CopyError>;
 
-    /// Send the copy `name` from the target into `incoming` (a directory of the store).
-    fn send_into(
-        &self,
-        name: SnapshotName,
-        incoming: &Path,
-        moved: &AtomicU64,
-    ) -> Result<(), CopyError>;
+    /// Send the copy `name` from the target into the store's `.incoming` (by the receiver).
+    fn send_into(&self, name: SnapshotName, moved: &AtomicU64) -> Result<(), CopyError>;
 
     /// Delete what a transfer that died left (after a failed receive).
     fn clean(&self);
@@ -59,29 +52,17 @@ pub fn transfer_failed(target: &Configured, name: SnapshotName, reason: String) 
     }
 }
 
-/// `btrfs receive` of a stream from a target into the store's `incoming`. The stream comes
-/// from the target, which may be hostile: `btrfs receive` follows the paths a stream names,
-/// `..` and symlinks the stream made itself included, so unconfined it writes anywhere as
-/// root. --chroot confines it to `.incoming`; -e stops it at the first stream's end.
-pub fn receive_into_store(programs: &Programs, incoming: &Path) -> Command {
-    store_receive(programs, incoming, true)
-}
-
-/// `btrfs receive --chroot` into `incoming` (the store's `.incoming`), parents and clone
-/// sources looked up only inside the store. btrfs receive finds an incremental's parent and
-/// a clone's source by (received) UUID across the whole filesystem, and --chroot confines
-/// paths, not that lookup: a read-only subvolume any user made in /tmp, claiming a
-/// snapshot's UUID, would be the parent and its files the snapshot's. `-m` names the store
-/// as the filesystem's root for the receive, so one outside it is refused as not reachable.
-pub fn store_receive(programs: &Programs, incoming: &Path, stop_at_end: bool) -> Command {
-    let store = incoming.parent().unwrap_or(incoming);
-    let mut receive = Command::new(&programs.btrfs);
-    receive.arg("receive");
-    if stop_at_end {
-        receive.arg("-e");
+/// `btrfs receive` of a stream from a target into the store's `.incoming`, by the receiver.
+/// The stream comes from the target, which may be hostile: `btrfs receive` follows the
+/// paths a stream names, `..` and symlinks the stream made itself included, so unconfined
+/// it writes anywhere as root. The receiver confines it to `.incoming` with --chroot (a
+/// fetch is always a full stream, so no parent needs finding outside it) and stops it at
+/// the first stream's end (-e).
+pub fn receive_into_store(programs: &Programs) -> Sink<'_> {
+    Sink::Receiver {
+        socket: &programs.receiver,
+        place: crate::receive_protocol::Where::Store,
     }
-    receive.arg("--chroot").arg("-m").arg(store).arg(incoming);
-    receive
 }
 
 /// btrfs receive's failure in words, with what to do where btrfs's own say too little.

@@ -9,10 +9,10 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
-use crate::common::megabytes;
+use crate::common::{megabytes, Receiving};
 use layout::copies::CopiesConfig;
 use layout::{SnapshotName, SubvolumeName, SNAPSHOTS_SUBVOLUME};
-use stem::copies::{load_config, Copies, CopyError, Programs};
+use stem::copies::{load_config, Copies, CopyError};
 use stem::worker::Worker;
 use stem::{Engine, Snapshot};
 use testbed::{LoopFs, Options};
@@ -31,30 +31,23 @@ struct Machine {
     target: LoopFs,
     worker: Worker,
     copies: Copies,
-    _runtime: tempfile::TempDir,
+    _runtime: Receiving,
 }
 
-fn config_for(targets: &[(&str, &Path)]) -> CopiesConfig {
+/// Root's copies configuration naming `targets`, as JSON.
+fn config_for(targets: &[(&str, &Path)]) -> String {
     let body: Vec<String> = targets
         .iter()
         .map(|(name, place)| format!("{name:?}: {{\"place\": {:?}}}", place.display().to_string()))
         .collect();
-    CopiesConfig::parse(format!("{{\"targets\": {{{}}}}}", body.join(",")).as_bytes()).unwrap()
+    format!("{{\"targets\": {{{}}}}}", body.join(","))
 }
 
-fn copies_for(
-    fs: &LoopFs,
-    worker: &Worker,
-    config: CopiesConfig,
-    btrfs: PathBuf,
-) -> (Copies, tempfile::TempDir) {
-    let runtime = tempfile::tempdir().unwrap();
-    let programs = Programs {
-        btrfs,
-        ssh: "ssh".into(),
-        runtime_dir: runtime.path().to_owned(),
-        stall: stem::copies::DEFAULT_STALL,
-    };
+/// A copy engine with the configuration `config`, its receiver running `btrfs`.
+fn copies_for(fs: &LoopFs, worker: &Worker, config: String, btrfs: PathBuf) -> (Copies, Receiving) {
+    let runtime = Receiving::start(fs.top(), &config, &btrfs, stem::copies::DEFAULT_STALL);
+    let programs = runtime.programs("ssh".into(), stem::copies::DEFAULT_STALL);
+    let config = CopiesConfig::parse(config.as_bytes()).unwrap();
     (
         Copies::new(config, programs, worker.clone(), fs.top().to_owned()),
         runtime,

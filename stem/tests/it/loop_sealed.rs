@@ -14,11 +14,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::megabytes;
+use crate::common::{megabytes, Receiving};
 use layout::copies::CopiesConfig;
 use layout::origin::Origin;
 use layout::{SnapshotName, SubvolumeName, SNAPSHOTS_SUBVOLUME};
-use stem::copies::{Copies, CopyError, Programs, SentSealed, DEFAULT_SEALED_DEADLINE};
+use stem::copies::{Copies, CopyError, SentSealed, DEFAULT_SEALED_DEADLINE};
 use stem::worker::Worker;
 use stem::{Engine, Snapshot};
 use stem_interface::pipe::{FrameReader, FrameWriter};
@@ -32,7 +32,7 @@ struct Machine {
     fs: LoopFs,
     worker: Worker,
     copies: Copies,
-    _runtime: tempfile::TempDir,
+    _runtime: Receiving,
 }
 
 fn machine_with(stall: Duration, config: CopiesConfig) -> Option<Machine> {
@@ -48,13 +48,8 @@ fn machine_bounded(
 ) -> Option<Machine> {
     let fs = LoopFs::with_layout(SIZE).expect("make a loop Btrfs")?;
     let worker = Worker::start(Engine::open(fs.top()).unwrap(), || {}).unwrap();
-    let runtime = tempfile::tempdir().unwrap();
-    let programs = Programs {
-        btrfs: btrfs.to_owned(),
-        ssh: "ssh".into(),
-        runtime_dir: runtime.path().to_owned(),
-        stall,
-    };
+    let runtime = Receiving::start(fs.top(), "{\"targets\": {}}", btrfs, stall);
+    let programs = runtime.programs("ssh".into(), stall);
     let copies = Copies::new(config, programs, worker.clone(), fs.top().to_owned())
         .with_sealed_deadline(deadline);
     Some(Machine {

@@ -10,10 +10,13 @@ use std::fs;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::common::megabytes;
+use crate::common::{megabytes, Receiving};
+
+/// The receiver's copies configuration: an SSH target is no place it receives into.
+const NO_TARGETS: &str = r#"{"targets": {}}"#;
 use layout::copies::CopiesConfig;
 use layout::SubvolumeName;
-use stem::copies::{Copies, CopyError, Programs};
+use stem::copies::{Copies, CopyError};
 use stem::worker::Worker;
 use stem::{Engine, Snapshot};
 use testbed::ssh::SshTarget;
@@ -26,7 +29,7 @@ struct Machine {
     target_fs: LoopFs,
     far: SshTarget,
     worker: Worker,
-    _runtime: tempfile::TempDir,
+    _runtime: Receiving,
 }
 
 fn machine() -> Option<Machine> {
@@ -41,12 +44,18 @@ fn machine_with_script(script: &std::path::Path) -> Option<Machine> {
     fs::create_dir(&dir).unwrap();
     let far = SshTarget::start_with_script(script, &dir).expect("start sshd")?;
     let worker = Worker::start(Engine::open(fs.top()).unwrap(), || {}).unwrap();
+    let runtime = Receiving::start(
+        fs.top(),
+        NO_TARGETS,
+        "btrfs".as_ref(),
+        stem::copies::DEFAULT_STALL,
+    );
     Some(Machine {
         fs,
         target_fs,
         far,
         worker,
-        _runtime: tempfile::tempdir().unwrap(),
+        _runtime: runtime,
     })
 }
 
@@ -65,12 +74,7 @@ impl Machine {
             host_key,
         );
         let config = CopiesConfig::parse(json.as_bytes()).unwrap();
-        let programs = Programs {
-            btrfs: "btrfs".into(),
-            ssh: self.far.ssh_program(),
-            runtime_dir: self._runtime.path().to_owned(),
-            stall,
-        };
+        let programs = self._runtime.programs(self.far.ssh_program(), stall);
         Copies::new(
             config,
             programs,
@@ -129,7 +133,12 @@ fn ssh_copy_full_then_incremental_and_fetch_back() {
     // Fetched back into a fresh store over the same link.
     let fresh = LoopFs::with_layout(SIZE).unwrap().unwrap();
     let worker = Worker::start(Engine::open(fresh.top()).unwrap(), || {}).unwrap();
-    let runtime = tempfile::tempdir().unwrap();
+    let runtime = Receiving::start(
+        fresh.top(),
+        NO_TARGETS,
+        "btrfs".as_ref(),
+        stem::copies::DEFAULT_STALL,
+    );
     let json = format!(
         r#"{{"targets": {{"offsite": {{"place": {:?}, "identity": {:?}, "host_key": {:?}}}}}}}"#,
         m.far.place(),
@@ -138,12 +147,7 @@ fn ssh_copy_full_then_incremental_and_fetch_back() {
     );
     let fetcher = Copies::new(
         CopiesConfig::parse(json.as_bytes()).unwrap(),
-        Programs {
-            btrfs: "btrfs".into(),
-            ssh: m.far.ssh_program(),
-            runtime_dir: runtime.path().to_owned(),
-            stall: stem::copies::DEFAULT_STALL,
-        },
+        runtime.programs(m.far.ssh_program(), stem::copies::DEFAULT_STALL),
         worker.clone(),
         fresh.top().to_owned(),
     );

@@ -154,6 +154,8 @@ pub struct World {
     pub journal: PathBuf,
     bus: Child,
     stem: Option<Child>,
+    /// The stem's receiver (`tacid-stem-receive`), started beside it.
+    receiver: Option<testbed::receive::Receiver>,
     keeper: Option<Child>,
     keeper_starts: u32,
     /// Extra flags for the next start of the stem, and of the keeper.
@@ -263,6 +265,7 @@ impl World {
             journal,
             bus,
             stem: None,
+            receiver: None,
             keeper: None,
             keeper_starts: 0,
             // The loop filesystem is smaller than the default floors (the stem's hard floor,
@@ -355,9 +358,15 @@ impl World {
 
     pub fn start_stem(&mut self) {
         let log = self.log_file(&self.stem_log());
+        let mut args = vec!["--top".to_owned(), self.top().display().to_string()];
+        args.extend(self.stem_args.iter().cloned());
+        let receiver = testbed::receive::beside_stem(&bin("tacid-stem-receive"), &args)
+            .expect("start the stem's receiver");
         let child = Command::new(bin("tacid-stem"))
             .arg("--top")
             .arg(self.top())
+            .arg("--receiver-socket")
+            .arg(receiver.socket())
             .args(["--bus", &self.address, "--keeper-user", names::KEEPER_USER])
             .args(&self.stem_args)
             .env("RUST_LOG", "debug")
@@ -366,6 +375,7 @@ impl World {
             .spawn()
             .expect("tacid-stem starts");
         self.stem = Some(child);
+        self.receiver = Some(receiver);
         self.wait_owner(names::STEM_BUS_NAME, true, &self.stem_log());
     }
 

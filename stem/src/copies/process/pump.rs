@@ -83,6 +83,44 @@ impl Drain {
         }
     }
 
+    /// Whether its end has not been read yet.
+    pub fn open(&self) -> bool {
+        self.fd.is_some()
+    }
+
+    /// Read on to its end, waiting at most `within` in all (what is kept is capped as
+    /// ever); it is left open when its end did not come.
+    pub fn finish_within(&mut self, within: std::time::Duration) {
+        let until = std::time::Instant::now() + within;
+        let mut buf = vec![0u8; 4096];
+        while let Some(fd) = &self.fd {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            let timeout = rustix::event::Timespec {
+                tv_sec: left.as_secs().try_into().unwrap_or(i64::MAX),
+                tv_nsec: left.subsec_nanos().into(),
+            };
+            match poll(&mut [PollFd::new(fd, PollFlags::IN)], Some(&timeout)) {
+                Ok(_) | Err(Errno::INTR) => {}
+                Err(_) => return,
+            }
+            match rustix::io::read(fd, &mut buf[..]) {
+                Ok(0) => self.fd = None,
+                Ok(n) => {
+                    let data = buf[..n].to_vec();
+                    self.take(&data);
+                    if self.seen > MAX_DRAINED {
+                        self.fd = None;
+                    }
+                }
+                Err(Errno::AGAIN | Errno::INTR) => {}
+                Err(_) => self.fd = None,
+            }
+        }
+    }
+
     /// The kept text, lossy, trimmed.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.bytes).trim().to_owned()
@@ -127,8 +165,11 @@ pub fn pump(
     let mut scratch = vec![0u8; 64 * 1024];
     loop {
         if source.is_none() && pending.0 == pending.1 {
-            // Everything read is written: the receiver sees the end of the stream.
-            sink = None;
+            // Everything read is written: the receiver sees the end of the stream. A
+            // socket's sink is half-closed (its other copies stay open for the answer).
+            if let Some(s) = sink.take() {
+                let _ = rustix::net::shutdown(&s, rustix::net::Shutdown::Write);
+            }
         }
         if source.is_none() && sink.is_none() && drains.iter().all(|d| d.fd.is_none()) {
             return Ok(outcome);
@@ -192,7 +233,7 @@ pub fn pump(
                     moved.fetch_add(n as u64, Ordering::Relaxed);
                 }
                 Err(Errno::AGAIN | Errno::INTR) => {}
-                Err(Errno::PIPE) => {
+                Err(Errno::PIPE | Errno::CONNRESET) => {
                     // The receiver is gone: stop the sender too (it gets EPIPE).
                     outcome = Pumped::SinkClosed;
                     source = None;

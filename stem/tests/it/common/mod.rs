@@ -200,22 +200,32 @@ pub fn wait_for_stem_name(bus: &PrivateBus, mut child: Child) -> Child {
 #[derive(Debug)]
 pub struct StemDaemon {
     child: Child,
+    /// Its receiver (`tacid-stem-receive`), as the system runs it beside the stem.
+    _receiver: testbed::receive::Receiver,
 }
 
 impl StemDaemon {
     /// Start `tacid-stem --bus ADDRESS --keeper-user USER` plus `args`, and wait until it
     /// owns its name. Panics with its stderr when it exits instead.
     pub fn start(bus: &PrivateBus, keeper_user: &str, args: &[&str]) -> StemDaemon {
+        let receiver = testbed::receive::beside_stem(
+            Path::new(env!("CARGO_BIN_EXE_tacid-stem-receive")),
+            args,
+        )
+        .expect("start the receiver");
         let child = Command::new(env!("CARGO_BIN_EXE_tacid-stem"))
             .args(["--bus", bus.address(), "--keeper-user", keeper_user])
             // The loop filesystems are smaller than the default hard floor.
             .args(["--hard-floor-bytes", "0"])
+            .arg("--receiver-socket")
+            .arg(receiver.socket())
             .args(args)
             .env("RUST_LOG", "info")
             .spawn()
             .expect("start tacid-stem");
         StemDaemon {
             child: wait_for_stem_name(bus, child),
+            _receiver: receiver,
         }
     }
 
@@ -339,4 +349,40 @@ pub fn megabytes(n: usize, seed: u8) -> Vec<u8> {
     (0..n << 20)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
+}
+
+/// The receiver (`tacid-stem-receive`) for the store at `top`, as the tests run it
+/// (testbed: `systemd-socket-activate`), with a runtime directory that is also the copy
+/// engine's. Root's copies configuration for it is `copies_json`.
+#[derive(Debug)]
+pub struct Receiving {
+    pub receiver: testbed::receive::Receiver,
+    dir: tempfile::TempDir,
+}
+
+impl Receiving {
+    pub fn start(top: &Path, copies_json: &str, btrfs: &Path, stall: Duration) -> Receiving {
+        let dir = tempfile::tempdir().expect("a runtime directory");
+        let config = dir.path().join("copies.json");
+        std::fs::write(&config, copies_json).expect("write the copies configuration");
+        let mut args = testbed::receive::ReceiverArgs::new(
+            env!("CARGO_BIN_EXE_tacid-stem-receive"),
+            top,
+            &config,
+        );
+        args.btrfs = btrfs.to_owned();
+        args.stall = stall;
+        let receiver = testbed::receive::Receiver::start(&args).expect("start the receiver");
+        Receiving { receiver, dir }
+    }
+
+    /// The copy engine's programs: this receiver, `ssh`, and `stall`.
+    pub fn programs(&self, ssh: PathBuf, stall: Duration) -> stem::copies::Programs {
+        stem::copies::Programs {
+            receiver: self.receiver.socket(),
+            ssh,
+            runtime_dir: self.dir.path().to_owned(),
+            stall,
+        }
+    }
 }
