@@ -752,6 +752,7 @@ pub(crate) fn stem_error(e: StemError) -> KeeperError {
                 | ErrorKind::PartRefused
                 | ErrorKind::TooManyOpen
                 | ErrorKind::AlreadyOpen
+                | ErrorKind::NotPaused
                 | ErrorKind::Failed => {
                     KeeperError::StemFailed(format!("{message} (stem error {kind})"))
                 }

@@ -6,6 +6,7 @@ mod common;
 mod introspection_drift;
 mod loop_changes;
 mod loop_copies;
+mod loop_cut;
 mod loop_engine;
 mod loop_generation;
 mod loop_retention;
