@@ -138,6 +138,13 @@ pub struct Snapshot<'a> {
     /// The targets whose copy of it failed its last verification, with what failed.
     failed_verification: FailedOf<'a>,
     switch: Option<SwitchJson>,
+    /// The units paused while its set was taken (a consistent cut); `null`: it is not one.
+    consistent_cut: Option<Vec<&'a str>>,
+}
+
+/// The units of a consistent cut, from the keeper's space-separated names.
+fn cut_units(units: &str) -> Option<Vec<&str>> {
+    (!units.is_empty()).then(|| units.split(' ').collect())
 }
 
 impl<'a> Snapshot<'a> {
@@ -152,6 +159,7 @@ impl<'a> Snapshot<'a> {
         copies: Targets<'a>,
         last_common_parent_of: Targets<'a>,
         failed_verification: FailedOf<'a>,
+        cut: &'a str,
     ) -> Self {
         Snapshot {
             name,
@@ -169,6 +177,7 @@ impl<'a> Snapshot<'a> {
             last_common_parent_of,
             failed_verification,
             switch: switch_json(pre_switch, reason),
+            consistent_cut: cut_units(cut),
         }
     }
 
@@ -184,6 +193,7 @@ impl<'a> Snapshot<'a> {
             Targets::OfRow(copies),
             Targets::ParentOfRow(copies),
             FailedOf(copies),
+            r.cut_units,
         )
     }
 }
@@ -200,6 +210,7 @@ impl<'a> From<&'a wire::SnapshotEntry> for Snapshot<'a> {
             Targets::Names(&e.copies),
             Targets::Names(&e.last_common_parent_of),
             FailedOf(&[]),
+            &e.cut_units,
         )
     }
 }
@@ -367,6 +378,8 @@ pub struct SetRestorePreview<'a> {
     as_of_last_commit: bool,
     words: &'a str,
     already_staged: bool,
+    /// The units paused while the set was taken (a consistent cut); `null`: it is not one.
+    consistent_cut: Option<Vec<&'a str>>,
 }
 
 impl<'a> From<&'a wire::SetRestorePreview> for SetRestorePreview<'a> {
@@ -391,6 +404,7 @@ impl<'a> From<&'a wire::SetRestorePreview> for SetRestorePreview<'a> {
             as_of_last_commit: p.as_of_last_commit,
             words: &p.words,
             already_staged: p.already_staged,
+            consistent_cut: cut_units(&p.cut_units),
         }
     }
 }
@@ -1006,6 +1020,7 @@ mod tests {
             pre_switch: false,
             pinned: false,
             set_id: 0,
+            cut_units: "",
         }
     }
 
@@ -1069,7 +1084,7 @@ mod tests {
                 "asked_by": "alice", "asked_by_uid": 1000, "origin": "journal",
                 "pre_switch": false, "pinned": false, "set_id": 7,
                 "copies": ["nas", "usb"], "last_common_parent_of": ["usb"],
-                "failed_verification": {}, "switch": null
+                "failed_verification": {}, "switch": null, "consistent_cut": null
             })
         );
         // A copy whose last verification failed says so, by target.

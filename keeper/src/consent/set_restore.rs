@@ -444,7 +444,10 @@ impl Consent {
         } else {
             ChangeCount::default()
         };
+        let set_id = plan.id;
+        let cut_units = self.h.journal(move |j| j.cut_of(set_id)).await?;
         Ok(SetRestorePreview {
+            cut_units: layout::escape::escape(cut_units.as_bytes()),
             set_id: plan.id,
             pre_switch: plan.before_switch.is_some(),
             members,
