@@ -709,7 +709,10 @@ mod tests {
             json["snapshots"][0]["consistent_cut"],
             serde_json::json!(["postgresql.service", "app.service"])
         );
-        assert_eq!(json["snapshots"][1]["consistent_cut"], serde_json::Value::Null);
+        assert_eq!(
+            json["snapshots"][1]["consistent_cut"],
+            serde_json::Value::Null
+        );
     }
 
     #[test]

@@ -25,7 +25,7 @@ use stem::Engine;
 use testbed::LoopFs;
 
 const SIZE: u64 = 512 << 20;
-const GUARD: &str = env!("CARGO_BIN_EXE_tacid-stem");
+pub(crate) const GUARD: &str = env!("CARGO_BIN_EXE_tacid-stem");
 
 fn sv(name: &str) -> SubvolumeName {
     SubvolumeName::parse(name).unwrap()
@@ -36,7 +36,7 @@ fn unit(name: &str) -> UnitName {
 }
 
 /// The cgroup v2 hierarchy, where one is mounted and writable (hybrid: `unified`).
-fn cgroup2() -> Option<PathBuf> {
+pub(crate) fn cgroup2() -> Option<PathBuf> {
     for root in ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"] {
         let root = Path::new(root);
         if root.join("cgroup.procs").is_file() && fs::metadata(root).is_ok() {
@@ -60,25 +60,25 @@ fn cgroup2() -> Option<PathBuf> {
 
 /// A tree of cgroups of this test's own, shaped as systemd's (`system.slice/<unit>`),
 /// removed (its processes killed) on drop.
-struct CgroupTree {
-    root: PathBuf,
+pub(crate) struct CgroupTree {
+    pub(crate) root: PathBuf,
 }
 
 impl CgroupTree {
-    fn new(v2: &Path, name: &str) -> CgroupTree {
+    pub(crate) fn new(v2: &Path, name: &str) -> CgroupTree {
         let root = v2.join(format!("tacid-test-{}-{name}", std::process::id()));
         fs::create_dir_all(root.join("system.slice")).unwrap();
         CgroupTree { root }
     }
 
-    fn unit_dir(&self, unit: &str) -> PathBuf {
+    pub(crate) fn unit_dir(&self, unit: &str) -> PathBuf {
         let dir = self.root.join("system.slice").join(unit);
         fs::create_dir_all(&dir).unwrap();
         dir
     }
 
     /// `script` run by `sh` inside the cgroup of `unit`.
-    fn spawn(&self, unit: &str, script: &str) -> Child {
+    pub(crate) fn spawn(&self, unit: &str, script: &str) -> Child {
         let dir = self.unit_dir(unit);
         Command::new("sh")
             .arg("-c")
@@ -121,7 +121,7 @@ impl Drop for CgroupTree {
     }
 }
 
-fn frozen(dir: &Path) -> bool {
+pub(crate) fn frozen(dir: &Path) -> bool {
     fs::read_to_string(dir.join("cgroup.events"))
         .unwrap()
         .lines()
@@ -129,7 +129,7 @@ fn frozen(dir: &Path) -> bool {
 }
 
 /// The last whole number in `file`.
-fn last_number(file: &Path) -> u64 {
+pub(crate) fn last_number(file: &Path) -> u64 {
     let text = fs::read(file).unwrap();
     let end = text.iter().rposition(|&b| b == b'\n').unwrap_or(0);
     let start = text[..end]
@@ -389,7 +389,7 @@ fn guard_pid(g: &Guard) -> rustix::process::Pid {
 }
 
 /// Wait until `f` says yes, or fail saying what did not happen.
-fn wait_until(what: &str, timeout: Duration, f: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, timeout: Duration, f: impl FnMut() -> bool) {
     assert!(
         testbed::wait_until(timeout, f).is_some(),
         "{what}: not within {timeout:?}"

@@ -1,5 +1,6 @@
 //! The integration tests of `stem`, one binary: each module is a file of its own, its tier the prefix of its name (`cargo test -p stem --test it bus_`).
 
+mod bus_cut;
 mod bus_open;
 mod bus_stem;
 mod common;
