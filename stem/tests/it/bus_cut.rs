@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 //! A consistent cut through the real `tacid-stem` on a private bus: `TakeCut` pauses the
 //! units root configured (a cgroup v2 tree of this test's, as where systemd is not PID 1),
 //! and a stem killed with `SIGKILL` while a unit is frozen leaves nothing frozen: its guard
