@@ -19,10 +19,10 @@ pub const MAX_UNIT_NAME_BYTES: usize = 255;
 /// Most units one configuration may pause.
 pub const MAX_UNITS: usize = 64;
 /// How long the stem waits for every unit to report frozen, by default.
-pub const FREEZE_TIMEOUT_MS: u32 = 2_000;
+pub const FREEZE_TIMEOUT_MS: u32 = crate::defaults::CUT_FREEZE_TIMEOUT_MS;
 /// How long units may stay frozen in all (freezing, taking every member, thawing) before the
 /// guard thaws them whatever the stem is doing, by default.
-pub const HOLD_LIMIT_MS: u32 = 10_000;
+pub const HOLD_LIMIT_MS: u32 = crate::defaults::CUT_HOLD_LIMIT_MS;
 /// The longest either limit may be: a pause is an instant, not a maintenance window.
 pub const MAX_LIMIT_MS: u32 = 120_000;
 
