@@ -25,7 +25,7 @@ struct Args {
     #[arg(
         long,
         value_name = "PATH",
-        required_unless_present = "print_introspection"
+        required_unless_present_any = ["print_introspection", "thaw_cut"]
     )]
     top: Option<PathBuf>,
 

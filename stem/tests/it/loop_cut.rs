@@ -395,3 +395,36 @@ pub(crate) fn wait_until(what: &str, timeout: Duration, f: impl FnMut() -> bool)
         "{what}: not within {timeout:?}"
     );
 }
+
+#[test]
+fn loop_the_stop_of_the_stem_thaws_every_configured_unit() {
+    // What the unit's ExecStopPost= runs: `tacid-stem --thaw-cut`, with root's file.
+    let Some(v2) = cgroup2() else { return };
+    let tree = CgroupTree::new(&v2, "stop");
+    let mut a = tree.spawn("a.service", "while :; do sleep 0.01; done");
+    let mut b = tree.spawn("b.service", "while :; do sleep 0.01; done");
+    let config = tempfile::tempdir().unwrap();
+    let file = config.path().join("cut.json");
+    fs::write(&file, r#"{"units":["a.service","b.service","c.service"]}"#).unwrap();
+    for u in ["a.service", "b.service"] {
+        let dir = tree.unit_dir(u);
+        fs::write(dir.join("cgroup.freeze"), "1").unwrap();
+        wait_until("frozen", Duration::from_secs(5), || frozen(&dir));
+    }
+    let status = Command::new(GUARD)
+        .args(["--thaw-cut", "--cut-config"])
+        .arg(&file)
+        .arg("--cgroup-root")
+        .arg(&tree.root)
+        .status()
+        .unwrap();
+    // c.service is not running: nothing to thaw there, and no failure.
+    assert!(status.success(), "{status}");
+    for u in ["a.service", "b.service"] {
+        assert!(!frozen(&tree.unit_dir(u)), "{u} left frozen");
+    }
+    a.kill().unwrap();
+    b.kill().unwrap();
+    a.wait().unwrap();
+    b.wait().unwrap();
+}
