@@ -82,7 +82,7 @@ pub enum CutError {
     DidNotFreeze { unit: UnitName, waited_ms: u64 },
     #[error("{unit} could not be paused: {why}; no set was taken and every unit paused for it was thawed again. Check the unit (`systemctl status {unit}`) or remove it from services.tacid.consistentCut.units")]
     CannotFreeze { unit: UnitName, why: String },
-    #[error("the pause outlasted its limit of {limit_ms} ms ({why}), so the units were thawed before the set was whole; the members taken were deleted again and no set was taken. Try again; if it recurs, raise services.tacid.consistentCut.holdLimitMs")]
+    #[error("the pause did not hold until every member was taken ({why}; the limit is {limit_ms} ms), so the set would not be one moment: the members taken were deleted again and no set was taken. Try again; if the limit passed, raise services.tacid.consistentCut.holdLimitMs; if something else thaws the unit, stop it doing so")]
     HeldTooLong { limit_ms: u32, why: String },
     #[error("the guard that thaws the units if the stem dies could not start: {0}; nothing was paused and no set was taken")]
     Guard(String),
