@@ -428,3 +428,42 @@ fn loop_the_stop_of_the_stem_thaws_every_configured_unit() {
     a.wait().unwrap();
     b.wait().unwrap();
 }
+
+#[test]
+fn loop_a_pause_past_its_limit_keeps_no_set() {
+    // The guard's limit passes at once: whichever way the race goes (it thaws before the
+    // freeze, during the wait, or while the members are taken), no set is kept and
+    // nothing stays frozen.
+    let Some((m, v2)) = machine() else { return };
+    let tree = CgroupTree::new(&v2, "limit");
+    let mut writer = m.writer(&tree, "writer.service");
+    let cut = Cut::new(
+        CutConfig {
+            units: vec![unit("writer.service")],
+            freeze_timeout_ms: 200,
+            hold_limit_ms: 1,
+        },
+        Freezer::Cgroup {
+            root: tree.root.clone(),
+        },
+        PathBuf::from(GUARD),
+    );
+    let before = m.rt.block_on(m.worker.run(|e| e.list())).unwrap().unwrap();
+    for _ in 0..5 {
+        let e =
+            m.rt.block_on(cut.take_set(&m.worker, vec![sv("@persist"), sv("@log")]))
+                .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CutError::HeldTooLong { .. } | CutError::DidNotFreeze { .. }
+            ),
+            "{e}"
+        );
+    }
+    let after = m.rt.block_on(m.worker.run(|e| e.list())).unwrap().unwrap();
+    assert_eq!(before.len(), after.len(), "a set was kept");
+    assert!(!frozen(&tree.unit_dir("writer.service")), "left frozen");
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+}
