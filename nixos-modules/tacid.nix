@@ -112,6 +112,7 @@ let
     { flag = "--opens-total"; value = toString cfg.open.total; }
   ]
   ++ copiesValue
+  ++ cutValue
   ++ (if cfg.device != layout.default_device then [{ flag = "--device"; value = cfg.device; }] else [ ]);
   unitDropIns = pkgs.runCommand "tacid-unit-drop-ins" { } ''
     set -euo pipefail
@@ -128,6 +129,10 @@ let
         unit = "${cfg.package}/${unitDir}/${layout.stem_unit}";
         values = stemValues;
       }}
+      ${lib.optionalString haveCut ''
+        echo 'ExecStopPost='
+        echo ${lib.escapeShellArg "ExecStopPost=-${bin "stem"} --thaw-cut --cut-config ${cutConfig}"}
+      ''}
       ${lib.optionalString (cfg.device != layout.default_device) ''
         echo 'DeviceAllow=${cfg.device} rw'
         echo '[Unit]'
@@ -210,6 +215,39 @@ let
   });
   verifiedCopies = lib.filterAttrs (_: t: t.seal.verifySchedule != null) sealedCopies;
   copiesValue = lib.optional haveCopies { flag = "--copies-config"; value = "${copiesConfig}"; };
+
+  # A consistent cut (adr/0026): root's units paused while a set is taken, one JSON file the
+  # stem reads, in exactly the format layout::cut parses; and thawed again by the stem's
+  # ExecStopPost=, however it stopped.
+  cut = cfg.consistentCut;
+  haveCut = cut.units != [ ];
+  cutConfig = pkgs.writeText "tacid-cut.json" (builtins.toJSON {
+    inherit (cut) units;
+    freeze_timeout_ms = cut.freezeTimeoutMs;
+    hold_limit_ms = cut.holdLimitMs;
+  });
+  cutValue = lib.optional haveCut { flag = "--cut-config"; value = "${cutConfig}"; };
+  cutOpt = "services.tacid.consistentCut";
+  cutAssertions = map
+    (u: {
+      assertion = builtins.match layout.cut_unit_name_pattern u != null && builtins.stringLength u <= 255;
+      message = "${cutOpt}.units: ${builtins.toJSON u} is not the name of a unit with processes of its own: it must be a systemd unit name (letters, digits, `:-_.\\`, `name@instance` for an instance) ending in .service, .scope or .slice, at most 255 bytes. Name the unit as `systemctl status` shows it.";
+    })
+    cut.units
+  ++ [
+    {
+      assertion = lib.length cut.units <= layout.cut_max_units;
+      message = "${cutOpt}.units: ${toString (lib.length cut.units)} units; at most ${toString layout.cut_max_units} may be paused around a set.";
+    }
+    {
+      assertion = lib.length (lib.unique cut.units) == lib.length cut.units;
+      message = "${cutOpt}.units names a unit twice; name each once.";
+    }
+    {
+      assertion = cut.holdLimitMs >= cut.freezeTimeoutMs;
+      message = "${cutOpt}.holdLimitMs (${toString cut.holdLimitMs}) is below freezeTimeoutMs (${toString cut.freezeTimeoutMs}): the units would be thawed before they could all be frozen. Raise holdLimitMs.";
+    }
+  ];
 in
 {
   options.services.tacid = {
@@ -374,6 +412,38 @@ in
       total = count d.opens_total "How many snapshots may be open at once, everybody together.";
     };
 
+    # A consistent cut (adr/0026).
+    consistentCut = {
+      units = lib.mkOption {
+        type = lib.types.listOf lib.types.str;
+        default = [ ];
+        example = [ "postgresql.service" ];
+        description = ''
+          Units whose processes write to the snapshotted subvolumes (a database with its
+          data on /persist and its log on /var/log). Before every snapshot set, on request,
+          on the timeline and before a switch, the stem pauses them (systemd's FreezeUnit:
+          their cgroups frozen), takes every member, and thaws them: the set is one moment of
+          what they wrote, and `tacid data list` says so. A unit that does not freeze within
+          freezeTimeoutMs means no set is taken (the switch or timer is told which unit);
+          a unit that is not running is left out. Each must be a .service, .scope or
+          .slice.
+        '';
+      };
+      freezeTimeoutMs = lib.mkOption {
+        type = lib.types.ints.between 1 layout.cut_max_limit_ms;
+        default = d.cut_freeze_timeout_ms;
+        description = "How long the stem waits for every unit to report frozen before it takes no set and thaws them.";
+      };
+      holdLimitMs = lib.mkOption {
+        type = lib.types.ints.between 1 layout.cut_max_limit_ms;
+        default = d.cut_hold_limit_ms;
+        description = ''
+          How long the units may stay frozen in all: past it, a guard process thaws them
+          whatever the stem is doing, and the set is not kept.
+        '';
+      };
+    };
+
     copies = lib.mkOption {
       default = { };
       example = lib.literalExpression ''
@@ -492,6 +562,15 @@ in
       description = "The copies configuration both daemons read (null without copies).";
     };
 
+    cutConfigFile = lib.mkOption {
+      type = lib.types.nullOr lib.types.package;
+      default = if haveCut then cutConfig else null;
+      defaultText = lib.literalMD "the consistent-cut file, when `consistentCut.units` names a unit";
+      readOnly = true;
+      internal = true;
+      description = "The consistent-cut configuration the stem reads (null without units).";
+    };
+
     fileSystems = lib.mkOption {
       type = lib.types.attrs;
       readOnly = true;
@@ -527,6 +606,7 @@ in
           preSwitchSubvolumes = cfg.preSwitchSnapshot.subvolumes;
           inherit copies;
         }
+      ++ cutAssertions
       ++ tacidLib.persistenceAssertions {
         inherit persistence keptByTacid;
         inherit (config) fileSystems;

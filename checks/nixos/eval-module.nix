@@ -118,6 +118,10 @@ let
   # The JSON the module hands both daemons, read back from the file it wrote.
   copiesJson = config: builtins.fromJSON config.services.tacid.copiesConfigFile.text;
   copiesProblems = settings: failing (machine { copies = settings; }).config;
+  withCut = (machine { consistentCut.units = [ "postgresql.service" "app@blue.service" ]; }).config;
+  cutJson = config: builtins.fromJSON config.services.tacid.cutConfigFile.text;
+  cutProblems = settings: failing (machine { consistentCut = settings; }).config;
+  namesCutOption = settings: lib.any (hasInfix "services.tacid.consistentCut") (cutProblems settings);
 
   package = c.services.tacid.package;
   keeper = c.users.users.${layout.keeper_user};
@@ -268,6 +272,25 @@ in
       (lib.any (hasInfix "services.tacid.approverGroup") (failing (machine { approverGroup = "nobody-has-this-group"; }).config)))
     (check "the root is mounted from the root subvolume"
       ((head (filter (s: s.name == layout.root_subvolume) layout.subvolumes)).mount_point == "/"))
+    (check "no consistent cut: no cut file, the stem's unit untouched by it"
+      (c.services.tacid.cutConfigFile == null
+        && !(hasInfix "--cut-config" (dropInScript c)) && !(hasInfix "--thaw-cut" (dropInScript c))))
+    (check "consistent cut: the file the stem gets is the layout's format, its limits the layout's defaults"
+      (cutJson withCut == {
+        units = [ "postgresql.service" "app@blue.service" ];
+        freeze_timeout_ms = layout.defaults.cut_freeze_timeout_ms;
+        hold_limit_ms = layout.defaults.cut_hold_limit_ms;
+      }))
+    (check "consistent cut: the stem is told the file (one flag) and thaws the units at any stop"
+      (lib.length (lib.splitString "| --cut-config ${withCut.services.tacid.cutConfigFile}|" (dropInScript withCut)) == 2
+        && hasInfix "ExecStopPost=-${package}/bin/tacid-stem --thaw-cut --cut-config ${withCut.services.tacid.cutConfigFile}" (dropInScript withCut)))
+    (check "consistent cut: a unit without processes of its own, a bare name, a template, one named twice and a hold limit below the freeze timeout each fail, naming the option"
+      (namesCutOption { units = [ "sshd.socket" ]; }
+        && namesCutOption { units = [ "postgresql" ]; }
+        && namesCutOption { units = [ "getty@.service" ]; }
+        && namesCutOption { units = [ "a.service" "a.service" ]; }
+        && namesCutOption { units = [ "a.service" ]; freezeTimeoutMs = 5000; holdLimitMs = 4000; }
+        && cutProblems { units = [ "postgresql.service" "user-1000.slice" "session-2.scope" ]; } == [ ]))
     (check "no copies: no copies file, no copy units, the stem's unit untouched by copies"
       (c.services.tacid.copiesConfigFile == null
         && !(hasInfix "--copies-config" (dropInScript c)) && !(hasInfix tacidLib.stemCopyDropIn (dropInScript c))

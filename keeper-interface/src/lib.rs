@@ -47,6 +47,9 @@ pub struct SnapshotEntry {
     /// The configured targets it is the last common parent with (the newest snapshot of its
     /// subvolume each holds a copy of): retention keeps it, and `Delete` refuses it.
     pub last_common_parent_of: Vec<String>,
+    /// The set is a consistent cut: the units root named were paused while every member
+    /// was taken. Their names, escaped, separated by one space; empty when it is not.
+    pub cut_units: String,
 }
 
 /// One snapshot in the answer to `ListRows`: the fields of [`SnapshotEntry`] but `copies`,
@@ -65,6 +68,7 @@ pub struct SnapshotRow<'a> {
     pub pre_switch: bool,
     pub pinned: bool,
     pub set_id: i64,
+    pub cut_units: &'a str,
 }
 
 /// A target holding a verified copy of the snapshot in row `row` (from 0) of the same
@@ -103,6 +107,7 @@ impl SnapshotRow<'_> {
             set_id: self.set_id,
             copies,
             last_common_parent_of,
+            cut_units: self.cut_units.to_owned(),
         }
     }
 }
@@ -184,6 +189,9 @@ pub struct SetRestorePreview {
     pub words: String,
     /// Exactly this restore is already staged.
     pub already_staged: bool,
+    /// The set is a consistent cut of these units (escaped, separated by one space);
+    /// empty when it is not.
+    pub cut_units: String,
 }
 
 /// One member a staged restore puts back.

@@ -899,6 +899,7 @@ impl Copies {
                         set_id: 0,
                         copies: vec![target.to_owned()],
                         last_common_parent_of: Vec::new(),
+                        cut_units: String::new(),
                     },
                     parent: String::new(),
                     bytes,

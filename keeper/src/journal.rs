@@ -198,6 +198,12 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE requests_checked RENAME TO requests;
     CREATE INDEX requests_by_action ON requests(action, state);
     CREATE INDEX requests_by_copy ON requests(target, subject) WHERE target != '';",
+    // 8: a set taken as a consistent cut: the units paused while its members were taken,
+    // one row per such set, the names separated by one space.
+    "CREATE TABLE cuts (
+        request_id INTEGER PRIMARY KEY REFERENCES requests(id),
+        units TEXT NOT NULL CHECK (units != '')
+    );",
 ];
 
 /// The version whose migration adds the `CHECK` constraints: a journal below it is read for
@@ -205,6 +211,7 @@ const MIGRATIONS: &[&str] = &[
 const CHECKED_VERSION: i64 = 6;
 
 mod copies;
+mod cut;
 mod list;
 mod retention;
 mod types;

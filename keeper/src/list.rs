@@ -53,6 +53,7 @@ struct Row {
     pre_switch: bool,
     pinned: bool,
     set_id: i64,
+    cut_units: Span,
 }
 
 /// A list as the keeper keeps and sends it: newest first.
@@ -102,6 +103,7 @@ impl Listed {
             pre_switch: r.pre_switch,
             pinned: r.pinned,
             set_id: r.set_id,
+            cut_units: self.str(r.cut_units),
         }
     }
 
@@ -222,6 +224,7 @@ struct Journalled {
     pre_switch: bool,
     reason: Span,
     asked_by: Span,
+    cut_units: Span,
 }
 
 /// The snapshots the stem listed, before the journal is read.
@@ -250,6 +253,7 @@ impl OnDiskRows {
             pre_switch: false,
             pinned: d.staged,
             set_id: 0,
+            cut_units: Span::default(),
         });
     }
 
@@ -280,7 +284,7 @@ impl OnDiskRows {
         // Found first, written after: the rows' text cannot grow while it is borrowed.
         let mut facts: Vec<(usize, Option<Journalled>)> = Vec::new();
         let mut words = String::new();
-        let mut escaped: HashMap<i64, (Span, Span)> = HashMap::new();
+        let mut escaped: HashMap<i64, (Span, Span, Span)> = HashMap::new();
         let base = l.text.len();
         journal.each_listed(|name, request: Option<ListedRequest<'_>>| {
             let Some(&i) = by_name.get(name) else { return };
@@ -293,7 +297,10 @@ impl OnDiskRows {
                         let reason = span(at, base + words.len());
                         let at = base + words.len();
                         let _ = write!(words, "{}", Escaped(r.user_name.as_bytes()));
-                        (reason, span(at, base + words.len()))
+                        let asked_by = span(at, base + words.len());
+                        let at = base + words.len();
+                        let _ = write!(words, "{}", Escaped(r.cut_units.as_bytes()));
+                        (reason, asked_by, span(at, base + words.len()))
                     });
                     facts.push((
                         i,
@@ -308,6 +315,7 @@ impl OnDiskRows {
                             pre_switch: r.pre_switch,
                             reason: spans.0,
                             asked_by: spans.1,
+                            cut_units: spans.2,
                         }),
                     ));
                 }
@@ -368,6 +376,7 @@ impl OnDiskRows {
                     row.pre_switch = j.pre_switch;
                     row.reason = j.reason;
                     row.asked_by = j.asked_by;
+                    row.cut_units = j.cut_units;
                 }
                 None => {
                     row.journalled = false;
@@ -377,6 +386,7 @@ impl OnDiskRows {
                     row.pre_switch = false;
                     row.reason = Span::default();
                     row.asked_by = Span::default();
+                    row.cut_units = Span::default();
                 }
             }
         }

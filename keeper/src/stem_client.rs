@@ -339,6 +339,22 @@ impl StemClient {
         Ok(taken.iter().map(|s| member(s).member).collect())
     }
 
+    /// Take a set with root's units paused (a consistent cut), all or nothing; the members
+    /// in the order asked, and the units that were paused (none: an ordinary set).
+    pub async fn take_cut(
+        &self,
+        subvolumes: &[String],
+    ) -> Result<(Vec<Member>, Vec<String>), StemError> {
+        let subs = subvolumes.to_vec();
+        let (taken, paused, _us) = self
+            .call(|p| {
+                let subs = subs.clone();
+                async move { p.take_cut(subs).await }
+            })
+            .await?;
+        Ok((taken.iter().map(|s| member(s).member).collect(), paused))
+    }
+
     /// Stage a restore; `(request, already_staged, message)`.
     pub async fn stage_restore(&self, name: &str) -> Result<(Request, bool, String), StemError> {
         let name = name.to_owned();
@@ -752,6 +768,7 @@ pub(crate) fn stem_error(e: StemError) -> KeeperError {
                 | ErrorKind::PartRefused
                 | ErrorKind::TooManyOpen
                 | ErrorKind::AlreadyOpen
+                | ErrorKind::NotPaused
                 | ErrorKind::Failed => {
                     KeeperError::StemFailed(format!("{message} (stem error {kind})"))
                 }

@@ -42,6 +42,13 @@ pub struct Contract {
     /// places as whole-string POSIX EREs (`builtins.match`).
     pub copies_config_path: &'static str,
     pub copy_target_name_pattern: &'static str,
+    /// Root's configuration of the consistent cut, and a paused unit's name as a
+    /// whole-string POSIX ERE.
+    pub cut_config_path: &'static str,
+    pub cut_unit_name_pattern: &'static str,
+    /// The most units, and the longest limit (ms), the stem accepts.
+    pub cut_max_units: usize,
+    pub cut_max_limit_ms: u32,
     pub copy_place_pattern: &'static str,
     /// The per-target timer and service of the NixOS module: this prefix and the target.
     pub copy_unit_prefix: &'static str,
@@ -101,6 +108,10 @@ impl Contract {
             filesystem_label: names::FILESYSTEM_LABEL,
             copies_config_path: crate::copies::CONFIG_PATH,
             copy_target_name_pattern: crate::copies::TARGET_NAME_PATTERN,
+            cut_config_path: crate::cut::CONFIG_PATH,
+            cut_unit_name_pattern: crate::cut::UNIT_NAME_PATTERN,
+            cut_max_units: crate::cut::MAX_UNITS,
+            cut_max_limit_ms: crate::cut::MAX_LIMIT_MS,
             copy_place_pattern: crate::copies::PLACE_PATTERN,
             copy_unit_prefix: names::COPY_UNIT_PREFIX,
             stem_copies_drop_in: names::STEM_COPIES_DROP_IN,

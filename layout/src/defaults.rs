@@ -93,7 +93,14 @@ pub struct Defaults {
     pub open_idle_secs: u64,
     pub opens_per_user: usize,
     pub opens_total: usize,
+    pub cut_freeze_timeout_ms: u32,
+    pub cut_hold_limit_ms: u32,
 }
+
+/// A consistent cut: how long the stem waits for every paused unit to report frozen.
+pub const CUT_FREEZE_TIMEOUT_MS: u32 = 2_000;
+/// A consistent cut: how long units may stay frozen in all before the guard thaws them.
+pub const CUT_HOLD_LIMIT_MS: u32 = 10_000;
 
 /// The one instance.
 pub const DEFAULTS: Defaults = Defaults {
@@ -115,4 +122,6 @@ pub const DEFAULTS: Defaults = Defaults {
     open_idle_secs: OPEN_IDLE_SECS,
     opens_per_user: OPENS_PER_USER,
     opens_total: OPENS_TOTAL,
+    cut_freeze_timeout_ms: CUT_FREEZE_TIMEOUT_MS,
+    cut_hold_limit_ms: CUT_HOLD_LIMIT_MS,
 };

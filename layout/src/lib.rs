@@ -7,6 +7,7 @@
 pub mod allowance;
 mod contract;
 pub mod copies;
+pub mod cut;
 pub mod defaults;
 pub mod escape;
 pub mod human;

@@ -311,6 +311,10 @@ bus_peer::named_errors! {
         /// The snapshot is open and a process uses it (its working directory, a file or a
         /// mapping is in it): not closed (CloseSnapshot) or not deleted (Delete); nothing changed.
         InUse,
+        /// A unit root names for a consistent cut did not freeze in time, could not be
+        /// frozen, or the pause outlasted its limit: no set was taken and every unit was
+        /// thawed; the message names the unit and what to do.
+        NotPaused,
         /// Anything else went wrong (an I/O error from Btrfs); the message says what.
         Failed,
     }
@@ -425,6 +429,10 @@ use layout::human::{from_unix_micros, unix_micros};
 pub trait Stem1 {
     fn take_snapshot(&self, subvolume: &str) -> Result<SnapshotInfo, Error>;
     fn take_set(&self, subvolumes: Vec<String>) -> Result<Vec<SnapshotInfo>, Error>;
+    fn take_cut(
+        &self,
+        subvolumes: Vec<String>,
+    ) -> Result<(Vec<SnapshotInfo>, Vec<String>, u64), Error>;
     fn list(&self) -> Result<Vec<SnapshotInfo>, Error>;
     fn list_since(&self, known: Vec<u64>) -> Result<(Vec<u64>, bool, Vec<SnapshotInfo>), Error>;
     fn delete(&self, name: &str) -> Result<(), Error>;

@@ -8,6 +8,7 @@
 pub mod allowance;
 pub mod caller;
 pub mod copies;
+pub mod cut;
 pub mod engine;
 pub mod open;
 pub mod private_top;

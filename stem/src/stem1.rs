@@ -46,6 +46,7 @@ use zbus::{interface, Connection};
 use crate::caller::{CallerRefused, KeeperOnly};
 use crate::copies::CopyError;
 use crate::copies::{Copied, Copies, CopyOnTarget, InFlight, Logged, Programs};
+use crate::cut::{Cut, CutError};
 use crate::engine::{self, Commit, EngineError, Staged};
 use crate::open::{check_home_part, Closed, OpenError, OpenFailure, OpenSnapshot, Opens, Part};
 use crate::worker::{ActFailure, CountFailure, Worker, WorkerGone};
@@ -254,6 +255,7 @@ pub struct Stem1 {
     keeper_only: KeeperOnly,
     copies: Arc<Copies>,
     opens: Opens,
+    cut: Arc<Cut>,
 }
 
 impl Stem1 {
@@ -276,7 +278,13 @@ impl Stem1 {
             keeper_only,
             copies,
             opens: Opens::unavailable("the stem was started without it"),
+            cut: Arc::new(Cut::none()),
         }
+    }
+
+    /// As it is, with root's units paused around TakeCut's sets.
+    pub fn with_cut(self, cut: Arc<Cut>) -> Stem1 {
+        Stem1 { cut, ..self }
     }
 
     /// As it is, with `opens` serving OpenSnapshot, CloseSnapshot and OpenSnapshots.
@@ -353,6 +361,53 @@ impl Stem1 {
         let what = format!("take set {}", subvolumes.join(" "));
         let taken = self.act(what, move |e| e.take_set(&set)).await?;
         Ok(taken.iter().map(SnapshotInfo::from).collect())
+    }
+
+    /// Take a set as TakeSet does, with the units root names for a consistent cut paused
+    /// (their cgroups frozen) from before the first member until after the last, then
+    /// thawed: the set is one moment of what they wrote. `subvolumes`: as TakeSet. Returns
+    /// the snapshots in the order asked, the units paused (empty: none configured or none
+    /// running, and the set is an ordinary one), and how long they were paused, in
+    /// microseconds. A unit that does not freeze in time, or a pause that outlasts its
+    /// limit, takes no set and leaves every unit thawed. Errors: as TakeSet, and NotPaused.
+    #[zbus(out_args("snapshots", "paused_units", "paused_us"))]
+    async fn take_cut(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        subvolumes: Vec<String>,
+    ) -> Result<(Vec<SnapshotInfo>, Vec<String>, u64), Error> {
+        self.admit(connection, &header).await?;
+        let set = parse_set(&subvolumes)?;
+        let what = format!("take set {} (consistent cut)", subvolumes.join(" "));
+        let started = std::time::Instant::now();
+        match self.cut.take_set(&self.worker, set).await {
+            Ok(taken) => {
+                let paused: Vec<String> = taken.paused.iter().map(|u| u.to_string()).collect();
+                tracing::info!(
+                    took_us = started.elapsed().as_micros() as u64,
+                    paused_us = taken.held.as_micros() as u64,
+                    "{what}: done, paused: {}",
+                    if paused.is_empty() {
+                        "none".to_string()
+                    } else {
+                        paused.join(" ")
+                    }
+                );
+                Ok((
+                    taken.snapshots.iter().map(SnapshotInfo::from).collect(),
+                    paused,
+                    taken.held.as_micros() as u64,
+                ))
+            }
+            Err(e) => {
+                tracing::warn!("{what}: refused or failed: {e}");
+                Err(match e {
+                    CutError::Act(a) => a.into(),
+                    e => Error::NotPaused(e.to_string()),
+                })
+            }
+        }
     }
 
     /// Every snapshot in the store, newest first.

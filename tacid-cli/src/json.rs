@@ -140,6 +140,13 @@ pub struct Snapshot<'a> {
     /// The targets whose copy of it failed its last verification, with what failed.
     failed_verification: FailedOf<'a>,
     switch: Option<SwitchJson>,
+    /// The units paused while its set was taken (a consistent cut); `null`: it is not one.
+    consistent_cut: Option<Vec<&'a str>>,
+}
+
+/// The units of a consistent cut, from the keeper's space-separated names.
+fn cut_units(units: &str) -> Option<Vec<&str>> {
+    (!units.is_empty()).then(|| units.split(' ').collect())
 }
 
 impl<'a> Snapshot<'a> {
@@ -154,6 +161,7 @@ impl<'a> Snapshot<'a> {
         copies: Targets<'a>,
         last_common_parent_of: Targets<'a>,
         failed_verification: FailedOf<'a>,
+        cut: &'a str,
     ) -> Self {
         Snapshot {
             name,
@@ -171,6 +179,7 @@ impl<'a> Snapshot<'a> {
             last_common_parent_of,
             failed_verification,
             switch: switch_json(pre_switch, reason),
+            consistent_cut: cut_units(cut),
         }
     }
 
@@ -186,6 +195,7 @@ impl<'a> Snapshot<'a> {
             Targets::OfRow(copies),
             Targets::ParentOfRow(copies),
             FailedOf(copies),
+            r.cut_units,
         )
     }
 }
@@ -202,6 +212,7 @@ impl<'a> From<&'a wire::SnapshotEntry> for Snapshot<'a> {
             Targets::Names(&e.copies),
             Targets::Names(&e.last_common_parent_of),
             FailedOf(&[]),
+            &e.cut_units,
         )
     }
 }
@@ -370,6 +381,8 @@ pub struct SetRestorePreview<'a> {
     as_of_last_commit: bool,
     words: &'a str,
     already_staged: bool,
+    /// The units paused while the set was taken (a consistent cut); `null`: it is not one.
+    consistent_cut: Option<Vec<&'a str>>,
 }
 
 impl<'a> From<&'a wire::SetRestorePreview> for SetRestorePreview<'a> {
@@ -394,6 +407,7 @@ impl<'a> From<&'a wire::SetRestorePreview> for SetRestorePreview<'a> {
             as_of_last_commit: p.as_of_last_commit,
             words: &p.words,
             already_staged: p.already_staged,
+            consistent_cut: cut_units(&p.cut_units),
         }
     }
 }
@@ -1010,6 +1024,7 @@ mod tests {
             pre_switch: false,
             pinned: false,
             set_id: 0,
+            cut_units: "",
         }
     }
 
@@ -1073,7 +1088,7 @@ mod tests {
                 "asked_by": "alice", "asked_by_uid": 1000, "origin": "journal",
                 "pre_switch": false, "pinned": false, "set_id": 7,
                 "copies": ["nas", "usb"], "last_common_parent_of": ["usb"],
-                "failed_verification": {}, "switch": null
+                "failed_verification": {}, "switch": null, "consistent_cut": null
             })
         );
         // A copy whose last verification failed says so, by target.

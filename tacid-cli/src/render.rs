@@ -94,6 +94,13 @@ pub fn write_list(
         if e.set_id > 0 {
             writeln!(out, "    set    {}", e.set_id)?;
         }
+        if !e.cut_units.is_empty() {
+            writeln!(
+                out,
+                "    cut    a consistent cut: {} paused while the set was taken",
+                e.cut_units.replace(' ', ", ")
+            )?;
+        }
         let held = crate::rows::copies_of(copies, &mut at, i);
         if let Some((first, rest)) = held.split_first() {
             write!(out, "    copies {}", first.target)?;
@@ -158,6 +165,13 @@ pub fn snapshot_set(set: &SnapshotSet) -> String {
     );
     for e in &set.snapshots {
         let _ = writeln!(out, "  {}  of {}", e.name, e.of_path);
+    }
+    if let Some(cut) = set.snapshots.first().filter(|e| !e.cut_units.is_empty()) {
+        let _ = writeln!(
+            out,
+            "A consistent cut: {} paused while every member was taken, then resumed.",
+            cut.cut_units.replace(' ', ", ")
+        );
     }
     let _ = writeln!(out, "{NO_BACKUP}");
     out
@@ -261,6 +275,7 @@ pub fn staged(p: &RestorePreview, s: &RestoreStaged) -> String {
 pub fn set_preview(p: &SetRestorePreview) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", p.words);
+    let _ = writeln!(out, "{}", cut_sentence(&p.cut_units));
     let put_back: Vec<&str> = p
         .members
         .iter()
@@ -285,6 +300,18 @@ pub fn set_preview(p: &SetRestorePreview) -> String {
     };
     staged_or_how_to_stage(&mut out, p.already_staged, &and_list(&put_back), &args);
     out
+}
+
+/// Whether a set is one moment of the units paused while it was taken.
+fn cut_sentence(units: &str) -> String {
+    if units.is_empty() {
+        "This set is not a consistent cut: its members were taken one after another, with no service paused.".into()
+    } else {
+        format!(
+            "This set is a consistent cut: {} paused while every member was taken, so its members are one moment of what they wrote.",
+            units.replace(' ', ", ")
+        )
+    }
 }
 
 /// `tacid data restore SET --details`: each member's changed paths, under its own heading.
@@ -674,6 +701,7 @@ mod tests {
             pre_switch: true,
             pinned: false,
             set_id: 7,
+            cut_units: "",
         };
         let mut text = Vec::new();
         super::write_list(&mut text, &[row], &[], &[], now()).unwrap();
@@ -684,6 +712,48 @@ mod tests {
             String::from_utf8(text).unwrap(),
             json["snapshots"][0]["switch"].clone(),
         )
+    }
+
+    #[test]
+    fn a_consistent_cut_is_listed_with_its_units_in_words_and_json() {
+        let row = keeper_interface::SnapshotRow {
+            name: "@persist.2026-12-02T110000.000000Z",
+            of: "@persist",
+            of_path: "/persist",
+            taken_micros: NOW_MICROS - HOUR,
+            reason: "",
+            asked_by: "root",
+            asked_by_uid: 0,
+            origin: "journal",
+            pre_switch: true,
+            pinned: false,
+            set_id: 7,
+            cut_units: "postgresql.service app.service",
+        };
+        let plain = keeper_interface::SnapshotRow {
+            cut_units: "",
+            set_id: 6,
+            ..row
+        };
+        let mut text = Vec::new();
+        super::write_list(&mut text, &[row, plain], &[], &[], now()).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains("\n    cut    a consistent cut: postgresql.service, app.service paused while the set was taken\n"),
+            "{text}"
+        );
+        assert_eq!(text.matches("consistent cut").count(), 1, "{text}");
+        let mut json = Vec::new();
+        crate::json::write_list(&mut json, &[row, plain], &[], &[]).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(
+            json["snapshots"][0]["consistent_cut"],
+            serde_json::json!(["postgresql.service", "app.service"])
+        );
+        assert_eq!(
+            json["snapshots"][1]["consistent_cut"],
+            serde_json::Value::Null
+        );
     }
 
     #[test]

@@ -163,24 +163,38 @@ impl Consent {
             .await?;
         let pending = started.elapsed();
         test_pause("set-pending").await;
-        match self.h.stem.take_set(&names).await {
-            Ok(members) => {
+        // With root's units paused (a consistent cut, adr/0026); none configured: an
+        // ordinary set.
+        match self.h.stem.take_cut(&names).await {
+            Ok((members, paused)) => {
                 let taken = started.elapsed();
                 test_pause("set-taken").await;
                 let outcome = format!(
-                    "complete: {}",
+                    "complete: {}{}",
                     members
                         .iter()
                         .map(|m| m.name.as_str())
                         .collect::<Vec<_>>()
-                        .join(" ")
+                        .join(" "),
+                    if paused.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; a consistent cut of {}", paused.join(" "))
+                    }
                 );
+                // The cut first: a set left pending and settled from the disk later is
+                // still known for what it is.
                 self.h
                     .journal({
-                        let (members, outcome) = (members.clone(), outcome.clone());
-                        move |j| j.complete_set(id, &members, &outcome)
+                        let (members, outcome, paused) =
+                            (members.clone(), outcome.clone(), paused.clone());
+                        move |j| {
+                            j.record_cut(id, &paused)?;
+                            j.complete_set(id, &members, &outcome)
+                        }
                     })
                     .await?;
+                let cut_units = escape(paused.join(" ").as_bytes());
                 tracing::info!(set = id, uid, user = %asker.name, "{outcome}");
                 let us = |d: Duration| d.as_micros() as u64;
                 tracing::debug!(
@@ -209,6 +223,7 @@ impl Consent {
                         set_id: id,
                         copies: Vec::new(),
                         last_common_parent_of: Vec::new(),
+                        cut_units: cut_units.clone(),
                     })
                     .collect();
                 Ok(SnapshotSet {

@@ -644,7 +644,13 @@ impl Consent {
         } else {
             ChangeCount::default()
         };
+        let cut_units = match plan.set {
+            Some(set_id) => self.h.journal(move |j| j.cut_of(set_id)).await?,
+            // Snapshots named together, not one set: no cut to speak of.
+            None => String::new(),
+        };
         Ok(SetRestorePreview {
+            cut_units: layout::escape::escape(cut_units.as_bytes()),
             set_id: plan.set.unwrap_or(0),
             pre_switch: plan.before_switch.is_some(),
             members,

@@ -23,6 +23,8 @@ pub struct ListedRequest<'a> {
     pub user_name: &'a str,
     pub reason: &'a str,
     pub pre_switch: bool,
+    /// The units paused while the set was taken, separated by one space; empty: none.
+    pub cut_units: &'a str,
 }
 
 impl Journal {
@@ -42,8 +44,10 @@ impl Journal {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT s.name, r.id, r.uid, r.user_name, r.reason, r.pre_switch, r.action
+                "SELECT s.name, r.id, r.uid, r.user_name, r.reason, r.pre_switch, r.action,
+                     COALESCE(c.units, '')
                  FROM snapshots s LEFT JOIN requests r ON r.id = s.request_id
+                 LEFT JOIN cuts c ON c.request_id = r.id
                  ORDER BY s.rowid",
             )
             .map_err(|e| self.err(e))?;
@@ -59,6 +63,7 @@ impl Journal {
                     reason: text(r, 4).map_err(|e| self.err(e))?,
                     pre_switch: r.get(5).map_err(|e| self.err(e))?,
                     action: r.get(6).map_err(|e| self.err(e))?,
+                    cut_units: text(r, 7).map_err(|e| self.err(e))?,
                 }),
             };
             each(name, request);

@@ -113,6 +113,13 @@ fn bus_the_kept_list_is_never_stale() {
             entry.remove("failed_verification"),
             Some(serde_json::json!({}))
         );
+        // A consistent cut's units: a list in JSON, `null` for none; `List` says them as
+        // one string, empty for none (no unit is paused here).
+        assert_eq!(
+            entry.remove("consistent_cut"),
+            Some(serde_json::Value::Null)
+        );
+        entry.insert("cut_units".into(), "".into());
     }
     assert_eq!(serde_json::to_value(&nested).unwrap(), cli);
 

@@ -4,6 +4,7 @@ mod bus_attacks_on_parents_transfers_and_opens;
 mod bus_consent_and_reconcile;
 mod bus_copier_impostor;
 mod bus_copies;
+mod bus_cut;
 mod bus_fetched_restore;
 mod bus_full_disk;
 mod bus_keeper;

@@ -25,7 +25,7 @@ struct Args {
     #[arg(
         long,
         value_name = "PATH",
-        required_unless_present = "print_introspection"
+        required_unless_present_any = ["print_introspection", "thaw_cut"]
     )]
     top: Option<PathBuf>,
 
@@ -78,6 +78,24 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = layout::defaults::OPENS_TOTAL)]
     opens_total: usize,
 
+    /// Root's configuration of the consistent cut: the units paused while a set is taken
+    /// (TakeCut). It must be a regular file owned by root and writable by nobody else, or
+    /// the stem refuses to start; a missing file means none. The NixOS module renders it
+    /// from services.tacid.consistentCut.
+    #[arg(long, value_name = "PATH", default_value = layout::cut::CONFIG_PATH)]
+    cut_config: PathBuf,
+
+    /// Where systemd is not PID 1: the cgroup v2 hierarchy beneath which each paused unit's
+    /// cgroup is the directory named as the unit. Where systemd is PID 1 the stem asks
+    /// systemd (FreezeUnit) and this is not used.
+    #[arg(long, value_name = "DIR", default_value = "/sys/fs/cgroup")]
+    cgroup_root: PathBuf,
+
+    /// Thaw every unit named in --cut-config and exit: the unit's ExecStopPost=, so that no
+    /// stop of the stem, however it came, leaves a unit it froze frozen.
+    #[arg(long)]
+    thaw_cut: bool,
+
     /// Print the interface's introspection XML (as committed in stem-interface/org.tacid.Stem1.xml)
     /// and exit.
     #[arg(long)]
@@ -85,12 +103,21 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // The guard (adr/0026) is this program under another first argument: nothing else of
+    // the stem starts in it.
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if raw.get(1).map(|a| a.as_os_str()) == Some(stem::cut::guard::SUBCOMMAND.as_ref()) {
+        return stem::cut::guard::main(&raw[2..]);
+    }
     let args = Args::parse();
     if args.print_introspection {
         print!("{}", introspection_xml());
         return ExitCode::SUCCESS;
     }
     init_logging();
+    if args.thaw_cut {
+        return thaw_cut(&args);
+    }
     // Before the stem leaves it: the namespace people live in, where opened snapshots are
     // mounted (adr/0019).
     let host_ns = stem::open::Opens::host_namespace();
@@ -120,6 +147,42 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(serve(args, host_ns)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Root's pause, as configured; the guard is this very program.
+fn load_cut(args: &Args) -> Result<stem::cut::Cut, String> {
+    let config = stem::cut::load_config(&args.cut_config)?;
+    let program = std::env::current_exe()
+        .map_err(|e| format!("cannot learn this program's path, to start the guard: {e}"))?;
+    Ok(stem::cut::Cut::new(
+        config,
+        stem::cut::Freezer::detect(args.cgroup_root.clone()),
+        program,
+    ))
+}
+
+fn thaw_cut(args: &Args) -> ExitCode {
+    let cut = match load_cut(args) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        tracing::error!("cannot start the async runtime");
+        return ExitCode::FAILURE;
+    };
+    match rt.block_on(cut.thaw_configured()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
@@ -215,9 +278,22 @@ async fn watch_opens(
 async fn serve(args: Args, host_ns: Result<std::os::fd::OwnedFd, String>) -> Result<(), String> {
     let opens = start_opens(host_ns, &args);
     let idle = std::time::Duration::from_secs(args.open_idle_secs.max(1));
-    let top = args.top.ok_or("--top is required")?;
+    let top = args.top.clone().ok_or("--top is required")?;
     let keeper_only = stem::caller::keeper_only(&args.keeper_user).map_err(|e| e.to_string())?;
     let copies_config = stem::copies::load_config(&args.copies_config)?;
+    let cut = std::sync::Arc::new(load_cut(&args)?);
+    if !cut.config().units.is_empty() {
+        tracing::info!(
+            "consistent cut: {} paused around a set ({:?})",
+            cut.config()
+                .units
+                .iter()
+                .map(|u| u.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            stem::cut::Freezer::detect(args.cgroup_root.clone())
+        );
+    }
     let engine = Engine::open(&top).map_err(|e| format!("cannot open {}: {e}", top.display()))?;
     engine.set_hard_floor(args.hard_floor_bytes);
     // An unsafe store is said now, loudly, but the stem still serves: every act checks the
@@ -279,7 +355,9 @@ async fn serve(args: Args, host_ns: Result<std::os::fd::OwnedFd, String>) -> Res
     let connection = builder
         .serve_at(
             layout::names::STEM_OBJECT_PATH,
-            Stem1::with_copies(worker, keeper_only.clone(), copies).with_opens(opens.clone()),
+            Stem1::with_copies(worker, keeper_only.clone(), copies)
+                .with_opens(opens.clone())
+                .with_cut(cut),
         )
         .name(layout::names::STEM_BUS_NAME)
         .build()

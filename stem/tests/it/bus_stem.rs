@@ -25,6 +25,7 @@ const STRANGER: &str = "tacid-stranger";
 const EVERY_METHOD: &[(&str, &[&str])] = &[
     ("TakeSnapshot", &["string:@home"]),
     ("TakeSet", &["array:string:@home,@log"]),
+    ("TakeCut", &["array:string:@home,@log"]),
     ("List", &[]),
     ("ListSince", &["array:uint64:1,2,3"]),
     ("Delete", &["string:@home.2026-12-01T140200.123456Z"]),

@@ -236,6 +236,19 @@ fn the_units_floor_is_the_layouts_default_and_the_stems_own() {
 }
 
 #[test]
+fn any_stop_thaws_the_units_of_the_cut_the_stem_was_given() {
+    // adr/0026: the guard's backstop. The same program and file as ExecStart=, and a
+    // leading '-' so that a unit gone since does not fail the stop.
+    let unit = assignments(&read(&unit_path()));
+    let config = exec_option(&unit, "--cut-config");
+    assert_eq!(config, layout::cut::CONFIG_PATH);
+    assert_eq!(
+        values(&unit, "ExecStopPost"),
+        [format!("-/usr/bin/tacid-stem --thaw-cut --cut-config {config}").as_str()]
+    );
+}
+
+#[test]
 fn the_unit_names_what_the_layout_names() {
     let unit = assignments(&read(&unit_path()));
     assert_eq!(value(&unit, "Type"), "dbus");
