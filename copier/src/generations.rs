@@ -40,6 +40,11 @@ pub struct TargetGenerations {
     /// tombstones were kept).
     #[serde(default)]
     pub deleted: BTreeMap<String, Tombstone>,
+    /// Per copy name, the generation of the copy this machine stored whole there (its
+    /// manifest read back) and has not deleted: a listing without it has lost it. Absent in
+    /// files written before; filled as listings find this machine's copies.
+    #[serde(default)]
+    pub sealed: BTreeMap<String, u64>,
 }
 
 /// A copy this machine deleted.
@@ -52,6 +57,11 @@ pub struct Tombstone {
     pub generation: u64,
     /// When it was deleted (microseconds since the Unix epoch).
     pub deleted_micros: i64,
+    /// The delete did not return yet (or failed, or a power cut stopped it): its manifest
+    /// still there is the copy being deleted, not one put back. Absent: the delete
+    /// returned (and in files written before).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleting: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,6 +86,12 @@ pub enum Stale {
         wrote: u64,
     },
     Deleted {
+        name: String,
+        served: u64,
+        deleted: Tombstone,
+    },
+    /// A copy whose delete on this machine did not finish.
+    Deleting {
         name: String,
         served: u64,
         deleted: Tombstone,
@@ -118,6 +134,16 @@ impl std::fmt::Display for Stale {
                 when(deleted.deleted_micros),
                 deleted.uuid,
                 deleted.generation
+            ),
+            Stale::Deleting {
+                name,
+                served,
+                deleted,
+            } => write!(
+                f,
+                "{name} (generation {served}) is being deleted: its delete on this machine at \
+                 {} did not finish; the next copy or delete on this target finishes it",
+                when(deleted.deleted_micros)
             ),
         }
     }
@@ -167,12 +193,59 @@ impl Generations {
             t.highest = t.highest.max(generation);
             t.copies.insert(name.to_owned(), generation);
             t.deleted.remove(name);
+            t.sealed.remove(name);
         })
     }
 
-    /// Remember, durably, that this machine deletes the copy `name` on `target` (`uuid`,
-    /// `generation`) at `deleted_micros`. Past [`MAX_TOMBSTONES`] on the target, the oldest
-    /// deletion is forgotten.
+    /// Remember, durably, that the copy `name` of `generation` on `target` is stored whole.
+    pub fn sealed(&mut self, target: &str, name: &str, generation: u64) -> Result<(), String> {
+        self.change(target, |t| {
+            t.sealed.insert(name.to_owned(), generation);
+        })
+    }
+
+    /// Learn, durably, that each of `found` (a copy name and generation a listing shows,
+    /// authenticated) is a copy this machine stored whole, when it is the generation this
+    /// machine last gave the name; written only when something is new.
+    pub fn learn(&mut self, target: &str, found: &[(String, u64)]) -> Result<(), String> {
+        let t = self.of(target);
+        let new: Vec<&(String, u64)> = found
+            .iter()
+            .filter(|(n, g)| t.copies.get(n) == Some(g) && !t.sealed.contains_key(n))
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        self.change(target, |t| {
+            for (n, g) in new {
+                t.sealed.insert(n.clone(), *g);
+            }
+        })
+    }
+
+    /// Remember, durably, that the delete of `name` on `target` returned: its tombstone,
+    /// if still "deleting", is final.
+    pub fn buried(&mut self, target: &str, name: &str) -> Result<(), String> {
+        if !self
+            .file
+            .targets
+            .get(target)
+            .and_then(|t| t.deleted.get(name))
+            .is_some_and(|d| d.deleting)
+        {
+            return Ok(());
+        }
+        self.change(target, |t| {
+            if let Some(d) = t.deleted.get_mut(name) {
+                d.deleting = false;
+            }
+        })
+    }
+
+    /// Remember, durably, that this machine begins to delete the copy `name` on `target`
+    /// (`uuid`, `generation`) at `deleted_micros`: its tombstone says "deleting" until
+    /// [`Generations::buried`]. Past [`MAX_TOMBSTONES`] on the target, the oldest deletion
+    /// is forgotten.
     pub fn bury(
         &mut self,
         target: &str,
@@ -184,12 +257,14 @@ impl Generations {
         self.change(target, |t| {
             t.highest = t.highest.max(generation);
             let wrote = t.copies.remove(name).unwrap_or(0);
+            t.sealed.remove(name);
             t.deleted.insert(
                 name.to_owned(),
                 Tombstone {
                     uuid: uuid.to_owned(),
                     generation: generation.max(wrote),
                     deleted_micros,
+                    deleting: true,
                 },
             );
             while t.deleted.len() > MAX_TOMBSTONES {
@@ -238,6 +313,11 @@ impl Generations {
             }
         }
         match t.deleted.get(name) {
+            Some(d) if served <= d.generation && d.deleting => Err(Stale::Deleting {
+                name: name.to_owned(),
+                served,
+                deleted: d.clone(),
+            }),
             Some(d) if served <= d.generation => Err(Stale::Deleted {
                 name: name.to_owned(),
                 served,
@@ -278,6 +358,20 @@ mod tests {
         // 2026-12-05 14:10:00 UTC.
         g.bury("usb", "@home.x", "u-x", 3, 1_796_479_800_000_000)
             .expect("write");
+        // The delete did not return yet: the copy still served is the one being deleted.
+        let deleting = g.check("usb", "@home.x", 3).expect_err("deleting");
+        assert!(matches!(deleting, Stale::Deleting { .. }), "{deleting}");
+        assert!(
+            deleting.to_string().contains("is being deleted"),
+            "{deleting}"
+        );
+        let g = Generations::load(dir.path()).expect("reload");
+        assert!(matches!(
+            g.check("usb", "@home.x", 3),
+            Err(Stale::Deleting { .. })
+        ));
+        let mut g = g;
+        g.buried("usb", "@home.x").expect("write");
         let g2 = Generations::load(dir.path()).expect("reload");
         let stale = g2.check("usb", "@home.x", 3).expect_err("deleted");
         assert!(
@@ -311,6 +405,7 @@ mod tests {
                     uuid: format!("u{i}"),
                     generation: i + 1,
                     deleted_micros: i as i64,
+                    deleting: false,
                 },
             );
         }
