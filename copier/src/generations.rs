@@ -41,10 +41,18 @@ pub struct TargetGenerations {
     #[serde(default)]
     pub deleted: BTreeMap<String, Tombstone>,
     /// Per copy name, the generation of the copy this machine stored whole there (its
-    /// manifest read back) and has not deleted: a listing without it has lost it. Absent in
-    /// files written before; filled as listings find this machine's copies.
-    #[serde(default)]
-    pub sealed: BTreeMap<String, u64>,
+    /// manifest read back) and has not deleted: a listing without it has lost it. None in
+    /// files written before it was kept, until a seal returns or a listing finds one of
+    /// this machine's copies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<BTreeMap<String, u64>>,
+}
+
+impl TargetGenerations {
+    /// The copies stored whole and not deleted (none when not known yet).
+    pub fn stored(&self) -> BTreeMap<String, u64> {
+        self.sealed.clone().unwrap_or_default()
+    }
 }
 
 /// A copy this machine deleted.
@@ -193,14 +201,18 @@ impl Generations {
             t.highest = t.highest.max(generation);
             t.copies.insert(name.to_owned(), generation);
             t.deleted.remove(name);
-            t.sealed.remove(name);
+            if let Some(sealed) = &mut t.sealed {
+                sealed.remove(name);
+            }
         })
     }
 
     /// Remember, durably, that the copy `name` of `generation` on `target` is stored whole.
     pub fn sealed(&mut self, target: &str, name: &str, generation: u64) -> Result<(), String> {
         self.change(target, |t| {
-            t.sealed.insert(name.to_owned(), generation);
+            t.sealed
+                .get_or_insert_default()
+                .insert(name.to_owned(), generation);
         })
     }
 
@@ -211,14 +223,16 @@ impl Generations {
         let t = self.of(target);
         let new: Vec<&(String, u64)> = found
             .iter()
-            .filter(|(n, g)| t.copies.get(n) == Some(g) && !t.sealed.contains_key(n))
+            .filter(|(n, g)| {
+                t.copies.get(n) == Some(g) && !t.sealed.as_ref().is_some_and(|s| s.contains_key(n))
+            })
             .collect();
         if new.is_empty() {
             return Ok(());
         }
         self.change(target, |t| {
             for (n, g) in new {
-                t.sealed.insert(n.clone(), *g);
+                t.sealed.get_or_insert_default().insert(n.clone(), *g);
             }
         })
     }
@@ -257,7 +271,9 @@ impl Generations {
         self.change(target, |t| {
             t.highest = t.highest.max(generation);
             let wrote = t.copies.remove(name).unwrap_or(0);
-            t.sealed.remove(name);
+            if let Some(sealed) = &mut t.sealed {
+                sealed.remove(name);
+            }
             t.deleted.insert(
                 name.to_owned(),
                 Tombstone {
@@ -435,6 +451,40 @@ mod tests {
         let g = Generations::load(dir.path()).expect("reads");
         assert_eq!(g.of("usb").highest, 4);
         assert!(g.of("usb").deleted.is_empty());
+    }
+
+    #[test]
+    fn stored_copies_are_kept_until_deleted_and_learned_in_files_from_before() {
+        let dir = tempfile::tempdir().expect("a directory");
+        std::fs::write(
+            dir.path().join(FILE_NAME),
+            br#"{"targets": {"usb": {"highest": 4, "copies": {"@home.x": 4, "@home.y": 2}}}}"#,
+        )
+        .expect("write");
+        let mut g = Generations::load(dir.path()).expect("reads");
+        assert_eq!(g.of("usb").sealed, None, "not known yet");
+        // A listing finds @home.x as written, and @home.y at another generation.
+        g.learn("usb", &[("@home.x".into(), 4), ("@home.y".into(), 1)])
+            .expect("write");
+        let g = Generations::load(dir.path()).expect("reload");
+        assert_eq!(
+            g.of("usb").stored(),
+            BTreeMap::from([("@home.x".to_owned(), 4)])
+        );
+        let mut g = g;
+        g.remember("usb", "@home.z", 5).expect("write");
+        assert!(
+            !g.of("usb").stored().contains_key("@home.z"),
+            "not yet whole"
+        );
+        g.sealed("usb", "@home.z", 5).expect("write");
+        assert!(g.of("usb").stored().contains_key("@home.z"));
+        g.bury("usb", "@home.x", "u-x", 4, 0).expect("write");
+        let g = Generations::load(dir.path()).expect("reload");
+        assert_eq!(
+            g.of("usb").stored(),
+            BTreeMap::from([("@home.z".to_owned(), 5)])
+        );
     }
 
     #[test]

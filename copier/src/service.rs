@@ -309,7 +309,7 @@ impl Copier {
                     .collect();
                 // What this machine stored whole and did not delete, and the target does
                 // not list: an emptied bucket, a wrong prefix, a store rolled back.
-                let sealed = inner.generations().of(target.name.as_str()).sealed;
+                let sealed = inner.generations().of(target.name.as_str()).stored();
                 for (missing, generation) in sealed.iter().filter(|(n, _)| !names.contains(n)) {
                     out.push(Verified {
                         name: missing.clone(),
@@ -437,7 +437,7 @@ impl Copier {
             // too, so that verify stops asking for it once a person deleted it.
             let deleting = deleting.or_else(|| {
                 let t = inner.generations().of(target.name.as_str());
-                t.sealed.get(&name.to_string()).map(|g| (String::new(), *g))
+                t.stored().get(&name.to_string()).map(|g| (String::new(), *g))
             });
             let now = layout::human::unix_micros(std::time::SystemTime::now());
             let state = inner.paths.state.display().to_string();
@@ -547,12 +547,22 @@ impl Inner {
     /// delete: such a listing (an unreadable or emptied directory, a wrong prefix) would make
     /// every copy's parts look orphaned.
     fn clean(&self, target: &Target, store: &dyn Store, key: &SealKey) -> Result<(), Error> {
-        let expected = self
-            .generations()
-            .of(target.name.as_str())
-            .sealed
-            .into_keys()
-            .collect();
+        let mut known = self.generations().of(target.name.as_str());
+        if known.sealed.is_none() && !known.copies.is_empty() {
+            // A record from before stored copies were kept: learn them from the listing,
+            // and clean nothing if it shows none of the copies this machine wrote.
+            self.learn(target, &seal::copies(store, key).map_err(error_of)?);
+            known = self.generations().of(target.name.as_str());
+            if known.sealed.is_none() {
+                tracing::warn!(
+                    target = %target.name,
+                    "not cleaned: the target lists none of the {} copies this machine wrote there",
+                    known.copies.len()
+                );
+                return Ok(());
+            }
+        }
+        let expected = known.stored().into_keys().collect();
         let report =
             seal::clean_expecting(store, key, seal::CLEAN_GRACE, &expected).map_err(error_of)?;
         match &report.refused {

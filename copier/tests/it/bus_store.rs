@@ -137,6 +137,52 @@ fn a_listing_without_the_manifests_deletes_no_part_and_verify_says_what_is_missi
 }
 
 #[test]
+fn a_record_from_before_stored_copies_were_kept_cleans_nothing_on_a_listing_without_them() {
+    if !common::require() {
+        return;
+    }
+    let bus = PrivateBus::start();
+    let places = Places::new("");
+    let copier = CopierDaemon::start(&bus, &places);
+    let stream = incompressible(100_000);
+    common::seal(
+        &bus,
+        FULL,
+        uuid::Uuid::from_u128(0x67),
+        None,
+        &stream,
+        Ending::End,
+    )
+    .expect("copy");
+    copier.kill();
+    // generations.json as a copier before this one wrote it: no record of stored copies.
+    let record_path = places.state.join("generations.json");
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record_path).expect("the record")).expect("JSON");
+    let usb = record["targets"][USB].as_object_mut().expect("the target");
+    assert!(usb.remove("sealed").is_some(), "{usb:?}");
+    std::fs::write(&record_path, serde_json::to_vec(&record).expect("JSON")).expect("write");
+    let parts = places.parts();
+    age_parts(&places, Duration::from_secs(3 * 24 * 3600));
+    let manifests = key_dir(&places).join("manifests");
+    let aside = places.dir.path().join("manifests-aside");
+    std::fs::rename(&manifests, &aside).expect("move the manifests away");
+    let _copier = CopierDaemon::start(&bus, &places);
+    common::seal(
+        &bus,
+        INCR,
+        uuid::Uuid::from_u128(0x68),
+        None,
+        &stream,
+        Ending::End,
+    )
+    .expect("another copy");
+    for part in &parts {
+        assert!(places.parts().contains(part), "{part} was deleted");
+    }
+}
+
+#[test]
 fn a_delete_the_store_refuses_is_a_copy_being_deleted_then_finished_not_an_alarm() {
     if !common::require() {
         return;
