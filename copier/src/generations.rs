@@ -40,6 +40,19 @@ pub struct TargetGenerations {
     /// tombstones were kept).
     #[serde(default)]
     pub deleted: BTreeMap<String, Tombstone>,
+    /// Per copy name, the generation of the copy this machine stored whole there (its
+    /// manifest read back) and has not deleted: a listing without it has lost it. None in
+    /// files written before it was kept, until a seal returns or a listing finds one of
+    /// this machine's copies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<BTreeMap<String, u64>>,
+}
+
+impl TargetGenerations {
+    /// The copies stored whole and not deleted (none when not known yet).
+    pub fn stored(&self) -> BTreeMap<String, u64> {
+        self.sealed.clone().unwrap_or_default()
+    }
 }
 
 /// A copy this machine deleted.
@@ -52,6 +65,11 @@ pub struct Tombstone {
     pub generation: u64,
     /// When it was deleted (microseconds since the Unix epoch).
     pub deleted_micros: i64,
+    /// The delete did not return yet (or failed, or a power cut stopped it): its manifest
+    /// still there is the copy being deleted, not one put back. Absent: the delete
+    /// returned (and in files written before).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleting: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,6 +94,12 @@ pub enum Stale {
         wrote: u64,
     },
     Deleted {
+        name: String,
+        served: u64,
+        deleted: Tombstone,
+    },
+    /// A copy whose delete on this machine did not finish.
+    Deleting {
         name: String,
         served: u64,
         deleted: Tombstone,
@@ -118,6 +142,16 @@ impl std::fmt::Display for Stale {
                 when(deleted.deleted_micros),
                 deleted.uuid,
                 deleted.generation
+            ),
+            Stale::Deleting {
+                name,
+                served,
+                deleted,
+            } => write!(
+                f,
+                "{name} (generation {served}) is being deleted: its delete on this machine at \
+                 {} did not finish; the next copy or delete on this target finishes it",
+                when(deleted.deleted_micros)
             ),
         }
     }
@@ -167,12 +201,65 @@ impl Generations {
             t.highest = t.highest.max(generation);
             t.copies.insert(name.to_owned(), generation);
             t.deleted.remove(name);
+            if let Some(sealed) = &mut t.sealed {
+                sealed.remove(name);
+            }
         })
     }
 
-    /// Remember, durably, that this machine deletes the copy `name` on `target` (`uuid`,
-    /// `generation`) at `deleted_micros`. Past [`MAX_TOMBSTONES`] on the target, the oldest
-    /// deletion is forgotten.
+    /// Remember, durably, that the copy `name` of `generation` on `target` is stored whole.
+    pub fn sealed(&mut self, target: &str, name: &str, generation: u64) -> Result<(), String> {
+        self.change(target, |t| {
+            t.sealed
+                .get_or_insert_default()
+                .insert(name.to_owned(), generation);
+        })
+    }
+
+    /// Learn, durably, that each of `found` (a copy name and generation a listing shows,
+    /// authenticated) is a copy this machine stored whole, when it is the generation this
+    /// machine last gave the name; written only when something is new.
+    pub fn learn(&mut self, target: &str, found: &[(String, u64)]) -> Result<(), String> {
+        let t = self.of(target);
+        let new: Vec<&(String, u64)> = found
+            .iter()
+            .filter(|(n, g)| {
+                t.copies.get(n) == Some(g) && !t.sealed.as_ref().is_some_and(|s| s.contains_key(n))
+            })
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        self.change(target, |t| {
+            for (n, g) in new {
+                t.sealed.get_or_insert_default().insert(n.clone(), *g);
+            }
+        })
+    }
+
+    /// Remember, durably, that the delete of `name` on `target` returned: its tombstone,
+    /// if still "deleting", is final.
+    pub fn buried(&mut self, target: &str, name: &str) -> Result<(), String> {
+        if !self
+            .file
+            .targets
+            .get(target)
+            .and_then(|t| t.deleted.get(name))
+            .is_some_and(|d| d.deleting)
+        {
+            return Ok(());
+        }
+        self.change(target, |t| {
+            if let Some(d) = t.deleted.get_mut(name) {
+                d.deleting = false;
+            }
+        })
+    }
+
+    /// Remember, durably, that this machine begins to delete the copy `name` on `target`
+    /// (`uuid`, `generation`) at `deleted_micros`: its tombstone says "deleting" until
+    /// [`Generations::buried`]. Past [`MAX_TOMBSTONES`] on the target, the oldest deletion
+    /// is forgotten.
     pub fn bury(
         &mut self,
         target: &str,
@@ -184,12 +271,16 @@ impl Generations {
         self.change(target, |t| {
             t.highest = t.highest.max(generation);
             let wrote = t.copies.remove(name).unwrap_or(0);
+            if let Some(sealed) = &mut t.sealed {
+                sealed.remove(name);
+            }
             t.deleted.insert(
                 name.to_owned(),
                 Tombstone {
                     uuid: uuid.to_owned(),
                     generation: generation.max(wrote),
                     deleted_micros,
+                    deleting: true,
                 },
             );
             while t.deleted.len() > MAX_TOMBSTONES {
@@ -238,6 +329,11 @@ impl Generations {
             }
         }
         match t.deleted.get(name) {
+            Some(d) if served <= d.generation && d.deleting => Err(Stale::Deleting {
+                name: name.to_owned(),
+                served,
+                deleted: d.clone(),
+            }),
             Some(d) if served <= d.generation => Err(Stale::Deleted {
                 name: name.to_owned(),
                 served,
@@ -278,6 +374,20 @@ mod tests {
         // 2026-12-05 14:10:00 UTC.
         g.bury("usb", "@home.x", "u-x", 3, 1_796_479_800_000_000)
             .expect("write");
+        // The delete did not return yet: the copy still served is the one being deleted.
+        let deleting = g.check("usb", "@home.x", 3).expect_err("deleting");
+        assert!(matches!(deleting, Stale::Deleting { .. }), "{deleting}");
+        assert!(
+            deleting.to_string().contains("is being deleted"),
+            "{deleting}"
+        );
+        let g = Generations::load(dir.path()).expect("reload");
+        assert!(matches!(
+            g.check("usb", "@home.x", 3),
+            Err(Stale::Deleting { .. })
+        ));
+        let mut g = g;
+        g.buried("usb", "@home.x").expect("write");
         let g2 = Generations::load(dir.path()).expect("reload");
         let stale = g2.check("usb", "@home.x", 3).expect_err("deleted");
         assert!(
@@ -311,6 +421,7 @@ mod tests {
                     uuid: format!("u{i}"),
                     generation: i + 1,
                     deleted_micros: i as i64,
+                    deleting: false,
                 },
             );
         }
@@ -340,6 +451,40 @@ mod tests {
         let g = Generations::load(dir.path()).expect("reads");
         assert_eq!(g.of("usb").highest, 4);
         assert!(g.of("usb").deleted.is_empty());
+    }
+
+    #[test]
+    fn stored_copies_are_kept_until_deleted_and_learned_in_files_from_before() {
+        let dir = tempfile::tempdir().expect("a directory");
+        std::fs::write(
+            dir.path().join(FILE_NAME),
+            br#"{"targets": {"usb": {"highest": 4, "copies": {"@home.x": 4, "@home.y": 2}}}}"#,
+        )
+        .expect("write");
+        let mut g = Generations::load(dir.path()).expect("reads");
+        assert_eq!(g.of("usb").sealed, None, "not known yet");
+        // A listing finds @home.x as written, and @home.y at another generation.
+        g.learn("usb", &[("@home.x".into(), 4), ("@home.y".into(), 1)])
+            .expect("write");
+        let g = Generations::load(dir.path()).expect("reload");
+        assert_eq!(
+            g.of("usb").stored(),
+            BTreeMap::from([("@home.x".to_owned(), 4)])
+        );
+        let mut g = g;
+        g.remember("usb", "@home.z", 5).expect("write");
+        assert!(
+            !g.of("usb").stored().contains_key("@home.z"),
+            "not yet whole"
+        );
+        g.sealed("usb", "@home.z", 5).expect("write");
+        assert!(g.of("usb").stored().contains_key("@home.z"));
+        g.bury("usb", "@home.x", "u-x", 4, 0).expect("write");
+        let g = Generations::load(dir.path()).expect("reload");
+        assert_eq!(
+            g.of("usb").stored(),
+            BTreeMap::from([("@home.z".to_owned(), 5)])
+        );
     }
 
     #[test]

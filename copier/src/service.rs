@@ -209,6 +209,7 @@ impl Copier {
             let store = inner.open_store(&target)?;
             if matches!(doing, "seal" | "delete") {
                 turn.now(&name, "clean");
+                inner.finish_deletes(&target, &*store, &key)?;
                 inner.clean(&target, &*store, &key)?;
             }
             turn.now(&name, doing);
@@ -248,33 +249,30 @@ impl Copier {
     pub async fn copies(&self, target: &str) -> Result<Vec<SealedCopy>, Error> {
         self.act(target, "", "list", move |inner, target, store, key, _| {
             let listed = seal::copies(store, key).map_err(error_of)?;
+            inner.learn(target, &listed);
             let generations = inner.generations();
             Ok(listed
                 .into_iter()
                 .map(|l| match l {
-                    Listed::Good(m) => {
-                        let problem = generations
-                            .check(target.name.as_str(), &m.name.to_string(), m.generation)
-                            .err()
-                            .map(|o| o.to_string())
-                            .unwrap_or_default();
-                        SealedCopy {
-                            name: m.name.to_string(),
-                            uuid: m.uuid.hyphenated().to_string(),
-                            parent_uuid: m
-                                .parent_uuid
-                                .map(|u| u.hyphenated().to_string())
-                                .unwrap_or_default(),
-                            depth: m.depth,
-                            generation: m.generation,
-                            plain_bytes: m.plain_bytes,
-                            stored_bytes: m.stored_bytes,
-                            created_micros: m.created_micros,
-                            problem,
-                        }
-                    }
+                    Listed::Good(m) => copy_of(&generations, target, &m, String::new()),
+                    // Authenticated, a part missing or of another size: its fields are this
+                    // machine's (its parent is still needed by it), the problem said.
+                    Listed::Bad {
+                        problem,
+                        manifest: Some(m),
+                        ..
+                    } => copy_of(
+                        &generations,
+                        target,
+                        &m,
+                        layout::human::cap(&problem, 1024).into_owned(),
+                    ),
                     // The store named it: capped, as anything the store says.
-                    Listed::Bad { name, problem } => SealedCopy {
+                    Listed::Bad {
+                        name,
+                        problem,
+                        manifest: None,
+                    } => SealedCopy {
                         name: shown(&name),
                         uuid: String::new(),
                         parent_uuid: String::new(),
@@ -298,19 +296,37 @@ impl Copier {
         names: Vec<SnapshotName>,
     ) -> Result<Vec<Verified>, Error> {
         self.act(target, "", "verify", move |inner, target, store, key, turn| {
+            let mut out = Vec::new();
             let names: Vec<String> = if names.is_empty() {
-                seal::copies(store, key)
-                    .map_err(error_of)?
+                let listed = seal::copies(store, key).map_err(error_of)?;
+                inner.learn(target, &listed);
+                let names: Vec<String> = listed
                     .into_iter()
                     .map(|l| match l {
                         Listed::Good(m) => m.name.to_string(),
                         Listed::Bad { name, .. } => shown(&name),
                     })
-                    .collect()
+                    .collect();
+                // What this machine stored whole and did not delete, and the target does
+                // not list: an emptied bucket, a wrong prefix, a store rolled back.
+                let sealed = inner.generations().of(target.name.as_str()).stored();
+                for (missing, generation) in sealed.iter().filter(|(n, _)| !names.contains(n)) {
+                    out.push(Verified {
+                        name: missing.clone(),
+                        ok: false,
+                        problem: format!(
+                            "missing: written on this machine at generation {generation}, not on \
+                             target {} now; check the target's place (a wrong directory, bucket or \
+                             prefix, an emptied or rolled-back store), then make a new copy",
+                            target.name
+                        ),
+                        bytes_read: 0,
+                    });
+                }
+                names
             } else {
                 names.iter().map(|n| n.to_string()).collect()
             };
-            let mut out = Vec::with_capacity(names.len());
             let remembered = inner.remembered(target);
             let remembered = |n: &SnapshotName| remembered.get(&n.to_string()).copied();
             // One verifier for the act: each stored copy is read once, however many chains share it.
@@ -321,9 +337,13 @@ impl Copier {
                     Err(e) => (Err(format!("the target names a copy {} that is not a snapshot name ({e}); it is not this machine's: remove it", shown(&name))), 0),
                     Ok(parsed) => {
                         let (result, bytes_read) = verifier.verify(&parsed);
-                        let result = result
-                            .map_err(|e| e.to_string())
-                            .and_then(|chain| inner.not_stale(target, &chain).map_err(|e| e.message()));
+                        // The store failing (unreachable, full, refusing) says nothing of
+                        // this copy or the ones after it: the act stops with that error.
+                        let result = match result {
+                            Err(e @ (SealError::Untrusted(_) | SealError::NotFound(_))) => Err(e.to_string()),
+                            Err(e) => return Err(error_of(e)),
+                            Ok(chain) => inner.not_stale(target, &chain).map_err(|e| e.message()),
+                        };
                         (result, bytes_read)
                     }
                 };
@@ -378,15 +398,21 @@ impl Copier {
     }
 
     /// Delete the copy `name` on `target`, unless another copy's chain needs it. Its
-    /// tombstone is kept first, durably: its manifest served again later is refused.
+    /// tombstone is kept first, durably, saying "deleting", and final once the delete
+    /// returned: its manifest served again after that is refused, and one still there
+    /// because the delete failed is the copy being deleted, finished by the next writing act.
     pub async fn delete(&self, target: &str, name: SnapshotName) -> Result<(), Error> {
         let n = name.to_string();
         self.act(target, &n, "delete", move |inner, target, store, key, _| {
             let listed = seal::copies(store, key).map_err(error_of)?;
+            // Every copy whose manifest authenticates names its parent, good or not: a
+            // glitched copy in the middle of a chain still links the ones after it.
             let needed_by: Vec<String> = listed
                 .iter()
                 .filter_map(|l| match l {
-                    Listed::Good(m) if m.parent_name.as_ref().map(|p| p.to_string()) == Some(name.to_string()) => {
+                    Listed::Good(m) | Listed::Bad { manifest: Some(m), .. }
+                        if m.parent_name == Some(name) =>
+                    {
                         Some(m.name.to_string())
                     }
                     _ => None,
@@ -402,18 +428,38 @@ impl Copier {
                 ));
             }
             let deleting = listed.iter().find_map(|l| match l {
-                Listed::Good(m) if m.name == name => Some((m.uuid, m.generation)),
+                Listed::Good(m) | Listed::Bad { manifest: Some(m), .. } if m.name == name => {
+                    Some((m.uuid.hyphenated().to_string(), m.generation))
+                }
                 _ => None,
             });
-            if let Some((uuid, generation)) = deleting {
+            // A copy this machine stored that the target does not list any more: buried
+            // too, so that verify stops asking for it once a person deleted it.
+            let deleting = deleting.or_else(|| {
+                let t = inner.generations().of(target.name.as_str());
+                t.stored().get(&name.to_string()).map(|g| (String::new(), *g))
+            });
+            let now = layout::human::unix_micros(std::time::SystemTime::now());
+            let state = inner.paths.state.display().to_string();
+            if let Some((uuid, generation)) = &deleting {
                 // Before the delete: a manifest put back after it must never find no record.
-                let now = layout::human::unix_micros(std::time::SystemTime::now());
                 inner
                     .generations()
-                    .bury(target.name.as_str(), &name.to_string(), &uuid.hyphenated().to_string(), generation, now)
-                    .map_err(|e| failed(format!("{e}; {name} was not deleted: free space in {} and try again", inner.paths.state.display())))?;
+                    .bury(target.name.as_str(), &name.to_string(), uuid, *generation, now)
+                    .map_err(|e| failed(format!("{e}; {name} was not deleted: free space in {state} and try again")))?;
             }
-            seal::delete_copy(store, key, &name).map_err(error_of)
+            let result = seal::delete_copy(store, key, &name).map_err(error_of);
+            let gone = match &result {
+                Ok(()) => true,
+                Err(e) => e.kind() == Some(ErrorKind::NotFound),
+            };
+            if deleting.is_some() && gone {
+                inner
+                    .generations()
+                    .buried(target.name.as_str(), &name.to_string())
+                    .map_err(|e| failed(format!("{e}; {name} was deleted, but this machine still says it is being deleted: free space in {state}")))?;
+            }
+            result
         })
         .await
     }
@@ -497,10 +543,100 @@ impl Inner {
 
     /// Remove the parts no manifest names and the store's temporaries, once older than
     /// seal::CLEAN_GRACE (a copy cut short, a delete cut short, a put a power cut stopped).
+    /// No part is removed while the listing lacks a copy this machine stored and did not
+    /// delete: such a listing (an unreadable or emptied directory, a wrong prefix) would make
+    /// every copy's parts look orphaned.
     fn clean(&self, target: &Target, store: &dyn Store, key: &SealKey) -> Result<(), Error> {
-        let report = seal::clean(store, key).map_err(error_of)?;
-        tracing::debug!(target = %target.name, ?report, "cleaned");
+        let mut known = self.generations().of(target.name.as_str());
+        if known.sealed.is_none() && !known.copies.is_empty() {
+            // A record from before stored copies were kept: learn them from the listing,
+            // and clean nothing if it shows none of the copies this machine wrote.
+            self.learn(target, &seal::copies(store, key).map_err(error_of)?);
+            known = self.generations().of(target.name.as_str());
+            if known.sealed.is_none() {
+                tracing::warn!(
+                    target = %target.name,
+                    "not cleaned: the target lists none of the {} copies this machine wrote there",
+                    known.copies.len()
+                );
+                return Ok(());
+            }
+        }
+        let expected = known.stored().into_keys().collect();
+        let report =
+            seal::clean_expecting(store, key, seal::CLEAN_GRACE, &expected).map_err(error_of)?;
+        match &report.refused {
+            Some(why) => tracing::warn!(target = %target.name, "not cleaned: {why}"),
+            None => tracing::debug!(target = %target.name, ?report, "cleaned"),
+        }
         Ok(())
+    }
+
+    /// Finish the deletes this machine began on `target` and that did not return (a store
+    /// that failed, a power cut): each copy still there under its tombstone's generation is
+    /// deleted, and its tombstone made final.
+    fn finish_deletes(
+        &self,
+        target: &Target,
+        store: &dyn Store,
+        key: &SealKey,
+    ) -> Result<(), Error> {
+        let pending: Vec<(String, u64)> = self
+            .generations()
+            .of(target.name.as_str())
+            .deleted
+            .into_iter()
+            .filter(|(_, d)| d.deleting)
+            .map(|(n, d)| (n, d.generation))
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let listed = seal::copies(store, key).map_err(error_of)?;
+        for (name, generation) in pending {
+            let Ok(parsed) = SnapshotName::parse(&name) else {
+                continue;
+            };
+            let there = listed.iter().find_map(|l| match l {
+                Listed::Good(m)
+                | Listed::Bad {
+                    manifest: Some(m), ..
+                } if m.name == parsed => Some(m.generation),
+                // A manifest that does not authenticate is not the copy being deleted.
+                _ => None,
+            });
+            match there {
+                // A newer copy of the name (another writer's): not the one being deleted.
+                Some(g) if g > generation => {}
+                Some(_) => match seal::delete_copy(store, key, &parsed) {
+                    Ok(()) | Err(SealError::NotFound(_)) => {}
+                    Err(e) => return Err(error_of(e)),
+                },
+                None => {}
+            }
+            if there.is_none_or(|g| g <= generation) {
+                self.generations()
+                    .buried(target.name.as_str(), &name)
+                    .map_err(failed)?;
+                tracing::info!(target = %target.name, "finished deleting {name}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Learn which listed copies are this machine's, stored whole; a failure to write
+    /// that down is logged (the next listing learns it again).
+    fn learn(&self, target: &Target, listed: &[Listed]) {
+        let found: Vec<(String, u64)> = listed
+            .iter()
+            .filter_map(|l| match l {
+                Listed::Good(m) => Some((m.name.to_string(), m.generation)),
+                _ => None,
+            })
+            .collect();
+        if let Err(e) = self.generations().learn(target.name.as_str(), &found) {
+            tracing::warn!(target = %target.name, "cannot remember the copies listed: {e}");
+        }
     }
 
     /// `Err` (Untrusted) when a manifest of `chain` is older than this machine wrote for its
@@ -535,6 +671,12 @@ impl Inner {
         let listed = seal::copies(store, key).map_err(error_of)?;
         let mut highest_listed = 0;
         for l in &listed {
+            if let Listed::Bad {
+                manifest: Some(m), ..
+            } = l
+            {
+                highest_listed = highest_listed.max(m.generation);
+            }
             match l {
                 Listed::Good(m) => {
                     highest_listed = highest_listed.max(m.generation);
@@ -548,7 +690,9 @@ impl Inner {
                         ));
                     }
                 }
-                Listed::Bad { name: bad, problem } if *bad == name.to_string() => {
+                Listed::Bad {
+                    name: bad, problem, ..
+                } if *bad == name.to_string() => {
                     return Err(Error::new(
                         ErrorKind::Untrusted,
                         format!(
@@ -562,8 +706,22 @@ impl Inner {
             }
         }
         if let Some((parent_name, parent_uuid)) = &parent {
-            let found = listed.iter().any(|l| matches!(l, Listed::Good(m) if m.name == *parent_name && m.uuid == *parent_uuid));
-            if !found {
+            let found = listed.iter().find_map(|l| match l {
+                Listed::Good(m) if m.name == *parent_name && m.uuid == *parent_uuid => Some(m),
+                _ => None,
+            });
+            // A parent this machine knows is older than it wrote, or deleted: a chain on it
+            // would restore from a copy put back.
+            if let Some(m) = found {
+                self.not_stale(target, std::slice::from_ref(m))
+                    .map_err(|e| {
+                        Error::new(
+                            ErrorKind::Untrusted,
+                            format!("{}; {name} was not sealed on it", e.message()),
+                        )
+                    })?;
+            }
+            if found.is_none() {
                 return Err(Error::new(
                     ErrorKind::NotFound,
                     format!(
@@ -595,14 +753,24 @@ impl Inner {
             data_bytes: 0,
         };
         match seal::seal(store, key, meta, generation, &mut stream, turn.moved()) {
-            Ok(m) => Ok(Sealed {
-                name: m.name.to_string(),
-                generation: m.generation,
-                parts: m.parts.len() as u32,
-                plain_bytes: m.plain_bytes,
-                stored_bytes: m.stored_bytes,
-                depth: m.depth,
-            }),
+            Ok(m) => {
+                // Read back whole: from now on a listing without it has lost it.
+                if let Err(e) = self.generations().sealed(
+                    target.name.as_str(),
+                    &m.name.to_string(),
+                    m.generation,
+                ) {
+                    tracing::warn!(target = %target.name, "{e}: a listing that loses {} is not caught", m.name);
+                }
+                Ok(Sealed {
+                    name: m.name.to_string(),
+                    generation: m.generation,
+                    parts: m.parts.len() as u32,
+                    plain_bytes: m.plain_bytes,
+                    stored_bytes: m.stored_bytes,
+                    depth: m.depth,
+                })
+            }
             // The seal removed the parts of the copy cut short; what it could not, a
             // writing act removes once older than seal::CLEAN_GRACE.
             Err(e) => Err(error_of(e)),
@@ -653,6 +821,39 @@ impl<R: Read> Read for Trailered<R> {
             )));
         }
         Ok(0)
+    }
+}
+
+/// The copy `m` on `target` as the interface says it: `problem` when not good, else what
+/// this machine's memory of generations finds wrong with it (an older or deleted copy).
+fn copy_of(
+    generations: &Generations,
+    target: &Target,
+    m: &seal::Manifest,
+    problem: String,
+) -> SealedCopy {
+    let problem = if problem.is_empty() {
+        generations
+            .check(target.name.as_str(), &m.name.to_string(), m.generation)
+            .err()
+            .map(|o| o.to_string())
+            .unwrap_or_default()
+    } else {
+        problem
+    };
+    SealedCopy {
+        name: m.name.to_string(),
+        uuid: m.uuid.hyphenated().to_string(),
+        parent_uuid: m
+            .parent_uuid
+            .map(|u| u.hyphenated().to_string())
+            .unwrap_or_default(),
+        depth: m.depth,
+        generation: m.generation,
+        plain_bytes: m.plain_bytes,
+        stored_bytes: m.stored_bytes,
+        created_micros: m.created_micros,
+        problem,
     }
 }
 

@@ -99,8 +99,14 @@ struct Body {
 pub enum Listed {
     /// Its manifest authenticates and every part is there with its size.
     Good(Manifest),
-    /// Something under a manifest's name that cannot be used, and why.
-    Bad { name: String, problem: String },
+    /// Something under a manifest's name that cannot be used, and why; with its manifest
+    /// when that authenticates (a part is missing or of another size): the copy is still
+    /// this machine's, and its parent still needed by it.
+    Bad {
+        name: String,
+        problem: String,
+        manifest: Option<Manifest>,
+    },
 }
 
 /// How long a part no manifest names, or a store's temporary file, is left alone before
@@ -123,6 +129,10 @@ pub struct CleanReport {
     pub young: Vec<String>,
     /// The store's temporary files removed (puts a power cut or a kill left).
     pub temporaries: u64,
+    /// Why no part was removed: the listing lacks manifests the caller knows are there
+    /// (an emptied or unreadable directory, a wrong prefix, a store rolled back), so what
+    /// looks orphaned may be the parts of copies the listing does not show.
+    pub refused: Option<String>,
 }
 
 fn now_micros() -> u64 {
@@ -689,6 +699,7 @@ pub fn copies(store: &dyn Store, key: &SealKey) -> Result<Vec<Listed>, SealError
             listed.push(Listed::Bad {
                 problem: "an object among the manifests whose name is no snapshot name".into(),
                 name,
+                manifest: None,
             });
             continue;
         }
@@ -714,10 +725,18 @@ pub fn copies(store: &dyn Store, key: &SealKey) -> Result<Vec<Listed>, SealError
                 }
                 listed.push(match problem {
                     None => Listed::Good(m),
-                    Some(problem) => Listed::Bad { name, problem },
+                    Some(problem) => Listed::Bad {
+                        name,
+                        problem,
+                        manifest: Some(m),
+                    },
                 });
             }
-            Err(SealError::Untrusted(problem)) => listed.push(Listed::Bad { name, problem }),
+            Err(SealError::Untrusted(problem)) => listed.push(Listed::Bad {
+                name,
+                problem,
+                manifest: None,
+            }),
             // Gone between the listing and the read: not a copy any more.
             Err(SealError::NotFound(_)) => {}
             Err(e) => return Err(e),
@@ -1169,13 +1188,47 @@ pub fn clean_older_than(
     key: &SealKey,
     grace: Duration,
 ) -> Result<CleanReport, SealError> {
+    clean_expecting(store, key, grace, &BTreeSet::new())
+}
+
+/// [`clean_older_than`], removing no part unless every manifest named in `expected` (the
+/// copies the caller stored and did not delete) is listed: a listing without them is not
+/// one to decide by what is orphaned.
+pub fn clean_expecting(
+    store: &dyn Store,
+    key: &SealKey,
+    grace: Duration,
+    expected: &BTreeSet<String>,
+) -> Result<CleanReport, SealError> {
     let mut kept = BTreeSet::new();
     let mprefix = manifests_prefix(key);
     let pprefix = parts_prefix(key);
     // Parts first: a copy whose parts are listed here and whose manifest is put after the
     // manifests are listed is then seen with its manifest missing, but its parts are young.
     let parts = store.list(&pprefix)?;
-    for mkey in store.list(&mprefix)?.into_iter().map(|o| o.key) {
+    let manifests = store.list(&mprefix)?;
+    let listed: BTreeSet<&str> = manifests.iter().map(|o| &o.key[mprefix.len()..]).collect();
+    let missing: Vec<&str> = expected
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !listed.contains(n))
+        .collect();
+    if !missing.is_empty() {
+        let shown: Vec<String> = missing.iter().take(3).map(|n| capped(n)).collect();
+        return Ok(CleanReport {
+            temporaries: store.remove_temporaries(grace)?,
+            refused: Some(format!(
+                "{} lists no manifest of {} copies this machine stored there and did not \
+                 delete ({}{}): no part was removed, since what looks orphaned may be theirs",
+                store.describe(),
+                missing.len(),
+                shown.join(", "),
+                if missing.len() > 3 { ", …" } else { "" }
+            )),
+            ..CleanReport::default()
+        });
+    }
+    for mkey in manifests.into_iter().map(|o| o.key) {
         let name = &mkey[mprefix.len()..];
         match open_manifest(store, key, name) {
             Ok(m) => {

@@ -15,9 +15,9 @@ mod store;
 
 pub use error::{SealError, StoreError};
 pub use format::{
-    chain, chain_checked, clean, clean_older_than, copies, delete_copy, seal, seal_with, unseal,
-    verify, verify_checked, CleanReport, CopyMeta, Listed, Manifest, PartEntry, Verifier,
-    CLEAN_GRACE, MANIFEST_MAGIC, MAX_MANIFEST_BYTES, STREAM_MAGIC,
+    chain, chain_checked, clean, clean_expecting, clean_older_than, copies, delete_copy, seal,
+    seal_with, unseal, verify, verify_checked, CleanReport, CopyMeta, Listed, Manifest, PartEntry,
+    Verifier, CLEAN_GRACE, MANIFEST_MAGIC, MAX_MANIFEST_BYTES, STREAM_MAGIC,
 };
 pub use key::SealKey;
 pub use store::dir::DirStore;

@@ -96,6 +96,22 @@ fn an_older_manifest_put_back_is_untrusted() {
         !verified[0].ok && verified[0].problem.contains("older manifest"),
         "{verified:?}"
     );
+    // Nor is a copy sealed on it: its chain would restore from the copy put back.
+    let e = common::seal(
+        &bus,
+        INCR,
+        uuid::Uuid::from_u128(0x52),
+        Some((FULL, uuid)),
+        &stream,
+        Ending::End,
+    )
+    .expect_err("refused");
+    assert_eq!(e.kind(), Some(ErrorKind::Untrusted), "{e:?}");
+    assert!(
+        e.message().contains("older manifest") && e.message().contains("was not sealed on it"),
+        "{}",
+        e.message()
+    );
 }
 
 #[test]

@@ -4,6 +4,7 @@ mod bus_copier;
 mod bus_hostile;
 mod bus_keys;
 mod bus_limits;
+mod bus_store;
 mod common;
 mod garage_copies;
 mod introspection_drift;

@@ -41,6 +41,9 @@ pub struct SshStore {
     shown: String,
     deadline: Duration,
     max_listed: usize,
+    /// Lines of listings skipped so far: names no key of this format has (a sync tool's
+    /// `000000 (conflicted copy)`), skipped as the other stores skip them.
+    skipped: std::sync::atomic::AtomicU64,
 }
 
 /// What one ssh run gave.
@@ -111,7 +114,13 @@ impl SshStore {
             shown: format!("the ssh target {label} ({user}@{host_shown}:{port})"),
             deadline: DEADLINE,
             max_listed: MAX_LISTED,
+            skipped: Default::default(),
         })
+    }
+
+    /// How many listed names were skipped so far, not being keys of this format.
+    pub fn skipped(&self) -> u64 {
+        self.skipped.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Another cap on the objects one listing may return (tests of the cap).
@@ -330,14 +339,14 @@ impl Store for SshStore {
                     modified,
                 })
             })();
+            // A name that is no key of this format (another program's file, a name with a
+            // newline cut into two lines) is not this format's object: skipped, as the
+            // directory and S3 stores skip it, rather than failing every listing.
             match parsed {
                 Some(entry) => found.push(entry),
                 None => {
-                    return Err(StoreError::Io(format!(
-                        "{} listed a line that is not SIZE<TAB>MTIME<TAB>KEY under {prefix}: {:?}",
-                        self.shown,
-                        capped(line)
-                    )))
+                    self.skipped
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }
         }

@@ -176,3 +176,42 @@ fn a_half_deleted_copys_parts_go_once_old_and_an_unauthenticated_manifest_still_
     assert_eq!(left.len(), b.parts.len());
     assert!(left.iter().all(|o| o.key.contains(&b.copy_id)));
 }
+
+#[test]
+fn a_listing_without_the_manifests_the_caller_stored_removes_no_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("t");
+    let store = DirStore::open(&root).unwrap();
+    let key = SealKey::generate();
+    let a = seal_small(
+        &store,
+        &key,
+        meta(A, Uuid::from_u128(1), None),
+        1,
+        &synthetic(40_000, 1),
+        PART,
+    );
+    // The manifests' directory moved away (a wrong mount, a rolled-back store): the parts
+    // look orphaned, and are old.
+    let manifests = root.join(format!("tacid-v1/{}/manifests", key.key_id()));
+    let aside = dir.path().join("aside");
+    std::fs::rename(&manifests, &aside).unwrap();
+    let expected = std::collections::BTreeSet::from([A.to_owned()]);
+    let report = seal::clean_expecting(&store, &key, Duration::ZERO, &expected).unwrap();
+    let refused = report.refused.expect("refused");
+    assert!(
+        refused.contains("no part was removed") && refused.contains(A),
+        "{refused}"
+    );
+    assert_eq!(report.parts, 0);
+    let parts_prefix = format!("tacid-v1/{}/parts/", key.key_id());
+    assert_eq!(store.list(&parts_prefix).unwrap().len(), a.parts.len());
+    // Back: the copy is whole, and a clean expecting it removes nothing of it.
+    std::fs::rename(&aside, &manifests).unwrap();
+    let report = seal::clean_expecting(&store, &key, Duration::ZERO, &expected).unwrap();
+    assert_eq!(report, seal::CleanReport::default());
+    assert_eq!(
+        seal::copies(&store, &key).unwrap(),
+        vec![seal::Listed::Good(a)]
+    );
+}

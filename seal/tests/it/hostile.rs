@@ -106,7 +106,7 @@ impl Bench {
         assert!(out.is_empty(), "{} bytes written", out.len());
         let listed = seal::copies(&self.store, &self.key).unwrap();
         assert!(
-            listed.iter().any(|l| matches!(l, Listed::Bad { name, problem } if name == n && problem.contains(words))),
+            listed.iter().any(|l| matches!(l, Listed::Bad { name, problem, .. } if name == n && problem.contains(words))),
             "{listed:?}"
         );
     }
@@ -184,6 +184,22 @@ fn a_dropped_part_is_refused() {
     let listed = seal::copies(&b.store, &b.key).unwrap();
     assert!(
         matches!(&listed[..], [Listed::Bad { problem, .. }] if problem.contains("part 4 of") && problem.contains("missing")),
+        "{listed:?}"
+    );
+    // Its manifest authenticates: it comes with the problem, so the copy still names its
+    // parent (a chain with a glitched middle keeps its links).
+    assert!(
+        matches!(&listed[..], [Listed::Bad { manifest: Some(m), .. }] if *m == b.manifest),
+        "{listed:?}"
+    );
+    // A manifest that does not authenticate comes with none.
+    let mpath = b.root.join(seal::manifest_key(b.key.key_id(), A));
+    let mut bytes = std::fs::read(&mpath).unwrap();
+    bytes[20] ^= 1;
+    std::fs::write(&mpath, bytes).unwrap();
+    let listed = seal::copies(&b.store, &b.key).unwrap();
+    assert!(
+        matches!(&listed[..], [Listed::Bad { manifest: None, .. }]),
         "{listed:?}"
     );
 }
