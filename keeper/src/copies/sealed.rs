@@ -258,6 +258,27 @@ fn held_of(c: &SealedCopy) -> Option<SealedHeld> {
     })
 }
 
+/// A copy the copier could authenticate but found a problem with (a part missing, say) still
+/// names its parent: it protects that chain as a good copy does, for a repaired store or a
+/// person's later look may want it. Never a candidate for retention itself.
+fn protecting_of(c: &SealedCopy) -> Option<SealedHeld> {
+    if let Some(h) = held_of(c) {
+        return Some(h);
+    }
+    if c.uuid.is_empty() {
+        return None;
+    }
+    Some(SealedHeld {
+        name: c.name.clone(),
+        of: String::new(),
+        taken_micros: 0,
+        uuid: c.uuid.clone(),
+        parent_uuid: c.parent_uuid.clone(),
+        depth: c.depth,
+        stored_bytes: c.stored_bytes,
+    })
+}
+
 /// The chain bound of a sealed target.
 fn bound_of(t: &Target) -> ChainBound {
     match &t.seal {
@@ -732,7 +753,8 @@ impl Copies {
             })
             .collect();
         let rule = retention_rule(target);
-        for d in sealed_deletions(&held, copy_retention::plan(&copies, keep)) {
+        let protecting: Vec<SealedHeld> = listed.iter().filter_map(protecting_of).collect();
+        for d in sealed_deletions(&protecting, copy_retention::plan(&copies, keep)) {
             let why = format!("{rule}: {}", d.why);
             let begun = self
                 .h
@@ -763,8 +785,17 @@ impl Copies {
             };
             let _row = self.acts.row(id);
             let result = self.h.copier.delete(target, &d.name).await;
+            // The copier refuses to delete a copy a stored copy's chain needs (one this
+            // keeper's listing could not count): that copy is kept, which is no failure.
             let (st, note) = match &result {
                 Ok(()) => (State::Complete, String::new()),
+                Err(CopierError::Refused {
+                    kind: copier_interface::ErrorKind::Needed,
+                    ..
+                }) => (
+                    State::Refused,
+                    "kept: a stored copy's chain needs it".to_owned(),
+                ),
                 Err(e) => (State::Failed, format!("the copier: {e}")),
             };
             let end = CopyEnd {
@@ -941,8 +972,52 @@ impl Copies {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::retention::copies::CopyDeletion;
     use copier_interface::ErrorKind as C;
     use stem_interface::ErrorKind as S;
+
+    fn listed(name: &str, uuid: &str, parent: &str, depth: u32, problem: &str) -> SealedCopy {
+        SealedCopy {
+            name: name.into(),
+            uuid: uuid.into(),
+            parent_uuid: parent.into(),
+            depth,
+            generation: 1,
+            plain_bytes: 1,
+            stored_bytes: 1,
+            created_micros: 0,
+            problem: problem.into(),
+        }
+    }
+
+    #[test]
+    fn a_damaged_copy_whose_manifest_is_authentic_keeps_its_chain() {
+        let full = "@home.2026-01-01T000000.000000Z";
+        let mid = "@home.2026-01-02T000000.000000Z";
+        let top = "@home.2026-01-03T000000.000000Z";
+        let copies = [
+            listed(full, "u0", "", 0, ""),
+            listed(mid, "u1", "u0", 1, ""),
+            listed(top, "u2", "u1", 2, "part 3 is missing: fetch refuses it"),
+            // A listing with nothing authentic to say protects nothing.
+            listed("junk", "", "u1", 9, "not a sealed copy"),
+        ];
+        // Retention, seeing only good copies, would delete both good ones.
+        let all: Vec<CopyDeletion> = [full, mid]
+            .iter()
+            .map(|n| CopyDeletion {
+                name: (*n).into(),
+                why: "old".into(),
+            })
+            .collect();
+        let good: Vec<SealedHeld> = copies.iter().filter_map(held_of).collect();
+        assert_eq!(good.len(), 2);
+        assert_eq!(sealed_deletions(&good, all.clone()).len(), 2);
+        let protecting: Vec<SealedHeld> = copies.iter().filter_map(protecting_of).collect();
+        assert_eq!(protecting.len(), 3);
+        let out = sealed_deletions(&protecting, all);
+        assert!(out.is_empty(), "the damaged copy's chain went: {out:?}");
+    }
 
     fn copier(kind: C) -> CopierError {
         CopierError::Refused {
