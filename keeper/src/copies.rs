@@ -60,13 +60,37 @@ fn path_of_snapshot(name: &str) -> String {
 /// target, so the timer's act and a person's copy do not meet at the stem.
 #[derive(Debug)]
 struct TargetActs {
-    running: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    running: std::sync::Mutex<HashMap<String, Arc<TargetTurn>>>,
     /// The journal rows of acts this keeper is running: a listing settles only rows a
     /// stopped keeper left pending, never these.
     rows: std::sync::Mutex<BTreeSet<i64>>,
     /// When this keeper started: a pending row older than that was left by a keeper that
     /// stopped; a younger one lost its answer (the journal says which).
     started_micros: i64,
+}
+
+/// The one turn on a target: an act's for as long as the act, a looker's for one listing.
+/// A looker holding it is marked, so an act waits for it (short) rather than fail, and no
+/// looker's listing ever meets an act at the stem or the copier: a stranger listing in a
+/// loop cannot make a timer's act fail.
+#[derive(Debug, Default)]
+struct TargetTurn {
+    lock: Arc<tokio::sync::Mutex<()>>,
+    held_by_looker: std::sync::atomic::AtomicBool,
+}
+
+/// A looker's turn on a target, until dropped.
+struct LookerTurn {
+    turn: Arc<TargetTurn>,
+    _guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Drop for LookerTurn {
+    fn drop(&mut self) {
+        self.turn
+            .held_by_looker
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Default for TargetActs {
@@ -109,16 +133,58 @@ impl TargetActs {
         self.rows.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// The turn on `target` (a configured name), or `None` when another act holds it.
-    fn try_turn(&self, target: &str) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        let lock = self
-            .running
+    fn turn_of(&self, target: &str) -> Arc<TargetTurn> {
+        self.running
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(target.to_owned())
             .or_default()
-            .clone();
-        lock.try_lock_owned().ok()
+            .clone()
+    }
+
+    /// An act's turn on `target` (a configured name), or `None` when another act holds it.
+    /// A looker's listing holding it is waited for (at most [`ACT_WAITS_FOR_LISTING`]);
+    /// the act queues, and the lock is fair, so lookers that come later cannot overtake it.
+    async fn try_turn(&self, target: &str) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let turn = self.turn_of(target);
+        if let Ok(g) = turn.lock.clone().try_lock_owned() {
+            return Some(g);
+        }
+        // A looker marks the turn just after taking it: look again, briefly, before saying
+        // another act holds it.
+        let mut looker = false;
+        for _ in 0..5 {
+            if turn
+                .held_by_looker
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                looker = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            if let Ok(g) = turn.lock.clone().try_lock_owned() {
+                return Some(g);
+            }
+        }
+        if !looker {
+            return None;
+        }
+        tokio::time::timeout(ACT_WAITS_FOR_LISTING, turn.lock.clone().lock_owned())
+            .await
+            .ok()
+    }
+
+    /// A looker's turn on `target` for one listing, or `None` while an act (or another
+    /// looker) holds it: a looker never waits.
+    fn looker_turn(&self, target: &str) -> Option<LookerTurn> {
+        let turn = self.turn_of(target);
+        let guard = turn.lock.clone().try_lock_owned().ok()?;
+        turn.held_by_looker
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        Some(LookerTurn {
+            turn,
+            _guard: guard,
+        })
     }
 }
 
@@ -268,6 +334,13 @@ impl Copies {
         KeeperError::TargetBusy(format!(
             "another copy, fetch or deletion on {target} is running; `tacid data copies {target}` \
              shows what it holds, and you can try again when it is done"
+        ))
+    }
+
+    fn busy_for_a_looker(target: &str) -> KeeperError {
+        KeeperError::TargetBusy(format!(
+            "a copy, fetch, verification or deletion on {target} is running (or another \
+             listing of it); try again in a moment, or when `tacid data status` no longer shows it"
         ))
     }
 
@@ -505,6 +578,7 @@ impl Copies {
         let _turn = self
             .acts
             .try_turn(target)
+            .await
             .ok_or_else(|| Self::busy(target))?;
         self.reconcile.ensure().await;
         if t.is_sealed() {
@@ -734,6 +808,10 @@ impl Copies {
         let target = t.name.as_str();
         let may_change = self.h.may_change(uid);
         let _turn = self.h.looker_turn(may_change).await;
+        let _target_turn = self
+            .acts
+            .looker_turn(target)
+            .ok_or_else(|| Self::busy_for_a_looker(target))?;
         if t.is_sealed() {
             return self.copies_sealed(t, may_change).await;
         }
@@ -800,6 +878,7 @@ impl Copies {
         let _turn = self
             .acts
             .try_turn(target)
+            .await
             .ok_or_else(|| Self::busy(target))?;
         self.reconcile.ensure().await;
         if t.is_sealed() {

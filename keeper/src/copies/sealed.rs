@@ -89,6 +89,7 @@ impl Copies {
         let _turn = self
             .acts
             .try_turn(target)
+            .await
             .ok_or_else(|| Self::busy(target))?;
         // Who asked is always the caller; the rule says the timer's act, and only that.
         let rule = if by_timer {

@@ -482,3 +482,56 @@ fn nix_user(name: &str) -> (u32, u32) {
         .expect("a gid");
     (uid, gid)
 }
+
+/// A stranger listing the target in a loop, from three connections at once, never makes an
+/// approver's copy or verification fail: a looker's listing holds the target's turn for
+/// itself alone, an act waits for it, and a looker that finds an act is told to try again.
+#[test]
+fn bus_a_strangers_listing_loop_never_fails_a_copy() {
+    let Some((w, _copier)) = world_with_vault("") else {
+        return;
+    };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (listed, busy) = (
+        std::sync::atomic::AtomicUsize::new(0),
+        std::sync::atomic::AtomicUsize::new(0),
+    );
+    /// Ends the stranger's loops however the approver's part ends (a failed assertion too).
+    struct Done<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    let (code, out, err) = w.tacid(STRANGER, &["data", "copies", "vault"]);
+                    match code {
+                        0 => listed.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+                        _ => {
+                            assert!(
+                                err.contains("try again"),
+                                "a looker's refusal says what to do: {code} {out} {err}"
+                            );
+                            busy.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                        }
+                    };
+                }
+            });
+        }
+        let _done = Done(&done);
+        for i in 0..6 {
+            let name = changed_snapshot(&w, &format!("loop{i}"));
+            copy(&w, &name, "vault");
+            let (code, out, err) =
+                w.tacid(APPROVER, &["data", "verify", "--target", "vault", "--json"]);
+            assert_eq!(code, 0, "verify {i} while a stranger lists: {out} {err}");
+        }
+    });
+    let (listed, busy) = (listed.into_inner(), busy.into_inner());
+    eprintln!("the stranger's listings: {listed} answered, {busy} told to try again");
+    assert!(listed > 0, "the stranger's loop listed nothing");
+    assert_eq!(held(&w, "vault").len(), 6);
+}
