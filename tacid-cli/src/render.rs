@@ -275,7 +275,10 @@ pub fn staged(p: &RestorePreview, s: &RestoreStaged) -> String {
 pub fn set_preview(p: &SetRestorePreview) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", p.words);
-    let _ = writeln!(out, "{}", cut_sentence(&p.cut_units));
+    // Snapshots named one by one are no set: whether they are one moment is not known.
+    if p.set_id != 0 {
+        let _ = writeln!(out, "{}", cut_sentence(&p.cut_units));
+    }
     let put_back: Vec<&str> = p
         .members
         .iter()

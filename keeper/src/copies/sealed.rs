@@ -670,11 +670,26 @@ impl Copies {
             bytes: 0,
             received_uuid: None,
         };
+        // The copier answers Ok only for a stream that ended with the stem's END frame,
+        // whose trailer names this snapshot, stored durably and read back: the copy is whole
+        // even when the stem's own answer was lost (it died, or the bus dropped the reply
+        // after the END was written). Journalled as copied, with what was lost said.
+        let (sent, stem_lost) = match (sent, &sealed) {
+            (Err(e), Ok(s)) => (
+                Ok((uuid.clone(), String::new(), s.plain_bytes)),
+                format!(
+                    "; the stem's answer was lost ({}), but the copier had its end of the \
+                     stream, naming this snapshot",
+                    layout::human::cap(&e.to_string(), 200)
+                ),
+            ),
+            (sent, _) => (sent, String::new()),
+        };
         match (sent, sealed) {
             (Ok((sent_uuid, _, bytes)), Ok(s)) if sent_uuid == uuid => {
                 let outcome = format!(
                     "sealed to {target} ({}), {} of stream, {} stored in {}, \
-                     generation {}, in {:.1} s; stored durably, read back and checked",
+                     generation {}, in {:.1} s; stored durably, read back and checked{stem_lost}",
                     if parent_name.is_empty() {
                         "full".to_owned()
                     } else {
