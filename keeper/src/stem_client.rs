@@ -363,7 +363,11 @@ impl StemClient {
                 (h.ok, layout::human::cap(&line, 400).into_owned())
             })
             .collect();
-        Ok((taken.iter().map(|s| member(s).member).collect(), paused, hooks))
+        Ok((
+            taken.iter().map(|s| member(s).member).collect(),
+            paused,
+            hooks,
+        ))
     }
 
     /// Stage a restore; `(request, already_staged, message)`.

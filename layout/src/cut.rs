@@ -505,7 +505,9 @@ mod tests {
     #[test]
     fn the_user_pattern_for_nix_accepts_what_the_parser_accepts() {
         let re = whole(HOOK_USER_PATTERN);
-        for name in ["postgres", "_pg", "a-b_c1", "machine$", "Post", "1pg", "a b", "a$b"] {
+        for name in [
+            "postgres", "_pg", "a-b_c1", "machine$", "Post", "1pg", "a b", "a$b",
+        ] {
             assert_eq!(re.is_match(name), HookUser::parse(name).is_ok(), "{name:?}");
         }
         // The pattern alone admits root; the module refuses it by name, as the parser does.

@@ -36,8 +36,8 @@ use std::time::Duration;
 use layout::{RestoreRequest, SnapshotName, SubvolumeName};
 use stem_interface::{
     request_from_infos, request_infos, ChangedPathInfo, ChangesInfo, CopiedInfo, CopyInfo,
-    CopyProgressInfo, Error, HookInfo, OpenInfo, OutcomeInfo, RequestInfo, SentSealed, SnapshotInfo,
-    SpaceInfo, StagedRestore, StagedSetRestore, WireError,
+    CopyProgressInfo, Error, HookInfo, OpenInfo, OutcomeInfo, RequestInfo, SentSealed,
+    SnapshotInfo, SpaceInfo, StagedRestore, StagedSetRestore, WireError,
 };
 use zbus::message::Header;
 use zbus::object_server::Interface as _;

@@ -61,7 +61,11 @@ impl HookOutcome {
     pub fn journal(&self) {
         let output = layout::escape::escape(&self.output);
         let more = if self.output_bytes > self.output.len() as u64 {
-            format!(" (first {} of {} bytes)", self.output.len(), self.output_bytes)
+            format!(
+                " (first {} of {} bytes)",
+                self.output.len(),
+                self.output_bytes
+            )
         } else {
             String::new()
         };
@@ -201,7 +205,10 @@ impl Capture {
         loop {
             let left = until.saturating_duration_since(Instant::now());
             let fd = pipe.as_fd();
-            let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+            let mut fds = [rustix::event::PollFd::new(
+                &fd,
+                rustix::event::PollFlags::IN,
+            )];
             let ts = rustix::event::Timespec {
                 tv_sec: left.as_secs() as i64,
                 tv_nsec: i64::from(left.subsec_nanos()),
@@ -317,7 +324,9 @@ fn run_direct(
             let step = (Instant::now() + Duration::from_millis(20)).min(deadline);
             eof = out.read_until(&mut read, step);
         } else {
-            std::thread::sleep(Duration::from_millis(2).min(deadline.saturating_duration_since(Instant::now())));
+            std::thread::sleep(
+                Duration::from_millis(2).min(deadline.saturating_duration_since(Instant::now())),
+            );
         }
         if exited_unreaped(pgid) {
             break;

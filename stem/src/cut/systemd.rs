@@ -21,8 +21,13 @@ trait Manager {
         aux: Vec<(&str, Vec<(&str, zbus::Variant<'_>)>)>,
     ) -> zbus::Result<zbus::OwnedObjectPath>;
     #[zbus(signal)]
-    fn job_removed(&self, id: u32, job: zbus::ObjectPath<'_>, unit: &str, result: &str)
-        -> zbus::Result<()>;
+    fn job_removed(
+        &self,
+        id: u32,
+        job: zbus::ObjectPath<'_>,
+        unit: &str,
+        result: &str,
+    ) -> zbus::Result<()>;
     fn freeze_unit(&self, name: &str) -> zbus::Result<()>;
     fn thaw_unit(&self, name: &str) -> zbus::Result<()>;
     fn get_unit(&self, name: &str) -> zbus::Result<zbus::OwnedObjectPath>;

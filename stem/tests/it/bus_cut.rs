@@ -39,7 +39,9 @@ fn stem_with_cut(
     (stem, dir)
 }
 
-fn take_cut(bus: &PrivateBus) -> Result<(Vec<String>, Vec<String>, u64), String> {
+type Cutted = (Vec<String>, Vec<String>, u64, Vec<stem_interface::HookInfo>);
+
+pub(crate) fn take_cut(bus: &PrivateBus) -> Result<Cutted, String> {
     let (uid, gid) = ensure_user(names::KEEPER_USER);
     let address = bus.address().to_owned();
     as_user(uid, gid, move || {
@@ -60,7 +62,7 @@ fn take_cut(bus: &PrivateBus) -> Result<(Vec<String>, Vec<String>, u64), String>
             proxy
                 .take_cut(vec!["@persist".into(), "@log".into()])
                 .await
-                .map(|(s, u, us)| (s.into_iter().map(|s| s.name).collect(), u, us))
+                .map(|(s, u, us, h)| (s.into_iter().map(|s| s.name).collect(), u, us, h))
                 .map_err(|e| e.to_string())
         })
     })
@@ -106,7 +108,8 @@ fn bus_take_cut_pauses_the_configured_unit_and_answers_it() {
     let mut w = writer(&fs, &tree);
     let (stem, _config) = stem_with_cut(&fs, &bus, &tree, r#"{"units":["writer.service"]}"#);
     for _ in 0..20 {
-        let (names, paused, us) = take_cut(&bus).expect("TakeCut");
+        let (names, paused, us, hooks) = take_cut(&bus).expect("TakeCut");
+        assert!(hooks.is_empty(), "{hooks:?}");
         assert_eq!(paused, ["writer.service"]);
         assert!(us > 0 && us < 10_000_000, "paused {us} µs");
         let store = fs.top().join(layout::SNAPSHOTS_SUBVOLUME);
