@@ -298,7 +298,9 @@ fn bus_a_cut_with_hooks_journals_each_hooks_outcome_and_a_failed_after_hook_leav
     );
     assert!(
         outcome.starts_with("complete: ")
-            && outcome.contains("the set stands, but the hook after db.service as tacid-cut-db: failed: exited 5"),
+            && outcome.contains(
+                "the set stands, but the hook after db.service as tacid-cut-db: failed: exited 5"
+            ),
         "{outcome}"
     );
 }

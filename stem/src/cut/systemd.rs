@@ -2,8 +2,6 @@
 //! unit's `FreezerState` and `ActiveState`. systemd answers `FreezeUnit` once the unit's
 //! cgroup reports frozen, and keeps its own record of the unit's state right.
 
-use std::os::fd::AsFd as _;
-
 use layout::cut::UnitName;
 
 #[zbus::proxy(
@@ -11,7 +9,7 @@ use layout::cut::UnitName;
     default_service = "org.freedesktop.systemd1",
     default_path = "/org/freedesktop/systemd1"
 )]
-trait Manager {
+pub(crate) trait Manager {
     fn subscribe(&self) -> zbus::Result<()>;
     fn start_transient_unit(
         &self,
@@ -111,113 +109,4 @@ pub async fn is_frozen(bus: &zbus::Connection, name: &UnitName) -> Result<bool, 
         .await
         .map_err(|e| format!("cannot read {name}'s freezer state: {e}"))?;
     Ok(state == "frozen")
-}
-
-/// Run a hook as a transient service of systemd's (adr/0026): `User=` the hook's user (with
-/// its groups, as systemd sets them), `Type=oneshot` so that the start job ends when the
-/// command does, `TimeoutStartSec=` the limit, `KillSignal=SIGKILL` over its cgroup (every
-/// process it started), its output on a pipe the stem reads, gone once it ended
-/// (`CollectMode=inactive-or-failed`).
-pub async fn run_hook(
-    bus: &zbus::Connection,
-    unit: &UnitName,
-    user: &layout::cut::HookUser,
-    command: &layout::cut::HookCommand,
-    when: layout::cut::HookWhen,
-    limit: std::time::Duration,
-) -> Result<super::hook::Ran, String> {
-    use super::hook::{Capture, Ended, Ran};
-    use zbus::export::futures_core::Stream;
-    use zbus::{Fd, Variant as Value};
-    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let manager = ManagerProxy::new(bus)
-        .await
-        .map_err(|e| format!("cannot reach systemd: {e}"))?;
-    manager
-        .subscribe()
-        .await
-        .map_err(|e| format!("cannot subscribe to systemd's jobs: {e}"))?;
-    let mut removed = manager
-        .receive_job_removed()
-        .await
-        .map_err(|e| format!("cannot watch systemd's jobs: {e}"))?;
-    let (mut read, write) = super::hook::output_pipe()?;
-    let name = format!(
-        "tacid-cut-hook-{}-{}.service",
-        std::process::id(),
-        SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
-    let argv = command.argv().to_vec();
-    let env: Vec<String> = super::hook::environment(unit, when)
-        .into_iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    let exec: Vec<(String, Vec<String>, bool)> = vec![(argv[0].clone(), argv, false)];
-    let properties: Vec<(&str, Value<'_>)> = vec![
-        (
-            "Description",
-            Value::from(format!("tacid: the {when} hook of {unit}")),
-        ),
-        ("Type", Value::from("oneshot")),
-        ("ExecStart", Value::from(exec)),
-        ("User", Value::from(user.as_str())),
-        ("Environment", Value::from(env)),
-        ("WorkingDirectory", Value::from("/")),
-        (
-            "TimeoutStartUSec",
-            Value::from(limit.as_micros().min(u128::from(u64::MAX)) as u64),
-        ),
-        ("KillSignal", Value::from(libc::SIGKILL)),
-        ("CollectMode", Value::from("inactive-or-failed")),
-        ("StandardInput", Value::from("null")),
-        (
-            "StandardOutputFileDescriptor",
-            Value::from(Fd::from(write.as_fd())),
-        ),
-        (
-            "StandardErrorFileDescriptor",
-            Value::from(Fd::from(write.as_fd())),
-        ),
-    ];
-    let job = manager
-        .start_transient_unit(&name, "fail", properties, Vec::new())
-        .await
-        .map_err(|e| format!("systemd would not start the hook: {e}"))?;
-    drop(write);
-    // The output, read on a thread of its own until every process of the hook is gone.
-    let deadline = std::time::Instant::now() + limit + std::time::Duration::from_secs(5);
-    let reader = tokio::task::spawn_blocking(move || {
-        let mut out = Capture::default();
-        out.read_until(&mut read, deadline);
-        out
-    });
-    let result = tokio::time::timeout_at(deadline.into(), async {
-        loop {
-            let next = std::future::poll_fn(|cx| std::pin::Pin::new(&mut removed).poll_next(cx));
-            let Some(signal) = next.await else {
-                return Err("systemd stopped telling about jobs".to_string());
-            };
-            let Ok(args) = signal.args() else { continue };
-            if args.job().as_str() == job.as_str() {
-                return Ok(args.result().to_string());
-            }
-        }
-    })
-    .await
-    .map_err(|_| "systemd did not finish the hook's job in time".to_string())??;
-    let out = reader
-        .await
-        .map_err(|e| format!("the hook's output reader failed: {e}"))?;
-    let ended = match result.as_str() {
-        "done" => Ended::Exited(0),
-        "timeout" => Ended::Limit,
-        other => Ended::Other(format!(
-            "systemd's job ended \"{other}\" (see `journalctl -u {name}`)"
-        )),
-    };
-    Ok(Ran {
-        ended,
-        output: out.kept,
-        output_bytes: out.total,
-    })
 }

@@ -235,7 +235,11 @@ fn bus_take_cut_runs_the_hooks_as_the_user_answers_them_and_journals_their_outpu
         Some(fs::File::create(&log).unwrap()),
     );
     let (names, paused, _us, hooks) = take_cut(&bus).expect("TakeCut");
-    assert_eq!(names.len(), 2, "the set stands though the after hook failed");
+    assert_eq!(
+        names.len(),
+        2,
+        "the set stands though the after hook failed"
+    );
     assert_eq!(paused, ["writer.service"]);
     let summary: Vec<(String, String, bool)> = hooks
         .iter()
@@ -266,10 +270,14 @@ fn bus_take_cut_runs_the_hooks_as_the_user_answers_them_and_journals_their_outpu
             .unwrap_or_else(|| panic!("no {needle:?} in the stem's log:\n{text}"))
             .to_owned()
     };
-    assert!(line_of("hook before writer.service as tacid-cut-db: exited 0")
-        .contains("checkpoint asked by the hook"));
-    assert!(line_of("hook after writer.service as tacid-cut-db: failed: exited 7")
-        .contains("cannot resume"));
+    assert!(
+        line_of("hook before writer.service as tacid-cut-db: exited 0")
+            .contains("checkpoint asked by the hook")
+    );
+    assert!(
+        line_of("hook after writer.service as tacid-cut-db: failed: exited 7")
+            .contains("cannot resume")
+    );
     assert!(text.contains("the set stands, but the hook after writer.service"));
     assert!(!frozen(&tree.unit_dir("writer.service")));
     drop(stem);

@@ -121,11 +121,15 @@ impl Machine {
             .spawn()
             .unwrap();
         let pid = child.id();
-        wait_until("the writer runs as its user", Duration::from_secs(10), || {
-            fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == uid)
-                && fs::read_to_string(dir.join("cgroup.procs"))
-                    .is_ok_and(|p| p.lines().any(|l| l == pid.to_string()))
-        });
+        wait_until(
+            "the writer runs as its user",
+            Duration::from_secs(10),
+            || {
+                fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == uid)
+                    && fs::read_to_string(dir.join("cgroup.procs"))
+                        .is_ok_and(|p| p.lines().any(|l| l == pid.to_string()))
+            },
+        );
         child
     }
 
@@ -178,17 +182,19 @@ fn loop_a_hook_before_the_freeze_runs_as_the_units_user_and_its_checkpoint_is_in
         after: Some(sh(&after)),
         after_limit_ms: 10_000,
     }]);
-    assert!(!db.join("data").exists(), "the writer wrote before it was asked");
+    assert!(
+        !db.join("data").exists(),
+        "the writer wrote before it was asked"
+    );
     // A descriptor of this process that an exec would keep (no close-on-exec): the hook
     // must not get it.
     let probe = tempfile::tempdir().unwrap();
     let leak = fs::File::create(probe.path().join("tacid-leak-probe")).unwrap();
     rustix::io::fcntl_setfd(&leak, rustix::io::FdFlags::empty()).unwrap();
 
-    let taken = m
-        .rt
-        .block_on(cut.take_set(&m.worker, vec![sv("@persist"), sv("@log")]))
-        .unwrap();
+    let taken =
+        m.rt.block_on(cut.take_set(&m.worker, vec![sv("@persist"), sv("@log")]))
+            .unwrap();
     assert_eq!(taken.paused, [unit("db.service")]);
     let [b, a] = &taken.hooks[..] else {
         panic!("two hooks ran: {:?}", taken.hooks);
@@ -207,7 +213,10 @@ fn loop_a_hook_before_the_freeze_runs_as_the_units_user_and_its_checkpoint_is_in
         .split_whitespace()
         .map(|g| g.parse().unwrap())
         .collect();
-    assert!(groups.contains(&extra), "no {DB_GROUP} ({extra}) in {groups:?}");
+    assert!(
+        groups.contains(&extra),
+        "no {DB_GROUP} ({extra}) in {groups:?}"
+    );
     assert!(!groups.contains(&0), "root's group in {groups:?}");
     let mark = fs::metadata(db.join("before-mark")).unwrap();
     assert_eq!((mark.uid(), mark.gid()), (uid, gid));
@@ -216,7 +225,10 @@ fn loop_a_hook_before_the_freeze_runs_as_the_units_user_and_its_checkpoint_is_in
     assert!(!out.contains("tacid-leak-probe"), "{out}");
     let fds: Vec<&str> = out
         .lines()
-        .filter_map(|l| l.split_once(" -> ").map(|(a, _)| a.rsplit(' ').next().unwrap()))
+        .filter_map(|l| {
+            l.split_once(" -> ")
+                .map(|(a, _)| a.rsplit(' ').next().unwrap())
+        })
         .collect();
     assert_eq!(fds, ["0", "1", "2", "3"], "{out}");
     drop(leak);
@@ -241,7 +253,10 @@ fn loop_a_hook_before_the_freeze_runs_as_the_units_user_and_its_checkpoint_is_in
     let in_set = fs::read_to_string(snap.join("db/data")).unwrap();
     assert!(in_set.trim().parse::<u64>().unwrap() > 0, "{in_set:?}");
     assert!(snap.join("db/before-mark").exists());
-    assert!(!snap.join("db/after-mark").exists(), "the after hook ran before the set");
+    assert!(
+        !snap.join("db/after-mark").exists(),
+        "the after hook ran before the set"
+    );
     assert!(!frozen(&dir));
     writer.kill().unwrap();
     writer.wait().unwrap();
@@ -271,10 +286,9 @@ fn loop_a_hook_past_its_limit_is_killed_with_what_it_started_and_no_set_is_taken
     }]);
     let sets = m.count();
     let t = Instant::now();
-    let e = m
-        .rt
-        .block_on(cut.take_set(&m.worker, vec![sv("@persist"), sv("@log")]))
-        .unwrap_err();
+    let e =
+        m.rt.block_on(cut.take_set(&m.worker, vec![sv("@persist"), sv("@log")]))
+            .unwrap_err();
     let waited = t.elapsed();
     let text = e.to_string();
     eprintln!("a hanging hook: {text} (after {waited:?})");
@@ -289,7 +303,9 @@ fn loop_a_hook_past_its_limit_is_killed_with_what_it_started_and_no_set_is_taken
     assert_eq!(m.count(), sets, "a set was taken anyway");
     // Never frozen.
     assert_eq!(
-        fs::read_to_string(dir.join("cgroup.freeze")).unwrap().trim(),
+        fs::read_to_string(dir.join("cgroup.freeze"))
+            .unwrap()
+            .trim(),
         "0"
     );
     // Its child, the user's, is gone with it.
@@ -332,10 +348,9 @@ fn loop_hook_output_is_capped_and_an_after_hook_that_fails_is_reported_and_the_s
         after_limit_ms: 10_000,
     }]);
     let sets = m.count();
-    let taken = m
-        .rt
-        .block_on(cut.take_set(&m.worker, vec![sv("@persist"), sv("@log")]))
-        .unwrap();
+    let taken =
+        m.rt.block_on(cut.take_set(&m.worker, vec![sv("@persist"), sv("@log")]))
+            .unwrap();
     assert_eq!(taken.snapshots.len(), 2, "the set stands");
     assert_eq!(m.count(), sets + 2);
     let [b, a] = &taken.hooks[..] else {
@@ -373,10 +388,9 @@ fn loop_a_hook_whose_user_is_missing_or_cannot_run_its_program_takes_no_set() {
         after_limit_ms: 1_000,
     }]);
     let sets = m.count();
-    let e = m
-        .rt
-        .block_on(cut.take_set(&m.worker, vec![sv("@persist")]))
-        .unwrap_err();
+    let e =
+        m.rt.block_on(cut.take_set(&m.worker, vec![sv("@persist")]))
+            .unwrap_err();
     assert!(
         e.to_string().contains("there is no user tacid-nobody-here"),
         "{e}"
@@ -396,10 +410,9 @@ fn loop_a_hook_whose_user_is_missing_or_cannot_run_its_program_takes_no_set() {
         after: None,
         after_limit_ms: 1_000,
     }]);
-    let e = m
-        .rt
-        .block_on(cut.take_set(&m.worker, vec![sv("@persist")]))
-        .unwrap_err();
+    let e =
+        m.rt.block_on(cut.take_set(&m.worker, vec![sv("@persist")]))
+            .unwrap_err();
     assert!(
         e.to_string().contains("could not run") && e.to_string().contains("denied"),
         "{e}"
