@@ -221,11 +221,28 @@ let
   # ExecStopPost=, however it stopped.
   cut = cfg.consistentCut;
   haveCut = cut.units != [ ];
-  cutConfig = pkgs.writeText "tacid-cut.json" (builtins.toJSON {
+  # A hook's user: as given, else the service's own User= where the module sets one.
+  hookUser = unitName: h:
+    if h.user != null then h.user
+    else
+      let svc = lib.removeSuffix ".service" unitName;
+      in if lib.hasSuffix ".service" unitName
+      then (config.systemd.services.${svc}.serviceConfig.User or null)
+      else null;
+  cutHooks = lib.mapAttrsToList
+    (unitName: h: {
+      unit = unitName;
+      user = hookUser unitName h;
+      before_limit_ms = h.beforeLimitMs;
+      after_limit_ms = h.afterLimitMs;
+    } // lib.optionalAttrs (h.before != null) { inherit (h) before; }
+    // lib.optionalAttrs (h.after != null) { inherit (h) after; })
+    cut.hooks;
+  cutConfig = pkgs.writeText "tacid-cut.json" (builtins.toJSON ({
     inherit (cut) units;
     freeze_timeout_ms = cut.freezeTimeoutMs;
     hold_limit_ms = cut.holdLimitMs;
-  });
+  } // lib.optionalAttrs (cut.hooks != { }) { hooks = cutHooks; }));
   cutValue = lib.optional haveCut { flag = "--cut-config"; value = "${cutConfig}"; };
   cutOpt = "services.tacid.consistentCut";
   cutAssertions = map
@@ -247,7 +264,41 @@ let
       assertion = cut.holdLimitMs >= cut.freezeTimeoutMs;
       message = "${cutOpt}.holdLimitMs (${toString cut.holdLimitMs}) is below freezeTimeoutMs (${toString cut.freezeTimeoutMs}): the units would be thawed before they could all be frozen. Raise holdLimitMs.";
     }
-  ];
+  ]
+  ++ lib.concatMap
+    (h:
+      let
+        at = "${cutOpt}.hooks.${builtins.toJSON h.unit}";
+        argvOk = argv: argv == null || (argv != [ ]
+          && lib.length argv <= layout.cut_max_hook_args
+          && lib.hasPrefix "/" (lib.head argv));
+        raw = cut.hooks.${h.unit};
+      in
+      [
+        {
+          assertion = lib.elem h.unit cut.units;
+          message = "${at}: ${h.unit} is not in ${cutOpt}.units; a hook runs only for a unit that is paused. Add it there.";
+        }
+        {
+          assertion = h.user != null;
+          message = "${at}.user is not set and systemd.services gives ${h.unit} no User= to take it from: name the user the hook runs as (never root).";
+        }
+        {
+          assertion = h.user == null
+            || (builtins.match layout.cut_hook_user_pattern h.user != null
+            && builtins.stringLength h.user <= 32 && h.user != "root");
+          message = "${at}.user: ${builtins.toJSON h.user} is not a user a hook may run as: a user name (lower-case letters, digits, `_-`), never root. Name the unit's own user.";
+        }
+        {
+          assertion = raw.before != null || raw.after != null;
+          message = "${at}: neither before nor after is set; give a command or remove the hook.";
+        }
+        {
+          assertion = argvOk raw.before && argvOk raw.after;
+          message = "${at}: before and after are each a command as a list (program first, by absolute path, e.g. [ \"/run/current-system/sw/bin/psql\" \"-c\" \"CHECKPOINT\" ]), at most ${toString layout.cut_max_hook_args} words; no shell runs them.";
+        }
+      ])
+    cutHooks;
 in
 {
   options.services.tacid = {
@@ -441,6 +492,54 @@ in
           How long the units may stay frozen in all: past it, a guard process thaws them
           whatever the stem is doing, and the set is not kept.
         '';
+      };
+      hooks = lib.mkOption {
+        default = { };
+        example = lib.literalExpression ''
+          {
+            "postgresql.service".before =
+              [ "''${config.services.postgresql.package}/bin/psql" "-c" "CHECKPOINT" ];
+          }
+        '';
+        description = ''
+          Commands for a paused unit where a pause alone is not enough (adr/0026), by the
+          unit's name (one of `units`): `before` runs before anything is frozen (a
+          database's checkpoint), `after` once everything is thawed. Each runs as `user`
+          (by default the service's own `serviceConfig.User`; never root), with that user's
+          groups, no shell, an environment of its own and `/` as its directory, as a
+          transient systemd service; its output goes to the journal. A `before` that fails
+          or outlives its limit means no set is taken; an `after` that fails is reported
+          with the set, which stands.
+        '';
+        type = lib.types.attrsOf (lib.types.submodule {
+          options = {
+            user = lib.mkOption {
+              type = lib.types.nullOr lib.types.str;
+              default = null;
+              description = "Who the commands run as; null: the service's `serviceConfig.User`.";
+            };
+            before = lib.mkOption {
+              type = lib.types.nullOr (lib.types.listOf lib.types.str);
+              default = null;
+              description = "The command run before the freeze: the program (absolute path) and its arguments.";
+            };
+            after = lib.mkOption {
+              type = lib.types.nullOr (lib.types.listOf lib.types.str);
+              default = null;
+              description = "The command run after the thaw: the program (absolute path) and its arguments.";
+            };
+            beforeLimitMs = lib.mkOption {
+              type = lib.types.ints.between 1 layout.cut_max_hook_limit_ms;
+              default = d.cut_hook_limit_ms;
+              description = "How long `before` may run before it is killed (and no set is taken).";
+            };
+            afterLimitMs = lib.mkOption {
+              type = lib.types.ints.between 1 layout.cut_max_hook_limit_ms;
+              default = d.cut_hook_limit_ms;
+              description = "How long `after` may run before it is killed.";
+            };
+          };
+        });
       };
     };
 

@@ -122,6 +122,23 @@ let
   cutJson = config: builtins.fromJSON config.services.tacid.cutConfigFile.text;
   cutProblems = settings: failing (machine { consistentCut = settings; }).config;
   namesCutOption = settings: lib.any (hasInfix "services.tacid.consistentCut") (cutProblems settings);
+  # Hooks: the user from the service's own User= when not given.
+  withHooks = (machineWith
+    {
+      consistentCut = {
+        units = [ "postgresql.service" "app.scope" ];
+        hooks."postgresql.service" = {
+          before = [ "/run/current-system/sw/bin/psql" "-c" "CHECKPOINT" ];
+          beforeLimitMs = 5000;
+        };
+        hooks."app.scope" = { user = "app"; after = [ "/bin/app-resume" ]; };
+      };
+    }
+    { systemd.services.postgresql.serviceConfig.User = "postgres"; }).config;
+  hookProblems = hooks: failingWith
+    { consistentCut = { units = [ "postgresql.service" "app.scope" ]; inherit hooks; }; }
+    { systemd.services.postgresql.serviceConfig.User = "postgres"; };
+  namesHookOption = hooks: lib.any (hasInfix "services.tacid.consistentCut.hooks") (hookProblems hooks);
 
   package = c.services.tacid.package;
   keeper = c.users.users.${layout.keeper_user};
@@ -284,6 +301,32 @@ in
     (check "consistent cut: the stem is told the file (one flag) and thaws the units at any stop"
       (lib.length (lib.splitString "| --cut-config ${withCut.services.tacid.cutConfigFile}|" (dropInScript withCut)) == 2
         && hasInfix "ExecStopPost=-${package}/bin/tacid-stem --thaw-cut --cut-config ${withCut.services.tacid.cutConfigFile}" (dropInScript withCut)))
+    (check "consistent cut hooks: the file holds each hook with its user (the service's own User= when not given) and the layout's default limits"
+      ((cutJson withHooks).hooks == [
+        {
+          unit = "app.scope";
+          user = "app";
+          after = [ "/bin/app-resume" ];
+          before_limit_ms = layout.defaults.cut_hook_limit_ms;
+          after_limit_ms = layout.defaults.cut_hook_limit_ms;
+        }
+        {
+          unit = "postgresql.service";
+          user = "postgres";
+          before = [ "/run/current-system/sw/bin/psql" "-c" "CHECKPOINT" ];
+          before_limit_ms = 5000;
+          after_limit_ms = layout.defaults.cut_hook_limit_ms;
+        }
+      ]
+        && !(cutJson withCut ? hooks)
+        && hookProblems { "postgresql.service".before = [ "/bin/true" ]; } == [ ]))
+    (check "consistent cut hooks: no user to be had, root, a program not by absolute path, no command, and a unit not paused each fail, naming the option"
+      (namesHookOption { "app.scope".before = [ "/bin/true" ]; }
+        && namesHookOption { "postgresql.service" = { user = "root"; before = [ "/bin/true" ]; }; }
+        && namesHookOption { "postgresql.service".before = [ "psql" "-c" "CHECKPOINT" ]; }
+        && namesHookOption { "postgresql.service".before = [ ]; }
+        && namesHookOption { "postgresql.service" = { }; }
+        && namesHookOption { "other.service" = { user = "x"; before = [ "/bin/true" ]; }; }))
     (check "consistent cut: a unit without processes of its own, a bare name, a template, one named twice and a hold limit below the freeze timeout each fail, naming the option"
       (namesCutOption { units = [ "sshd.socket" ]; }
         && namesCutOption { units = [ "postgresql" ]; }

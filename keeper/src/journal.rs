@@ -204,6 +204,9 @@ const MIGRATIONS: &[&str] = &[
         request_id INTEGER PRIMARY KEY REFERENCES requests(id),
         units TEXT NOT NULL CHECK (units != '')
     );",
+    // 9: what became of each hook of a consistent cut (before the freeze, after the thaw),
+    // one line each, separated by a newline; empty: none ran.
+    "ALTER TABLE cuts ADD COLUMN hooks TEXT NOT NULL DEFAULT '';",
 ];
 
 /// The version whose migration adds the `CHECK` constraints: a journal below it is read for

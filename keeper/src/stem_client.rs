@@ -340,19 +340,34 @@ impl StemClient {
     }
 
     /// Take a set with root's units paused (a consistent cut), all or nothing; the members
-    /// in the order asked, and the units that were paused (none: an ordinary set).
+    /// in the order asked, the units that were paused (none: an ordinary set), and what
+    /// became of each hook that ran, one line each (`before pg.service as postgres: exited
+    /// 0 in 12 ms`, capped), and whether it succeeded.
+    #[allow(clippy::type_complexity)]
     pub async fn take_cut(
         &self,
         subvolumes: &[String],
-    ) -> Result<(Vec<Member>, Vec<String>), StemError> {
+    ) -> Result<(Vec<Member>, Vec<String>, Vec<(bool, String)>), StemError> {
         let subs = subvolumes.to_vec();
-        let (taken, paused, _us) = self
+        let (taken, paused, _us, hooks) = self
             .call(|p| {
                 let subs = subs.clone();
                 async move { p.take_cut(subs).await }
             })
             .await?;
-        Ok((taken.iter().map(|s| member(s).member).collect(), paused))
+        let hooks = hooks
+            .iter()
+            .take(2 * layout::cut::MAX_UNITS)
+            .map(|h| {
+                let line = format!("{} {} as {}: {}", h.when, h.unit, h.user, h.summary);
+                (h.ok, layout::human::cap(&line, 400).into_owned())
+            })
+            .collect();
+        Ok((
+            taken.iter().map(|s| member(s).member).collect(),
+            paused,
+            hooks,
+        ))
     }
 
     /// Stage a restore; `(request, already_staged, message)`.

@@ -49,6 +49,11 @@ pub struct Contract {
     /// The most units, and the longest limit (ms), the stem accepts.
     pub cut_max_units: usize,
     pub cut_max_limit_ms: u32,
+    /// A hook's user name as a whole-string POSIX ERE, the longest a hook's limit may be
+    /// (ms), and the most arguments a hook's command may have.
+    pub cut_hook_user_pattern: &'static str,
+    pub cut_max_hook_limit_ms: u32,
+    pub cut_max_hook_args: usize,
     pub copy_place_pattern: &'static str,
     /// The per-target timer and service of the NixOS module: this prefix and the target.
     pub copy_unit_prefix: &'static str,
@@ -112,6 +117,9 @@ impl Contract {
             cut_unit_name_pattern: crate::cut::UNIT_NAME_PATTERN,
             cut_max_units: crate::cut::MAX_UNITS,
             cut_max_limit_ms: crate::cut::MAX_LIMIT_MS,
+            cut_hook_user_pattern: crate::cut::HOOK_USER_PATTERN,
+            cut_max_hook_limit_ms: crate::cut::MAX_HOOK_LIMIT_MS,
+            cut_max_hook_args: crate::cut::MAX_HOOK_ARGS,
             copy_place_pattern: crate::copies::PLACE_PATTERN,
             copy_unit_prefix: names::COPY_UNIT_PREFIX,
             stem_copies_drop_in: names::STEM_COPIES_DROP_IN,

@@ -95,12 +95,16 @@ pub struct Defaults {
     pub opens_total: usize,
     pub cut_freeze_timeout_ms: u32,
     pub cut_hold_limit_ms: u32,
+    pub cut_hook_limit_ms: u32,
 }
 
 /// A consistent cut: how long the stem waits for every paused unit to report frozen.
 pub const CUT_FREEZE_TIMEOUT_MS: u32 = 2_000;
 /// A consistent cut: how long units may stay frozen in all before the guard thaws them.
 pub const CUT_HOLD_LIMIT_MS: u32 = 10_000;
+/// A consistent cut: how long a unit's hook (before the freeze, after the thaw) may run
+/// before its process group is killed.
+pub const CUT_HOOK_LIMIT_MS: u32 = 30_000;
 
 /// The one instance.
 pub const DEFAULTS: Defaults = Defaults {
@@ -124,4 +128,5 @@ pub const DEFAULTS: Defaults = Defaults {
     opens_total: OPENS_TOTAL,
     cut_freeze_timeout_ms: CUT_FREEZE_TIMEOUT_MS,
     cut_hold_limit_ms: CUT_HOLD_LIMIT_MS,
+    cut_hook_limit_ms: CUT_HOOK_LIMIT_MS,
 };

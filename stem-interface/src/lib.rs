@@ -27,6 +27,23 @@ pub enum OriginInfo {
     NameOnly,
 }
 
+/// What became of one hook of a consistent cut (adr/0026): a command root configured for a
+/// paused unit, run as its user before the freeze or after the thaw. Its output is in the
+/// stem's journal, not here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct HookInfo {
+    /// The unit it is a hook of.
+    pub unit: String,
+    /// "before" (the freeze) or "after" (the thaw).
+    pub when: String,
+    /// The user it ran as.
+    pub user: String,
+    /// Whether it exited 0 within its limit.
+    pub ok: bool,
+    /// What happened, in words (`exited 0 in 12 ms`, `failed: exited 3 after 40 ms`).
+    pub summary: String,
+}
+
 /// One snapshot in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
 pub struct SnapshotInfo {
@@ -312,8 +329,9 @@ bus_peer::named_errors! {
         /// mapping is in it): not closed (CloseSnapshot) or not deleted (Delete); nothing changed.
         InUse,
         /// A unit root names for a consistent cut did not freeze in time, could not be
-        /// frozen, or the pause outlasted its limit: no set was taken and every unit was
-        /// thawed; the message names the unit and what to do.
+        /// frozen, its hook before the freeze failed or outlived its limit, or the pause
+        /// outlasted its limit: no set was taken and every unit was thawed; the message names
+        /// the unit and what to do.
         NotPaused,
         /// Anything else went wrong (an I/O error from Btrfs); the message says what.
         Failed,
@@ -429,10 +447,11 @@ use layout::human::{from_unix_micros, unix_micros};
 pub trait Stem1 {
     fn take_snapshot(&self, subvolume: &str) -> Result<SnapshotInfo, Error>;
     fn take_set(&self, subvolumes: Vec<String>) -> Result<Vec<SnapshotInfo>, Error>;
+    #[allow(clippy::type_complexity)]
     fn take_cut(
         &self,
         subvolumes: Vec<String>,
-    ) -> Result<(Vec<SnapshotInfo>, Vec<String>, u64), Error>;
+    ) -> Result<(Vec<SnapshotInfo>, Vec<String>, u64, Vec<HookInfo>), Error>;
     fn list(&self) -> Result<Vec<SnapshotInfo>, Error>;
     fn list_since(&self, known: Vec<u64>) -> Result<(Vec<u64>, bool, Vec<SnapshotInfo>), Error>;
     fn delete(&self, name: &str) -> Result<(), Error>;

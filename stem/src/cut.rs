@@ -12,15 +12,23 @@
 //! of the unit's cgroup, found beneath a cgroup root by the unit's name.
 //!
 //! Unit names come from root's configuration ([`layout::cut`]), never from a caller.
+//!
+//! Hooks ([`hook`]): before anything is frozen, the `before` command of each unit to be
+//! paused runs as its user, one after the other; one that fails or outlives its limit means
+//! no set, as a unit that does not freeze does. Once every unit is thawed (whether a set was
+//! taken or not), the `after` command of each unit whose `before` succeeded (or that has
+//! none) runs; one that fails is reported with the set, which stands. The thaw never waits
+//! for a hook: no hook runs while anything is frozen.
 
 pub mod cgroup;
 pub mod guard;
+pub mod hook;
 pub mod systemd;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use layout::cut::{CutConfig, UnitName};
+use layout::cut::{CutConfig, HookWhen, UnitName};
 use layout::SubvolumeName;
 
 use crate::engine::Snapshot;
@@ -73,6 +81,8 @@ pub struct CutTaken {
     pub paused: Vec<UnitName>,
     /// How long the units were frozen, from the first freeze to the last thaw.
     pub held: Duration,
+    /// Every hook that ran, in the order they ran (before the freeze, then after the thaw).
+    pub hooks: Vec<hook::HookOutcome>,
 }
 
 /// Why no set was taken with the pause.
@@ -86,6 +96,8 @@ pub enum CutError {
     HeldTooLong { limit_ms: u32, why: String },
     #[error("the guard that thaws the units if the stem dies could not start: {0}; nothing was paused and no set was taken")]
     Guard(String),
+    #[error("the hook {0}, so no set was taken and nothing was paused. Its output is in the stem's journal (`journalctl -u tacid-stem`); fix the hook, raise its limit (services.tacid.consistentCut.hooks), or remove it")]
+    HookFailed(String),
     #[error(transparent)]
     Act(#[from] ActFailure),
 }
@@ -256,8 +268,76 @@ impl Cut {
                 snapshots,
                 paused: Vec::new(),
                 held: Duration::ZERO,
+                hooks: Vec::new(),
             });
         }
+        // Hooks before anything is frozen, one after the other; the first that fails ends it.
+        let mut hooks = Vec::new();
+        let mut reached = Vec::with_capacity(targets.len());
+        for t in &targets {
+            let Some(h) = self.config.hook_of(t.unit()) else {
+                reached.push(t.unit().clone());
+                continue;
+            };
+            if h.before.is_none() {
+                reached.push(t.unit().clone());
+                continue;
+            }
+            let outcome = self.run_hook(h, HookWhen::Before).await;
+            let ok = outcome.ok;
+            let line = outcome.line();
+            hooks.push(outcome);
+            if !ok {
+                self.after_hooks(&reached, &mut hooks).await;
+                return Err(CutError::HookFailed(line));
+            }
+            reached.push(t.unit().clone());
+        }
+        let paused = self.pause_and_take(worker, members, &targets).await;
+        // Every unit is thawed by now (or was never frozen): the after hooks, whatever came of
+        // the set.
+        self.after_hooks(&reached, &mut hooks).await;
+        let (snapshots, held) = paused?;
+        Ok(CutTaken {
+            snapshots,
+            paused: targets.iter().map(|t| t.unit().clone()).collect(),
+            held,
+            hooks,
+        })
+    }
+
+    /// How hooks run here: as systemd's transient services where it is PID 1, else directly.
+    async fn run_hook(&self, h: &layout::cut::Hook, when: HookWhen) -> hook::HookOutcome {
+        let outcome = match self.freezer {
+            Freezer::Systemd => match self.bus().await {
+                Ok(bus) => hook::run(hook::Runner::Systemd, Some(bus), h, when).await,
+                Err(_) => hook::run(hook::Runner::Systemd, None, h, when).await,
+            },
+            Freezer::Cgroup { .. } => hook::run(hook::Runner::Direct, None, h, when).await,
+        };
+        outcome.journal();
+        outcome
+    }
+
+    /// The after hooks of the units in `reached`, in order, each whatever the one before did.
+    async fn after_hooks(&self, reached: &[UnitName], into: &mut Vec<hook::HookOutcome>) {
+        for unit in reached {
+            if let Some(h) = self.config.hook_of(unit) {
+                if h.after.is_some() {
+                    into.push(self.run_hook(h, HookWhen::After).await);
+                }
+            }
+        }
+    }
+
+    /// Freeze `targets`, take `members`, thaw: the pause itself, with no hook inside it.
+    async fn pause_and_take(
+        &self,
+        worker: &Worker,
+        members: Vec<SubvolumeName>,
+        targets: &[Target],
+    ) -> Result<(Vec<Snapshot>, Duration), CutError> {
+        let targets = targets.to_vec();
         let limit = Duration::from_millis(self.config.hold_limit_ms.into());
         let mut guard =
             guard::Guard::start(&self.guard_program, &targets, limit).map_err(CutError::Guard)?;
@@ -348,11 +428,7 @@ impl Cut {
                 why,
             });
         }
-        Ok(CutTaken {
-            snapshots,
-            paused: targets.iter().map(|t| t.unit().clone()).collect(),
-            held,
-        })
+        Ok((snapshots, held))
     }
 
     /// Thaw every configured unit that is found: what a stop of the stem runs

@@ -36,8 +36,8 @@ use std::time::Duration;
 use layout::{RestoreRequest, SnapshotName, SubvolumeName};
 use stem_interface::{
     request_from_infos, request_infos, ChangedPathInfo, ChangesInfo, CopiedInfo, CopyInfo,
-    CopyProgressInfo, Error, OpenInfo, OutcomeInfo, RequestInfo, SentSealed, SnapshotInfo,
-    SpaceInfo, StagedRestore, StagedSetRestore, WireError,
+    CopyProgressInfo, Error, HookInfo, OpenInfo, OutcomeInfo, RequestInfo, SentSealed,
+    SnapshotInfo, SpaceInfo, StagedRestore, StagedSetRestore, WireError,
 };
 use zbus::message::Header;
 use zbus::object_server::Interface as _;
@@ -369,14 +369,18 @@ impl Stem1 {
     /// the snapshots in the order asked, the units paused (empty: none configured or none
     /// running, and the set is an ordinary one), and how long they were paused, in
     /// microseconds. A unit that does not freeze in time, or a pause that outlasts its
-    /// limit, takes no set and leaves every unit thawed. Errors: as TakeSet, and NotPaused.
-    #[zbus(out_args("snapshots", "paused_units", "paused_us"))]
+    /// limit, takes no set and leaves every unit thawed. `hooks`: every hook root configured
+    /// for a paused unit that ran, in order: before the freeze (one that fails takes no
+    /// set), then after the thaw (one that fails is reported here; the set stands).
+    /// Errors: as TakeSet, and NotPaused.
+    #[zbus(out_args("snapshots", "paused_units", "paused_us", "hooks"))]
+    #[allow(clippy::type_complexity)]
     async fn take_cut(
         &self,
         #[zbus(connection)] connection: &Connection,
         #[zbus(header)] header: Header<'_>,
         subvolumes: Vec<String>,
-    ) -> Result<(Vec<SnapshotInfo>, Vec<String>, u64), Error> {
+    ) -> Result<(Vec<SnapshotInfo>, Vec<String>, u64, Vec<HookInfo>), Error> {
         self.admit(connection, &header).await?;
         let set = parse_set(&subvolumes)?;
         let what = format!("take set {} (consistent cut)", subvolumes.join(" "));
@@ -394,10 +398,24 @@ impl Stem1 {
                         paused.join(" ")
                     }
                 );
+                for h in taken.hooks.iter().filter(|h| !h.ok) {
+                    tracing::warn!("{what}: the set stands, but the hook {}", h.line());
+                }
                 Ok((
                     taken.snapshots.iter().map(SnapshotInfo::from).collect(),
                     paused,
                     taken.held.as_micros() as u64,
+                    taken
+                        .hooks
+                        .iter()
+                        .map(|h| HookInfo {
+                            unit: h.unit.to_string(),
+                            when: h.when.as_str().to_owned(),
+                            user: h.user.to_string(),
+                            ok: h.ok,
+                            summary: h.summary.clone(),
+                        })
+                        .collect(),
                 ))
             }
             Err(e) => {

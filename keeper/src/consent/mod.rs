@@ -166,7 +166,7 @@ impl Consent {
         // With root's units paused (a consistent cut, adr/0026); none configured: an
         // ordinary set.
         match self.h.stem.take_cut(&names).await {
-            Ok((members, paused)) => {
+            Ok((members, paused, hooks)) => {
                 let taken = started.elapsed();
                 test_pause("set-taken").await;
                 let outcome = format!(
@@ -181,7 +181,15 @@ impl Consent {
                     } else {
                         format!("; a consistent cut of {}", paused.join(" "))
                     }
-                );
+                ) + &hooks
+                    .iter()
+                    .filter(|(ok, _)| !ok)
+                    .map(|(_, line)| format!("; the set stands, but the hook {line}"))
+                    .collect::<String>();
+                for (_, line) in hooks.iter().filter(|(ok, _)| !ok) {
+                    tracing::warn!(set = id, "the hook {}", escape(line.as_bytes()));
+                }
+                let hook_lines: Vec<String> = hooks.iter().map(|(_, l)| l.clone()).collect();
                 // The cut first: a set left pending and settled from the disk later is
                 // still known for what it is.
                 self.h
@@ -189,7 +197,7 @@ impl Consent {
                         let (members, outcome, paused) =
                             (members.clone(), outcome.clone(), paused.clone());
                         move |j| {
-                            j.record_cut(id, &paused)?;
+                            j.record_cut(id, &paused, &hook_lines)?;
                             j.complete_set(id, &members, &outcome)
                         }
                     })

@@ -229,3 +229,78 @@ fn bus_a_unit_that_does_not_freeze_stops_the_pre_switch_set_and_nothing_stays_fr
     assert_eq!(asked.trim(), "0", "stuck.service left asked to freeze");
     fsfreeze("--unfreeze");
 }
+
+#[test]
+fn bus_a_cut_with_hooks_journals_each_hooks_outcome_and_a_failed_after_hook_leaves_the_set() {
+    let Some(v2) = cgroup2() else { return };
+    let Some(mut w) = World::start() else { return };
+    let (uid, _) = testbed::users::ensure_system_user("tacid-cut-db");
+    let units = Units::start(
+        &v2,
+        "hooks",
+        &[("db.service", "while :; do sleep 0.001; done".into())],
+    );
+    let config = serde_json::json!({
+        "units": ["db.service"],
+        "hooks": [{
+            "unit": "db.service",
+            "user": "tacid-cut-db",
+            "before": ["/bin/sh", "-c", "test $(id -u) = $0", uid.to_string()],
+            "after": ["/bin/sh", "-c", "echo would not resume >&2; exit 5"],
+        }]
+    });
+    stem_with_cut(&mut w, &units, &config.to_string(), "cut-hooks.json");
+    let (code, out, err) = w.tacid(
+        APPROVER,
+        &[
+            "data",
+            "snapshot",
+            "--json",
+            "--pre-switch",
+            "--reason",
+            "switch 3",
+        ],
+    );
+    assert_eq!(code, 0, "the set stands: {out}{err}");
+    let set_id = json(&out)["set_id"].as_i64().expect("a set id");
+    assert!(!units.frozen("db.service"), "left frozen");
+
+    // The keeper's record of the cut: each hook's outcome, and the set's outcome names the
+    // one that failed.
+    let (_copy, copied) = w.copy_journal();
+    let conn = rusqlite::Connection::open(&copied).expect("the journal");
+    let (cut_units, hooks): (String, String) = conn
+        .query_row(
+            "SELECT units, hooks FROM cuts WHERE request_id = ?1",
+            [set_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("the set's cut row");
+    let outcome: String = conn
+        .query_row(
+            "SELECT outcome FROM requests WHERE id = ?1",
+            [set_id],
+            |r| r.get(0),
+        )
+        .expect("the set's row");
+    drop(conn);
+    w.give_journal_back();
+    assert_eq!(cut_units, "db.service");
+    let lines: Vec<&str> = hooks.lines().collect();
+    assert_eq!(lines.len(), 2, "{hooks}");
+    assert!(
+        lines[0].starts_with("before db.service as tacid-cut-db: exited 0"),
+        "{hooks}"
+    );
+    assert!(
+        lines[1].starts_with("after db.service as tacid-cut-db: failed: exited 5"),
+        "{hooks}"
+    );
+    assert!(
+        outcome.starts_with("complete: ")
+            && outcome.contains(
+                "the set stands, but the hook after db.service as tacid-cut-db: failed: exited 5"
+            ),
+        "{outcome}"
+    );
+}

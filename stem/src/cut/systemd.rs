@@ -9,7 +9,23 @@ use layout::cut::UnitName;
     default_service = "org.freedesktop.systemd1",
     default_path = "/org/freedesktop/systemd1"
 )]
-trait Manager {
+pub(crate) trait Manager {
+    fn subscribe(&self) -> zbus::Result<()>;
+    fn start_transient_unit(
+        &self,
+        name: &str,
+        mode: &str,
+        properties: Vec<(&str, zbus::Variant<'_>)>,
+        aux: Vec<(&str, Vec<(&str, zbus::Variant<'_>)>)>,
+    ) -> zbus::Result<zbus::OwnedObjectPath>;
+    #[zbus(signal)]
+    fn job_removed(
+        &self,
+        id: u32,
+        job: zbus::ObjectPath<'_>,
+        unit: &str,
+        result: &str,
+    ) -> zbus::Result<()>;
     fn freeze_unit(&self, name: &str) -> zbus::Result<()>;
     fn thaw_unit(&self, name: &str) -> zbus::Result<()>;
     fn get_unit(&self, name: &str) -> zbus::Result<zbus::OwnedObjectPath>;

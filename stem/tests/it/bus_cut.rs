@@ -21,10 +21,21 @@ fn stem_with_cut(
     tree: &CgroupTree,
     config: &str,
 ) -> (StemDaemon, tempfile::TempDir) {
+    stem_with_cut_logging(fs, bus, tree, config, None)
+}
+
+/// As [`stem_with_cut`], the stem's log written to `log` when given.
+fn stem_with_cut_logging(
+    fs: &testbed::LoopFs,
+    bus: &PrivateBus,
+    tree: &CgroupTree,
+    config: &str,
+    log: Option<fs::File>,
+) -> (StemDaemon, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("cut.json");
     fs::write(&file, config).unwrap();
-    let stem = StemDaemon::start(
+    let stem = StemDaemon::start_logging(
         bus,
         names::KEEPER_USER,
         &[
@@ -35,11 +46,14 @@ fn stem_with_cut(
             "--cgroup-root",
             &tree.root.display().to_string(),
         ],
+        log,
     );
     (stem, dir)
 }
 
-fn take_cut(bus: &PrivateBus) -> Result<(Vec<String>, Vec<String>, u64), String> {
+type Cutted = (Vec<String>, Vec<String>, u64, Vec<stem_interface::HookInfo>);
+
+pub(crate) fn take_cut(bus: &PrivateBus) -> Result<Cutted, String> {
     let (uid, gid) = ensure_user(names::KEEPER_USER);
     let address = bus.address().to_owned();
     as_user(uid, gid, move || {
@@ -60,7 +74,7 @@ fn take_cut(bus: &PrivateBus) -> Result<(Vec<String>, Vec<String>, u64), String>
             proxy
                 .take_cut(vec!["@persist".into(), "@log".into()])
                 .await
-                .map(|(s, u, us)| (s.into_iter().map(|s| s.name).collect(), u, us))
+                .map(|(s, u, us, h)| (s.into_iter().map(|s| s.name).collect(), u, us, h))
                 .map_err(|e| e.to_string())
         })
     })
@@ -106,7 +120,8 @@ fn bus_take_cut_pauses_the_configured_unit_and_answers_it() {
     let mut w = writer(&fs, &tree);
     let (stem, _config) = stem_with_cut(&fs, &bus, &tree, r#"{"units":["writer.service"]}"#);
     for _ in 0..20 {
-        let (names, paused, us) = take_cut(&bus).expect("TakeCut");
+        let (names, paused, us, hooks) = take_cut(&bus).expect("TakeCut");
+        assert!(hooks.is_empty(), "{hooks:?}");
         assert_eq!(paused, ["writer.service"]);
         assert!(us > 0 && us < 10_000_000, "paused {us} µs");
         let store = fs.top().join(layout::SNAPSHOTS_SUBVOLUME);
@@ -178,6 +193,120 @@ fn bus_a_stem_killed_while_a_unit_is_frozen_leaves_it_thawed() {
     });
     fsfreeze("--unfreeze");
     stuck.wait().unwrap();
+    drop(stem);
+    w.kill().unwrap();
+    w.wait().unwrap();
+}
+
+/// The hooks' user, as in the loop tier: a real account, never removed.
+const HOOK_USER: &str = "tacid-cut-db";
+
+#[test]
+fn bus_take_cut_runs_the_hooks_as_the_user_answers_them_and_journals_their_output() {
+    let Some((fs, bus, tree)) = setup("bus-hooks") else {
+        return;
+    };
+    let (uid, _) = ensure_user(HOOK_USER);
+    let mut w = writer(&fs, &tree);
+    let marks = fs.top().join("@persist/hooks");
+    fs::create_dir_all(&marks).unwrap();
+    std::os::unix::fs::chown(&marks, Some(uid), None).unwrap();
+    let before = format!(
+        "echo checkpoint asked by the hook; echo as $(id -un) > {}/before",
+        marks.display()
+    );
+    let config = serde_json::json!({
+        "units": ["writer.service"],
+        "hooks": [{
+            "unit": "writer.service",
+            "user": HOOK_USER,
+            "before": ["/bin/sh", "-c", before],
+            "after": ["/bin/sh", "-c", "echo cannot resume >&2; exit 7"],
+            "after_limit_ms": 5000
+        }]
+    });
+    let log_dir = tempfile::tempdir().unwrap();
+    let log = log_dir.path().join("stem.log");
+    let (stem, _config) = stem_with_cut_logging(
+        &fs,
+        &bus,
+        &tree,
+        &config.to_string(),
+        Some(fs::File::create(&log).unwrap()),
+    );
+    let (names, paused, _us, hooks) = take_cut(&bus).expect("TakeCut");
+    assert_eq!(
+        names.len(),
+        2,
+        "the set stands though the after hook failed"
+    );
+    assert_eq!(paused, ["writer.service"]);
+    let summary: Vec<(String, String, bool)> = hooks
+        .iter()
+        .map(|h| (h.when.clone(), h.user.clone(), h.ok))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("before".to_string(), HOOK_USER.to_string(), true),
+            ("after".to_string(), HOOK_USER.to_string(), false)
+        ]
+    );
+    assert!(hooks[1].summary.contains("exited 7"), "{hooks:?}");
+    let mark = fs::metadata(marks.join("before")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&mark), uid);
+    // In the set: the mark the hook made before the freeze.
+    let store = fs.top().join(layout::SNAPSHOTS_SUBVOLUME);
+    assert_eq!(
+        fs::read_to_string(store.join(&names[0]).join("hooks/before")).unwrap(),
+        format!("as {HOOK_USER}\n")
+    );
+    // Journalled by the stem (journald where it runs; here its stderr): each hook's
+    // outcome with its output.
+    let text = fs::read_to_string(&log).unwrap();
+    let line_of = |needle: &str| {
+        text.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle:?} in the stem's log:\n{text}"))
+            .to_owned()
+    };
+    assert!(
+        line_of("hook before writer.service as tacid-cut-db: exited 0")
+            .contains("checkpoint asked by the hook")
+    );
+    assert!(
+        line_of("hook after writer.service as tacid-cut-db: failed: exited 7")
+            .contains("cannot resume")
+    );
+    assert!(text.contains("the set stands, but the hook after writer.service"));
+    assert!(!frozen(&tree.unit_dir("writer.service")));
+    drop(stem);
+
+    // A before hook that fails: no set, NotPaused, and the unit never frozen.
+    let config = serde_json::json!({
+        "units": ["writer.service"],
+        "hooks": [{
+            "unit": "writer.service",
+            "user": HOOK_USER,
+            "before": ["/bin/sh", "-c", "echo the checkpoint failed; exit 1"],
+        }]
+    });
+    let (stem, _config) = stem_with_cut(&fs, &bus, &tree, &config.to_string());
+    let sets = fs::read_dir(&store).unwrap().count();
+    let e = take_cut(&bus).unwrap_err();
+    assert!(
+        e.contains("NotPaused")
+            && e.contains("before writer.service as tacid-cut-db: failed: exited 1")
+            && e.contains("no set was taken"),
+        "{e}"
+    );
+    assert_eq!(fs::read_dir(&store).unwrap().count(), sets);
+    assert_eq!(
+        fs::read_to_string(tree.unit_dir("writer.service").join("cgroup.freeze"))
+            .unwrap()
+            .trim(),
+        "0"
+    );
     drop(stem);
     w.kill().unwrap();
     w.wait().unwrap();

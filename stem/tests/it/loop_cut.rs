@@ -166,6 +166,8 @@ fn cut(units: &[&str], root: &Path, freeze_timeout_ms: u32) -> Cut {
             units: units.iter().map(|u| unit(u)).collect(),
             freeze_timeout_ms,
             hold_limit_ms: 10_000,
+
+            hooks: Vec::new(),
         },
         Freezer::Cgroup {
             root: root.to_path_buf(),
@@ -442,6 +444,8 @@ fn loop_a_pause_past_its_limit_keeps_no_set() {
             units: vec![unit("writer.service")],
             freeze_timeout_ms: 200,
             hold_limit_ms: 1,
+
+            hooks: Vec::new(),
         },
         Freezer::Cgroup {
             root: tree.root.clone(),

@@ -8,6 +8,7 @@ mod introspection_drift;
 mod loop_changes;
 mod loop_copies;
 mod loop_cut;
+mod loop_cut_hooks;
 mod loop_engine;
 mod loop_generation;
 mod loop_retention;

@@ -208,6 +208,16 @@ impl StemDaemon {
     /// Start `tacid-stem --bus ADDRESS --keeper-user USER` plus `args`, and wait until it
     /// owns its name. Panics with its stderr when it exits instead.
     pub fn start(bus: &PrivateBus, keeper_user: &str, args: &[&str]) -> StemDaemon {
+        Self::start_logging(bus, keeper_user, args, None)
+    }
+
+    /// As [`StemDaemon::start`], its log (stderr) written to `log` when given.
+    pub fn start_logging(
+        bus: &PrivateBus,
+        keeper_user: &str,
+        args: &[&str],
+        log: Option<std::fs::File>,
+    ) -> StemDaemon {
         let receiver = testbed::receive::beside_stem(
             Path::new(env!("CARGO_BIN_EXE_tacid-stem-receive")),
             args,
@@ -221,6 +231,7 @@ impl StemDaemon {
             .arg(receiver.socket())
             .args(args)
             .env("RUST_LOG", "info")
+            .stderr(log.map_or_else(std::process::Stdio::inherit, std::process::Stdio::from))
             .spawn()
             .expect("start tacid-stem");
         StemDaemon {
