@@ -20,7 +20,7 @@ mod subvolume;
 pub mod switch;
 
 pub use contract::{Contract, CONTRACT_JSON_PATH};
-pub use outcome::{Outcome, OutcomeError, OutcomeResult, Reason, MAX_OUTCOME_BYTES};
+pub use outcome::{Outcome, OutcomeError, OutcomeResult, Reason, Replaced, MAX_OUTCOME_BYTES};
 pub use request::{RequestError, RestoreMember, RestoreRequest, MAX_REQUEST_BYTES};
 pub use snapshot_name::{
     SnapshotName, SnapshotNameError, MAX_NAME_BYTES as MAX_SNAPSHOT_NAME_BYTES,
