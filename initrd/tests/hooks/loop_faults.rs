@@ -51,7 +51,7 @@ fn live_exists(fs: &testbed::LoopFs, name: &str) {
 
 /// The steps each test below stops after first, one run per step. Together they are every
 /// step the binary defines (checked by `every_step_is_a_first_stop_point`).
-const RESTORE_FIRST_STOPS: [Step; 11] = Step::RESTORE;
+const RESTORE_FIRST_STOPS: [Step; 13] = Step::RESTORE;
 const REFUSE_FIRST_STOPS: [Step; 4] = Step::REFUSE;
 /// A leftover alone (no request), and a leftover under the swap name a request needs.
 const LEFTOVER_FIRST_STOPS: [Step; 2] = Step::LEFTOVER;
@@ -388,6 +388,7 @@ fn run_to_pause(
 
     let mut child = Command::new(BIN)
         .args(["restore-data", "--top", &path(fs, "")])
+        .arg(format!("--hard-floor-bytes={LOOP_HARD_FLOOR}"))
         .env("TACID_TEST_CMDLINE", cmdline)
         .stderr(Stdio::piped())
         .spawn()
