@@ -4,8 +4,8 @@
 use std::fmt;
 use std::time::SystemTime;
 
-use layout::origin::LiveSubvolume;
 use layout::human::bytes;
+use layout::origin::LiveSubvolume;
 use layout::{
     Outcome, OutcomeResult, Reason, Replaced, RestoreMember, RestoreRequest, SnapshotName,
     SubvolumeName, ROOT_BLANK_SUBVOLUME, ROOT_SUBVOLUME, SNAPSHOTS_SUBVOLUME, SUBVOLUMES,
@@ -562,7 +562,11 @@ fn keep_replaced<D: Disk, O: Observer>(
                      deleted, not kept (an undo of this restore will not be possible)",
                     bytes(free),
                     bytes(hard_floor),
-                    if members.len() == 1 { "subvolume" } else { "subvolumes" },
+                    if members.len() == 1 {
+                        "subvolume"
+                    } else {
+                        "subvolumes"
+                    },
                     if members.len() == 1 { "is" } else { "are" },
                 ));
                 return Ok(KeptReplaced {

@@ -247,38 +247,40 @@ fn run(job: &Job, top: &Path, console: &mut Console, hard_floor: u64) -> ExitCod
         }
     };
     let status = match job {
-        Job::RestoreData(_) => match restore_data(&mut disk, console, SystemTime::now(), hard_floor) {
-            Ok(RestoreReport::NothingStaged) => ExitCode::SUCCESS,
-            Ok(RestoreReport::Restored(r)) => {
-                let each: Vec<String> = r
-                    .members()
-                    .iter()
-                    .map(|m| format!("{} is back to {}", m.subvolume(), m.snapshot()))
-                    .collect();
-                say(&format!("restore-data: done: {}", each.join(", ")));
-                ExitCode::SUCCESS
-            }
-            Ok(RestoreReport::Refused { refusal, request }) => {
-                let unchanged = match &request {
-                    Some(r) if r.members().len() == 1 => {
-                        format!("; {} was not changed", r.subvolumes())
-                    }
-                    Some(r) => format!("; none of {} was changed", r.subvolumes()),
-                    None => String::new(),
-                };
-                say(&format!(
-                    "restore-data: refused: {refusal}{unchanged}; the boot continues"
-                ));
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                say(&format!(
+        Job::RestoreData(_) => {
+            match restore_data(&mut disk, console, SystemTime::now(), hard_floor) {
+                Ok(RestoreReport::NothingStaged) => ExitCode::SUCCESS,
+                Ok(RestoreReport::Restored(r)) => {
+                    let each: Vec<String> = r
+                        .members()
+                        .iter()
+                        .map(|m| format!("{} is back to {}", m.subvolume(), m.snapshot()))
+                        .collect();
+                    say(&format!("restore-data: done: {}", each.join(", ")));
+                    ExitCode::SUCCESS
+                }
+                Ok(RestoreReport::Refused { refusal, request }) => {
+                    let unchanged = match &request {
+                        Some(r) if r.members().len() == 1 => {
+                            format!("; {} was not changed", r.subvolumes())
+                        }
+                        Some(r) => format!("; none of {} was changed", r.subvolumes()),
+                        None => String::new(),
+                    };
+                    say(&format!(
+                        "restore-data: refused: {refusal}{unchanged}; the boot continues"
+                    ));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    say(&format!(
                     "restore-data: could not finish: {e}; the live subvolume is intact and the \
                      next boot finishes the work"
                 ));
-                ExitCode::FAILURE
+                    ExitCode::FAILURE
+                }
             }
-        },
+        }
         Job::WipeRoot(_) => match wipe_root(&mut disk, console) {
             Ok(WipeReport::Wiped | WipeReport::Created) => {
                 if !console.left_behind.is_empty() {

@@ -1273,7 +1273,10 @@ mod tests {
         // one keep, not committed.
         m.arm(3 * 2 + 1 + 3 * 2 + 1, ModelError::Crash);
         let cut = restore_data(&mut m, &mut Steps::default(), now(), FLOOR);
-        assert!(matches!(cut, Err(RunError::Disk(ModelError::Crash))), "{cut:?}");
+        assert!(
+            matches!(cut, Err(RunError::Disk(ModelError::Crash))),
+            "{cut:?}"
+        );
         m.crash(1);
         assert_eq!(m.current.store.len(), initial.store.len() + 1, "one kept");
         m.free = 0;

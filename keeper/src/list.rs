@@ -376,7 +376,8 @@ impl OnDiskRows {
                 .collect()
         };
         let replaced = journal.replaced()?;
-        let kept_for = i64::try_from(replaced_days.saturating_mul(86_400_000_000)).unwrap_or(i64::MAX);
+        let kept_for =
+            i64::try_from(replaced_days.saturating_mul(86_400_000_000)).unwrap_or(i64::MAX);
         let mut replaced_facts: Vec<(usize, Span, i64)> = Vec::new();
         for r in &replaced {
             if let Some(&i) = by_name.get(r.name.as_str()) {

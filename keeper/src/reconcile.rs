@@ -8,8 +8,7 @@ use std::collections::{HashMap, HashSet};
 use crate::handles::Handles;
 use crate::journal::{
     outcome_result_text, Action, DeletionResult, Member, OutcomeRow, ReplacedRow, RequestRow,
-    SnapshotRow,
-    SnapshotState, State, Subject,
+    SnapshotRow, SnapshotState, State, Subject,
 };
 use crate::stem_client::{snapshot_names, stem_error, StemError};
 use crate::wire::KeeperError;

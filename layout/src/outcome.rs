@@ -257,7 +257,9 @@ impl Outcome {
         }
         // None (an initrd from before), or one per member, in the request's order.
         if !replaced.is_empty() {
-            let subs = request.as_ref().map(|r| r.members().iter().map(|m| m.subvolume()));
+            let subs = request
+                .as_ref()
+                .map(|r| r.members().iter().map(|m| m.subvolume()));
             let same = subs.is_some_and(|s| s.eq(replaced.iter().map(|r| r.subvolume)));
             if result != OutcomeResult::Done || !same {
                 return Err(OutcomeError::Line(4 + members));
@@ -389,7 +391,11 @@ mod tests {
         // format.
         for bad in [
             text.replacen("replaced @log -\n", "", 1),
-            text.replacen("replaced @log -", "replaced @log @home.2025-12-01T140200.000000Z", 1),
+            text.replacen(
+                "replaced @log -",
+                "replaced @log @home.2025-12-01T140200.000000Z",
+                1,
+            ),
             text.replacen("replaced @persist", "replaced @log", 1),
             text.replacen("result done", "result refused", 1),
         ] {

@@ -216,7 +216,11 @@ impl<'a> Snapshot<'a> {
             Targets::ParentOfRow(copies),
             FailedOf(copies),
             r.cut_units,
-            (r.replaced_by_restore_of, r.replaced_micros, r.kept_until_micros),
+            (
+                r.replaced_by_restore_of,
+                r.replaced_micros,
+                r.kept_until_micros,
+            ),
         )
     }
 }
@@ -234,7 +238,11 @@ impl<'a> From<&'a wire::SnapshotEntry> for Snapshot<'a> {
             Targets::Names(&e.last_common_parent_of),
             FailedOf(&[]),
             &e.cut_units,
-            (&e.replaced_by_restore_of, e.replaced_micros, e.kept_until_micros),
+            (
+                &e.replaced_by_restore_of,
+                e.replaced_micros,
+                e.kept_until_micros,
+            ),
         )
     }
 }

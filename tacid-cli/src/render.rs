@@ -780,7 +780,10 @@ mod tests {
         let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
         let s = &json["snapshots"][0];
         assert_eq!(s["origin"], "replaced");
-        assert_eq!(s["replaced"]["restore_of"], "@home.2026-11-30T090000.000000Z");
+        assert_eq!(
+            s["replaced"]["restore_of"],
+            "@home.2026-11-30T090000.000000Z"
+        );
         assert_eq!(s["replaced"]["kept_until_micros"], row.kept_until_micros);
     }
 

@@ -63,7 +63,11 @@ fn loop_a_restore_is_undone_by_restoring_what_it_replaced() {
     let snapshot_rel = format!("{SNAPSHOTS_SUBVOLUME}/{}", only(&request).snapshot());
     let old_home = parent_uuid_of(&fs, &snapshot_rel);
     assert_eq!(parent_uuid_of(&fs, &kept_rel), old_home);
-    write(&fs, "@home/alice/after-restore", "written after the restore");
+    write(
+        &fs,
+        "@home/alice/after-restore",
+        "written after the restore",
+    );
 
     // The undo: the next boot honours a request for the kept snapshot, like any other.
     let undo = layout::RestoreRequest::from(

@@ -68,7 +68,12 @@ struct RetentionArgs {
     free_floor_bytes: u64,
     /// Keep what a restore replaced (the read-only snapshots the boot made of it) this many
     /// days after that boot, then delete it; counted against no other rule.
-    #[arg(long, value_name = "DAYS", default_value_t = Policy::default().replaced_days)]
+    #[arg(
+        long,
+        value_name = "DAYS",
+        default_value_t = Policy::default().replaced_days,
+        value_parser = clap::value_parser!(u64).range(0..=keeper::caps::MAX_REPLACED_DAYS as i64)
+    )]
     keep_replaced_days: u64,
 }
 

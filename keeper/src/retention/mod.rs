@@ -319,8 +319,8 @@ pub fn plan(snapshots: &[Candidate], policy: &Policy, now_micros: i64, free_byte
         chosen.push((unit, rule));
     }
     // Replaced: by the boot's time, not the snapshots' (they are named at that boot too).
-    let replaced_for = i64::try_from(policy.replaced_days.saturating_mul(86_400_000_000))
-        .unwrap_or(i64::MAX);
+    let replaced_for =
+        i64::try_from(policy.replaced_days.saturating_mul(86_400_000_000)).unwrap_or(i64::MAX);
     for (boot_micros, unit) in replaced {
         let rule = (now_micros.saturating_sub(boot_micros) > replaced_for).then_some(
             Rule::ReplacedKeptDays {
