@@ -72,7 +72,7 @@ struct RetentionArgs {
         long,
         value_name = "DAYS",
         default_value_t = Policy::default().replaced_days,
-        value_parser = clap::value_parser!(u64).range(0..=keeper::caps::MAX_REPLACED_DAYS as i64)
+        value_parser = clap::value_parser!(u64).range(0..=keeper::caps::MAX_REPLACED_DAYS)
     )]
     keep_replaced_days: u64,
 }
