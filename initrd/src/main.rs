@@ -194,7 +194,7 @@ fn main() -> ExitCode {
     say(&format!("{name}: starting (pid {})", std::process::id()));
     let hard_floor = target
         .hard_floor_bytes
-        .or_else(|| cmdline.value(HARD_FLOOR_KEY)?.parse().ok())
+        .or_else(|| cmdline.value(layout::names::KERNEL_HARD_FLOOR_KEY)?.parse().ok())
         .unwrap_or(layout::defaults::HARD_FLOOR_BYTES);
     let status = match &target.top {
         Some(top) => run(&cli.job, top, &mut console, hard_floor),
@@ -231,9 +231,6 @@ fn main() -> ExitCode {
     ));
     status
 }
-
-/// The kernel command line's word for the hard floor (`tacid.hard_floor_bytes=N`).
-const HARD_FLOOR_KEY: &str = "tacid.hard_floor_bytes";
 
 fn run(job: &Job, top: &Path, console: &mut Console, hard_floor: u64) -> ExitCode {
     let mut disk = match BtrfsDisk::open(top) {
