@@ -194,7 +194,12 @@ fn main() -> ExitCode {
     say(&format!("{name}: starting (pid {})", std::process::id()));
     let hard_floor = target
         .hard_floor_bytes
-        .or_else(|| cmdline.value(layout::names::KERNEL_HARD_FLOOR_KEY)?.parse().ok())
+        .or_else(|| {
+            cmdline
+                .value(layout::names::KERNEL_HARD_FLOOR_KEY)?
+                .parse()
+                .ok()
+        })
         .unwrap_or(layout::defaults::HARD_FLOOR_BYTES);
     let status = match &target.top {
         Some(top) => run(&cli.job, top, &mut console, hard_floor),

@@ -360,7 +360,7 @@ mod tests {
             let n = SnapshotName::new(sv, UNIX_EPOCH + Duration::from_secs(9)).unwrap();
             crate::RestoreMember::new(sv, n, Uuid::from_u128(9)).unwrap()
         });
-        let request = RestoreRequest::new(members.clone()).unwrap();
+        let request = RestoreRequest::new(members).unwrap();
         let boot = UNIX_EPOCH + Duration::from_secs(1_764_597_720);
         let replaced: Vec<Replaced> = members
             .iter()

@@ -373,7 +373,10 @@ fn stage(top: &Mounted, snapshot: &Snapshot) -> RestoreRequest {
 /// (adr/0027): a snapshot named by the outcome, holding `new.txt` as the story wrote it
 /// after the snapshot, that nobody can write to.
 fn assert_kept_what_was_replaced(top: &Mounted, o: &Outcome, context: &str) {
-    let request = o.request.as_ref().expect("a done outcome names its request");
+    let request = o
+        .request
+        .as_ref()
+        .expect("a done outcome names its request");
     assert_eq!(
         o.replaced.len(),
         request.members().len(),
@@ -383,7 +386,10 @@ fn assert_kept_what_was_replaced(top: &Mounted, o: &Outcome, context: &str) {
         let kept = r
             .kept
             .unwrap_or_else(|| panic!("{context}: {} was not kept: {o}", r.subvolume));
-        let dir = top.path().join(layout::SNAPSHOTS_SUBVOLUME).join(kept.to_string());
+        let dir = top
+            .path()
+            .join(layout::SNAPSHOTS_SUBVOLUME)
+            .join(kept.to_string());
         assert_eq!(
             std::fs::read_to_string(dir.join("new.txt")).ok().as_deref(),
             Some("written after the snapshot; must go\n"),
