@@ -1,7 +1,7 @@
 //! The test-only fault switch against a real loop-device Btrfs: the real binary stops right
 //! after step N (exit 99), or after its k-th occurrence (`N.k`), and the next run converges —
 //! for every step, and with a second stop during the recovery run. Every step the binary
-//! defines is the first stop of some run: restores of @home and of @persist (1-10, 27), a
+//! defines is the first stop of some run: restores of @home and of @persist (1-10, 27, and keeping what they replaced: 29, 30), a
 //! refusal (11-13, 28), leftovers under swap names with and without a request (14-15), wipes of
 //! an existing and of a missing @root (21-26), a half-exchanged set exchanged back (18-19);
 //! and every occurrence of every step of a restore of a set of three.
