@@ -330,6 +330,11 @@ let
   kernelParamsFor =
     device: if device == layout.default_device then [ ] else [ "${layout.kernel_device_key}=${device}" ];
 
+  # The initrd keeps what a restore replaces unless the disk is below the hard floor
+  # (adr/0027): the stem's floor, told to the initrd when it is not the default.
+  hardFloorParamsFor =
+    bytes: if bytes == layout.defaults.hard_floor_bytes then [ ] else [ "${layout.kernel_hard_floor_key}=${toString bytes}" ];
+
   fsProblem =
     device: fileSystems: s:
     let
@@ -681,6 +686,7 @@ in
     fileSystemsFor
     tmpfilesRules
     kernelParamsFor
+    hardFloorParamsFor
     assertionsFor
     persistDir
     persistedPath

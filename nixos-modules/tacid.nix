@@ -104,6 +104,7 @@ let
     { flag = "--keep-monthly"; value = toString r.monthly; }
     { flag = "--manual-max-age-days"; value = toString r.manualMaxAgeDays; }
     { flag = "--free-floor-bytes"; value = toString r.freeFloorBytes; }
+    { flag = "--keep-replaced-days"; value = toString r.keepReplacedDays; }
   ] ++ copiesValue;
   stemValues = [
     { flag = "--hard-floor-bytes"; value = toString r.hardFloorBytes; }
@@ -449,7 +450,15 @@ in
       };
       hardFloorBytes = count d.hard_floor_bytes ''
         Below this many free bytes, the stem refuses to take a snapshot (the error says
-        so and nothing is made), rather than fill the disk. 0: no hard floor.
+        so and nothing is made), rather than fill the disk; and the initrd deletes what a
+        restore replaces instead of keeping it for an undo (the restore's preview says so
+        in advance). 0: no hard floor.
+      '';
+      keepReplacedDays = count d.keep_replaced_days ''
+        What a restore replaced (kept read-only in the store by the boot that did the
+        restore, so that `tacid data restore` of it undoes the restore) is kept this many
+        days after that boot, then deleted by `tacid data prune`. It counts against no
+        other rule, and the free-space floor never takes it early. At most 36500.
       '';
     };
 
@@ -732,7 +741,8 @@ in
         (_: fs: (lib.mapAttrs (_: lib.mkDefault) (removeAttrs fs [ "options" ])) // { inherit (fs) options; })
         cfg.fileSystems;
 
-      boot.kernelParams = tacidLib.kernelParamsFor cfg.device;
+      boot.kernelParams = tacidLib.kernelParamsFor cfg.device
+        ++ tacidLib.hardFloorParamsFor cfg.retention.hardFloorBytes;
 
       # The initrd honours a staged restore, then makes the root again from its blank
       # template; both before the root is mounted. The units are the package's files.

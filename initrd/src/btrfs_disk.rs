@@ -172,6 +172,16 @@ impl Disk for BtrfsDisk {
         Ok(())
     }
 
+    fn keep(&mut self, source: &str, name: &str) -> Result<(), DiskError> {
+        let source = self.top.dir().open_dir(source)?;
+        source.snapshot_to(&self.store, name, true)?;
+        Ok(())
+    }
+
+    fn free_bytes(&mut self) -> Result<u64, DiskError> {
+        Ok(self.top.dir().free_bytes()?)
+    }
+
     fn ensure_dir(&mut self, subvolume: &str, path: &str) -> Result<(), DiskError> {
         let mut dir = self.top.dir().open_dir(subvolume)?;
         for component in path.split('/').filter(|c| !c.is_empty()) {

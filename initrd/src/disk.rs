@@ -79,6 +79,11 @@ pub trait Disk {
 
     /// A writable snapshot of `source` at `dest` at the top level.
     fn copy(&mut self, source: Source<'_>, dest: &str) -> Result<(), Self::Error>;
+    /// A read-only snapshot of the top-level subvolume `source` at `name` in the store (made
+    /// read-only in the one ioctl, so it is never writable there). Fails if `name` exists.
+    fn keep(&mut self, source: &str, name: &str) -> Result<(), Self::Error>;
+    /// Bytes still free on the filesystem for an ordinary writer (`f_bavail`).
+    fn free_bytes(&mut self) -> Result<u64, Self::Error>;
     /// Make the directory `path` (relative, `/`-separated) inside the top-level subvolume
     /// `subvolume`, each missing component with mode 0700; existing ones are left alone.
     fn ensure_dir(&mut self, subvolume: &str, path: &str) -> Result<(), Self::Error>;

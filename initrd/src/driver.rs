@@ -4,10 +4,11 @@
 use std::fmt;
 use std::time::SystemTime;
 
+use layout::human::bytes;
 use layout::origin::LiveSubvolume;
 use layout::{
-    Outcome, OutcomeResult, Reason, RestoreMember, RestoreRequest, SubvolumeName,
-    ROOT_BLANK_SUBVOLUME, ROOT_SUBVOLUME, SNAPSHOTS_SUBVOLUME, SUBVOLUMES,
+    Outcome, OutcomeResult, Reason, Replaced, RestoreMember, RestoreRequest, SnapshotName,
+    SubvolumeName, ROOT_BLANK_SUBVOLUME, ROOT_SUBVOLUME, SNAPSHOTS_SUBVOLUME, SUBVOLUMES,
 };
 use uuid::Uuid;
 
@@ -99,10 +100,13 @@ pub enum RestoreReport {
 const MAX_ROUNDS: usize = 8;
 
 /// Honour the staged restore request, if any, and clean up what cut-short runs left.
+/// `hard_floor`: below this many free bytes the subvolumes a restore replaces are deleted, not
+/// kept (adr/0027).
 pub fn restore_data<D: Disk, O: Observer>(
     disk: &mut D,
     obs: &mut O,
     now: SystemTime,
+    hard_floor: u64,
 ) -> Result<RestoreReport, RunError<D::Error>> {
     remove_leftover_temps(disk, obs);
     for subvolume in SubvolumeName::restorable() {
@@ -133,7 +137,7 @@ pub fn restore_data<D: Disk, O: Observer>(
         }
         Some(Ok(request)) => {
             obs.log(&staged_words(&request));
-            restore_set(disk, obs, &request, now)?
+            restore_set(disk, obs, &request, now, hard_floor)?
         }
     };
     for subvolume in SubvolumeName::restorable() {
@@ -227,6 +231,7 @@ fn restore_set<D: Disk, O: Observer>(
     obs: &mut O,
     request: &RestoreRequest,
     now: SystemTime,
+    hard_floor: u64,
 ) -> Result<RestoreReport, RunError<D::Error>> {
     let members = request.members();
     let mut requested = true;
@@ -320,12 +325,14 @@ fn restore_set<D: Disk, O: Observer>(
                 }
             }
             SetAction::Finish => {
+                let replaced = keep_replaced(disk, obs, request, now, hard_floor)?;
                 let outcome = Outcome::new(
                     OutcomeResult::Done,
                     now,
                     Some(request.clone()),
-                    Reason::new(&done_reason(request)),
-                );
+                    Reason::new(&done_reason(request, &replaced)),
+                )
+                .with_replaced(replaced.members);
                 match members {
                     [m] => obs.log(&format!(
                         "{} is now the copy of {}; recording the outcome",
@@ -508,29 +515,158 @@ fn refused<D: Disk, O: Observer>(
     })
 }
 
-/// What the outcome "done" says.
-fn done_reason(request: &RestoreRequest) -> String {
-    match request.members() {
-        [m] => format!(
-            "{} was put back to {}; everything written to {} after that snapshot is gone",
-            m.subvolume(),
-            m.snapshot(),
-            m.subvolume().display_path()
-        ),
-        members => format!(
-            "{}, together, in one boot; everything written to {} after those snapshots is gone",
-            members
-                .iter()
-                .map(|m| format!("{} was put back to {}", m.subvolume(), m.snapshot()))
-                .collect::<Vec<_>>()
-                .join(", "),
-            members
-                .iter()
-                .map(|m| m.subvolume().display_path().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+/// What a run did with the subvolumes the exchanges replaced.
+struct KeptReplaced {
+    members: Vec<Replaced>,
+    /// Set when they were deleted: the free bytes and the floor.
+    below_floor: Option<(u64, u64)>,
+}
+
+/// Keep what each exchange replaced (now under the member's swap name) as a read-only
+/// snapshot in the store, named by the layout's grammar at this boot's time; all of a set
+/// under one time stamp (adr/0027). A snapshot made by a run that was cut short is found again
+/// by what only it can be: a read-only subvolume in the store whose parent UUID is the
+/// replaced subvolume's and whose id is above the live copy's (made after the copy, which
+/// only this request's run does; any snapshot the stem took of the replaced subvolume is
+/// older than the copy). Once one is kept the rest of the set is kept too, whatever the free
+/// space says now; with none kept yet and the disk below `hard_floor`, none is kept and the
+/// replaced subvolumes are deleted as before.
+fn keep_replaced<D: Disk, O: Observer>(
+    disk: &mut D,
+    obs: &mut O,
+    request: &RestoreRequest,
+    now: SystemTime,
+    hard_floor: u64,
+) -> Result<KeptReplaced, RunError<D::Error>> {
+    let members = request.members();
+    let store = disk.store().disk()?;
+    let mut kept: Vec<Option<SnapshotName>> = Vec::new();
+    for m in members {
+        let state = swap_state(disk, m.subvolume().as_str())?;
+        let (Some(live), Some(old)) = (state.live, state.swap) else {
+            kept.push(None);
+            continue;
+        };
+        let found = store
+            .iter()
+            .filter(|(_, s)| s.readonly && s.parent_uuid == Some(old.uuid) && s.id > live.id)
+            .filter_map(|(name, _)| SnapshotName::parse(name).ok())
+            .find(|name| name.subvolume() == m.subvolume());
+        kept.push(found);
     }
+    if kept.iter().all(Option::is_none) {
+        match disk.free_bytes() {
+            Ok(free) if free < hard_floor => {
+                obs.log(&format!(
+                    "the disk has {} free, below the hard floor of {}: the replaced {} {} \
+                     deleted, not kept (an undo of this restore will not be possible)",
+                    bytes(free),
+                    bytes(hard_floor),
+                    if members.len() == 1 {
+                        "subvolume"
+                    } else {
+                        "subvolumes"
+                    },
+                    if members.len() == 1 { "is" } else { "are" },
+                ));
+                return Ok(KeptReplaced {
+                    members: members
+                        .iter()
+                        .map(|m| Replaced {
+                            subvolume: m.subvolume(),
+                            kept: None,
+                        })
+                        .collect(),
+                    below_floor: Some((free, hard_floor)),
+                });
+            }
+            Ok(_) => {}
+            // Keeping costs no space now; not knowing is no reason to lose the way back.
+            Err(e) => obs.log(&format!(
+                "warning: cannot read the free space ({e}); keeping the replaced subvolumes"
+            )),
+        }
+    }
+    // One time for the whole set: that of a snapshot kept already, or this boot's.
+    let when = kept
+        .iter()
+        .flatten()
+        .next()
+        .map_or(now, SnapshotName::taken);
+    let mut taken: Vec<String> = store.iter().map(|(n, _)| n.clone()).collect();
+    let mut out = Vec::new();
+    for (m, found) in members.iter().zip(kept) {
+        let live = m.subvolume().as_str();
+        let name = match found {
+            Some(name) => name,
+            None => {
+                let mut name = SnapshotName::new(m.subvolume(), when)
+                    .expect("a restorable subvolume is snapshotted, and the time is after 1970");
+                while taken.contains(&name.to_string()) {
+                    name = name.next();
+                }
+                let swap = swap_name(live);
+                obs.log(&format!(
+                    "keeping {swap} (what {} held before this restore) as the read-only \
+                     snapshot {name}",
+                    m.subvolume().display_path()
+                ));
+                disk.keep(&swap, &name.to_string()).disk()?;
+                taken.push(name.to_string());
+                obs.after(Step::RestoreKeep);
+                commit(disk, obs, Step::RestoreCommitKeep)?;
+                name
+            }
+        };
+        out.push(Replaced {
+            subvolume: m.subvolume(),
+            kept: Some(name),
+        });
+    }
+    Ok(KeptReplaced {
+        members: out,
+        below_floor: None,
+    })
+}
+
+/// What the outcome "done" says.
+fn done_reason(request: &RestoreRequest, replaced: &KeptReplaced) -> String {
+    let put_back = request
+        .members()
+        .iter()
+        .map(|m| format!("{} was put back to {}", m.subvolume(), m.snapshot()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let paths = request
+        .members()
+        .iter()
+        .map(|m| m.subvolume().display_path().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let together = if request.members().len() > 1 {
+        ", together, in one boot"
+    } else {
+        ""
+    };
+    if let Some((free, floor)) = replaced.below_floor {
+        return format!(
+            "{put_back}{together}; everything written to {paths} after that is gone: the disk \
+             had {} free, below the hard floor of {}, so what was replaced was deleted, not \
+             kept",
+            bytes(free),
+            bytes(floor)
+        );
+    }
+    let kept = replaced
+        .members
+        .iter()
+        .filter_map(|r| r.kept.map(|k| k.to_string()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "{put_back}{together}; what {paths} held before is kept, read-only, as {kept} until \
+         retention deletes it (an undo is a restore of it)"
+    )
 }
 
 /// The log line at the end of an honoured request.

@@ -45,6 +45,11 @@ struct Target {
     /// Mount this device instead of the one the kernel command line names.
     #[arg(long, value_name = "DEVICE")]
     device: Option<PathBuf>,
+    /// restore-data: below this many free bytes the subvolumes a restore replaces are deleted
+    /// instead of kept for an undo. Without it, `tacid.hard_floor_bytes=` on the kernel
+    /// command line, else the layout's default (the stem's hard floor).
+    #[arg(long, value_name = "BYTES")]
+    hard_floor_bytes: Option<u64>,
 }
 
 fn say(line: &str) {
@@ -187,8 +192,17 @@ fn main() -> ExitCode {
     let started = Instant::now();
     // The pid names the temporary files of this run's durable writes (`.tmp.<pid>.<n>`).
     say(&format!("{name}: starting (pid {})", std::process::id()));
+    let hard_floor = target
+        .hard_floor_bytes
+        .or_else(|| {
+            cmdline
+                .value(layout::names::KERNEL_HARD_FLOOR_KEY)?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(layout::defaults::HARD_FLOOR_BYTES);
     let status = match &target.top {
-        Some(top) => run(&cli.job, top, &mut console),
+        Some(top) => run(&cli.job, top, &mut console, hard_floor),
         None => {
             if let Some(why) = resume_facts(&cmdline).pending_resume() {
                 say(&format!(
@@ -203,7 +217,7 @@ fn main() -> ExitCode {
             };
             match Mounted::new(&device, name) {
                 Ok(mounted) => {
-                    let status = run(&cli.job, &mounted.path, &mut console);
+                    let status = run(&cli.job, &mounted.path, &mut console, hard_floor);
                     drop(mounted);
                     status
                 }
@@ -223,7 +237,7 @@ fn main() -> ExitCode {
     status
 }
 
-fn run(job: &Job, top: &Path, console: &mut Console) -> ExitCode {
+fn run(job: &Job, top: &Path, console: &mut Console, hard_floor: u64) -> ExitCode {
     let mut disk = match BtrfsDisk::open(top) {
         Ok(disk) => disk,
         Err(e) => {
@@ -235,38 +249,40 @@ fn run(job: &Job, top: &Path, console: &mut Console) -> ExitCode {
         }
     };
     let status = match job {
-        Job::RestoreData(_) => match restore_data(&mut disk, console, SystemTime::now()) {
-            Ok(RestoreReport::NothingStaged) => ExitCode::SUCCESS,
-            Ok(RestoreReport::Restored(r)) => {
-                let each: Vec<String> = r
-                    .members()
-                    .iter()
-                    .map(|m| format!("{} is back to {}", m.subvolume(), m.snapshot()))
-                    .collect();
-                say(&format!("restore-data: done: {}", each.join(", ")));
-                ExitCode::SUCCESS
-            }
-            Ok(RestoreReport::Refused { refusal, request }) => {
-                let unchanged = match &request {
-                    Some(r) if r.members().len() == 1 => {
-                        format!("; {} was not changed", r.subvolumes())
-                    }
-                    Some(r) => format!("; none of {} was changed", r.subvolumes()),
-                    None => String::new(),
-                };
-                say(&format!(
-                    "restore-data: refused: {refusal}{unchanged}; the boot continues"
-                ));
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                say(&format!(
+        Job::RestoreData(_) => {
+            match restore_data(&mut disk, console, SystemTime::now(), hard_floor) {
+                Ok(RestoreReport::NothingStaged) => ExitCode::SUCCESS,
+                Ok(RestoreReport::Restored(r)) => {
+                    let each: Vec<String> = r
+                        .members()
+                        .iter()
+                        .map(|m| format!("{} is back to {}", m.subvolume(), m.snapshot()))
+                        .collect();
+                    say(&format!("restore-data: done: {}", each.join(", ")));
+                    ExitCode::SUCCESS
+                }
+                Ok(RestoreReport::Refused { refusal, request }) => {
+                    let unchanged = match &request {
+                        Some(r) if r.members().len() == 1 => {
+                            format!("; {} was not changed", r.subvolumes())
+                        }
+                        Some(r) => format!("; none of {} was changed", r.subvolumes()),
+                        None => String::new(),
+                    };
+                    say(&format!(
+                        "restore-data: refused: {refusal}{unchanged}; the boot continues"
+                    ));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    say(&format!(
                     "restore-data: could not finish: {e}; the live subvolume is intact and the \
                      next boot finishes the work"
                 ));
-                ExitCode::FAILURE
+                    ExitCode::FAILURE
+                }
             }
-        },
+        }
         Job::WipeRoot(_) => match wipe_root(&mut disk, console) {
             Ok(WipeReport::Wiped | WipeReport::Created) => {
                 if !console.left_behind.is_empty() {

@@ -74,6 +74,12 @@ enum Op {
         a: String,
         b: String,
     },
+    /// A read-only snapshot of the top-level `source` in the store.
+    Keep {
+        source: String,
+        name: String,
+        uuid: Uuid,
+    },
     WriteOutcome(String),
     RemoveRequest,
     MoveAside,
@@ -167,6 +173,26 @@ fn apply(state: &mut DiskState, op: &Op) -> Result<(), ModelError> {
             state.top.insert(a.clone(), y);
             state.top.insert(b.clone(), x);
         }
+        Op::Keep { source, name, uuid } => {
+            let Some(src) = state.top.get(source) else {
+                return refused(format!("keep: no {source}"));
+            };
+            if state.store.contains_key(name) {
+                return refused(format!("keep: {name} exists in the store"));
+            }
+            let kept = MSub {
+                id: state.next_id,
+                uuid: *uuid,
+                parent_uuid: Some(src.uuid),
+                readonly: true,
+                content: src.content.clone(),
+                dirs: src.dirs.clone(),
+                nested: Vec::new(),
+                pinned: false,
+            };
+            state.next_id += 1;
+            state.store.insert(name.clone(), kept);
+        }
         Op::WriteOutcome(text) => state.outcome = Some(text.clone()),
         Op::RemoveRequest => {
             if state.request.take().is_none() {
@@ -245,10 +271,19 @@ pub struct Model {
     pub request_unreadable: bool,
     /// The outcome written under a temporary name, not yet put in place.
     outcome_temp: Option<String>,
+    /// What `free_bytes` answers.
+    pub free: u64,
+    /// Subvolumes (by UUID) whose data must be found in every state: at the top level under
+    /// that UUID, or kept read-only in the store (a snapshot whose parent it is).
+    pub not_lost: Vec<Uuid>,
+    /// The next id when the model was made: a store subvolume with a higher id was made by
+    /// the runs under test.
+    first_new_id: u64,
 }
 
 impl Model {
     pub fn new(state: DiskState) -> Model {
+        let state_next_id = state.next_id;
         let guarded = state
             .top
             .keys()
@@ -266,6 +301,9 @@ impl Model {
             states_checked: 0,
             request_unreadable: false,
             outcome_temp: None,
+            free: u64::MAX,
+            not_lost: Vec::new(),
+            first_new_id: state_next_id,
         }
     }
 
@@ -284,6 +322,24 @@ impl Model {
             assert!(
                 state.top.contains_key(name),
                 "{name} is missing {when}: {state:#?}"
+            );
+        }
+        for (name, s) in &state.store {
+            // Only what the runs made: a test may plant a writable snapshot as a bad request.
+            assert!(
+                s.readonly || s.id < self.first_new_id,
+                "a writable {name} in the store {when}: {state:#?}"
+            );
+        }
+        for uuid in &self.not_lost {
+            let live = state.top.values().any(|s| s.uuid == *uuid);
+            let kept = state
+                .store
+                .values()
+                .any(|s| s.parent_uuid == Some(*uuid) && s.readonly && s.id >= self.first_new_id);
+            assert!(
+                live || kept,
+                "the data of {uuid} is lost {when}: {state:#?}"
             );
         }
         self.states_checked += 1;
@@ -430,6 +486,19 @@ impl Disk for Model {
             uuid: Uuid::from_u128(self.uuid_counter),
         };
         self.change(op)
+    }
+
+    fn keep(&mut self, source: &str, name: &str) -> Result<(), ModelError> {
+        self.uuid_counter += 1;
+        self.change(Op::Keep {
+            source: source.to_owned(),
+            name: name.to_owned(),
+            uuid: Uuid::from_u128(self.uuid_counter),
+        })
+    }
+
+    fn free_bytes(&mut self) -> Result<u64, ModelError> {
+        Ok(self.free)
     }
 
     fn ensure_dir(&mut self, subvolume: &str, path: &str) -> Result<(), ModelError> {
@@ -634,6 +703,9 @@ mod tests {
         }
     }
 
+    /// The hard floor the runs are given (the model's disk has more free, unless a test says).
+    const FLOOR: u64 = layout::defaults::HARD_FLOOR_BYTES;
+
     /// In the layout's order, which is a request's.
     const RESTORABLE: [&str; 3] = ["@persist", "@log", "@home"];
 
@@ -708,6 +780,8 @@ mod tests {
         original: Vec<Uuid>,
         /// The writes made to each while it was the put-back one.
         after_restore: Vec<Vec<u32>>,
+        /// The writes made to each before it was put back.
+        before_restore: Vec<Vec<u32>>,
         /// Each one's UUIDs at the boots that followed a run.
         seen: Vec<BTreeSet<Uuid>>,
     }
@@ -718,6 +792,7 @@ mod tests {
                 subs: subs.iter().map(|s| s.to_string()).collect(),
                 original,
                 after_restore: vec![Vec::new(); subs.len()],
+                before_restore: vec![Vec::new(); subs.len()],
                 seen: vec![BTreeSet::new(); subs.len()],
             }
         }
@@ -790,6 +865,8 @@ mod tests {
                 watch.seen[k].insert(m.current.top[sub].uuid);
                 if restored[k] {
                     watch.after_restore[k].push(write);
+                } else {
+                    watch.before_restore[k].push(write);
                 }
             }
         }
@@ -825,7 +902,7 @@ mod tests {
             .find_map(|budget| {
                 let mut m = Model::new(state.clone());
                 m.arm(budget, ModelError::Crash);
-                let cut = restore_data(&mut m, &mut Steps(Vec::new(), Vec::new()), now());
+                let cut = restore_data(&mut m, &mut Steps(Vec::new(), Vec::new()), now(), FLOOR);
                 assert!(
                     matches!(cut, Err(RunError::Disk(ModelError::Crash))),
                     "{cut:?}"
@@ -837,7 +914,7 @@ mod tests {
         let before = m.current.clone();
 
         m.request_unreadable = true;
-        let unreadable = restore_data(&mut m, &mut steps, now());
+        let unreadable = restore_data(&mut m, &mut steps, now(), FLOOR);
         assert!(
             matches!(unreadable, Err(RunError::RequestUnreadable(_))),
             "{unreadable:?}"
@@ -848,7 +925,7 @@ mod tests {
         );
 
         m.request_unreadable = false;
-        restore_data(&mut m, &mut steps, now()).expect("the next boot finishes the set");
+        restore_data(&mut m, &mut steps, now(), FLOOR).expect("the next boot finishes the set");
         assert_eq!(watch.restored(&m), [true, true, true]);
         watch.assert_not_mixed(&m, "the boot after");
     }
@@ -863,6 +940,7 @@ mod tests {
             again in any::<bool>(),
             leftover in any::<bool>(),
             pinned in any::<bool>(),
+            below_floor in proptest::bool::weighted(0.2),
             faults in schedule(),
         ) {
             let subs = set_of(mask);
@@ -881,10 +959,45 @@ mod tests {
             let initial = state.clone();
             let mut m = Model::new(state);
             let mut watch = Watch::of(&initial, &subs);
-            let job = |m: &mut Model| restore_data(m, &mut Steps::default(), now()).map(|_| ());
+            if below_floor {
+                m.free = FLOOR - 1;
+            } else {
+                // Neither the put-back data nor what it replaced is lost, in any state.
+                m.not_lost = watch.original.clone();
+            }
+            let job = |m: &mut Model| restore_data(m, &mut Steps::default(), now(), FLOOR).map(|_| ());
             run_schedule(&mut m, &mut watch, &faults, true, job);
 
             let end = &m.current;
+            let outcome = Outcome::parse(end.outcome.as_deref().unwrap().as_bytes()).unwrap();
+            // What each member held before: kept read-only, all of the set under one time,
+            // once (or, below the floor, not at all), and the outcome names it.
+            let new_in_store: Vec<(&String, &MSub)> =
+                end.store.iter().filter(|(n, _)| !initial.store.contains_key(*n)).collect();
+            prop_assert_eq!(outcome.replaced.len(), subs.len());
+            if below_floor {
+                prop_assert!(new_in_store.is_empty(), "{new_in_store:?}");
+                prop_assert!(outcome.replaced.iter().all(|r| r.kept.is_none()));
+                prop_assert!(outcome.reason.as_str().contains("below the hard floor"));
+            } else {
+                prop_assert_eq!(new_in_store.len(), subs.len(), "{:?}", new_in_store);
+                let mut stamps = BTreeSet::new();
+                for (k, sub) in subs.iter().enumerate() {
+                    let (name, kept) = new_in_store
+                        .iter()
+                        .find(|(_, s)| s.parent_uuid == Some(watch.original[k]))
+                        .expect("a kept snapshot of each member");
+                    let parsed = SnapshotName::parse(name).unwrap();
+                    prop_assert_eq!(parsed.subvolume().as_str(), *sub);
+                    prop_assert!(kept.readonly);
+                    let mut held = initial.top[*sub].content.clone();
+                    held.extend(&watch.before_restore[k]);
+                    prop_assert_eq!(&kept.content, &held, "{}: kept is not what it held", sub);
+                    prop_assert_eq!(outcome.replaced[k].kept, Some(parsed));
+                    stamps.insert(parsed.taken());
+                }
+                prop_assert_eq!(stamps.len(), 1, "one time for the set");
+            }
             for (k, member) in request.members().iter().enumerate() {
                 let sub = subs[k];
                 prop_assert_eq!(member.subvolume().as_str(), sub);
@@ -908,11 +1021,12 @@ mod tests {
             prop_assert_eq!(tacid_names(end), expected_left);
             prop_assert_eq!(&end.request, &None);
             prop_assert_eq!(&end.refused, &None);
-            let outcome = Outcome::parse(end.outcome.as_deref().unwrap().as_bytes()).unwrap();
             prop_assert_eq!(outcome.result, OutcomeResult::Done);
             prop_assert_eq!(outcome.request.as_ref(), Some(&request));
             // Nothing else changed.
-            prop_assert_eq!(&end.store, &initial.store);
+            for (name, s) in &initial.store {
+                prop_assert_eq!(&end.store[name], s);
+            }
             for (name, s) in &initial.top {
                 if !subs.contains(&name.as_str()) && !name.contains(".tacid-") {
                     prop_assert_eq!(&end.top[name], s);
@@ -920,14 +1034,14 @@ mod tests {
             }
             if pinned {
                 m.unpin_all();
-                restore_data(&mut m, &mut Steps::default(), now()).unwrap();
+                restore_data(&mut m, &mut Steps::default(), now(), FLOOR).unwrap();
                 prop_assert!(!m.current.top.contains_key(&stuck), "deleted once it can go");
             }
             // And the next boots do nothing more.
             for sub in &subs {
                 m.user_write(sub, 7777);
             }
-            let report = restore_data(&mut m, &mut Steps::default(), now()).unwrap();
+            let report = restore_data(&mut m, &mut Steps::default(), now(), FLOOR).unwrap();
             prop_assert_eq!(report, RestoreReport::NothingStaged);
             for sub in &subs {
                 prop_assert_eq!(m.current.top[*sub].content.last(), Some(&7777));
@@ -954,7 +1068,7 @@ mod tests {
             let initial = state.clone();
             let mut m = Model::new(state);
             let mut watch = Watch::of(&initial, &subs);
-            let job = |m: &mut Model| restore_data(m, &mut Steps::default(), now()).map(|_| ());
+            let job = |m: &mut Model| restore_data(m, &mut Steps::default(), now(), FLOOR).map(|_| ());
             run_schedule(&mut m, &mut watch, &faults, true, job);
             let end = &m.current;
             let ids = |s: &DiskState| s.top.iter().map(|(n, s)| (n.clone(), s.id, s.uuid)).collect::<Vec<_>>();
@@ -1014,7 +1128,7 @@ mod tests {
             let initial = state.clone();
             let mut m = Model::new(state);
             let mut watch = Watch::new(&subs, original.clone());
-            let job = |m: &mut Model| restore_data(m, &mut Steps::default(), now()).map(|_| ());
+            let job = |m: &mut Model| restore_data(m, &mut Steps::default(), now(), FLOOR).map(|_| ());
             run_schedule(&mut m, &mut watch, &faults, false, job);
             let end = &m.current;
             prop_assert_eq!(tacid_names(end), Vec::<&String>::new());
@@ -1037,7 +1151,13 @@ mod tests {
             if faults.is_empty() {
                 prop_assert_eq!(outcome.result, OutcomeResult::Refused);
             }
-            prop_assert_eq!(&end.store, &initial.store);
+            for (name, s) in &initial.store {
+                prop_assert_eq!(&end.store[name], s);
+            }
+            // Kept only when the set was put back (what it replaced), never when refused.
+            let kept = end.store.len() - initial.store.len();
+            let expected = if outcome.result == OutcomeResult::Done { subs.len() } else { 0 };
+            prop_assert_eq!(kept, expected);
         }
 
         #[test]
@@ -1101,7 +1221,7 @@ mod tests {
         let (state, request) = staged("@persist", 2, false);
         let mut m = Model::new(state);
         let mut steps = Steps::default();
-        let report = restore_data(&mut m, &mut steps, now()).unwrap();
+        let report = restore_data(&mut m, &mut steps, now(), FLOOR).unwrap();
         assert_eq!(report, RestoreReport::Restored(request));
         assert_eq!(steps.0, Step::RESTORE);
     }
@@ -1113,7 +1233,7 @@ mod tests {
             let (state, request) = staged_set(&subs, 1, false);
             let mut m = Model::new(state);
             let mut steps = Steps::default();
-            let report = restore_data(&mut m, &mut steps, now()).unwrap();
+            let report = restore_data(&mut m, &mut steps, now(), FLOOR).unwrap();
             assert_eq!(report, RestoreReport::Restored(request));
             let expected: Vec<Step> = Step::restore_sequence(subs.len())
                 .into_iter()
@@ -1121,6 +1241,58 @@ mod tests {
                 .collect();
             assert_eq!(steps.0, expected, "{subs:?}");
         }
+    }
+
+    #[test]
+    fn below_the_floor_nothing_is_kept_and_the_steps_say_so() {
+        for mask in 1..8 {
+            let subs = set_of(mask);
+            let (state, request) = staged_set(&subs, 1, false);
+            let mut m = Model::new(state);
+            m.free = FLOOR - 1;
+            let mut steps = Steps::default();
+            let report = restore_data(&mut m, &mut steps, now(), FLOOR).unwrap();
+            assert_eq!(report, RestoreReport::Restored(request));
+            let expected: Vec<Step> = Step::restore_sequence_deleting(subs.len())
+                .into_iter()
+                .map(|(s, _)| s)
+                .collect();
+            assert_eq!(steps.0, expected, "{subs:?}");
+        }
+    }
+
+    /// A set cut short after its first member was kept, then a boot on a disk that has
+    /// fallen below the floor: the rest of the set is kept too, under the same time.
+    #[test]
+    fn once_one_member_is_kept_the_set_is_kept_whatever_the_free_space() {
+        let subs = set_of(7);
+        let (state, request) = staged_set(&subs, 0, false);
+        let initial = state.clone();
+        let mut m = Model::new(state);
+        // Three copies and commits; @persist's mount point, and three exchanges and commits;
+        // one keep, not committed.
+        m.arm(3 * 2 + 1 + 3 * 2 + 1, ModelError::Crash);
+        let cut = restore_data(&mut m, &mut Steps::default(), now(), FLOOR);
+        assert!(
+            matches!(cut, Err(RunError::Disk(ModelError::Crash))),
+            "{cut:?}"
+        );
+        m.crash(1);
+        assert_eq!(m.current.store.len(), initial.store.len() + 1, "one kept");
+        m.free = 0;
+        let later = now() + Duration::from_secs(3600);
+        let mut steps = Steps::default();
+        restore_data(&mut m, &mut steps, later, FLOOR).unwrap();
+        let outcome = Outcome::parse(m.current.outcome.as_deref().unwrap().as_bytes()).unwrap();
+        assert_eq!(outcome.request, Some(request));
+        let kept: Vec<SnapshotName> = outcome.replaced.iter().map(|r| r.kept.unwrap()).collect();
+        assert_eq!(kept.len(), 3);
+        assert!(kept.iter().all(|k| k.taken() == now()), "{kept:?}");
+        assert_eq!(m.current.store.len(), initial.store.len() + 3);
+        assert_eq!(
+            steps.0.iter().filter(|s| **s == Step::RestoreKeep).count(),
+            2
+        );
     }
 
     /// The copies are made, then (before any exchange) a member's snapshot turns out bad: the
@@ -1133,7 +1305,7 @@ mod tests {
         let mut m = Model::new(state);
         // Three copies and three commits, then the power goes.
         m.arm(6, ModelError::Crash);
-        let err = restore_data(&mut m, &mut Steps::default(), now()).unwrap_err();
+        let err = restore_data(&mut m, &mut Steps::default(), now(), FLOOR).unwrap_err();
         assert!(matches!(err, RunError::Disk(ModelError::Crash)), "{err}");
         m.crash(0);
         assert_eq!(tacid_names(&m.current).len(), 3, "every copy is made first");
@@ -1141,7 +1313,7 @@ mod tests {
         m.current.store.get_mut(&last).unwrap().readonly = false;
         m.settle();
         let mut steps = Steps::default();
-        let report = restore_data(&mut m, &mut steps, now()).unwrap();
+        let report = restore_data(&mut m, &mut steps, now(), FLOOR).unwrap();
         assert!(
             matches!(&report, RestoreReport::Refused { request: Some(r), .. } if *r == request),
             "{report:?}"
@@ -1165,7 +1337,7 @@ mod tests {
         let mut m = Model::new(state);
         // Three copies and commits, mount point, first exchange, its commit.
         m.arm(9, ModelError::Crash);
-        restore_data(&mut m, &mut Steps::default(), now()).unwrap_err();
+        restore_data(&mut m, &mut Steps::default(), now(), FLOOR).unwrap_err();
         m.crash(0);
         assert_eq!(
             m.current.top["@persist"].parent_uuid,
@@ -1175,7 +1347,7 @@ mod tests {
         m.current.store.remove(&home);
         m.settle();
         let mut steps = Steps::default();
-        let report = restore_data(&mut m, &mut steps, now()).unwrap();
+        let report = restore_data(&mut m, &mut steps, now(), FLOOR).unwrap();
         assert_eq!(report, RestoreReport::Restored(request.clone()));
         for member in request.members() {
             assert_eq!(

@@ -23,6 +23,10 @@ pub enum Step {
     /// `RENAME_EXCHANGE` of the live name and the swap name.
     RestoreExchange,
     RestoreCommitExchange,
+    /// The replaced subvolume (under the swap name) kept: a read-only snapshot of it made in
+    /// the store under the layout's name grammar (adr/0027).
+    RestoreKeep,
+    RestoreCommitKeep,
     /// The outcome record "done" written to a temporary file and synced, not yet renamed
     /// into place (a power cut here leaves that file; the next run removes it).
     RestoreOutcomeTemp,
@@ -64,7 +68,7 @@ pub enum Step {
 
 impl Step {
     /// Every step, in number order.
-    pub const ALL: [Step; 27] = [
+    pub const ALL: [Step; 29] = [
         Step::RestoreCopy,
         Step::RestoreCommitCopy,
         Step::RestorePrepare,
@@ -92,16 +96,21 @@ impl Step {
         Step::WipeCommitDelete,
         Step::RestoreOutcomeTemp,
         Step::RefuseOutcomeTemp,
+        Step::RestoreKeep,
+        Step::RestoreCommitKeep,
     ];
 
     /// The steps a restore of one member that is honoured goes through, in order (a set's:
-    /// [`Step::restore_sequence`]).
-    pub const RESTORE: [Step; 11] = [
+    /// [`Step::restore_sequence`]). Below the hard floor the two steps that keep the replaced
+    /// subvolume are left out ([`Step::restore_sequence_deleting`]).
+    pub const RESTORE: [Step; 13] = [
         Step::RestoreCopy,
         Step::RestoreCommitCopy,
         Step::RestorePrepare,
         Step::RestoreExchange,
         Step::RestoreCommitExchange,
+        Step::RestoreKeep,
+        Step::RestoreCommitKeep,
         Step::RestoreOutcomeTemp,
         Step::RestoreOutcome,
         Step::RestoreRemoveRequest,
@@ -141,7 +150,7 @@ impl Step {
 
     /// The step's number (stable; restore 1-10, refusal 11-13, leftovers 14-15, setting
     /// aside 16-17, exchanging back 18-19, wipe 21-26; the outcome's temporary file before
-    /// its rename, of a restore 27 and of a refusal 28).
+    /// its rename, of a restore 27 and of a refusal 28; keeping the replaced subvolume 29-30).
     pub fn number(self) -> u32 {
         match self {
             Step::RestoreCopy => 1,
@@ -171,6 +180,8 @@ impl Step {
             Step::WipeCommitDelete => 26,
             Step::RestoreOutcomeTemp => 27,
             Step::RefuseOutcomeTemp => 28,
+            Step::RestoreKeep => 29,
+            Step::RestoreCommitKeep => 30,
         }
     }
 
@@ -182,6 +193,8 @@ impl Step {
             Step::RestorePrepare => "restore: make mount points in the copy",
             Step::RestoreExchange => "restore: exchange the names",
             Step::RestoreCommitExchange => "restore: commit the exchange",
+            Step::RestoreKeep => "restore: keep the replaced subvolume as a read-only snapshot",
+            Step::RestoreCommitKeep => "restore: commit the kept snapshot",
             Step::RestoreOutcomeTemp => "restore: write the outcome's temporary file",
             Step::RestoreOutcome => "restore: write the outcome",
             Step::RestoreRemoveRequest => "restore: remove the request",
@@ -215,10 +228,20 @@ impl Step {
     /// Every step occurrence of an honoured restore of `members` members that a run goes
     /// through from the start, in order, each with its occurrence (from 1): every copy and
     /// its commit, then for each member the mount points, the exchange and its commit, then
-    /// the outcome, the request's removal and its commit, then each replaced subvolume's
-    /// deletion and its commit. For one member this is [`Step::RESTORE`], each once; for
-    /// none, nothing.
+    /// each replaced subvolume kept as a read-only snapshot and the commit, then the outcome,
+    /// the request's removal and its commit, then each replaced subvolume's deletion (from
+    /// under the swap name) and its commit. For one member this is [`Step::RESTORE`], each
+    /// once; for none, nothing.
     pub fn restore_sequence(members: usize) -> Vec<(Step, u32)> {
+        Step::sequence(members, true)
+    }
+
+    /// [`Step::restore_sequence`] of a boot below the hard floor: nothing is kept.
+    pub fn restore_sequence_deleting(members: usize) -> Vec<(Step, u32)> {
+        Step::sequence(members, false)
+    }
+
+    fn sequence(members: usize, keep: bool) -> Vec<(Step, u32)> {
         if members == 0 {
             return Vec::new();
         }
@@ -230,6 +253,11 @@ impl Step {
                 Step::RestoreExchange,
                 Step::RestoreCommitExchange,
             ]),
+            if keep {
+                each(&[Step::RestoreKeep, Step::RestoreCommitKeep])
+            } else {
+                Vec::new()
+            },
             vec![
                 Step::RestoreOutcomeTemp,
                 Step::RestoreOutcome,
@@ -336,7 +364,7 @@ mod tests {
         assert_eq!(Step::from_number(0), None);
         assert_eq!(
             Step::RESTORE.map(|s| s.number()),
-            [1, 2, 3, 4, 5, 27, 6, 7, 8, 9, 10]
+            [1, 2, 3, 4, 5, 29, 30, 27, 6, 7, 8, 9, 10]
         );
         assert_eq!(Step::REFUSE.map(|s| s.number()), [28, 11, 12, 13]);
         assert_eq!(Step::LEFTOVER.map(|s| s.number()), [14, 15]);
@@ -369,8 +397,14 @@ mod tests {
             .collect();
         assert_eq!(
             three.join(" "),
-            "1 2 1.2 2.2 1.3 2.3 3 4 5 3.2 4.2 5.2 3.3 4.3 5.3 27 6 7 8 9 10 9.2 10.2 9.3 10.3"
+            "1 2 1.2 2.2 1.3 2.3 3 4 5 3.2 4.2 5.2 3.3 4.3 5.3 29 30 29.2 30.2 29.3 30.3 \
+             27 6 7 8 9 10 9.2 10.2 9.3 10.3"
         );
+        let deleting: Vec<String> = Step::restore_sequence_deleting(1)
+            .into_iter()
+            .map(|(s, k)| StepAt::new(s, k).to_string())
+            .collect();
+        assert_eq!(deleting.join(" "), "1 2 3 4 5 27 6 7 8 9 10");
     }
 
     #[test]

@@ -32,7 +32,8 @@ pub struct SnapshotEntry {
     pub asked_by: String,
     pub asked_by_uid: u32,
     /// `journal` (the keeper took it), `fetched` (the keeper fetched it from a copy target:
-    /// `reason` says which), or `unknown-origin` (on disk, never journalled).
+    /// `reason` says which), `replaced` (the boot kept what a restore replaced, adr/0027), or
+    /// `unknown-origin` (on disk, never journalled).
     pub origin: String,
     /// Taken before a switch to a new configuration.
     pub pre_switch: bool,
@@ -50,6 +51,13 @@ pub struct SnapshotEntry {
     /// The set is a consistent cut: the units root named were paused while every member
     /// was taken. Their names, escaped, separated by one space; empty when it is not.
     pub cut_units: String,
+    /// It holds what a restore replaced (origin `replaced`, adr/0027): the snapshot that
+    /// restore put back in its place; empty when it does not.
+    pub replaced_by_restore_of: String,
+    /// Of such a snapshot: when the boot put that restore in place, and until when retention
+    /// keeps it (µs since the epoch, UTC); 0 otherwise.
+    pub replaced_micros: i64,
+    pub kept_until_micros: i64,
 }
 
 /// One snapshot in the answer to `ListRows`: the fields of [`SnapshotEntry`] but `copies`,
@@ -69,6 +77,9 @@ pub struct SnapshotRow<'a> {
     pub pinned: bool,
     pub set_id: i64,
     pub cut_units: &'a str,
+    pub replaced_by_restore_of: &'a str,
+    pub replaced_micros: i64,
+    pub kept_until_micros: i64,
 }
 
 /// A target holding a verified copy of the snapshot in row `row` (from 0) of the same
@@ -108,6 +119,9 @@ impl SnapshotRow<'_> {
             copies,
             last_common_parent_of,
             cut_units: self.cut_units.to_owned(),
+            replaced_by_restore_of: self.replaced_by_restore_of.to_owned(),
+            replaced_micros: self.replaced_micros,
+            kept_until_micros: self.kept_until_micros,
         }
     }
 }
@@ -293,6 +307,9 @@ pub struct Status {
     pub outcome_request: String,
     /// What the boot said, escaped.
     pub outcome_reason: String,
+    /// The command that undoes the boot's restore (a restore of the snapshots that hold what
+    /// it replaced, adr/0027), `tacid data restore @home.…`; empty when nothing was kept.
+    pub outcome_undo: String,
     pub outcome_finished_micros: i64,
     /// This is the first status that reports this outcome to this caller (by uid).
     pub outcome_new: bool,

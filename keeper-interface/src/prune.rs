@@ -23,21 +23,29 @@ pub enum Rule {
     ManualMaxAge { max_age: Duration },
     /// The free space is below the floor; the oldest automatic snapshot goes first.
     FreeSpaceFloor { free_bytes: u64, floor_bytes: u64 },
+    /// What a restore replaced, kept for `days` days after the boot of that restore
+    /// (adr/0027), and they are over.
+    ReplacedKeptDays { days: u64 },
 }
 
 const PRE_SWITCH_SETS: &str = "pre-switch-sets";
 const TIMELINE: &str = "timeline";
 const MANUAL_MAX_AGE: &str = "manual-max-age";
 const FREE_SPACE_FLOOR: &str = "free-space-floor";
+const REPLACED_KEPT_DAYS: &str = "replaced-kept-days";
 
 /// Each rule's code, in the order the rules are applied, with what holds for every
 /// snapshot it chooses (the per-set detail is each choice's own sentence, [`Rule`]'s
 /// `Display`).
-pub const RULES: [(&str, &str); 4] = [
+pub const RULES: [(&str, &str); 5] = [
     (PRE_SWITCH_SETS, "the rule for pre-switch sets"),
     (TIMELINE, "the timeline rule"),
     (MANUAL_MAX_AGE, "the maximum age of manual snapshots"),
     (FREE_SPACE_FLOOR, "the free-space floor"),
+    (
+        REPLACED_KEPT_DAYS,
+        "the days what a restore replaced is kept for",
+    ),
 ];
 
 impl Rule {
@@ -48,6 +56,7 @@ impl Rule {
             Rule::Timeline { .. } => TIMELINE,
             Rule::ManualMaxAge { .. } => MANUAL_MAX_AGE,
             Rule::FreeSpaceFloor { .. } => FREE_SPACE_FLOOR,
+            Rule::ReplacedKeptDays { .. } => REPLACED_KEPT_DAYS,
         }
     }
 }
@@ -86,6 +95,11 @@ impl fmt::Display for Rule {
                 "free space {} is below the floor of {}; the oldest automatic snapshots go first",
                 layout::human::bytes(*free_bytes),
                 layout::human::bytes(*floor_bytes)
+            ),
+            Rule::ReplacedKeptDays { days } => write!(
+                f,
+                "what a restore replaced, kept {} after that boot, and they are over",
+                count(*days, "day", "days")
             ),
         }
     }

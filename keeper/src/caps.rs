@@ -35,6 +35,10 @@ pub const MAX_REASON_BYTES: usize = 500;
 /// it cannot be the words shown. A refusal journals at most this many of them.
 pub const MAX_WORDS_BYTES: usize = 4096;
 
+/// The most days the keeper keeps what a restore replaced (`--keep-replaced-days`): a
+/// century, so that the words that say it stay within [`MAX_WORDS_BYTES`].
+pub const MAX_REPLACED_DAYS: u64 = 36_500;
+
 /// A path a caller names inside a snapshot (`tacid data diff NAME PATH`): at most the
 /// kernel's PATH_MAX, longer than any path a person can open.
 pub const MAX_PATH_BYTES: usize = 4096;
@@ -85,6 +89,22 @@ mod tests {
 
     #[test]
     fn the_longest_words_the_keeper_shows_are_within_the_cap() {
+        use crate::words;
+        // Either fate of what a restore replaces (adr/0027), at its longest: the days are
+        // at most the keeper's option allows.
+        for fate in [
+            words::Aside::BelowFloor {
+                floor_bytes: u64::MAX,
+            },
+            words::Aside::Kept {
+                days: MAX_REPLACED_DAYS,
+            },
+        ] {
+            longest_words_with(fate);
+        }
+    }
+
+    fn longest_words_with(fate: crate::words::Aside) {
         use crate::words::{self, ChangeCounts};
         use std::time::{Duration, UNIX_EPOCH};
         let most = ChangeCounts {
@@ -100,9 +120,9 @@ mod tests {
         for s in layout::SUBVOLUMES {
             let path = s.mount_point.unwrap_or(s.name);
             for w in [
-                words::restore_words(path, taken, now),
-                words::restore_words_counted(path, taken, now, &most),
-                words::restore_words_counted_at_last_commit(path, taken, now, &most),
+                words::restore_words(path, taken, now, fate),
+                words::restore_words_counted(path, taken, now, &most, fate),
+                words::restore_words_counted_at_last_commit(path, taken, now, &most, fate),
             ] {
                 assert!(w.len() < MAX_WORDS_BYTES / 2, "{} bytes: {w}", w.len());
             }
@@ -136,8 +156,11 @@ mod tests {
             &left_out,
             true,
             now,
+            fate,
         );
-        assert!(w.len() < MAX_WORDS_BYTES / 2, "{} bytes: {w}", w.len());
+        // The fate of what the restore replaces (adr/0027) adds up to some 250 bytes to a
+        // set of three: still well within the cap.
+        assert!(w.len() < MAX_WORDS_BYTES * 5 / 8, "{} bytes: {w}", w.len());
         // Before a switch between the longest generations to the longest toplevel: the
         // path and the way back add at most some 600 bytes (adr/0009).
         let switch = layout::switch::Switch {
@@ -151,8 +174,8 @@ mod tests {
             id: i64::MAX,
             before_switch: Some(&switch),
         };
-        let w = words::set_restore_words(set, &put_back, &left_out, true, now);
-        assert!(w.len() < MAX_WORDS_BYTES * 5 / 8, "{} bytes: {w}", w.len());
+        let w = words::set_restore_words(set, &put_back, &left_out, true, now, fate);
+        assert!(w.len() < MAX_WORDS_BYTES * 3 / 4, "{} bytes: {w}", w.len());
         // Snapshots named one by one, each of the longest name, fetched from a target of the
         // longest name.
         let longest = "@".repeat(MAX_NAME_BYTES);
@@ -164,8 +187,8 @@ mod tests {
                 ..*m
             })
             .collect();
-        let w = words::set_restore_words(words::PutBack::Named, &named, &[], true, now);
-        assert!(w.len() < MAX_WORDS_BYTES / 2, "{} bytes: {w}", w.len());
+        let w = words::set_restore_words(words::PutBack::Named, &named, &[], true, now, fate);
+        assert!(w.len() < MAX_WORDS_BYTES * 5 / 8, "{} bytes: {w}", w.len());
     }
 
     #[test]

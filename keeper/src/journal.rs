@@ -207,6 +207,16 @@ const MIGRATIONS: &[&str] = &[
     // 9: what became of each hook of a consistent cut (before the freeze, after the thaw),
     // one line each, separated by a newline; empty: none ran.
     "ALTER TABLE cuts ADD COLUMN hooks TEXT NOT NULL DEFAULT '';",
+    // 10: what a restore replaced, kept read-only in the store by the initrd (adr/0027): one
+    // row per kept snapshot, from the outcome that names it; `restored` is the snapshot the
+    // restore put back in its place, `boot_micros` when the initrd finished (the boot).
+    "CREATE TABLE replaced (
+        name TEXT PRIMARY KEY,
+        of_subvolume TEXT NOT NULL,
+        outcome_id TEXT NOT NULL,
+        restored TEXT NOT NULL,
+        boot_micros INTEGER NOT NULL
+    );",
 ];
 
 /// The version whose migration adds the `CHECK` constraints: a journal below it is read for
@@ -340,6 +350,22 @@ pub struct OutcomeRow {
     pub reason: String,
     pub finished_micros: i64,
     pub reported: bool,
+    /// What the restore replaced and kept (adr/0027): `(kept snapshot, of subvolume, the
+    /// snapshot put back in its place)`; empty when nothing was kept.
+    pub replaced: Vec<ReplacedRow>,
+}
+
+/// A snapshot that holds what a restore replaced (adr/0027).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplacedRow {
+    /// The kept snapshot's name in the store.
+    pub name: String,
+    /// The subvolume (`@home`).
+    pub of_subvolume: String,
+    /// The snapshot the restore put back in its place.
+    pub restored: String,
+    /// When the boot's initrd finished the restore, µs since the epoch.
+    pub boot_micros: i64,
 }
 
 /// The journal, open.
@@ -972,7 +998,40 @@ impl Journal {
                 params![o.id, StoredOutcomeResult(o.result), o.request, o.reason, o.finished_micros, to_micros(SystemTime::now())],
             )
             .map_err(|e| self.err(e))?;
+        for r in &o.replaced {
+            self.conn
+                .execute(
+                    "INSERT OR IGNORE INTO replaced (name, of_subvolume, outcome_id, restored,
+                         boot_micros)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![r.name, r.of_subvolume, o.id, r.restored, r.boot_micros],
+                )
+                .map_err(|e| self.err(e))?;
+        }
         Ok(n == 1)
+    }
+
+    /// Every snapshot journalled as holding what a restore replaced, by name.
+    pub fn replaced(&self) -> Result<Vec<ReplacedRow>, JournalError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT name, of_subvolume, restored, boot_micros FROM replaced ORDER BY name",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(ReplacedRow {
+                    name: r.get(0)?,
+                    of_subvolume: r.get(1)?,
+                    restored: r.get(2)?,
+                    boot_micros: r.get(3)?,
+                })
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        Ok(rows)
     }
 
     /// The latest outcome, and whether it had been reported to `uid` before; marks it
@@ -993,11 +1052,34 @@ impl Journal {
                         reason: r.get(3)?,
                         finished_micros: r.get(4)?,
                         reported: r.get::<_, Option<i64>>(5)?.is_some(),
+                        replaced: Vec::new(),
                     })
                 },
             )
             .optional()
             .map_err(|e| self.err(e))?;
+        let mut row = row;
+        if let Some(o) = &mut row {
+            let mut stmt = self
+                .conn
+                .prepare_cached(
+                    "SELECT name, of_subvolume, restored, boot_micros FROM replaced
+                     WHERE outcome_id = ?1 ORDER BY rowid",
+                )
+                .map_err(|e| self.err(e))?;
+            o.replaced = stmt
+                .query_map([&o.id], |r| {
+                    Ok(ReplacedRow {
+                        name: r.get(0)?,
+                        of_subvolume: r.get(1)?,
+                        restored: r.get(2)?,
+                        boot_micros: r.get(3)?,
+                    })
+                })
+                .map_err(|e| self.err(e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| self.err(e))?;
+        }
         if let Some(o) = &row {
             if !o.reported {
                 let now = to_micros(SystemTime::now());
@@ -1562,10 +1644,19 @@ mod tests {
             reason: "ok".into(),
             finished_micros: 1,
             reported: false,
+            replaced: vec![ReplacedRow {
+                name: "@home.1970-01-01T000000.000001Z".into(),
+                of_subvolume: "@home".into(),
+                restored: "@home.1970-01-01T000000.000000Z".into(),
+                boot_micros: 1,
+            }],
         };
         assert!(j.record_outcome(&o).unwrap());
         assert!(!j.record_outcome(&o).unwrap());
-        assert!(!j.report_latest_outcome(1000).unwrap().unwrap().reported);
+        assert_eq!(j.replaced().unwrap(), o.replaced, "journalled once");
+        let reported = j.report_latest_outcome(1000).unwrap().unwrap();
+        assert_eq!(reported.replaced, o.replaced, "status can offer the undo");
+        assert!(!reported.reported);
         assert!(j.report_latest_outcome(1000).unwrap().unwrap().reported);
         // Root reading it first does not use up another user's news.
         assert!(!j.report_latest_outcome(0).unwrap().unwrap().reported);

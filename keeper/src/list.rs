@@ -54,6 +54,11 @@ struct Row {
     pinned: bool,
     set_id: i64,
     cut_units: Span,
+    /// It holds what a restore replaced: the snapshot put back in its place, the boot, and
+    /// until when retention keeps it (adr/0027).
+    replaced_by: Span,
+    replaced_micros: i64,
+    kept_until_micros: i64,
 }
 
 /// A list as the keeper keeps and sends it: newest first.
@@ -98,12 +103,16 @@ impl Listed {
             origin: match (r.journalled, r.fetched) {
                 (true, true) => "fetched",
                 (true, false) => "journal",
+                (false, _) if r.replaced_micros != 0 => "replaced",
                 (false, _) => "unknown-origin",
             },
             pre_switch: r.pre_switch,
             pinned: r.pinned,
             set_id: r.set_id,
             cut_units: self.str(r.cut_units),
+            replaced_by_restore_of: self.str(r.replaced_by),
+            replaced_micros: r.replaced_micros,
+            kept_until_micros: r.kept_until_micros,
         }
     }
 
@@ -254,6 +263,9 @@ impl OnDiskRows {
             pinned: d.staged,
             set_id: 0,
             cut_units: Span::default(),
+            replaced_by: Span::default(),
+            replaced_micros: 0,
+            kept_until_micros: 0,
         });
     }
 
@@ -263,6 +275,7 @@ impl OnDiskRows {
         self,
         journal: &Journal,
         configured: &std::collections::BTreeSet<&str>,
+        replaced_days: u64,
     ) -> Result<Listed, JournalError> {
         let mut l = self.listed;
         {
@@ -335,7 +348,6 @@ impl OnDiskRows {
                 }
             }
         })?;
-        drop(by_name);
         let parents: std::collections::BTreeSet<(u32, String)> = {
             let text = &l.text;
             let str = |s: Span| &text[s.at as usize..(s.at + s.len) as usize];
@@ -363,7 +375,24 @@ impl OnDiskRows {
                 .cloned()
                 .collect()
         };
+        let replaced = journal.replaced()?;
+        let kept_for =
+            i64::try_from(replaced_days.saturating_mul(86_400_000_000)).unwrap_or(i64::MAX);
+        let mut replaced_facts: Vec<(usize, Span, i64)> = Vec::new();
+        for r in &replaced {
+            if let Some(&i) = by_name.get(r.name.as_str()) {
+                let at = base + words.len();
+                let _ = write!(words, "{}", Escaped(r.restored.as_bytes()));
+                replaced_facts.push((i, span(at, base + words.len()), r.boot_micros));
+            }
+        }
         l.text.push_str(&words);
+        for (i, by, boot) in replaced_facts {
+            let row = &mut l.rows[i];
+            row.replaced_by = by;
+            row.replaced_micros = boot;
+            row.kept_until_micros = boot.saturating_add(kept_for);
+        }
         // Later journal rows of one name win, as they always have.
         for (i, request) in facts {
             let row = &mut l.rows[i];
@@ -414,15 +443,23 @@ pub struct List {
     config: Arc<CopiesConfig>,
     /// The last list made, kept while the store and the journal stay as they were.
     cache: ListCache,
+    /// Retention's days for what a restore replaced: the list says until when it is kept.
+    replaced_days: u64,
 }
 
 impl List {
-    pub fn new(h: Handles, reconcile: Arc<Reconcile>, config: Arc<CopiesConfig>) -> List {
+    pub fn new(
+        h: Handles,
+        reconcile: Arc<Reconcile>,
+        config: Arc<CopiesConfig>,
+        replaced_days: u64,
+    ) -> List {
         List {
             h,
             reconcile,
             config,
             cache: ListCache::default(),
+            replaced_days,
         }
     }
 
@@ -467,12 +504,16 @@ impl List {
             .keys()
             .map(|t| t.as_str().to_owned())
             .collect();
+        let replaced_days = self.replaced_days;
         let (journal_changes, listed) = self
             .h
             .journal(move |j| {
                 let changes = j.changes();
                 let configured = configured.iter().map(String::as_str).collect();
-                Ok((changes, Arc::new(on_disk.finish(j, &configured)?)))
+                Ok((
+                    changes,
+                    Arc::new(on_disk.finish(j, &configured, replaced_days)?),
+                ))
             })
             .await?;
         *self.cache.lock() = Some(Kept {

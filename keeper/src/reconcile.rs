@@ -7,8 +7,8 @@ use std::collections::{HashMap, HashSet};
 
 use crate::handles::Handles;
 use crate::journal::{
-    outcome_result_text, Action, DeletionResult, Member, OutcomeRow, RequestRow, SnapshotRow,
-    SnapshotState, State, Subject,
+    outcome_result_text, Action, DeletionResult, Member, OutcomeRow, ReplacedRow, RequestRow,
+    SnapshotRow, SnapshotState, State, Subject,
 };
 use crate::stem_client::{snapshot_names, stem_error, StemError};
 use crate::wire::KeeperError;
@@ -256,6 +256,22 @@ impl Reconcile {
             reason: o.reason.clone(),
             finished_micros: o.finished_micros,
             reported: false,
+            replaced: o
+                .replaced
+                .iter()
+                .filter(|(_, kept)| !kept.is_empty())
+                .map(|(sub, kept)| ReplacedRow {
+                    name: kept.clone(),
+                    of_subvolume: sub.clone(),
+                    restored: o
+                        .request
+                        .iter()
+                        .find(|r| r.subvolume == *sub)
+                        .map(|r| r.snapshot.clone())
+                        .unwrap_or_default(),
+                    boot_micros: o.finished_micros,
+                })
+                .collect(),
         };
         let recording = row.clone();
         if self

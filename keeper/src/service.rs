@@ -64,6 +64,7 @@ impl Keeper {
     fn compose(h: Handles, policy: Policy, config: Arc<CopiesConfig>) -> Keeper {
         let refusals = Arc::new(Refusals::new(h.clone()));
         let reconcile = Arc::new(Reconcile::new(h.clone()));
+        let replaced_days = policy.replaced_days;
         let retention = Arc::new(Retention::new(
             h.clone(),
             refusals.clone(),
@@ -85,7 +86,7 @@ impl Keeper {
                 config.clone(),
             ),
             opens: Opens::new(h.clone(), refusals.clone()),
-            list: List::new(h.clone(), reconcile.clone(), config),
+            list: List::new(h.clone(), reconcile.clone(), config, replaced_days),
             h,
             refusals,
             reconcile,

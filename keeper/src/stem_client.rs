@@ -102,6 +102,9 @@ pub struct BootOutcome {
     /// The request's members (none when the request did not parse).
     pub request: Vec<Request>,
     pub reason: String,
+    /// What each member's replaced subvolume became: `(subvolume, kept snapshot)`, the
+    /// name empty when it was deleted (adr/0027).
+    pub replaced: Vec<(String, String)>,
 }
 
 /// The stem said no, or could not be reached.
@@ -486,6 +489,11 @@ impl StemClient {
             finished_micros: o.finished_unix_micros,
             request: o.request.iter().map(request).collect(),
             reason: o.reason.clone(),
+            replaced: o
+                .replaced
+                .iter()
+                .map(|r| (r.subvolume.clone(), r.kept.clone()))
+                .collect(),
         }))
     }
 

@@ -14,13 +14,50 @@ pub use keeper_interface::words::{
     ago, count, exact_time, human_time, utc_year, write_taken, Ago, ExactTime, HumanTime,
 };
 
+/// What becomes, at the boot, of what a restore replaces (adr/0027).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Aside {
+    /// Set aside read-only for this many days (retention's), then deleted; undone by a
+    /// restore of it.
+    Kept { days: u64 },
+    /// The disk is below the hard floor now: if it still is at the boot, it is deleted.
+    BelowFloor { floor_bytes: u64 },
+}
+
+/// The subvolume seen at `of_path` (`/home` is `@home`), by the layout; the path itself when
+/// no subvolume is seen there.
+fn subvolume_at(of_path: &str) -> &str {
+    layout::SUBVOLUMES
+        .iter()
+        .find(|s| s.mount_point == Some(of_path))
+        .map_or(of_path, |s| s.name)
+}
+
+/// What happens to everything written to `of_path` since the snapshot, in words.
+pub fn aside_words(of_path: &str, aside: Aside) -> String {
+    let sub = subvolume_at(of_path);
+    match aside {
+        Aside::Kept { days } => format!(
+            "Everything written to {of_path} since then is set aside as {sub}.\u{2026} for {} \
+             (undo: `tacid data restore {sub}.\u{2026}`), then deleted.",
+            count(days, "day", "days")
+        ),
+        Aside::BelowFloor { floor_bytes } => format!(
+            "Everything written to {of_path} since then is deleted: the disk has less free than \
+             the hard floor of {}, and while it has, the boot deletes what it replaces instead \
+             of setting it aside for an undo.",
+            layout::human::bytes(floor_bytes)
+        ),
+    }
+}
+
 /// What a restore costs, in the words of what is lost.
-pub fn restore_words(of_path: &str, taken: SystemTime, now: SystemTime) -> String {
+pub fn restore_words(of_path: &str, taken: SystemTime, now: SystemTime, aside: Aside) -> String {
     format!(
-        "This puts {of_path} back to {} ({}). Everything written to {of_path} since then is \
-         deleted. It happens at the next reboot.",
+        "This puts {of_path} back to {} ({}). {} It happens at the next reboot.",
         human_time(taken, now),
-        ago(taken, now)
+        ago(taken, now),
+        aside_words(of_path, aside)
     )
 }
 
@@ -106,8 +143,9 @@ pub fn restore_words_counted(
     taken: SystemTime,
     now: SystemTime,
     changes: &ChangeCounts,
+    aside: Aside,
 ) -> String {
-    counted_sentence(of_path, taken, now, changes, "")
+    counted_sentence(of_path, taken, now, changes, "", aside)
 }
 
 /// As [`restore_words_counted`], for counts of what the filesystem's last commit holds
@@ -117,6 +155,7 @@ pub fn restore_words_counted_at_last_commit(
     taken: SystemTime,
     now: SystemTime,
     changes: &ChangeCounts,
+    aside: Aside,
 ) -> String {
     counted_sentence(
         of_path,
@@ -124,6 +163,7 @@ pub fn restore_words_counted_at_last_commit(
         now,
         changes,
         ", as of the filesystem's last commit",
+        aside,
     )
 }
 
@@ -133,13 +173,14 @@ fn counted_sentence(
     now: SystemTime,
     changes: &ChangeCounts,
     as_of: &str,
+    aside: Aside,
 ) -> String {
     format!(
-        "This puts {of_path} back to {} ({}): {}{as_of}. Everything written to {of_path} since \
-         then is deleted. It happens at the next reboot.",
+        "This puts {of_path} back to {} ({}): {}{as_of}. {} It happens at the next reboot.",
         human_time(taken, now),
         ago(taken, now),
-        change_words(changes)
+        change_words(changes),
+        aside_words(of_path, aside)
     )
 }
 
@@ -182,6 +223,7 @@ pub fn set_restore_words(
     left_out: &[(&str, &str)],
     at_last_commit: bool,
     now: SystemTime,
+    aside: Aside,
 ) -> String {
     let taken = put_back.iter().map(|m| m.taken).min().unwrap_or(now);
     let n = put_back.len();
@@ -230,9 +272,14 @@ pub fn set_restore_words(
                 uncounted.push(path);
             }
         }
-        out.push_str(&format!(
-            " Everything written to {path} since then is deleted."
-        ));
+        out.push(' ');
+        match aside {
+            // Said once for the set, below.
+            Aside::BelowFloor { .. } => out.push_str(&format!(
+                "Everything written to {path} since then is deleted."
+            )),
+            Aside::Kept { .. } => out.push_str(&aside_words(path, aside)),
+        }
     }
     if n > 1 && uncounted.len() < n {
         out.push_str(&format!("\nIn all: {}", change_words(&total)));
@@ -246,6 +293,13 @@ pub fn set_restore_words(
     }
     if at_last_commit && uncounted.len() < n {
         out.push_str("\nCounted as of the filesystem's last commit.");
+    }
+    if let Aside::BelowFloor { floor_bytes } = aside {
+        out.push_str(&format!(
+            "\nThe disk has less free than the hard floor of {}: while it has, the boot deletes \
+             what it replaces instead of setting it aside for an undo.",
+            layout::human::bytes(floor_bytes)
+        ));
     }
     if !left_out.is_empty() {
         let each: Vec<String> = left_out
@@ -357,6 +411,38 @@ mod tests {
         }
     }
 
+    const SEVEN: Aside = Aside::Kept { days: 7 };
+
+    #[test]
+    fn below_the_hard_floor_the_words_say_deleted_and_why() {
+        let taken = at(1_796_133_720);
+        let now = at(1_796_133_720 + 2 * 86_400 + 60);
+        let floor = Aside::BelowFloor {
+            floor_bytes: 512 << 20,
+        };
+        assert_eq!(
+            restore_words("/home", taken, now, floor),
+            "This puts /home back to Tue 1 Dec 14:02 UTC (2 days ago). Everything written to \
+             /home since then is deleted: the disk has less free than the hard floor of 512.0 \
+             MiB, and while it has, the boot deletes what it replaces instead of setting it \
+             aside for an undo. It happens at the next reboot."
+        );
+        let members = [SetMember {
+            of_path: "/var/log",
+            taken,
+            counts: None,
+            named: None,
+        }];
+        let words = set_restore_words(PutBack::Named, &members, &[], false, now, floor);
+        assert!(
+            words.contains(
+                "Everything written to /var/log since then is deleted.\nThe disk has less free \
+                 than the hard floor of 512.0 MiB"
+            ),
+            "{words}"
+        );
+    }
+
     fn at(s: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(s)
     }
@@ -367,9 +453,8 @@ mod tests {
         let taken = at(1_796_133_720);
         let now = at(1_796_133_720 + 2 * 86_400 + 60);
         assert_eq!(
-            restore_words("/home", taken, now),
-            "This puts /home back to Tue 1 Dec 14:02 UTC (2 days ago). Everything written to \
-             /home since then is deleted. It happens at the next reboot."
+            restore_words("/home", taken, now, SEVEN),
+            "This puts /home back to Tue 1 Dec 14:02 UTC (2 days ago). Everything written to /home since then is set aside as @home.… for 7 days (undo: `tacid data restore @home.…`), then deleted. It happens at the next reboot."
         );
         assert_eq!(exact_time(taken), "2026-12-01 14:02:00.000000 UTC");
         assert_eq!(
@@ -396,16 +481,15 @@ mod tests {
         let taken = at(1_796_133_720);
         let now = at(1_796_133_720 + 2 * 86_400 + 60);
         assert_eq!(
-            restore_words_counted("/home", taken, now, &counts),
+            restore_words_counted("/home", taken, now, &counts, SEVEN),
             "This puts /home back to Tue 1 Dec 14:02 UTC (2 days ago): 412 files changed, 37 \
-             added, 9 removed since then (1.2 GiB written). Everything written to /home since \
-             then is deleted. It happens at the next reboot."
+             added, 9 removed since then (1.2 GiB written). Everything written to /home since then is set aside as @home.… for 7 days (undo: `tacid data restore @home.…`), then deleted. It happens at the next reboot."
         );
         assert_eq!(
-            restore_words_counted_at_last_commit("/home", taken, now, &counts),
+            restore_words_counted_at_last_commit("/home", taken, now, &counts, SEVEN),
             "This puts /home back to Tue 1 Dec 14:02 UTC (2 days ago): 412 files changed, 37 \
              added, 9 removed since then (1.2 GiB written), as of the filesystem's last commit. \
-             Everything written to /home since then is deleted. It happens at the next reboot."
+             Everything written to /home since then is set aside as @home.… for 7 days (undo: `tacid data restore @home.…`), then deleted. It happens at the next reboot."
         );
         let cut = ChangeCounts {
             files_modified: 1,
@@ -464,21 +548,20 @@ mod tests {
                 named: Some(("@home.2026-12-01T150200.000000Z", "fetched from cloud")),
             },
         ];
-        let words = set_restore_words(PutBack::Named, &members, &[], false, now);
+        let words = set_restore_words(PutBack::Named, &members, &[], false, now, SEVEN);
         assert_eq!(
             words,
             "This puts back 2 subvolumes, each to the snapshot named:\n  \
              /persist back to @persist.2026-12-01T140200.000000Z (Tue 1 Dec 14:02 UTC, fetched \
              from stick): 1 file changed, 1 added, 0 removed since then (0 B written). \
-             Everything written to /persist since then is deleted.\n  \
+             Everything written to /persist since then is set aside as @persist.… for 7 days (undo: `tacid data restore @persist.…`), then deleted.\n  \
              /home back to @home.2026-12-01T150200.000000Z (Tue 1 Dec 15:02 UTC, fetched from \
-             cloud): 1 file changed, 1 added, 0 removed since then (0 B written). Everything \
-             written to /home since then is deleted.\n\
+             cloud): 1 file changed, 1 added, 0 removed since then (0 B written). Everything written to /home since then is set aside as @home.… for 7 days (undo: `tacid data restore @home.…`), then deleted.\n\
              In all: 2 files changed, 2 added, 0 removed since then (0 B written).\n\
              It happens at the next reboot, to all of them together."
         );
-        assert!(!words.contains("set"), "{words}");
-        let one = set_restore_words(PutBack::Named, &members[..1], &[], false, now);
+        assert!(!words.replace("set aside", "").contains("set"), "{words}");
+        let one = set_restore_words(PutBack::Named, &members[..1], &[], false, now, SEVEN);
         assert!(
             one.starts_with("This puts back 1 subvolume to the snapshot named:\n"),
             "{one}"
@@ -523,15 +606,16 @@ mod tests {
             &[("/home", "left out as asked")],
             false,
             now,
+            SEVEN,
         );
         assert_eq!(
             words,
             "This puts back 2 subvolumes of set 12, taken together before switching \
              configuration on Tue 1 Dec 14:02 UTC (2 days ago):\n  \
              /persist back to Tue 1 Dec 14:02 UTC: 412 files changed, 1 added, 0 removed since \
-             then (2.0 KiB written). Everything written to /persist since then is deleted.\n  \
+             then (2.0 KiB written). Everything written to /persist since then is set aside as @persist.… for 7 days (undo: `tacid data restore @persist.…`), then deleted.\n  \
              /var/log back to Tue 1 Dec 14:02 UTC: 3 files changed, 1 added, 0 removed since \
-             then (1.0 KiB written). Everything written to /var/log since then is deleted.\n\
+             then (1.0 KiB written). Everything written to /var/log since then is set aside as @log.… for 7 days (undo: `tacid data restore @log.…`), then deleted.\n\
              In all: 415 files changed, 2 added, 0 removed since then (3.0 KiB written).\n\
              Not put back: /home (left out as asked); it stays as it is now.\n\
              This puts back data only, not the system: the next boot starts the generation \
@@ -544,7 +628,7 @@ mod tests {
         // A member not counted: its sentence without numbers, and the total says so.
         let mut partly = members;
         partly[1].counts = None;
-        let words = set_restore_words(set(3), &partly, &[], true, now);
+        let words = set_restore_words(set(3), &partly, &[], true, now, SEVEN);
         assert!(
             words.contains("\n  /var/log back to Tue 1 Dec 14:02 UTC. Everything written"),
             "{words}"
@@ -561,7 +645,7 @@ mod tests {
         );
         assert!(words.starts_with("This puts back 2 subvolumes of set 3, taken together on"));
         // One member: no total, and no "all of them".
-        let words = set_restore_words(set(3), &members[..1], &[], false, now);
+        let words = set_restore_words(set(3), &members[..1], &[], false, now, SEVEN);
         assert!(!words.contains("In all"), "{words}");
         assert!(
             words.ends_with("\nIt happens at the next reboot."),

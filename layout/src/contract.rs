@@ -36,6 +36,7 @@ pub struct Contract {
     pub initrd_restore_unit: &'static str,
     pub initrd_wipe_root_unit: &'static str,
     pub kernel_device_key: &'static str,
+    pub kernel_hard_floor_key: &'static str,
     pub default_device: &'static str,
     pub filesystem_label: &'static str,
     /// Copies off the disk: the configuration file, and the grammar of target names and
@@ -109,6 +110,7 @@ impl Contract {
             initrd_restore_unit: names::INITRD_RESTORE_UNIT,
             initrd_wipe_root_unit: names::INITRD_WIPE_ROOT_UNIT,
             kernel_device_key: names::KERNEL_DEVICE_KEY,
+            kernel_hard_floor_key: names::KERNEL_HARD_FLOOR_KEY,
             default_device: names::DEFAULT_DEVICE,
             filesystem_label: names::FILESYSTEM_LABEL,
             copies_config_path: crate::copies::CONFIG_PATH,

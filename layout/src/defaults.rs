@@ -24,6 +24,10 @@ pub const KEEP_MONTHLY: usize = 6;
 /// deletes them.
 pub const MANUAL_MAX_AGE_DAYS: u64 = 0;
 
+/// Retention: what a restore replaced (kept read-only by the initrd, adr/0027) stays this
+/// many days after the boot of that restore, then goes; counted against no other rule.
+pub const KEEP_REPLACED_DAYS: u64 = 7;
+
 /// Below this many free bytes the keeper deletes the oldest automatic snapshots, and every
 /// snapshot prunes first (the keeper's floor; 0 is none).
 pub const FREE_FLOOR_BYTES: u64 = 2 << 30;
@@ -82,6 +86,7 @@ pub struct Defaults {
     pub keep_weekly: usize,
     pub keep_monthly: usize,
     pub manual_max_age_days: u64,
+    pub keep_replaced_days: u64,
     pub free_floor_bytes: u64,
     pub hard_floor_bytes: u64,
     pub consent_window_secs: u64,
@@ -115,6 +120,7 @@ pub const DEFAULTS: Defaults = Defaults {
     keep_weekly: KEEP_WEEKLY,
     keep_monthly: KEEP_MONTHLY,
     manual_max_age_days: MANUAL_MAX_AGE_DAYS,
+    keep_replaced_days: KEEP_REPLACED_DAYS,
     free_floor_bytes: FREE_FLOOR_BYTES,
     hard_floor_bytes: HARD_FLOOR_BYTES,
     consent_window_secs: CONSENT_WINDOW_SECS,

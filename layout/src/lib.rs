@@ -20,7 +20,7 @@ mod subvolume;
 pub mod switch;
 
 pub use contract::{Contract, CONTRACT_JSON_PATH};
-pub use outcome::{Outcome, OutcomeError, OutcomeResult, Reason, MAX_OUTCOME_BYTES};
+pub use outcome::{Outcome, OutcomeError, OutcomeResult, Reason, Replaced, MAX_OUTCOME_BYTES};
 pub use request::{RequestError, RestoreMember, RestoreRequest, MAX_REQUEST_BYTES};
 pub use snapshot_name::{
     SnapshotName, SnapshotNameError, MAX_NAME_BYTES as MAX_SNAPSHOT_NAME_BYTES,
@@ -144,6 +144,10 @@ pub mod names {
     pub const INITRD_WIPE_ROOT_UNIT: &str = "tacid-wipe-root.service";
     /// Kernel command-line key naming the Btrfs device for the initrd.
     pub const KERNEL_DEVICE_KEY: &str = "tacid.device";
+    /// Kernel command-line key giving the initrd the hard floor (bytes): below it, what a
+    /// restore replaces is deleted at the boot, not kept (adr/0027). Without it the initrd
+    /// uses [`crate::defaults::HARD_FLOOR_BYTES`], the stem's default.
+    pub const KERNEL_HARD_FLOOR_KEY: &str = "tacid.hard_floor_bytes";
     /// The device the initrd uses when the kernel command line names none.
     pub const DEFAULT_DEVICE: &str = "/dev/disk/by-label/tacid";
     /// The filesystem label a tacid machine's Btrfs carries.

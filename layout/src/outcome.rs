@@ -14,6 +14,17 @@
 //! A request of several members (a set) has one `request` line per member, in the request's
 //! own order; a request of one member has exactly the five lines of before sets existed.
 //!
+//! A restore that was done says, after the request lines, what became of each member's
+//! replaced subvolume (adr/0027), one `replaced` line per member in the request's order:
+//!
+//! ```text
+//! replaced @home @home.2026-12-03T080000.000000Z   (kept, read-only, under that name)
+//! replaced @home -                                  (deleted: the disk was below the floor)
+//! ```
+//!
+//! An outcome of an initrd from before replaced subvolumes were kept has no such lines (its
+//! replaced subvolumes were deleted).
+//!
 //! `finished` identifies the outcome: the keeper reports each one once.
 
 use std::fmt;
@@ -22,7 +33,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use crate::request::RestoreRequest;
-use crate::snapshot_name::{parse_stamp, Stamp};
+use crate::snapshot_name::{parse_stamp, SnapshotName, Stamp};
 use crate::subvolume::SubvolumeName;
 
 /// Larger files are refused before they are parsed.
@@ -77,6 +88,46 @@ pub struct Outcome {
     /// The request, where it parsed.
     pub request: Option<RestoreRequest>,
     pub reason: Reason,
+    /// What became of each member's replaced subvolume, in the request's order (a restore
+    /// done by an initrd that keeps them); empty otherwise.
+    pub replaced: Vec<Replaced>,
+}
+
+/// What a restore did with the subvolume it replaced (adr/0027).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Replaced {
+    /// The member.
+    pub subvolume: SubvolumeName,
+    /// The read-only snapshot in the store that holds what the member held before the
+    /// restore; `None` when it was deleted (the disk was below the hard floor at the boot).
+    pub kept: Option<SnapshotName>,
+}
+
+impl fmt::Display for Replaced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kept {
+            Some(name) => write!(f, "{} {name}", self.subvolume),
+            None => write!(f, "{} -", self.subvolume),
+        }
+    }
+}
+
+impl Replaced {
+    fn parse(text: &str) -> Option<Replaced> {
+        let (sub, kept) = text.split_once(' ')?;
+        let subvolume = SubvolumeName::parse(sub).ok()?;
+        let kept = match kept {
+            "-" => None,
+            name => {
+                let name = SnapshotName::parse(name).ok()?;
+                if name.subvolume() != subvolume {
+                    return None;
+                }
+                Some(name)
+            }
+        };
+        Some(Replaced { subvolume, kept })
+    }
 }
 
 fn serialize_time<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
@@ -115,7 +166,14 @@ impl Outcome {
             finished,
             request,
             reason,
+            replaced: Vec::new(),
         }
+    }
+
+    /// The same outcome, saying what became of each member's replaced subvolume.
+    pub fn with_replaced(mut self, replaced: Vec<Replaced>) -> Self {
+        self.replaced = replaced;
+        self
     }
 
     /// The file's canonical content.
@@ -135,8 +193,13 @@ impl Outcome {
                 .collect(),
             None => "request -\n".into(),
         };
+        let replaced: String = self
+            .replaced
+            .iter()
+            .map(|r| format!("replaced {r}\n"))
+            .collect();
         format!(
-            "{MAGIC}\nresult {result}\nfinished {finished}\n{request}reason {}\n",
+            "{MAGIC}\nresult {result}\nfinished {finished}\n{request}{replaced}reason {}\n",
             self.reason.0
         )
     }
@@ -149,7 +212,7 @@ impl Outcome {
         let text = std::str::from_utf8(bytes).map_err(|_| OutcomeError::NotText)?;
         let body = text.strip_suffix('\n').ok_or(OutcomeError::Line(5))?;
         let lines: Vec<&str> = body.split('\n').collect();
-        let most = 4 + SubvolumeName::restorable().len();
+        let most = 4 + 2 * SubvolumeName::restorable().len();
         if !(5..=most).contains(&lines.len()) {
             return Err(OutcomeError::Line(lines.len().min(most) + 1));
         }
@@ -179,13 +242,29 @@ impl Outcome {
             "-" => return Err(OutcomeError::Line(4)),
             _ => {
                 let mut text = String::new();
-                for i in 3..last {
+                for i in (3..last).take_while(|i| lines[*i].starts_with("request ")) {
                     text.push_str(value(i, "request")?);
                     text.push('\n');
                 }
                 Some(RestoreRequest::parse(text.as_bytes())?)
             }
         };
+        let members = request.as_ref().map_or(1, |r| r.members().len());
+        let mut replaced = Vec::new();
+        for i in 3 + members..last {
+            let r = Replaced::parse(value(i, "replaced")?).ok_or(OutcomeError::Line(i + 1))?;
+            replaced.push(r);
+        }
+        // None (an initrd from before), or one per member, in the request's order.
+        if !replaced.is_empty() {
+            let subs = request
+                .as_ref()
+                .map(|r| r.members().iter().map(|m| m.subvolume()));
+            let same = subs.is_some_and(|s| s.eq(replaced.iter().map(|r| r.subvolume)));
+            if result != OutcomeResult::Done || !same {
+                return Err(OutcomeError::Line(4 + members));
+            }
+        }
         if result == OutcomeResult::Done && request.is_none() {
             return Err(OutcomeError::Line(4));
         }
@@ -195,6 +274,7 @@ impl Outcome {
             finished,
             request,
             reason: Reason::new(reason),
+            replaced,
         };
         if outcome.render().as_bytes() != bytes {
             return Err(OutcomeError::Line(last + 1));
@@ -271,6 +351,56 @@ mod tests {
         // A "-" beside members, or a member line dropped out of order, is not the format.
         let dash = text.replacen("request @log", "request -\nrequest @log", 1);
         assert!(Outcome::parse(dash.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn a_done_set_says_what_became_of_each_replaced_member() {
+        let members = ["@persist", "@log", "@home"].map(|sub| {
+            let sv = SubvolumeName::parse(sub).unwrap();
+            let n = SnapshotName::new(sv, UNIX_EPOCH + Duration::from_secs(9)).unwrap();
+            crate::RestoreMember::new(sv, n, Uuid::from_u128(9)).unwrap()
+        });
+        let request = RestoreRequest::new(members).unwrap();
+        let boot = UNIX_EPOCH + Duration::from_secs(1_764_597_720);
+        let replaced: Vec<Replaced> = members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| Replaced {
+                subvolume: m.subvolume(),
+                kept: (i != 1).then(|| SnapshotName::new(m.subvolume(), boot).unwrap()),
+            })
+            .collect();
+        let o = Outcome::new(
+            OutcomeResult::Done,
+            boot,
+            Some(request),
+            Reason::new(&"x".repeat(MAX_REASON_BYTES)),
+        )
+        .with_replaced(replaced);
+        let text = o.render();
+        assert!(
+            text.contains(
+                "replaced @persist @persist.2025-12-01T140200.000000Z\nreplaced @log -\n\
+                 replaced @home @home.2025-12-01T140200.000000Z\nreason "
+            ),
+            "{text}"
+        );
+        assert!(text.len() <= MAX_OUTCOME_BYTES, "{} bytes", text.len());
+        assert_eq!(Outcome::parse(text.as_bytes()).unwrap(), o);
+        // Out of order, a name of another subvolume, one missing, or on a refusal: not the
+        // format.
+        for bad in [
+            text.replacen("replaced @log -\n", "", 1),
+            text.replacen(
+                "replaced @log -",
+                "replaced @log @home.2025-12-01T140200.000000Z",
+                1,
+            ),
+            text.replacen("replaced @persist", "replaced @log", 1),
+            text.replacen("result done", "result refused", 1),
+        ] {
+            assert!(Outcome::parse(bad.as_bytes()).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -144,6 +144,20 @@ pub struct OutcomeInfo {
     pub request: Vec<RequestInfo>,
     /// Why it was refused, or a note on what was done.
     pub reason: String,
+    /// Of a restore that was done by an initrd that keeps what it replaces (adr/0027): per
+    /// member, in the request's order, the read-only snapshot in the store now holding what
+    /// the member held before, or an empty name when it was deleted (below the hard floor).
+    /// Empty for a refusal and for an initrd from before.
+    pub replaced: Vec<ReplacedInfo>,
+}
+
+/// What became of the subvolume a restore replaced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct ReplacedInfo {
+    /// The member (`@home`).
+    pub subvolume: String,
+    /// The kept snapshot's name in the store; empty when it was deleted.
+    pub kept: String,
 }
 
 /// What changed in a live subvolume since one of its snapshots (ChangesSince), from Btrfs
@@ -408,6 +422,14 @@ impl From<&Outcome> for OutcomeInfo {
             finished_unix_micros: unix_micros(o.finished),
             request: o.request.as_ref().map(request_infos).unwrap_or_default(),
             reason: o.reason.as_str().to_owned(),
+            replaced: o
+                .replaced
+                .iter()
+                .map(|r| ReplacedInfo {
+                    subvolume: r.subvolume.to_string(),
+                    kept: r.kept.map(|k| k.to_string()).unwrap_or_default(),
+                })
+                .collect(),
         }
     }
 }
@@ -423,12 +445,29 @@ impl TryFrom<&OutcomeInfo> for Outcome {
             OutcomeResultInfo::Done => OutcomeResult::Done,
             OutcomeResultInfo::Refused => OutcomeResult::Refused,
         };
+        let replaced = o
+            .replaced
+            .iter()
+            .map(|r| {
+                let subvolume = layout::SubvolumeName::parse(&r.subvolume)
+                    .map_err(|e| WireError::in_field("replaced subvolume")(e.to_string()))?;
+                let kept = match r.kept.as_str() {
+                    "" => None,
+                    name => Some(
+                        layout::SnapshotName::parse(name)
+                            .map_err(|e| WireError::in_field("kept snapshot")(e.to_string()))?,
+                    ),
+                };
+                Ok(layout::Replaced { subvolume, kept })
+            })
+            .collect::<Result<Vec<_>, WireError>>()?;
         Ok(Outcome::new(
             result,
             from_unix_micros(o.finished_unix_micros),
             request,
             Reason::new(&o.reason),
-        ))
+        )
+        .with_replaced(replaced))
     }
 }
 
@@ -569,6 +608,17 @@ mod tests {
             Reason::new("x"),
         );
         assert_eq!(Outcome::try_from(&OutcomeInfo::from(&outcome)), Ok(outcome));
+        let done = Outcome::new(
+            OutcomeResult::Done,
+            name.taken(),
+            Some(request.clone()),
+            Reason::new("x"),
+        )
+        .with_replaced(vec![layout::Replaced {
+            subvolume: name.subvolume(),
+            kept: Some(name.next()),
+        }]);
+        assert_eq!(Outcome::try_from(&OutcomeInfo::from(&done)), Ok(done));
         let bad = RequestInfo {
             subvolume: "/home".into(),
             ..infos[0].clone()

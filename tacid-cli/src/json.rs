@@ -129,7 +129,8 @@ pub struct Snapshot<'a> {
     asked_by: Option<&'a str>,
     asked_by_uid: Option<u32>,
     /// `journal` (taken through the keeper), `fetched` (fetched from a copy target: the
-    /// reason says which) or `unknown-origin`.
+    /// reason says which), `replaced` (what a restore replaced, kept by the boot) or
+    /// `unknown-origin`.
     origin: &'a str,
     pre_switch: bool,
     pinned: bool,
@@ -142,6 +143,19 @@ pub struct Snapshot<'a> {
     switch: Option<SwitchJson>,
     /// The units paused while its set was taken (a consistent cut); `null`: it is not one.
     consistent_cut: Option<Vec<&'a str>>,
+    /// It holds what a restore replaced (origin `replaced`, adr/0027); `null`: it does not.
+    replaced: Option<ReplacedJson<'a>>,
+}
+
+/// What a restore replaced, kept: which restore, and until when.
+#[derive(Debug, Serialize)]
+struct ReplacedJson<'a> {
+    /// The snapshot that restore put back in its place.
+    restore_of: &'a str,
+    /// When the boot did that restore, µs since the epoch (UTC).
+    replaced_micros: i64,
+    /// Until when retention keeps it, µs since the epoch (UTC).
+    kept_until_micros: i64,
 }
 
 /// The units of a consistent cut, from the keeper's space-separated names.
@@ -162,6 +176,7 @@ impl<'a> Snapshot<'a> {
         last_common_parent_of: Targets<'a>,
         failed_verification: FailedOf<'a>,
         cut: &'a str,
+        (restore_of, replaced_micros, kept_until_micros): (&'a str, i64, i64),
     ) -> Self {
         Snapshot {
             name,
@@ -180,6 +195,11 @@ impl<'a> Snapshot<'a> {
             failed_verification,
             switch: switch_json(pre_switch, reason),
             consistent_cut: cut_units(cut),
+            replaced: (replaced_micros != 0).then_some(ReplacedJson {
+                restore_of,
+                replaced_micros,
+                kept_until_micros,
+            }),
         }
     }
 
@@ -196,6 +216,11 @@ impl<'a> Snapshot<'a> {
             Targets::ParentOfRow(copies),
             FailedOf(copies),
             r.cut_units,
+            (
+                r.replaced_by_restore_of,
+                r.replaced_micros,
+                r.kept_until_micros,
+            ),
         )
     }
 }
@@ -213,6 +238,11 @@ impl<'a> From<&'a wire::SnapshotEntry> for Snapshot<'a> {
             Targets::Names(&e.last_common_parent_of),
             FailedOf(&[]),
             &e.cut_units,
+            (
+                &e.replaced_by_restore_of,
+                e.replaced_micros,
+                e.kept_until_micros,
+            ),
         )
     }
 }
@@ -549,6 +579,8 @@ pub struct Status<'a> {
     /// `null` also when the request could not be read.
     outcome_request: Option<&'a str>,
     outcome_reason: Option<&'a str>,
+    /// The command that undoes the boot's restore (`null`: nothing was kept to undo it).
+    outcome_undo: Option<&'a str>,
     outcome_finished_micros: Option<i64>,
     outcome_new: bool,
     unknown_origin: u32,
@@ -637,6 +669,7 @@ impl<'a> From<&'a wire::Status> for Status<'a> {
             outcome_result: text(&s.outcome_result),
             outcome_request: text(&s.outcome_request),
             outcome_reason: text(&s.outcome_reason),
+            outcome_undo: text(&s.outcome_undo),
             outcome_finished_micros: outcome.then_some(s.outcome_finished_micros),
             outcome_new: s.outcome_new,
             unknown_origin: s.unknown_origin,
@@ -1025,6 +1058,9 @@ mod tests {
             pinned: false,
             set_id: 0,
             cut_units: "",
+            replaced_by_restore_of: "",
+            replaced_micros: 0,
+            kept_until_micros: 0,
         }
     }
 
@@ -1088,7 +1124,8 @@ mod tests {
                 "asked_by": "alice", "asked_by_uid": 1000, "origin": "journal",
                 "pre_switch": false, "pinned": false, "set_id": 7,
                 "copies": ["nas", "usb"], "last_common_parent_of": ["usb"],
-                "failed_verification": {}, "switch": null, "consistent_cut": null
+                "failed_verification": {}, "switch": null, "consistent_cut": null,
+                "replaced": null
             })
         );
         // A copy whose last verification failed says so, by target.
@@ -1142,6 +1179,7 @@ mod tests {
             outcome_result: String::new(),
             outcome_request: String::new(),
             outcome_reason: String::new(),
+            outcome_undo: String::new(),
             outcome_finished_micros: 0,
             outcome_new: false,
             unknown_origin: 0,

@@ -19,7 +19,28 @@ const NOT_THE_WORLD: &str =
     "A restore puts back files, not the world outside: mail sent stays sent.";
 
 /// Why a snapshot exists, written straight into `out`.
-fn write_why(out: &mut impl std::io::Write, e: &SnapshotRow<'_>) -> std::io::Result<()> {
+fn write_why(
+    out: &mut impl std::io::Write,
+    e: &SnapshotRow<'_>,
+    now: SystemTime,
+) -> std::io::Result<()> {
+    if e.origin == "replaced" {
+        // What a restore replaced, kept by the boot (adr/0027): an undo is a restore of it.
+        return write!(
+            out,
+            "what {} held before the restore of {} (back to {}), kept until {}; undo: \
+             `tacid data restore {}`",
+            e.of_path,
+            human_time(from_unix_micros(e.replaced_micros), now),
+            if e.replaced_by_restore_of.is_empty() {
+                "?"
+            } else {
+                e.replaced_by_restore_of
+            },
+            human_time(from_unix_micros(e.kept_until_micros), now),
+            e.name
+        );
+    }
     if e.origin == "unknown-origin" {
         return out.write_all(b"unknown origin: on disk, but not taken through the keeper");
     }
@@ -89,7 +110,7 @@ pub fn write_list(
         out.write_all(b"\n    taken  ")?;
         write_taken(out, from_unix_micros(e.taken_micros), now, now_year)?;
         out.write_all(b"\n    why    ")?;
-        write_why(out, e)?;
+        write_why(out, e, now)?;
         out.write_all(b"\n")?;
         if e.set_id > 0 {
             writeln!(out, "    set    {}", e.set_id)?;
@@ -460,6 +481,13 @@ pub fn status(s: &Status, now: SystemTime) -> String {
             }
         }
         let _ = writeln!(out, "  the boot said: {}", s.outcome_reason);
+        if !s.outcome_undo.is_empty() {
+            let _ = writeln!(
+                out,
+                "  to undo it (put back what it replaced, at the next boot): {}",
+                s.outcome_undo
+            );
+        }
     }
     if !s.stem_running {
         let _ = writeln!(out, "The stem is not running; start tacid-stem.service.");
@@ -705,6 +733,9 @@ mod tests {
             pinned: false,
             set_id: 7,
             cut_units: "",
+            replaced_by_restore_of: "",
+            replaced_micros: 0,
+            kept_until_micros: 0,
         };
         let mut text = Vec::new();
         super::write_list(&mut text, &[row], &[], &[], now()).unwrap();
@@ -715,6 +746,48 @@ mod tests {
             String::from_utf8(text).unwrap(),
             json["snapshots"][0]["switch"].clone(),
         )
+    }
+
+    #[test]
+    fn what_a_restore_replaced_is_listed_with_the_restore_its_days_and_the_undo() {
+        let row = keeper_interface::SnapshotRow {
+            name: "@home.2026-12-02T110000.000000Z",
+            of: "@home",
+            of_path: "/home",
+            taken_micros: NOW_MICROS - HOUR,
+            reason: "",
+            asked_by: "",
+            asked_by_uid: u32::MAX,
+            origin: "replaced",
+            pre_switch: false,
+            pinned: false,
+            set_id: 0,
+            cut_units: "",
+            replaced_by_restore_of: "@home.2026-11-30T090000.000000Z",
+            replaced_micros: NOW_MICROS - HOUR,
+            kept_until_micros: NOW_MICROS - HOUR + 7 * 24 * HOUR,
+        };
+        let mut text = Vec::new();
+        super::write_list(&mut text, &[row], &[], &[], now()).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains(
+                "what /home held before the restore of Wed 2 Dec 11:00 UTC (back to \
+                 @home.2026-11-30T090000.000000Z), kept until Wed 9 Dec 11:00 UTC; undo: \
+                 `tacid data restore @home.2026-12-02T110000.000000Z`"
+            ),
+            "{text}"
+        );
+        let mut json = Vec::new();
+        crate::json::write_list(&mut json, &[row], &[], &[]).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        let s = &json["snapshots"][0];
+        assert_eq!(s["origin"], "replaced");
+        assert_eq!(
+            s["replaced"]["restore_of"],
+            "@home.2026-11-30T090000.000000Z"
+        );
+        assert_eq!(s["replaced"]["kept_until_micros"], row.kept_until_micros);
     }
 
     #[test]
@@ -732,6 +805,9 @@ mod tests {
             pinned: false,
             set_id: 7,
             cut_units: "postgresql.service app.service",
+            replaced_by_restore_of: "",
+            replaced_micros: 0,
+            kept_until_micros: 0,
         };
         let plain = keeper_interface::SnapshotRow {
             cut_units: "",
@@ -856,6 +932,7 @@ mod tests {
             outcome_result: "done".into(),
             outcome_request: outcome.into(),
             outcome_reason: "put back".into(),
+            outcome_undo: String::new(),
             outcome_finished_micros: NOW_MICROS - HOUR,
             outcome_new: true,
             unknown_origin: 0,

@@ -275,6 +275,11 @@ pub fn cmdline(options: &BootOptions) -> Vec<String> {
         // and a random generator ready from the start rather than never during a boot.
         "nohz=off".into(),
         "random.trust_cpu=on".into(),
+        // The test disk (IMAGE_BYTES) is about the size of the shipped hard floor, below which
+        // the boot deletes what a restore replaces instead of keeping it (adr/0027); the
+        // machines here keep it, as a machine with room does. The deletion below the floor
+        // is the loop tier's (`loop_below_the_hard_floor_…`).
+        format!("{}={}", layout::names::KERNEL_HARD_FLOOR_KEY, 1 << 20),
     ];
     if let Some(at) = options.pause_after {
         words.push(format!("{PAUSE_KEY}={at}"));

@@ -369,6 +369,42 @@ fn stage(top: &Mounted, snapshot: &Snapshot) -> RestoreRequest {
     }
 }
 
+/// What each member held before the restore `o` reports is kept read-only in the store
+/// (adr/0027): a snapshot named by the outcome, holding `new.txt` as the story wrote it
+/// after the snapshot, that nobody can write to.
+fn assert_kept_what_was_replaced(top: &Mounted, o: &Outcome, context: &str) {
+    let request = o
+        .request
+        .as_ref()
+        .expect("a done outcome names its request");
+    assert_eq!(
+        o.replaced.len(),
+        request.members().len(),
+        "{context}: the outcome does not say what became of each replaced member: {o}"
+    );
+    for r in &o.replaced {
+        let kept = r
+            .kept
+            .unwrap_or_else(|| panic!("{context}: {} was not kept: {o}", r.subvolume));
+        let dir = top
+            .path()
+            .join(layout::SNAPSHOTS_SUBVOLUME)
+            .join(kept.to_string());
+        assert_eq!(
+            std::fs::read_to_string(dir.join("new.txt")).ok().as_deref(),
+            Some("written after the snapshot; must go\n"),
+            "{context}: {kept} does not hold what {} held before the restore",
+            r.subvolume.display_path()
+        );
+        let probe = std::fs::write(dir.join("probe.txt"), "x");
+        assert_eq!(
+            probe.map_err(|e| e.raw_os_error()),
+            Err(Some(30)),
+            "{context}: {kept} is writable (EROFS expected)"
+        );
+    }
+}
+
 /// The restore of `snapshot` was done exactly as asked: contents as in the snapshot, the
 /// live subvolume a copy of that very snapshot, the outcome "done" naming the request, the
 /// request gone, nothing left over.
@@ -401,6 +437,7 @@ fn assert_restored(
         Some(request),
         "{context}: the outcome names another request: {o}"
     );
+    assert_kept_what_was_replaced(top, &o, context);
     assert!(
         !request_path(top, layout::REQUEST_FILE_NAME).exists(),
         "{context}: the request is still staged"
@@ -967,6 +1004,7 @@ fn assert_set_restored(
         "{context}: the outcome does not name the set's {} members: {o}",
         request.members().len()
     );
+    assert_kept_what_was_replaced(top, &o, context);
     assert!(
         !request_path(top, layout::REQUEST_FILE_NAME).exists(),
         "{context}: the request is still staged"

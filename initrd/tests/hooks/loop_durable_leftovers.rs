@@ -27,6 +27,7 @@ const NEXT_TEMP: &str = ".tmp.1.0";
 fn run_at_pid_1(fs: &testbed::LoopFs, job: &str, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new("unshare");
     cmd.args(["--pid", "--fork", BIN, job, "--top", &path(fs, "")]);
+    cmd.arg(format!("--hard-floor-bytes={LOOP_HARD_FLOOR}"));
     cmd.env_remove("TACID_TEST_STOP_AFTER");
     for (k, v) in env {
         cmd.env(k, v);

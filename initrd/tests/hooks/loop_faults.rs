@@ -1,7 +1,7 @@
 //! The test-only fault switch against a real loop-device Btrfs: the real binary stops right
 //! after step N (exit 99), or after its k-th occurrence (`N.k`), and the next run converges —
 //! for every step, and with a second stop during the recovery run. Every step the binary
-//! defines is the first stop of some run: restores of @home and of @persist (1-10, 27), a
+//! defines is the first stop of some run: restores of @home and of @persist (1-10, 27, and keeping what they replaced: 29, 30), a
 //! refusal (11-13, 28), leftovers under swap names with and without a request (14-15), wipes of
 //! an existing and of a missing @root (21-26), a half-exchanged set exchanged back (18-19);
 //! and every occurrence of every step of a restore of a set of three.
@@ -51,7 +51,7 @@ fn live_exists(fs: &testbed::LoopFs, name: &str) {
 
 /// The steps each test below stops after first, one run per step. Together they are every
 /// step the binary defines (checked by `every_step_is_a_first_stop_point`).
-const RESTORE_FIRST_STOPS: [Step; 11] = Step::RESTORE;
+const RESTORE_FIRST_STOPS: [Step; 13] = Step::RESTORE;
 const REFUSE_FIRST_STOPS: [Step; 4] = Step::REFUSE;
 /// A leftover alone (no request), and a leftover under the swap name a request needs.
 const LEFTOVER_FIRST_STOPS: [Step; 2] = Step::LEFTOVER;
@@ -160,7 +160,10 @@ fn restore_stopped_after_any_step(story: &Story) {
         // where the recovery picks up: a copy is exchanged, an exchange finished, ...).
         let again = match step.number() {
             1..=3 => Some(3),
-            4..=6 | 27 => Some(6),
+            // Exchanged: the recovery keeps what was replaced first.
+            4 | 5 => Some(29),
+            // Kept (found again, not kept twice): the outcome.
+            29 | 30 | 6 | 27 => Some(6),
             7 | 8 => Some(14),
             _ => None,
         };
@@ -385,6 +388,7 @@ fn run_to_pause(
 
     let mut child = Command::new(BIN)
         .args(["restore-data", "--top", &path(fs, "")])
+        .arg(format!("--hard-floor-bytes={LOOP_HARD_FLOOR}"))
         .env("TACID_TEST_CMDLINE", cmdline)
         .stderr(Stdio::piped())
         .spawn()
@@ -491,14 +495,21 @@ fn assert_set_not_again(fs: &testbed::LoopFs, what: &str) {
 /// that it stops at.
 fn set_second_stop(step: Step, k: u32) -> Option<&'static str> {
     let exchanges_left = |left: u32| match left {
-        0 => "6",
+        0 => "29.2", // every member is exchanged: it keeps all three replaced ones
         1 => "4",
         _ => "4.2",
+    };
+    let keeps_left = |left: u32| match left {
+        0 => "6",
+        1 => "29",
+        _ => "29.2",
     };
     match step {
         Step::RestoreCopy | Step::RestoreCommitCopy => Some("4.2"),
         Step::RestorePrepare => Some(exchanges_left(3 - k + 1)),
         Step::RestoreExchange | Step::RestoreCommitExchange => Some(exchanges_left(3 - k)),
+        // A kept one is found again, never kept twice: the recovery keeps only the rest.
+        Step::RestoreKeep | Step::RestoreCommitKeep => Some(keeps_left(3 - k)),
         Step::RestoreOutcomeTemp | Step::RestoreOutcome => Some("6"),
         // The request is gone (a stopped process keeps what it wrote): no request, leftovers.
         Step::RestoreRemoveRequest | Step::RestoreCommitRequest => Some("14"),
@@ -508,13 +519,13 @@ fn set_second_stop(step: Step, k: u32) -> Option<&'static str> {
 }
 
 /// A restore of @persist, @log and @home together, stopped after every occurrence of every
-/// step it takes (25 stops), then stopped once more during the recovery, then run to the
+/// step it takes (31 stops), then stopped once more during the recovery, then run to the
 /// end: every member is its snapshot's copy with the snapshot's data, put back once, and
 /// the outcome names all three.
 #[test]
 fn loop_a_set_of_three_stopped_after_any_step_occurrence_completes_once() {
     let sequence = Step::restore_sequence(3);
-    assert_eq!(sequence.len(), 25);
+    assert_eq!(sequence.len(), 31);
     let started = Instant::now();
     let mut slowest = (Duration::ZERO, String::new());
     for (step, k) in sequence {

@@ -60,6 +60,7 @@ fn boot(fs: &mut LoopFs, job: &str, b: &Boot) -> (Option<i32>, String) {
         let _only_one = testbed::turn(MOUNT_DIR);
         Command::new(BIN)
             .args([job, "--device", &device])
+            .arg(format!("--hard-floor-bytes={LOOP_HARD_FLOOR}"))
             .env_remove("TACID_TEST_STOP_AFTER")
             .env("TACID_TEST_CMDLINE", b.cmdline)
             .env("TACID_TEST_SYS_POWER_RESUME", &sys)

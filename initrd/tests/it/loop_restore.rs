@@ -11,6 +11,9 @@ use layout::{OutcomeResult, SNAPSHOTS_SUBVOLUME};
 /// and every test process (loop_restore and loop_resume): they take turns.
 const MOUNT_DIR: &str = "initrd-mount-dir";
 
+/// [`LOOP_HARD_FLOOR`] as the argument a run without `--top` passes.
+const LOOP_FLOOR_ARG: &str = "--hard-floor-bytes=1048576";
+
 #[test]
 fn loop_a_good_request_is_honoured_once() {
     let Some(mut fs) = machine() else { return };
@@ -35,6 +38,95 @@ fn loop_a_good_request_is_honoured_once() {
     assert_eq!(read(&fs, "@home/alice/new"), "thursday");
     assert_eq!(fs.subvolumes_snapshot().expect("list"), before);
     assert_eq!(outcome(&fs), first, "the outcome is not rewritten");
+}
+
+/// What a restore replaced is kept read-only in the store (adr/0027), and an undo is an
+/// ordinary restore of it: after two boots the file written after the first snapshot is back,
+/// and what the undo replaced is kept in turn.
+#[test]
+fn loop_a_restore_is_undone_by_restoring_what_it_replaced() {
+    let Some(mut fs) = machine() else { return };
+    let request = home_story(&fs);
+    stage(&fs, &request);
+    let log = run_ok(&fs, "restore-data");
+    assert!(log.contains("keeping @home.tacid-swap"), "{log}");
+    assert_home_restored(&fs, &request);
+    let first = outcome(&fs);
+    let kept = first.replaced[0].kept.expect("kept");
+    assert!(
+        first.reason.as_str().contains(&kept.to_string()),
+        "{}",
+        first.reason.as_str()
+    );
+    let kept_rel = format!("{SNAPSHOTS_SUBVOLUME}/{kept}");
+    // Its parent is what it replaced: the old @home, whose snapshot the restore named.
+    let snapshot_rel = format!("{SNAPSHOTS_SUBVOLUME}/{}", only(&request).snapshot());
+    let old_home = parent_uuid_of(&fs, &snapshot_rel);
+    assert_eq!(parent_uuid_of(&fs, &kept_rel), old_home);
+    write(
+        &fs,
+        "@home/alice/after-restore",
+        "written after the restore",
+    );
+
+    // The undo: the next boot honours a request for the kept snapshot, like any other.
+    let undo = layout::RestoreRequest::from(
+        layout::RestoreMember::new(kept.subvolume(), kept, uuid_of(&fs, &kept_rel)).unwrap(),
+    );
+    stage(&fs, &undo);
+    fs.remount().expect("remount");
+    run_ok(&fs, "restore-data");
+    fs.remount().expect("remount");
+    assert_eq!(read(&fs, "@home/alice/lost"), "written after the snapshot");
+    assert_eq!(read(&fs, "@home/alice/kept"), "wednesday");
+    assert!(!exists(&fs, "@home/alice/after-restore"));
+    let second = outcome(&fs);
+    assert_eq!(second.result, OutcomeResult::Done, "{second}");
+    let kept_again = assert_kept(&fs, &second, "@home");
+    assert_eq!(
+        read(&fs, &format!("{kept_again}/alice/after-restore")),
+        "written after the restore"
+    );
+    assert!(swap_names(&fs).is_empty(), "{:?}", swap_names(&fs));
+}
+
+/// Below the hard floor at the boot the replaced subvolume is deleted as before, and the
+/// outcome says so.
+#[test]
+fn loop_below_the_hard_floor_the_replaced_subvolume_is_deleted_and_the_outcome_says_so() {
+    let Some(fs) = machine() else { return };
+    let request = home_story(&fs);
+    stage(&fs, &request);
+    let before: Vec<String> = fs::read_dir(fs.top().join(SNAPSHOTS_SUBVOLUME))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let out = run_with_floor(&fs, "restore-data", &[], u64::MAX);
+    let log = stderr(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("below the hard floor"), "{log}");
+    assert_eq!(read(&fs, "@home/alice/kept"), "tuesday");
+    let o = outcome(&fs);
+    assert_eq!(o.result, OutcomeResult::Done);
+    assert_eq!(o.replaced.len(), 1);
+    assert_eq!(o.replaced[0].kept, None, "{o}");
+    assert!(o.reason.as_str().contains("deleted, not kept"), "{o}");
+    let after: Vec<String> = fs::read_dir(fs.top().join(SNAPSHOTS_SUBVOLUME))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    let before: Vec<String> = before.into_iter().filter(|n| !n.starts_with('.')).collect();
+    assert_eq!(after, before, "nothing kept");
+    assert!(swap_names(&fs).is_empty());
+}
+
+#[test]
+fn the_floor_argument_is_the_loop_floor() {
+    assert_eq!(
+        LOOP_FLOOR_ARG,
+        format!("--hard-floor-bytes={LOOP_HARD_FLOOR}")
+    );
 }
 
 #[test]
@@ -536,7 +628,7 @@ fn loop_the_fault_switches_are_not_in_user_builds() {
     let request = home_story(&fs);
     stage(&fs, &request);
     let mut child = std::process::Command::new(BIN)
-        .args(["restore-data", "--top", &path(&fs, "")])
+        .args(["restore-data", "--top", &path(&fs, ""), LOOP_FLOOR_ARG])
         .env("TACID_TEST_STOP_AFTER", "1")
         .env("TACID_TEST_CMDLINE", "tacid.test_pause_after=1")
         .stderr(std::process::Stdio::piped())
@@ -591,7 +683,7 @@ fn loop_the_injected_hibernation_facts_are_not_in_user_builds() {
     fs.unmount().expect("unmount");
     let _only_one = testbed::turn(MOUNT_DIR);
     let out = std::process::Command::new(BIN)
-        .args(["restore-data", "--device", &device])
+        .args(["restore-data", "--device", &device, LOOP_FLOOR_ARG])
         .env("TACID_TEST_CMDLINE", "root=LABEL=tacid resume=/dev/vda3")
         .env("TACID_TEST_SYS_POWER_RESUME", &sys)
         .env("TACID_TEST_EFI_HIBERNATE_LOCATION", &efi)
@@ -618,7 +710,7 @@ fn loop_without_top_the_device_is_mounted_and_unmounted() {
     let _only_one = testbed::turn(MOUNT_DIR);
     for job in ["restore-data", "wipe-root"] {
         let out = std::process::Command::new(BIN)
-            .args([job, "--device", &device])
+            .args([job, "--device", &device, LOOP_FLOOR_ARG])
             .output()
             .expect("run");
         let err = stderr(&out);

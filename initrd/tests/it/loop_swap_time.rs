@@ -80,7 +80,8 @@ fn measure(files: usize, rounds: usize) -> Option<Timing> {
             start: Instant::now(),
             steps: Vec::new(),
         };
-        let report = restore_data(&mut disk, &mut clock, SystemTime::now()).unwrap();
+        let report =
+            restore_data(&mut disk, &mut clock, SystemTime::now(), LOOP_HARD_FLOOR).unwrap();
         whole.push(clock.start.elapsed());
         drop(disk);
         assert_eq!(report, RestoreReport::Restored(request.clone()));

@@ -66,6 +66,15 @@ struct RetentionArgs {
     /// Below this many free bytes, the oldest automatic snapshots are deleted (0: no floor).
     #[arg(long, value_name = "BYTES", default_value_t = Policy::default().floor_bytes)]
     free_floor_bytes: u64,
+    /// Keep what a restore replaced (the read-only snapshots the boot made of it) this many
+    /// days after that boot, then delete it; counted against no other rule.
+    #[arg(
+        long,
+        value_name = "DAYS",
+        default_value_t = Policy::default().replaced_days,
+        value_parser = clap::value_parser!(u64).range(0..=keeper::caps::MAX_REPLACED_DAYS)
+    )]
+    keep_replaced_days: u64,
 }
 
 impl RetentionArgs {
@@ -79,6 +88,7 @@ impl RetentionArgs {
             manual_max_age: (self.manual_max_age_days > 0)
                 .then(|| std::time::Duration::from_secs(self.manual_max_age_days * 86_400)),
             floor_bytes: self.free_floor_bytes,
+            replaced_days: self.keep_replaced_days,
         }
     }
 }

@@ -232,6 +232,9 @@ impl Consent {
                         copies: Vec::new(),
                         last_common_parent_of: Vec::new(),
                         cut_units: cut_units.clone(),
+                        replaced_by_restore_of: String::new(),
+                        replaced_micros: 0,
+                        kept_until_micros: 0,
                     })
                     .collect();
                 Ok(SnapshotSet {
@@ -622,6 +625,18 @@ impl Consent {
             outcome_reason: outcome
                 .as_ref()
                 .map(|o| escape(o.reason.as_bytes()))
+                .unwrap_or_default(),
+            outcome_undo: outcome
+                .as_ref()
+                .filter(|o| !o.replaced.is_empty())
+                .map(|o| {
+                    let names: Vec<String> = o
+                        .replaced
+                        .iter()
+                        .map(|r| escape(r.name.as_bytes()))
+                        .collect();
+                    format!("tacid data restore {}", names.join(" "))
+                })
                 .unwrap_or_default(),
             outcome_finished_micros: outcome
                 .as_ref()

@@ -250,14 +250,32 @@ impl Consent {
     ) -> String {
         let sub = snap.subvolume();
         let (taken, now) = (from_unix_micros(taken_micros), SystemTime::now());
+        let aside = self.aside().await;
+        let path = sub.display_path();
         match self.preview_count(snap, may_confirm).await {
             Some(counts) if may_confirm => {
-                words::restore_words_counted(sub.display_path(), taken, now, &counts)
+                words::restore_words_counted(path, taken, now, &counts, aside)
             }
             Some(counts) => {
-                words::restore_words_counted_at_last_commit(sub.display_path(), taken, now, &counts)
+                words::restore_words_counted_at_last_commit(path, taken, now, &counts, aside)
             }
-            None => words::restore_words(sub.display_path(), taken, now),
+            None => words::restore_words(path, taken, now, aside),
+        }
+    }
+
+    /// What the boot will do with what a restore replaces, as far as can be said now: set
+    /// aside for retention's days, or, with the disk below the stem's hard floor now, deleted
+    /// (adr/0027). The stem's space not known: set aside, the usual case.
+    pub(super) async fn aside(&self) -> words::Aside {
+        match self.h.stem.free_space().await {
+            Ok(s) if s.hard_floor_bytes > 0 && s.free_bytes < s.hard_floor_bytes => {
+                words::Aside::BelowFloor {
+                    floor_bytes: s.hard_floor_bytes,
+                }
+            }
+            _ => words::Aside::Kept {
+                days: self.retention.policy().replaced_days,
+            },
         }
     }
 

@@ -588,7 +588,9 @@ impl Consent {
             .iter()
             .filter_map(|m| m.left_out.map(|l| (m.path(), l.words())))
             .collect();
-        let text = words::set_restore_words(plan.what(), &put_back, &left_out, !may_confirm, now);
+        let aside = self.aside().await;
+        let text =
+            words::set_restore_words(plan.what(), &put_back, &left_out, !may_confirm, now, aside);
         if may_confirm {
             let asker = Authority::asker(uid);
             let subject = plan.subject();

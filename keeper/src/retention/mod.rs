@@ -9,7 +9,11 @@
 //!    `hourly` hours that have one, or likewise of its day, week (Monday to Sunday) or
 //!    month, UTC; the others go, each whole.
 //! 3. **Manual**: stays until deleted by a person, or until older than `manual_max_age`.
-//! 4. **Free-space floor**: when the free space is below `floor_bytes`, the oldest
+//! 4. **Replaced**: what a restore replaced, kept read-only by the initrd (adr/0027), stays
+//!    `replaced_days` days after the boot of that restore, then goes; the snapshots of one
+//!    restore go together. They count against no other rule, and the floor never takes
+//!    them early: they are somebody's way back from a restore.
+//! 5. **Free-space floor**: when the free space is below `floor_bytes`, the oldest
 //!    automatic snapshots (pre-switch sets and timeline) the rules above kept go too, one
 //!    unit (a set) per round: without qgroups nobody can say how
 //!    much deleting one frees, so the keeper measures again before the next round.
@@ -41,6 +45,9 @@ pub enum Kind {
     Manual,
     /// On disk, never taken through the keeper: never chosen automatically.
     UnknownOrigin,
+    /// What a restore replaced (adr/0027), at the boot `boot_micros` (µs since the epoch):
+    /// the snapshots of one restore are one unit.
+    Replaced { boot_micros: i64 },
 }
 
 /// One snapshot as retention sees it.
@@ -76,6 +83,8 @@ pub struct Policy {
     /// hard floor, below which a snapshot is refused, is the stem's: it checks it inside
     /// the act.)
     pub floor_bytes: u64,
+    /// What a restore replaced stays this many days after its boot (adr/0027).
+    pub replaced_days: u64,
 }
 
 impl Default for Policy {
@@ -93,6 +102,7 @@ impl Default for Policy {
                 .filter(|&days| days > 0)
                 .map(|days| Duration::from_secs(days * 86_400)),
             floor_bytes: d::FREE_FLOOR_BYTES,
+            replaced_days: d::KEEP_REPLACED_DAYS,
         }
     }
 }
@@ -239,7 +249,7 @@ pub fn plan(snapshots: &[Candidate], policy: &Policy, now_micros: i64, free_byte
     let mut singles: Vec<Unit> = Vec::new();
     for c in &sorted {
         match c.kind {
-            Kind::PreSwitch { .. } | Kind::Timeline { .. } => {
+            Kind::PreSwitch { .. } | Kind::Timeline { .. } | Kind::Replaced { .. } => {
                 sets.entry(c.kind).or_default().push(c)
             }
             _ => singles.push(Unit {
@@ -251,6 +261,7 @@ pub fn plan(snapshots: &[Candidate], policy: &Policy, now_micros: i64, free_byte
     }
     let mut pre_switch: Vec<(i64, Unit)> = Vec::new();
     let mut timeline: Vec<(i64, Unit)> = Vec::new();
+    let mut replaced: Vec<(i64, Unit)> = Vec::new();
     for (kind, members) in sets {
         let newest = members.iter().map(|m| m.taken_micros).max().unwrap_or(0);
         let oldest = members.iter().map(|m| m.taken_micros).min().unwrap_or(0);
@@ -262,6 +273,7 @@ pub fn plan(snapshots: &[Candidate], policy: &Policy, now_micros: i64, free_byte
         match kind {
             Kind::PreSwitch { set } => pre_switch.push((set, unit)),
             Kind::Timeline { set } => timeline.push((set, unit)),
+            Kind::Replaced { boot_micros } => replaced.push((boot_micros, unit)),
             _ => {}
         }
     }
@@ -304,6 +316,17 @@ pub fn plan(snapshots: &[Candidate], policy: &Policy, now_micros: i64, free_byte
             weekly: policy.weekly,
             monthly: policy.monthly,
         });
+        chosen.push((unit, rule));
+    }
+    // Replaced: by the boot's time, not the snapshots' (they are named at that boot too).
+    let replaced_for =
+        i64::try_from(policy.replaced_days.saturating_mul(86_400_000_000)).unwrap_or(i64::MAX);
+    for (boot_micros, unit) in replaced {
+        let rule = (now_micros.saturating_sub(boot_micros) > replaced_for).then_some(
+            Rule::ReplacedKeptDays {
+                days: policy.replaced_days,
+            },
+        );
         chosen.push((unit, rule));
     }
     for unit in singles {
@@ -414,6 +437,43 @@ mod tests {
         }
     }
 
+    #[test]
+    fn what_a_restore_replaced_goes_after_its_days_whole_and_counts_against_nothing() {
+        let policy = Policy {
+            pre_switch_sets: 1,
+            hourly: 0,
+            daily: 0,
+            weekly: 0,
+            monthly: 0,
+            manual_max_age: None,
+            floor_bytes: 100,
+            replaced_days: 7,
+        };
+        let boot = |days: i64| Kind::Replaced {
+            boot_micros: NOW - days * 24 * HOUR,
+        };
+        let snaps = vec![
+            c("pre-old", 30 * 24, Kind::PreSwitch { set: 1 }),
+            c("pre-new", 29 * 24, Kind::PreSwitch { set: 2 }),
+            // One restore of two members eight days ago, one of one member yesterday.
+            c("@home.old", 8 * 24, boot(8)),
+            c("@log.old", 8 * 24, boot(8)),
+            c("@home.new", 24, boot(1)),
+        ];
+        // Plenty of space: the eight-day-old restore's go, together; the other stays, and
+        // the pre-switch rule counts none of them.
+        let p = plan(&snaps, &policy, NOW, 1000);
+        assert_eq!(names(&p), ["pre-old", "@home.old", "@log.old"]);
+        assert!(p
+            .delete
+            .iter()
+            .filter(|d| d.name.ends_with(".old"))
+            .all(|d| d.rule == Rule::ReplacedKeptDays { days: 7 }));
+        // Below the floor, the floor takes automatic snapshots, never a way back early.
+        let p = plan(&snaps, &policy, NOW, 10);
+        assert!(!names(&p).contains(&"@home.new"), "{:?}", names(&p));
+    }
+
     /// 2026-12-02 12:00 UTC.
     const NOW: i64 = 1_796_212_800_000_000;
 
@@ -426,6 +486,7 @@ mod tests {
         let policy = Policy {
             pre_switch_sets: 1,
             floor_bytes: 0,
+            replaced_days: 7,
             ..Policy::default()
         };
         let snaps = vec![
@@ -447,6 +508,7 @@ mod tests {
         let policy = Policy {
             pre_switch_sets: 0,
             floor_bytes: 0,
+            replaced_days: 7,
             ..Policy::default()
         };
         let mut snaps = vec![
@@ -468,6 +530,7 @@ mod tests {
             weekly: 0,
             monthly: 0,
             floor_bytes: 0,
+            replaced_days: 7,
             ..Policy::default()
         }
     }
@@ -493,6 +556,7 @@ mod tests {
         let snaps = vec![c("m", 24 * 400, Kind::Manual)];
         let mut policy = Policy {
             floor_bytes: 0,
+            replaced_days: 7,
             ..Policy::default()
         };
         assert!(plan(&snaps, &policy, NOW, 0).delete.is_empty());
@@ -506,6 +570,7 @@ mod tests {
     fn below_the_floor_the_oldest_automatic_goes_first() {
         let policy = Policy {
             floor_bytes: 100,
+            replaced_days: 7,
             ..Policy::default()
         };
         let snaps = vec![
@@ -601,6 +666,7 @@ mod tests {
                 monthly: m,
                 manual_max_age: age_days.map(|d| Duration::from_secs(d * 86_400)),
                 floor_bytes: floor,
+                replaced_days: 7,
             })
     }
 
@@ -650,6 +716,7 @@ mod tests {
         // Below the floor with only the parent's set left: it stays, and the plan says so.
         let floor = Policy {
             floor_bytes: 100,
+            replaced_days: 7,
             ..policy
         };
         let only = vec![snaps[1].clone()];
@@ -690,6 +757,7 @@ mod tests {
         // with only the open one left it is unmet, deleting nothing.
         let floor = Policy {
             floor_bytes: 100,
+            replaced_days: 7,
             hourly: 3,
             ..policy
         };

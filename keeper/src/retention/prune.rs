@@ -311,7 +311,7 @@ impl Retention {
             places.sort();
             places.dedup();
         }
-        let (rows, timeline, keeps, copies) = self
+        let (rows, timeline, keeps, copies, replaced) = self
             .h
             .journal(|j| {
                 Ok((
@@ -319,9 +319,14 @@ impl Retention {
                     j.timeline_sets()?,
                     j.keeps()?,
                     j.copies_by_snapshot()?,
+                    j.replaced()?,
                 ))
             })
             .await?;
+        let replaced: BTreeMap<&str, i64> = replaced
+            .iter()
+            .map(|r| (r.name.as_str(), r.boot_micros))
+            .collect();
         let mut parents = self.parents_on_disk(&disk, &copies);
         let requests: BTreeMap<&str, _> = rows
             .iter()
@@ -334,6 +339,11 @@ impl Retention {
                 let name = d.member.name.as_str();
                 taken.insert(name.to_owned(), d.member.taken_micros);
                 let kind = match requests.get(name) {
+                    // What a restore replaced (the journal learned it from the boot's
+                    // outcome, adr/0027).
+                    None if replaced.contains_key(name) => Kind::Replaced {
+                        boot_micros: replaced[name],
+                    },
                     None => Kind::UnknownOrigin,
                     // Fetched back from a copy (after a disaster, most likely): nobody can
                     // say what it is for, so no rule chooses it.

@@ -86,7 +86,7 @@ fn bus_restore_confirm_refuses_words_not_shown_to_that_uid_for_that_snapshot_rec
     assert!(words.starts_with("This puts /home back to"), "{words}");
 
     // Wrong words: changed, and none at all.
-    let changed = words.replace("is deleted", "is kept");
+    let changed = words.replace("then deleted", "then kept");
     assert_ne!(changed, words);
     assert_words_not_shown("changed words", confirm_as_approver(&w, &a, &changed), &a);
     assert_words_not_shown("no words", confirm_as_approver(&w, &a, ""), &a);

@@ -104,11 +104,14 @@ fn bus_snapshots_fetched_one_by_one_go_back_together_at_one_boot() {
         "{preview}"
     );
     assert!(
-        preview.contains(". Everything written to /home since then is deleted.\n"),
+        preview.contains(
+            ". Everything written to /home since then is set aside as @home.\u{2026} for 7 days \
+             (undo: `tacid data restore @home.\u{2026}`), then deleted.\n"
+        ),
         "{preview}"
     );
     assert!(
-        !preview.contains("set "),
+        !preview.replace("set aside", "").contains("set "),
         "named snapshots are no set: {preview}"
     );
     let again = format!(

@@ -87,7 +87,9 @@ fn bus_a_stranger_is_refused_and_journalled_an_approver_stages() {
     assert!(
         out.starts_with("This puts /home back to ")
             && out.contains(
-                "Everything written to /home since then is deleted. It happens at the next reboot."
+                "Everything written to /home since then is set aside as @home.\u{2026} for 7 days \
+                 (undo: `tacid data restore @home.\u{2026}`), then deleted. It happens at the next \
+                 reboot."
             ),
         "{out}"
     );
@@ -315,6 +317,104 @@ fn bus_a_restore_of_persist_leaves_the_journal_whole_and_its_outcome_is_reported
         &after[..before.len()],
         &before[..],
         "rows changed or were lost across the restore"
+    );
+}
+
+/// A restore is undone by a restore of what it replaced (adr/0027): the boot keeps it, the
+/// keeper learns it from the outcome, `status` offers the undo, `list` shows it with its
+/// restore and how long it is kept, and restoring it at the next boot brings back what was
+/// written after the first snapshot.
+#[test]
+fn bus_a_restore_is_undone_across_two_boots_by_restoring_what_it_replaced() {
+    let Some(mut w) = World::start() else { return };
+    let (code, out, err) = w.tacid(APPROVER, &["data", "snapshot", "/home", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let name = json(&out)["snapshots"][0]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let later = w.top().join("@home").join("written-after-the-snapshot");
+    std::fs::write(&later, "wanted after all").expect("write");
+    let (code, preview, _) = w.tacid(APPROVER, &["data", "restore", &name]);
+    assert_eq!(code, 3);
+    assert!(
+        preview.contains("is set aside as @home.\u{2026} for 7 days"),
+        "{preview}"
+    );
+    assert_eq!(w.tacid(APPROVER, &["data", "restore", &name, "--yes"]).0, 0);
+
+    // The first boot puts /home back and keeps what it replaced.
+    w.stop_keeper();
+    w.run_initrd_restore();
+    assert!(!later.exists(), "the restore did not put /home back");
+    w.start_keeper(None);
+    let (code, out, _) = w.tacid(APPROVER, &["data", "status", "--json"]);
+    assert_eq!(code, 0);
+    let undo = json(&out)["outcome_undo"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no undo offered: {out}"))
+        .to_owned();
+    let kept = undo
+        .strip_prefix("tacid data restore ")
+        .unwrap_or_else(|| panic!("{undo}"))
+        .to_owned();
+    assert!(kept.starts_with("@home."), "{undo}");
+    let (code, text, _) = w.tacid(STRANGER, &["data", "status"]);
+    assert_eq!(code, 0);
+    assert!(
+        text.contains(&format!(
+            "to undo it (put back what it replaced, at the next boot): {undo}"
+        )),
+        "{text}"
+    );
+
+    let (code, out, _) = w.tacid(APPROVER, &["data", "list", "--json"]);
+    assert_eq!(code, 0);
+    let list = json(&out);
+    let row = list["snapshots"]
+        .as_array()
+        .expect("snapshots")
+        .iter()
+        .find(|s| s["name"] == kept.as_str())
+        .unwrap_or_else(|| panic!("{kept} not listed: {list}"))
+        .clone();
+    assert_eq!(row["origin"], "replaced", "{row}");
+    assert_eq!(row["replaced"]["restore_of"], name.as_str(), "{row}");
+    let week = 7 * 86_400 * 1_000_000_i64;
+    assert_eq!(
+        row["replaced"]["kept_until_micros"].as_i64().unwrap()
+            - row["replaced"]["replaced_micros"].as_i64().unwrap(),
+        week,
+        "{row}"
+    );
+    let (_, text, _) = w.tacid(APPROVER, &["data", "list"]);
+    assert!(
+        text.contains("what /home held before the restore of"),
+        "{text}"
+    );
+
+    // The undo is an ordinary restore, with the same consent; the second boot honours it.
+    assert_eq!(w.tacid(APPROVER, &["data", "restore", &kept]).0, 3);
+    assert_eq!(w.tacid(STRANGER, &["data", "restore", &kept, "--yes"]).0, 4);
+    assert_eq!(w.tacid(APPROVER, &["data", "restore", &kept, "--yes"]).0, 0);
+    w.stop_keeper();
+    w.run_initrd_restore();
+    w.start_keeper(None);
+    assert_eq!(
+        std::fs::read_to_string(&later).expect("the file written after the snapshot is back"),
+        "wanted after all"
+    );
+    let (_, out, _) = w.tacid(APPROVER, &["data", "status", "--json"]);
+    let status = json(&out);
+    assert!(
+        status["outcome_request"]
+            .as_str()
+            .is_some_and(|r| r.contains(&kept)),
+        "{status}"
+    );
+    assert!(
+        status["outcome_undo"].as_str().is_some(),
+        "the undo is undoable too: {status}"
     );
 }
 

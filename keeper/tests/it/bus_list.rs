@@ -120,6 +120,12 @@ fn bus_the_kept_list_is_never_stale() {
             Some(serde_json::Value::Null)
         );
         entry.insert("cut_units".into(), "".into());
+        // What a restore replaced: an object in JSON, `null` for none; `List` says it in
+        // three fields, empty and zero for none (nothing was replaced here).
+        assert_eq!(entry.remove("replaced"), Some(serde_json::Value::Null));
+        entry.insert("replaced_by_restore_of".into(), "".into());
+        entry.insert("replaced_micros".into(), 0.into());
+        entry.insert("kept_until_micros".into(), 0.into());
     }
     assert_eq!(serde_json::to_value(&nested).unwrap(), cli);
 

@@ -83,7 +83,12 @@ fn bus_a_set_is_previewed_staged_as_one_request_with_one_consent_and_cancelled_w
             .unwrap_or_else(|| panic!("no line for {path} in:\n{out}"));
         assert!(
             line.contains(&format!(
-                ": {counts}. Everything written to {path} since then is deleted."
+                ": {counts}. Everything written to {path} since then is set aside as {sub}.\u{2026} \
+                 for 7 days (undo: `tacid data restore {sub}.\u{2026}`), then deleted.",
+                sub = layout::SUBVOLUMES
+                    .iter()
+                    .find(|s| s.mount_point == Some(path))
+                    .map_or("?", |s| s.name)
             )),
             "{line}"
         );

@@ -113,6 +113,7 @@ fn the_units_flags_are_the_layouts_defaults_and_the_keepers_own() {
         ("--keep-monthly", d::KEEP_MONTHLY.to_string()),
         ("--manual-max-age-days", d::MANUAL_MAX_AGE_DAYS.to_string()),
         ("--free-floor-bytes", d::FREE_FLOOR_BYTES.to_string()),
+        ("--keep-replaced-days", d::KEEP_REPLACED_DAYS.to_string()),
     ] {
         assert_eq!(
             flags.get(flag),

@@ -109,10 +109,23 @@ pub fn stage(fs: &LoopFs, request: &RestoreRequest) {
     stage_bytes(fs, request.render().as_bytes());
 }
 
+/// The hard floor the loop tests give `restore-data`: their file systems are smaller than the
+/// shipped floor, and they test keeping what a restore replaces (adr/0027); a test of the
+/// floor itself passes its own with [`run_with_floor`].
+pub const LOOP_HARD_FLOOR: u64 = 1 << 20;
+
 /// Run `tacid-initrd JOB --top <top>` with extra environment.
 pub fn run(fs: &LoopFs, job: &str, env: &[(&str, &str)]) -> Output {
+    run_with_floor(fs, job, env, LOOP_HARD_FLOOR)
+}
+
+/// [`run`] with the hard floor `floor` (restore-data only).
+pub fn run_with_floor(fs: &LoopFs, job: &str, env: &[(&str, &str)], floor: u64) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.args([job, "--top", &path(fs, "")]);
+    if job == "restore-data" {
+        cmd.arg(format!("--hard-floor-bytes={floor}"));
+    }
     cmd.env_remove("TACID_TEST_STOP_AFTER");
     for (k, v) in env {
         cmd.env(k, v);
@@ -132,6 +145,7 @@ pub fn run_as_unit(fs: &LoopFs, job: &str) -> Output {
             "--top",
         ])
         .arg(path(fs, ""))
+        .arg(format!("--hard-floor-bytes={LOOP_HARD_FLOOR}"))
         .env_remove("TACID_TEST_STOP_AFTER")
         .output()
         .expect("run tacid-initrd under ulimit -n 1024")
@@ -229,6 +243,51 @@ pub fn assert_home_restored(fs: &LoopFs, request: &RestoreRequest) {
     let o = outcome(fs);
     assert_eq!(o.result, layout::OutcomeResult::Done, "{o}");
     assert_eq!(o.request.as_ref(), Some(request));
+    let kept = assert_kept(fs, &o, "@home");
+    assert_eq!(read(fs, &format!("{kept}/alice/kept")), "wednesday");
+    assert_eq!(
+        read(fs, &format!("{kept}/alice/lost")),
+        "written after the snapshot"
+    );
+}
+
+/// What `sub` held before the restore the outcome `o` reports is kept read-only in the store,
+/// once, under the name the outcome gives; its path from the top.
+pub fn assert_kept(fs: &LoopFs, o: &Outcome, sub: &str) -> String {
+    let replaced = o
+        .replaced
+        .iter()
+        .find(|r| r.subvolume.as_str() == sub)
+        .unwrap_or_else(|| panic!("the outcome says nothing of {sub}'s replaced subvolume: {o}"));
+    let name = replaced
+        .kept
+        .unwrap_or_else(|| panic!("{sub}'s replaced subvolume was not kept: {o}"));
+    let rel = format!("{SNAPSHOTS_SUBVOLUME}/{name}");
+    let show = fs.show(&rel).expect("the kept snapshot");
+    assert!(
+        show.get("Flags").is_some_and(|f| f.contains("readonly")),
+        "{rel} is not read-only: {show:?}"
+    );
+    let requested = o
+        .request
+        .as_ref()
+        .and_then(|r| r.member(replaced.subvolume))
+        .expect("a member");
+    // Once: of the snapshots of what the restore replaced, only the kept one is new (any
+    // other is one taken before, like the one the request named).
+    let replaced_uuid = parent_uuid_of(fs, &rel);
+    let kept_ones: Vec<String> = fs::read_dir(fs.top().join(SNAPSHOTS_SUBVOLUME))
+        .expect("read the store")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&format!("{sub}.")))
+        .filter(|n| *n != requested.snapshot().to_string())
+        .filter(|n| {
+            SnapshotName::parse(n).is_ok_and(|n| n.taken() > requested.snapshot().taken())
+                && parent_uuid_of(fs, &format!("{SNAPSHOTS_SUBVOLUME}/{n}")) == replaced_uuid
+        })
+        .collect();
+    assert_eq!(kept_ones, [name.to_string()], "kept once");
+    rel
 }
 
 /// The set story: each of @persist, @log and @home had `<sub>/kept` = "then" when its
@@ -283,6 +342,19 @@ pub fn assert_set_restored(fs: &LoopFs, request: &RestoreRequest) {
         Some(request),
         "the outcome names every member"
     );
+    let mut stamps = Vec::new();
+    for m in request.members() {
+        let sub = m.subvolume().as_str();
+        let kept = assert_kept(fs, &o, sub);
+        assert_eq!(
+            read(fs, &format!("{kept}/lost")),
+            "written after the snapshot"
+        );
+        // The time part of the name (`YYYY-MM-DDTHHMMSS.ffffffZ`).
+        stamps.push(kept[kept.len() - 25..].to_owned());
+    }
+    stamps.dedup();
+    assert_eq!(stamps.len(), 1, "one time for the set: {stamps:?}");
 }
 
 /// `@root` is a fresh copy of `@root-blank`, and nothing is left under a swap name.
