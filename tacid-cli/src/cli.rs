@@ -42,6 +42,12 @@ pub mod exit {
     /// A sealed copy failed verification, or a target served something this machine's key
     /// does not authenticate: what it holds is not what was copied.
     pub const UNTRUSTED: u8 = 15;
+    /// `health`: something needs a look soon (a timer late, a copy failed, the free space
+    /// below the floor); each line says what to do.
+    pub const HEALTH_WARN: u8 = 16;
+    /// `health`: the rollback is failing now (no snapshot for a day, snapshots refused, the
+    /// stem down, copies that do not verify); each line says what to do.
+    pub const HEALTH_FAIL: u8 = 17;
 }
 
 /// The exit codes, with the approver group's default from the layout.
@@ -78,7 +84,11 @@ Exit codes:
      file is not its own alone; sealed targets need it, Btrfs targets do not
  15  a sealed copy failed verification, or its target served something this
      machine's key does not authenticate (a changed or missing part, another copy's,
-     an older one): nothing of it was received; make a new copy";
+     an older one): nothing of it was received; make a new copy
+ 16  health: warning: something needs a look soon (a timer late or failed, a copy
+     failed, the free space below the floor); each line says what to do
+ 17  health: failing: the rollback is failing now (no snapshot for a day, snapshots
+     refused below the hard floor, the stem not running, copies that do not verify)";
 
 const BOUNDARIES: &str = "\
 What tacid does not do:
@@ -314,6 +324,14 @@ pub enum Data {
     Restore(RestoreArgs),
     /// The staged restore, what the last boot did with one, and the keeper's health.
     Status,
+    /// Is the rollback still there? How old the newest snapshot of each subvolume and its
+    /// newest pre-switch set are, each copy target's newest copies, last failure and last
+    /// verification, the free space against the floors and the days left at the recent
+    /// rate, timer runs that failed or did not run when due, a restore waiting for a
+    /// reboot, a bad request file, a snapshot held open; each line says what to do. Exit
+    /// code 0 ok, 16 warning, 17 failing. Anybody may ask.
+    #[command(after_long_help = format!("{HEALTH}\n\n{}", exit_table()))]
+    Health(HealthArgs),
     /// Withdraw the staged restore (a set's, every member). Root and the approver group
     /// only.
     Cancel,
@@ -368,6 +386,45 @@ pub enum Data {
     /// nothing. For real: root and the approver group only.
     Prune(PruneArgs),
 }
+
+#[derive(Debug, Clone, Args)]
+pub struct HealthArgs {
+    /// Print metrics for node_exporter's textfile collector instead of the report.
+    #[arg(long)]
+    pub metrics: bool,
+    /// Also write the metrics to this file, durably and at once (a temporary file, then a
+    /// rename): a file in node_exporter's textfile directory, named `*.prom` (what the
+    /// shipped timers and services.tacid.metrics.directory do).
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<std::path::PathBuf>,
+}
+
+const HEALTH: &str = "\
+Levels and thresholds:
+  ok: nothing to do. warn (exit code 16): look soon: the newest snapshot older than two
+  timeline periods and the timer's delay (2 h 5 min), the timeline timer's last run failed
+  or it has not run, a copy older than two days and an hour or its last run failed, the
+  free space below the floor, under 7 days left at the rate it fell over the last 3 days,
+  a restore waiting for a reboot over a day, a bad request file, a snapshot open and in
+  use for over a day. fail (exit code 17): no snapshot for a day, no copy for a week,
+  under 1 day left, the free space below the hard floor (snapshots are refused), the stem
+  not running, copies that failed verification. The thresholds are the keeper's
+  (NixOS: services.tacid.health.*).
+
+Alerts:
+  The keeper signals HealthWorsened and ScheduledActFailed on the system bus;
+  `tacid-notify` (a user service) shows them as desktop notifications to root and the
+  approver group; the timers' units start tacid-alert@.service when they fail, which
+  journals at warning priority and runs root's alert command with this report on its
+  standard input.
+
+Examples:
+  tacid data health
+      the report; exit code 0, 16 or 17
+  tacid data health --json
+      the same for programs
+  tacid data health --metrics-file /var/lib/prometheus-node-exporter/tacid.prom
+      also write the metrics for node_exporter's textfile collector";
 
 #[derive(Debug, Clone, Args)]
 pub struct NameArgs {

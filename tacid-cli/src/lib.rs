@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod docs;
+pub mod health;
 pub mod json;
 mod render;
 mod rows;
@@ -657,6 +658,27 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
                 print!("{}", render::status(&status, now));
             }
             Ok(exit::OK)
+        }
+        Data::Health(a) => {
+            let report = keeper.health().await.map_err(classify)?;
+            if let Some(path) = &a.metrics_file {
+                health::write_file(path, &health::metrics(&report)).map_err(|e| Failure {
+                    code: exit::FAILED,
+                    name: String::new(),
+                    message: format!(
+                        "cannot write the metrics to {} ({e}); is the directory there and writable?",
+                        path.display()
+                    ),
+                })?;
+            }
+            if a.metrics {
+                print!("{}", health::metrics(&report));
+            } else if as_json {
+                print_json(health::Json::from(&report));
+            } else {
+                print!("{}", health::text(&report));
+            }
+            Ok(health::exit_code(&report))
         }
         Data::Cancel => {
             let c = keeper.cancel().await.map_err(classify)?;
