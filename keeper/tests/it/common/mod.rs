@@ -161,6 +161,9 @@ pub struct World {
     /// Extra flags for the next start of the stem, and of the keeper.
     pub stem_args: Vec<String>,
     pub keeper_args: Vec<String>,
+    /// Extra environment for the next start of the keeper (a test-hooks build's injected
+    /// facts, e.g. `TACID_TEST_CLOCK_FILE`).
+    pub keeper_env: Vec<(String, String)>,
 }
 
 /// Keeper flags for the large prune setups: timeline retention keeps only the newest
@@ -273,6 +276,7 @@ impl World {
             // which every snapshot prunes first); tests that want a floor set it.
             stem_args: vec!["--hard-floor-bytes".into(), "0".into()],
             keeper_args: vec!["--free-floor-bytes".into(), "0".into()],
+            keeper_env: Vec::new(),
         };
         w.start_stem();
         w.start_keeper(None);
@@ -414,6 +418,7 @@ impl World {
         .args(&self.keeper_args)
         .env("TACID_LOG", "debug")
         .env_remove("TACID_KEEPER_PAUSE_AT")
+        .envs(self.keeper_env.iter().map(|(k, v)| (k, v)))
         .stdout(log.try_clone().expect("log"))
         .stderr(log);
         if let Some(p) = pause_at {
