@@ -607,9 +607,8 @@ impl Keeper1 {
     /// worsened. Failing to signal is logged; the act's answer stands.
     async fn after_scheduled(&self, emitter: &SignalEmitter<'_>, act: &str, failed: Option<String>) {
         if let Some(why) = failed {
-            let says = format!(
-                "{why} See `tacid data health` for what to do."
-            );
+            let stop = if why.ends_with('.') { "" } else { "." };
+            let says = format!("{why}{stop} See `tacid data health` for what to do.");
             tracing::warn!(act, "a scheduled act failed: {why}");
             if let Err(e) = Keeper1::scheduled_act_failed(emitter, act, &says).await {
                 tracing::warn!("could not signal ScheduledActFailed: {e}");

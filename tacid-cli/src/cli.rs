@@ -300,7 +300,35 @@ pub struct Cli {
 pub enum Command {
     /// The data leg: snapshots and restores of /persist, /var/log and /home.
     #[command(subcommand, after_long_help = format!("{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{JSON_OUTPUT}\n\n{}", exit_table()))]
-    Data(Data),
+    Data(Data),    /// Show the keeper's alerts (health worsened, a timer's act failed) as desktop
+    /// notifications, for root and the approver group: what `tacid-notify.service` (a
+    /// systemd user unit) runs in a person's session.
+    Notify(NotifyArgs),
+    /// Journal a failed tacid unit and the health report at warning priority, and run the
+    /// alert command root configured with the report on its standard input: what
+    /// `tacid-alert@.service` runs (the timers' units name it in OnFailure=).
+    Alert(AlertArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct NotifyArgs {
+    /// Members of this group (and root) are notified; anybody else's notifier ends.
+    #[arg(long, value_name = "GROUP", default_value = layout::defaults::APPROVER_GROUP)]
+    pub group: String,
+    /// The session bus to notify on, instead of DBUS_SESSION_BUS_ADDRESS's (tests).
+    #[arg(long, value_name = "ADDRESS", hide = true)]
+    pub session_bus: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AlertArgs {
+    /// The unit that failed (the `%i` of tacid-alert@.service).
+    #[arg(long, value_name = "UNIT")]
+    pub unit: String,
+    /// Root's alert command: an absolute path, run with the report on its standard input;
+    /// a missing file means none (the failure is journalled only).
+    #[arg(long, value_name = "PATH")]
+    pub command: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

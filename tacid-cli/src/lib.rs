@@ -2,9 +2,11 @@
 //! sentences for people or JSON for programs, and exits with one code per class of outcome.
 
 pub mod cli;
+pub mod alert;
 pub mod docs;
 pub mod health;
 pub mod json;
+pub mod notify;
 mod render;
 mod rows;
 
@@ -504,7 +506,17 @@ fn print_json<T: serde::Serialize>(body: T) {
 
 async fn act(cli: Cli) -> Result<u8, Failure> {
     let as_json = cli.json;
-    let Command::Data(data) = cli.command;
+    let data = match cli.command {
+        Command::Data(data) => data,
+        Command::Notify(a) => {
+            let keeper = connect(cli.bus.as_deref()).await?;
+            return notify::run(&keeper, &a).await;
+        }
+        Command::Alert(a) => {
+            let keeper = connect(cli.bus.as_deref()).await?;
+            return alert::run(&keeper, &a).await;
+        }
+    };
     if let Data::Restore(a) = &data {
         if let Some(message) = several_misnamed(a) {
             return Err(Failure {
