@@ -358,7 +358,7 @@ pub enum Data {
     /// rate, timer runs that failed or did not run when due, a restore waiting for a
     /// reboot, a bad request file, a snapshot held open; each line says what to do. Exit
     /// code 0 ok, 16 warning, 17 failing. Anybody may ask.
-    #[command(after_long_help = format!("{HEALTH}\n\n{}", exit_table()))]
+    #[command(after_long_help = format!("{}\n\n{}", health_help(), exit_table()))]
     Health(HealthArgs),
     /// Withdraw the staged restore (a set's, every member). Root and the approver group
     /// only.
@@ -427,24 +427,45 @@ pub struct HealthArgs {
     pub metrics_file: Option<std::path::PathBuf>,
 }
 
-const HEALTH: &str = "\
-Levels and thresholds:
-  ok: nothing to do. warn (exit code 16): look soon: the newest snapshot older than two
-  timeline periods and the timer's delay (2 h 5 min), the timeline timer's last run failed
-  or it has not run, a copy older than two days and an hour or its last run failed, the
-  free space below the floor, under 7 days left at the rate it fell over the last 3 days,
-  a restore waiting for a reboot over a day, a bad request file, a snapshot open and in
-  use for over a day. fail (exit code 17): no snapshot for a day, no copy for a week,
-  under 1 day left, the free space below the hard floor (snapshots are refused), the stem
-  not running, copies that failed verification. The thresholds are the keeper's
-  (NixOS: services.tacid.health.*).
+/// A number of seconds for people: `2 h 5 min`, `1 day`, `7 days`.
+fn span(secs: u64) -> String {
+    let (d, h, m) = (secs / 86_400, secs % 86_400 / 3600, secs % 3600 / 60);
+    let mut parts = Vec::new();
+    if d > 0 {
+        parts.push(format!("{d} day{}", if d == 1 { "" } else { "s" }));
+    }
+    if h > 0 {
+        parts.push(format!("{h} h"));
+    }
+    if m > 0 {
+        parts.push(format!("{m} min"));
+    }
+    parts.join(" ")
+}
+
+/// Levels and thresholds, alerts, for `--help` and the man page: from `layout::defaults`.
+fn health_help() -> String {
+    use layout::defaults as d;
+    format!(
+        "\
+Levels and thresholds (the defaults; NixOS: services.tacid.health.*):
+  ok: nothing to do.
+  warn (exit code 16), look soon: the newest snapshot older than {snap_warn} (two timeline
+  periods and the timer's delay); the timeline timer's last run failed, or it has not
+  run; a copy older than {copy_warn}, or the last copy to a target failed; the free
+  space below the floor; fewer than {days_warn} days left at the rate the free space fell
+  over the last {window}; a restore waiting for a reboot over {staged}; a bad request
+  file; a snapshot open and in use for over {open}.
+  fail (exit code 17), the rollback is failing: no snapshot for {snap_fail}; no copy for
+  {copy_fail}; fewer than {days_fail} day left; the free space below the hard floor
+  (snapshots are refused); the stem not running; copies that failed verification.
 
 Alerts:
   The keeper signals HealthWorsened and ScheduledActFailed on the system bus;
-  `tacid-notify` (a user service) shows them as desktop notifications to root and the
-  approver group; the timers' units start tacid-alert@.service when they fail, which
-  journals at warning priority and runs root's alert command with this report on its
-  standard input.
+  `tacid notify` (the user unit tacid-notify.service) shows them as desktop
+  notifications to root and the approver group; the timers' units start
+  tacid-alert@.service when they fail, which journals at warning priority and runs
+  root's alert command ({alert}) with this report on its standard input.
 
 Examples:
   tacid data health
@@ -452,7 +473,19 @@ Examples:
   tacid data health --json
       the same for programs
   tacid data health --metrics-file /var/lib/prometheus-node-exporter/tacid.prom
-      also write the metrics for node_exporter's textfile collector";
+      also write the metrics for node_exporter's textfile collector",
+        snap_warn = span(d::HEALTH_SNAPSHOT_WARN_SECS),
+        snap_fail = span(d::HEALTH_SNAPSHOT_FAIL_SECS),
+        copy_warn = span(d::HEALTH_COPY_WARN_SECS),
+        copy_fail = span(d::HEALTH_COPY_FAIL_SECS),
+        days_warn = d::HEALTH_DAYS_LEFT_WARN,
+        days_fail = d::HEALTH_DAYS_LEFT_FAIL,
+        window = span(d::HEALTH_GROWTH_WINDOW_SECS),
+        staged = span(d::HEALTH_STAGED_WAIT_SECS),
+        open = span(d::HEALTH_OPEN_HELD_SECS),
+        alert = layout::ALERT_COMMAND_PATH,
+    )
+}
 
 #[derive(Debug, Clone, Args)]
 pub struct NameArgs {
