@@ -175,6 +175,15 @@ let
         ${lib.concatMapStringsSep "\n" (place: "echo ${lib.escapeShellArg "ReadWritePaths=-${place}"}") localSealedPlaces}
       ) >$out/${unitDir}/${layout.copier_unit}.d/${tacidLib.moduleDropIn}
     ''}
+    ${lib.optionalString (cfg.alerts.command != null) ''
+      mkdir -p $out/${unitDir}/${layout.alert_unit}.d
+      (
+        ${tacidLib.execStartDropInAll {
+          unit = "${cfg.package}/${unitDir}/${layout.alert_unit}";
+          values = [{ flag = "--command"; value = "${pkgs.writeShellScript "tacid-alert" cfg.alerts.command}"; }];
+        }}
+      ) >$out/${unitDir}/${layout.alert_unit}.d/${tacidLib.moduleDropIn}
+    ''}
     ${lib.optionalString (!r.timeline) ''
       mkdir -p $out/${unitDir}/${layout.timeline_unit}.d
       (
@@ -452,8 +461,8 @@ in
           A shell script run as root when a tacid timer's unit fails (its OnFailure= starts
           ${layout.alert_unit}), with the `tacid data health` report on its standard
           input and TACID_ALERT_UNIT and TACID_HEALTH_LEVEL in its environment: mail, a push
-          service. The failure is journalled at warning priority either way. Installed as
-          ${layout.alert_command_path}.
+          service. The failure is journalled at warning priority either way. The alert unit's
+          drop-in names it in place of ${layout.alert_command_path}.
         '';
       };
       notify = lib.mkOption {
@@ -823,10 +832,6 @@ in
       # A person's notifier, in every graphical session (the package's user unit).
       systemd.user.services.${tacidLib.serviceAttrName layout.notify_user_unit}.wantedBy =
         lib.mkIf cfg.alerts.notify [ "graphical-session.target" ];
-      # Root's alert command, where the alert unit looks for it.
-      environment.etc.${lib.removePrefix "/etc/" layout.alert_command_path} = lib.mkIf (cfg.alerts.command != null) {
-        source = pkgs.writeShellScript "tacid-alert" cfg.alerts.command;
-      };
       # The receiver's socket, only where there are copies to receive.
       systemd.sockets = lib.mkIf haveCopies {
         ${lib.removeSuffix ".socket" layout.stem_receive_socket_unit}.wantedBy = [ "sockets.target" ];

@@ -172,6 +172,7 @@ in
         "systemd.sockets"
         "systemd.timers"
         "systemd.tmpfiles.rules"
+        "systemd.user.services"
         "users.groups"
         "users.users"
       ]))
