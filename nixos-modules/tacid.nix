@@ -113,7 +113,7 @@ let
     { flag = "--health-days-left-fail"; value = toString hc.daysLeftFail; }
   ] ++ copiesValue;
   hc = cfg.health;
-  # Alerts and metrics (issue 27): every timer's unit alerts when it fails, and writes the
+  # Alerts and metrics (adr/0028): every timer's unit alerts when it fails, and writes the
   # metrics after each run when a directory is given.
   alertOnFailure = [ (lib.replaceStrings [ "@." ] [ "@%n." ] layout.alert_unit) ];
   metricsStopPost = lib.optional (cfg.metrics.directory != null)
@@ -434,7 +434,7 @@ in
       total = count d.opens_total "How many snapshots may be open at once, everybody together.";
     };
 
-    # Health, alerts and metrics (issue 27): `tacid data health`.
+    # Health, alerts and metrics (adr/0028): `tacid data health`.
     health = {
       snapshotWarnSeconds = count d.health_snapshot_warn_secs ''
         The newest snapshot of a subvolume older than this many seconds is a warning
@@ -689,7 +689,7 @@ in
         ephemeralRoot = ephemeral;
       }
       ++ [
-        # Nothing here may quietly make a machine that never snapshots (issue 27): what can
+        # Nothing here may quietly make a machine that never snapshots (adr/0028): what can
         # be known at evaluation is asserted; the first `tacid data health` after boot warns
         # about the rest (no snapshot yet, a timer that has not run).
         {

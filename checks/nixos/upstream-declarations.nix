@@ -91,7 +91,7 @@ in
       description = "Environment variables passed to *all* systemd units.";
     };
 
-    # nixos/modules/system/boot/systemd/user.nix: the notifier's user unit (issue 27).
+    # nixos/modules/system/boot/systemd/user.nix: the notifier's user unit (adr/0028).
     systemd.user.services = mkOption {
       default = { };
       type = systemdUtils.types.services;

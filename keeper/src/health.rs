@@ -1,4 +1,4 @@
-//! Health (`tacid data health`, issue 27): how old the newest snapshot and copy of each
+//! Health (`tacid data health`, adr/0028): how old the newest snapshot and copy of each
 //! subvolume are, what failed, and what to do, each finding one line with its level; and
 //! whether health worsened since the keeper last looked, for its signal.
 //!
@@ -216,16 +216,11 @@ impl Health {
             Err(_) => (None, None, false),
         };
         let space = if stem_up {
-            self.h
-                .stem
-                .free_space()
-                .await
-                .ok()
-                .map(|s| SpaceFacts {
-                    free_bytes: s.free_bytes,
-                    size_bytes: s.size_bytes,
-                    hard_floor_bytes: s.hard_floor_bytes,
-                })
+            self.h.stem.free_space().await.ok().map(|s| SpaceFacts {
+                free_bytes: s.free_bytes,
+                size_bytes: s.size_bytes,
+                hard_floor_bytes: s.hard_floor_bytes,
+            })
         } else {
             None
         };
@@ -462,7 +457,11 @@ pub fn judge(f: &Facts, p: &HealthPolicy) -> HealthReport {
         let says = format!(
             "the timeline timer last took a set {} ago{}.",
             age_words(age),
-            if level == Level::Ok { "" } else { "; it is due hourly" }
+            if level == Level::Ok {
+                ""
+            } else {
+                "; it is due hourly"
+            }
         );
         let todo = if level == Level::Ok {
             String::new()
@@ -597,7 +596,11 @@ pub fn judge(f: &Facts, p: &HealthPolicy) -> HealthReport {
             names::STEM_UNIT,
             "the stem did not answer: no snapshot can be taken and the free space is not known."
                 .to_owned(),
-            format!("`systemctl start {}`; see `journalctl -u {}`.", names::STEM_UNIT, names::STEM_UNIT),
+            format!(
+                "`systemctl start {}`; see `journalctl -u {}`.",
+                names::STEM_UNIT,
+                names::STEM_UNIT
+            ),
         )),
         Some(s) => {
             let free = layout::human::bytes(s.free_bytes);
@@ -701,7 +704,9 @@ pub fn judge(f: &Facts, p: &HealthPolicy) -> HealthReport {
 
     // Opens held in use past their idle close.
     for o in &f.opens {
-        if now > o.idle_close_micros && now - o.opened_micros > d::HEALTH_OPEN_HELD_SECS as i64 * MICROS {
+        if now > o.idle_close_micros
+            && now - o.opened_micros > d::HEALTH_OPEN_HELD_SECS as i64 * MICROS
+        {
             out.push(finding(
                 Level::Warn,
                 "open-in-use",
@@ -799,7 +804,11 @@ mod tests {
         f.now_micros += 3 * HOUR;
         let r = judge(&f, &p);
         assert_eq!(r.level, WARN);
-        assert!(r.findings[0].says.contains("hours old"), "{:#?}", r.findings);
+        assert!(
+            r.findings[0].says.contains("hours old"),
+            "{:#?}",
+            r.findings
+        );
         assert!(r.findings[0].todo.contains("tacid-timeline.timer"));
         f.now_micros += 2 * DAY;
         assert_eq!(judge(&f, &p).level, FAIL);

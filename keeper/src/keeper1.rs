@@ -17,7 +17,7 @@
 //! - No method opens a path a caller names, or another person's home: `Open` shows root
 //!   and approvers a snapshot whole, anybody else only the home the user database gives
 //!   them, read-only, with the owners and modes it had (adr/0019). Nothing is restored.
-//! - No properties, and two signals only (`HealthWorsened`, `ScheduledActFailed`, issue 27):
+//! - No properties, and two signals only (`HealthWorsened`, `ScheduledActFailed`, adr/0028):
 //!   they carry what is wrong and what to do, never a name or a reason a caller chose
 //!   unescaped; anybody on the bus may hear them, as anybody may ask `Health`.
 
@@ -605,7 +605,12 @@ pub fn interface_name() -> String {
 impl Keeper1 {
     /// After a scheduled act: signal its failure, then look at health and signal when it
     /// worsened. Failing to signal is logged; the act's answer stands.
-    async fn after_scheduled(&self, emitter: &SignalEmitter<'_>, act: &str, failed: Option<String>) {
+    async fn after_scheduled(
+        &self,
+        emitter: &SignalEmitter<'_>,
+        act: &str,
+        failed: Option<String>,
+    ) {
         if let Some(why) = failed {
             let stop = if why.ends_with('.') { "" } else { "." };
             let says = format!("{why}{stop} See `tacid data health` for what to do.");

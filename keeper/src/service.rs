@@ -94,12 +94,7 @@ impl Keeper {
                 config.clone(),
             ),
             opens: Opens::new(h.clone(), refusals.clone()),
-            health: Arc::new(Health::new(
-                h.clone(),
-                health,
-                floor_bytes,
-                config.clone(),
-            )),
+            health: Arc::new(Health::new(h.clone(), health, floor_bytes, config.clone())),
             list: List::new(h.clone(), reconcile.clone(), config),
             h,
             refusals,

@@ -33,7 +33,7 @@ pub struct Contract {
     pub keeper_unit: &'static str,
     pub timeline_unit: &'static str,
     pub timeline_timer: &'static str,
-    /// Alerts (issue 27): the alert template unit, root's alert command, the notifier's
+    /// Alerts (adr/0028): the alert template unit, root's alert command, the notifier's
     /// user unit.
     pub alert_unit: &'static str,
     pub alert_command_path: &'static str,

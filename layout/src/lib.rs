@@ -83,7 +83,7 @@ pub const TEMP_PREFIX: &str = ".tmp.";
 /// name>`, read-only. Root's, mode 0755, on the /run tmpfs, so nothing outlives a boot.
 pub const OPEN_DIR: &str = "/run/tacid";
 
-/// Root's alert command (issue 27): an executable run by the alert unit with the health
+/// Root's alert command (adr/0028): an executable run by the alert unit with the health
 /// report on its standard input; none there, the failure is only journalled. NixOS writes it
 /// from `services.tacid.alerts.command`.
 pub const ALERT_COMMAND_PATH: &str = "/etc/tacid/alert";
@@ -128,7 +128,7 @@ pub mod names {
     /// The timeline: a service that takes a timeline set and prunes, and its timer.
     pub const TIMELINE_UNIT: &str = "tacid-timeline.service";
     pub const TIMELINE_TIMER: &str = "tacid-timeline.timer";
-    /// The alert (issue 27): a template the timers' units name in `OnFailure=`, with the
+    /// The alert (adr/0028): a template the timers' units name in `OnFailure=`, with the
     /// failed unit as its instance; it journals at warning priority and runs root's alert
     /// command ([`crate::ALERT_COMMAND_PATH`]) with the health report on its standard input.
     pub const ALERT_UNIT: &str = "tacid-alert@.service";

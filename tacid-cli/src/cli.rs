@@ -300,7 +300,8 @@ pub struct Cli {
 pub enum Command {
     /// The data leg: snapshots and restores of /persist, /var/log and /home.
     #[command(subcommand, after_long_help = format!("{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{JSON_OUTPUT}\n\n{}", exit_table()))]
-    Data(Data),    /// Show the keeper's alerts (health worsened, a timer's act failed) as desktop
+    Data(Data),
+    /// Show the keeper's alerts (health worsened, a timer's act failed) as desktop
     /// notifications, for root and the approver group: what `tacid-notify.service` (a
     /// systemd user unit) runs in a person's session.
     Notify(NotifyArgs),

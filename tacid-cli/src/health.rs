@@ -178,8 +178,7 @@ impl<'a> From<&'a HealthReport> for Json<'a> {
             size_bytes: r.space_known.then_some(r.size_bytes),
             floor_bytes: r.floor_bytes,
             hard_floor_bytes: r.space_known.then_some(r.hard_floor_bytes),
-            falling_bytes_per_day: (r.falling_bytes_per_day > 0)
-                .then_some(r.falling_bytes_per_day),
+            falling_bytes_per_day: (r.falling_bytes_per_day > 0).then_some(r.falling_bytes_per_day),
             days_left: (r.days_left >= 0.0).then_some(r.days_left),
             timeline_last_run_micros: micros(r.timeline_last_run_micros),
             timeline_last_failure_micros: micros(r.timeline_last_failure_micros),
@@ -249,7 +248,10 @@ pub fn metrics(r: &HealthReport) -> String {
     );
     for s in &r.subvolumes {
         if let Some(t) = seconds(s.newest_micros) {
-            let l = [("subvolume", s.subvolume.as_str()), ("mount_point", s.of_path.as_str())];
+            let l = [
+                ("subvolume", s.subvolume.as_str()),
+                ("mount_point", s.of_path.as_str()),
+            ];
             m.sample("tacid_snapshot_newest_timestamp_seconds", &l, t);
         }
     }
@@ -260,7 +262,10 @@ pub fn metrics(r: &HealthReport) -> String {
     );
     for s in &r.subvolumes {
         if let Some(t) = seconds(s.newest_pre_switch_micros) {
-            let l = [("subvolume", s.subvolume.as_str()), ("mount_point", s.of_path.as_str())];
+            let l = [
+                ("subvolume", s.subvolume.as_str()),
+                ("mount_point", s.of_path.as_str()),
+            ];
             m.sample("tacid_snapshot_pre_switch_newest_timestamp_seconds", &l, t);
         }
     }
@@ -363,8 +368,16 @@ pub fn metrics(r: &HealthReport) -> String {
     }
     if r.space_known {
         for (name, help, v) in [
-            ("tacid_free_bytes", "Free bytes on the tacid filesystem.", r.free_bytes),
-            ("tacid_size_bytes", "Size of the tacid filesystem in bytes.", r.size_bytes),
+            (
+                "tacid_free_bytes",
+                "Free bytes on the tacid filesystem.",
+                r.free_bytes,
+            ),
+            (
+                "tacid_size_bytes",
+                "Size of the tacid filesystem in bytes.",
+                r.size_bytes,
+            ),
             (
                 "tacid_floor_bytes",
                 "Below this many free bytes retention deletes the oldest automatic snapshots.",
@@ -392,12 +405,19 @@ pub fn metrics(r: &HealthReport) -> String {
 /// readable by everybody (node_exporter runs as its own user).
 pub fn write_file(path: &Path, text: &str) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let name = path
         .file_name()
         .ok_or_else(|| std::io::Error::other("the metrics file needs a file name"))?;
     // node_exporter reads only `*.prom`: the temporary name is not one.
-    let temp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
+    let temp = dir.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
     let mut f = std::fs::File::create(&temp)?;
     f.write_all(text.as_bytes())?;
     f.set_permissions(std::fs::Permissions::from_mode(0o644))?;

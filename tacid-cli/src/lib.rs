@@ -1,8 +1,8 @@
 //! `tacid`: the person's way in. It talks only to the keeper (`org.tacid.Keeper1`), prints
 //! sentences for people or JSON for programs, and exits with one code per class of outcome.
 
-pub mod cli;
 pub mod alert;
+pub mod cli;
 pub mod docs;
 pub mod health;
 pub mod json;

@@ -69,7 +69,16 @@ async fn show(
             NOTIFICATIONS_PATH,
             Some(NOTIFICATIONS),
             "Notify",
-            &("tacid", 0u32, "dialog-warning", summary, body, actions, hints, expire),
+            &(
+                "tacid",
+                0u32,
+                "dialog-warning",
+                summary,
+                body,
+                actions,
+                hints,
+                expire,
+            ),
         )
         .await?;
     reply.body().deserialize::<u32>()
@@ -130,7 +139,9 @@ pub async fn run(keeper: &Keeper1Proxy<'static>, a: &NotifyArgs) -> Result<u8, F
             }
         }
         Ok(_) => {}
-        Err(e) => eprintln!("tacid notify: the keeper did not answer Health ({e}); listening anyway"),
+        Err(e) => {
+            eprintln!("tacid notify: the keeper did not answer Health ({e}); listening anyway")
+        }
     }
     eprintln!("tacid notify: listening to the keeper's alerts");
     loop {

@@ -306,8 +306,7 @@ async fn run(args: Args) -> Result<(), String> {
                 .await
             {
                 Ok(iface) => {
-                    keeper::keeper1::check_and_signal(&health_keeper, iface.signal_emitter())
-                        .await
+                    keeper::keeper1::check_and_signal(&health_keeper, iface.signal_emitter()).await
                 }
                 Err(e) => tracing::warn!("health: the interface is not served ({e})"),
             }

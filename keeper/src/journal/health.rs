@@ -74,8 +74,10 @@ impl Journal {
             params![Action::Snapshot, State::Complete],
         )?;
         let failed = "action = ?1 AND reason = 'timeline' AND state IN (?2, ?3)";
-        let last_failure =
-            self.last_act(failed, params![Action::Snapshot, State::Failed, State::Refused])?;
+        let last_failure = self.last_act(
+            failed,
+            params![Action::Snapshot, State::Failed, State::Refused],
+        )?;
         let failures = self.count_where(
             failed,
             params![Action::Snapshot, State::Failed, State::Refused],
@@ -113,11 +115,7 @@ impl Journal {
         })
     }
 
-    fn last_act<P: rusqlite::Params>(
-        &self,
-        filter: &str,
-        p: P,
-    ) -> Result<LastAct, JournalError> {
+    fn last_act<P: rusqlite::Params>(&self, filter: &str, p: P) -> Result<LastAct, JournalError> {
         let sql = format!(
             "SELECT asked_micros, outcome FROM requests WHERE {filter}
              ORDER BY asked_micros DESC, id DESC LIMIT 1"

@@ -1,4 +1,4 @@
-//! Health on real parts (issue 27): the stem as root on a loop Btrfs, the keeper as its
+//! Health on real parts (adr/0028): the stem as root on a loop Btrfs, the keeper as its
 //! user, the CLI as an approver and as root running the timer's act. The keeper's clock
 //! for health is injected (a test-hooks build reads `TACID_TEST_CLOCK_FILE`), never slept
 //! past; the timer's act is made to fail by filling the disk past the stem's hard floor.
@@ -58,15 +58,16 @@ fn world_with_a_clock() -> Option<World> {
     let mut w = World::start()?;
     w.stop_keeper();
     let clock = w.dir.join("clock").display().to_string();
-    w.keeper_env
-        .push(("TACID_TEST_CLOCK_FILE".into(), clock));
+    w.keeper_env.push(("TACID_TEST_CLOCK_FILE".into(), clock));
     w.start_keeper(None);
     Some(w)
 }
 
 #[test]
 fn bus_health_turns_warn_then_fail_as_time_passes_and_ok_after_the_timer_runs() {
-    let Some(w) = world_with_a_clock() else { return };
+    let Some(w) = world_with_a_clock() else {
+        return;
+    };
 
     // A new machine: nothing taken yet is a warning, which says what to do.
     let (code, v) = health(&w);
@@ -82,7 +83,11 @@ fn bus_health_turns_warn_then_fail_as_time_passes_and_ok_after_the_timer_runs() 
 
     // The timer's act (as the timeline service runs it: root, over the bus).
     let out = w.tacid_as_root(&["data", "snapshot", "--timeline"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (code, v) = health(&w);
     assert_eq!(code, 0, "just after the timer's set: ok: {v:#}");
     assert_eq!(v["level"], "ok");
@@ -94,7 +99,10 @@ fn bus_health_turns_warn_then_fail_as_time_passes_and_ok_after_the_timer_runs() 
         .expect("/home is judged")
         .clone();
     assert!(home["newest_micros"].as_i64().is_some(), "{home:#}");
-    assert!(home["newest_pre_switch_micros"].is_null(), "no pre-switch set yet: {home:#}");
+    assert!(
+        home["newest_pre_switch_micros"].is_null(),
+        "no pre-switch set yet: {home:#}"
+    );
 
     // The signals a notifier would hear, from here on.
     let root = w.keeper_as_root();
@@ -109,14 +117,17 @@ fn bus_health_turns_warn_then_fail_as_time_passes_and_ok_after_the_timer_runs() 
     assert_eq!(code, 16, "{v:#}");
     let stale = findings(&v, "warn", "snapshot-age");
     assert!(
-        stale.iter().any(|(says, todo)| says.starts_with("the newest snapshot of /home is 3 hours old")
+        stale.iter().any(|(says, todo)| says
+            .starts_with("the newest snapshot of /home is 3 hours old")
             && todo.contains("systemctl status tacid-timeline.timer")),
         "{stale:?}"
     );
     let late = findings(&v, "warn", "timeline-timer");
     assert!(
-        late.iter().any(|(says, todo)| says.contains("3 hours ago; it is due hourly")
-            && todo.contains("did not run when due")),
+        late.iter().any(
+            |(says, todo)| says.contains("3 hours ago; it is due hourly")
+                && todo.contains("did not run when due")
+        ),
         "{late:?}"
     );
     let signal = root
@@ -125,7 +136,11 @@ fn bus_health_turns_warn_then_fail_as_time_passes_and_ok_after_the_timer_runs() 
         .expect("a signal");
     let args = signal.args().expect("its arguments");
     assert_eq!(args.level(), &"warn");
-    assert!(args.says().contains("/home is 3 hours old"), "{}", args.says());
+    assert!(
+        args.says().contains("/home is 3 hours old"),
+        "{}",
+        args.says()
+    );
 
     // Two days on: failing.
     set_clock(&w, t0 + 2 * 86_400 + 60);
@@ -148,7 +163,11 @@ fn bus_health_turns_warn_then_fail_as_time_passes_and_ok_after_the_timer_runs() 
     // text for people saying so.
     clear_clock(&w);
     let out = w.tacid_as_root(&["data", "snapshot", "--timeline"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (code, v) = health(&w);
     assert_eq!(code, 0, "{v:#}");
     let (code, text, _) = w.tacid(APPROVER, &["data", "health"]);
@@ -173,14 +192,20 @@ fn free_bytes(w: &World) -> u64 {
 
 #[test]
 fn bus_health_fails_when_the_timers_act_fails_on_a_full_disk_and_is_ok_once_space_is_back() {
-    let Some(mut w) = world_with_a_clock() else { return };
+    let Some(mut w) = world_with_a_clock() else {
+        return;
+    };
     // The stem's hard floor: 150 MiB (the loop filesystem has 512).
     let floor: u64 = 150 << 20;
     w.kill_stem();
     w.stem_args = vec!["--hard-floor-bytes".into(), floor.to_string()];
     w.start_stem();
     let out = w.tacid_as_root(&["data", "snapshot", "--timeline"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (code, v) = health(&w);
     assert_eq!(code, 0, "{v:#}");
 
@@ -212,16 +237,20 @@ fn bus_health_fails_when_the_timers_act_fails_on_a_full_disk_and_is_ok_once_spac
     assert_eq!(code, 17, "below the hard floor is failing: {v:#}");
     let space = findings(&v, "fail", "free-space");
     assert!(
-        space.iter().any(|(says, todo)| says.contains("below the hard floor")
-            && says.contains("new snapshots are refused")
-            && todo.starts_with("free space on the disk")),
+        space
+            .iter()
+            .any(|(says, todo)| says.contains("below the hard floor")
+                && says.contains("new snapshots are refused")
+                && todo.starts_with("free space on the disk")),
         "{v:#}"
     );
     let timer = findings(&v, "warn", "timeline-timer");
     assert!(
-        timer.iter().any(|(says, todo)| says.contains("the timeline timer's last run")
-            && says.contains("failed")
-            && todo.starts_with("free space on the disk")),
+        timer.iter().any(
+            |(says, todo)| says.contains("the timeline timer's last run")
+                && says.contains("failed")
+                && todo.starts_with("free space on the disk")
+        ),
         "{v:#}"
     );
     assert_eq!(v["timer_failures"], 1, "{v:#}");
@@ -247,9 +276,15 @@ fn bus_health_fails_when_the_timers_act_fails_on_a_full_disk_and_is_ok_once_spac
 
 #[test]
 fn bus_health_metrics_are_written_where_asked_and_name_each_subvolume() {
-    let Some(w) = world_with_a_clock() else { return };
+    let Some(w) = world_with_a_clock() else {
+        return;
+    };
     let out = w.tacid_as_root(&["data", "snapshot", "--timeline"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let file = w.dir.join("tacid.prom");
     let out = w.tacid_as_root(&[
         "data",
@@ -257,11 +292,18 @@ fn bus_health_metrics_are_written_where_asked_and_name_each_subvolume() {
         "--metrics-file",
         file.to_str().expect("utf-8"),
     ]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = std::fs::read_to_string(&file).expect("the metrics file");
     assert!(text.contains("tacid_health_level 0\n"), "{text}");
     assert!(
-        text.contains("tacid_snapshot_newest_timestamp_seconds{subvolume=\"@home\",mount_point=\"/home\"} "),
+        text.contains(
+            "tacid_snapshot_newest_timestamp_seconds{subvolume=\"@home\",mount_point=\"/home\"} "
+        ),
         "{text}"
     );
     check_with_promtool(&text);

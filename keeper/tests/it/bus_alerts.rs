@@ -1,4 +1,4 @@
-//! Alerts on real parts (issue 27). The alert unit as shipped: systemd accepts it beside the
+//! Alerts on real parts (adr/0028). The alert unit as shipped: systemd accepts it beside the
 //! timeline service that names it in `OnFailure=` (systemd is not PID 1 here, so the real
 //! OnFailure= path cannot run: the rendered units are verified, and the alert program is run
 //! exactly as the unit's ExecStart says, against the real keeper and stem); root's command
@@ -72,8 +72,11 @@ fn bus_systemd_accepts_the_alert_unit_named_by_the_timeline_services_on_failure(
     fs::write(&template, &alert).expect("write");
     fs::write(&instance, &alert).expect("write");
     testbed::units::assert_verifies(analyze, &[&service, &instance]);
-    let notify = shipped(&format!("tacid-cli/systemd/{}", layout::names::NOTIFY_USER_UNIT))
-        .replace("/usr/bin/tacid ", "/bin/true ");
+    let notify = shipped(&format!(
+        "tacid-cli/systemd/{}",
+        layout::names::NOTIFY_USER_UNIT
+    ))
+    .replace("/usr/bin/tacid ", "/bin/true ");
     let notify_path = dir.path().join(layout::names::NOTIFY_USER_UNIT);
     fs::write(&notify_path, notify).expect("write");
     let out = Command::new(analyze)
@@ -85,7 +88,10 @@ fn bus_systemd_accepts_the_alert_unit_named_by_the_timeline_services_on_failure(
         .expect("systemd-analyze verify --user");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        out.status.success() && stderr.lines().all(|l| l.contains("XDG_RUNTIME_DIR") || l.trim().is_empty() || l.contains("user manager")),
+        out.status.success()
+            && stderr.lines().all(|l| l.contains("XDG_RUNTIME_DIR")
+                || l.trim().is_empty()
+                || l.contains("user manager")),
         "systemd-analyze verify --user {}: {stderr}",
         notify_path.display()
     );
@@ -125,7 +131,10 @@ fn bus_the_alert_journals_at_warning_and_gives_roots_command_the_health_report()
     let report = fs::read_to_string(&got).expect("the command got its input");
     // A new machine with no snapshot yet: the report warns and says what to do.
     assert!(report.contains("tacid health: WARNING"), "{report}");
-    assert!(report.contains("there is no snapshot of /home yet."), "{report}");
+    assert!(
+        report.contains("there is no snapshot of /home yet."),
+        "{report}"
+    );
     assert!(report.contains("what to do: "), "{report}");
     assert_eq!(
         fs::read_to_string(&env).expect("env").trim(),
@@ -141,7 +150,10 @@ fn bus_the_alert_journals_at_warning_and_gives_roots_command_the_health_report()
         .expect("the alert runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("the alert command") && stderr.contains("failed"), "{stderr}");
+    assert!(
+        stderr.contains("the alert command") && stderr.contains("failed"),
+        "{stderr}"
+    );
 
     // No command configured: journalled only, and that is no failure of the alert.
     fs::remove_file(&command).expect("rm");
@@ -192,7 +204,12 @@ fn tool_missing(tools: &[&str]) -> Option<String> {
 
 #[test]
 fn bus_the_notifier_shows_the_keepers_alerts_on_a_real_notification_server() {
-    if let Some(t) = tool_missing(&["/usr/bin/dunst", "/usr/bin/Xvfb", "/usr/bin/dunstctl", "/usr/bin/busctl"]) {
+    if let Some(t) = tool_missing(&[
+        "/usr/bin/dunst",
+        "/usr/bin/Xvfb",
+        "/usr/bin/dunstctl",
+        "/usr/bin/busctl",
+    ]) {
         if std::env::var("CI").as_deref() == Ok("true") {
             panic!("{t} is missing under CI=true (apt-get install dunst xvfb systemd)");
         }
@@ -206,7 +223,15 @@ fn bus_the_notifier_shows_the_keepers_alerts_on_a_real_notification_server() {
     let display = format!(":{display_number}");
     let _x = Killed(
         Command::new("/usr/bin/Xvfb")
-            .args([display.as_str(), "-ac", "-nolisten", "tcp", "-screen", "0", "800x600x24"])
+            .args([
+                display.as_str(),
+                "-ac",
+                "-nolisten",
+                "tcp",
+                "-screen",
+                "0",
+                "800x600x24",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -274,22 +299,26 @@ fn bus_the_notifier_shows_the_keepers_alerts_on_a_real_notification_server() {
         env(&mut c);
         c.args(args).output().expect("dunstctl")
     };
-    wait_for("dunst on the approver's session bus", Duration::from_secs(20), || {
-        let mut c = as_user(APPROVER, "/usr/bin/dbus-send");
-        env(&mut c);
-        let out = c
-            .args([
-                "--session",
-                "--print-reply",
-                "--dest=org.freedesktop.DBus",
-                "/org/freedesktop/DBus",
-                "org.freedesktop.DBus.NameHasOwner",
-                "string:org.freedesktop.Notifications",
-            ])
-            .output()
-            .expect("dbus-send");
-        String::from_utf8_lossy(&out.stdout).contains("boolean true")
-    });
+    wait_for(
+        "dunst on the approver's session bus",
+        Duration::from_secs(20),
+        || {
+            let mut c = as_user(APPROVER, "/usr/bin/dbus-send");
+            env(&mut c);
+            let out = c
+                .args([
+                    "--session",
+                    "--print-reply",
+                    "--dest=org.freedesktop.DBus",
+                    "/org/freedesktop/DBus",
+                    "org.freedesktop.DBus.NameHasOwner",
+                    "string:org.freedesktop.Notifications",
+                ])
+                .output()
+                .expect("dbus-send");
+            String::from_utf8_lossy(&out.stdout).contains("boolean true")
+        },
+    );
 
     // The approver's notifier, on the keeper's bus and their session's.
     let notify_log = w.dir.join("notify.log");
@@ -319,10 +348,17 @@ fn bus_the_notifier_shows_the_keepers_alerts_on_a_real_notification_server() {
     w.stem_args = vec!["--hard-floor-bytes".into(), (100u64 << 30).to_string()];
     w.start_stem();
     let out = w.tacid_as_root(&["data", "snapshot", "--timeline"]);
-    assert_eq!(out.status.code(), Some(11), "{}", String::from_utf8_lossy(&out.stderr));
-    wait_for("two more notifications shown", Duration::from_secs(20), || {
-        log().matches("shown (").count() >= 3
-    });
+    assert_eq!(
+        out.status.code(),
+        Some(11),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for(
+        "two more notifications shown",
+        Duration::from_secs(20),
+        || log().matches("shown (").count() >= 3,
+    );
 
     // What dunst showed, read back from its history.
     let closed = dunstctl(&["close-all"]);
@@ -347,18 +383,24 @@ fn bus_the_notifier_shows_the_keepers_alerts_on_a_real_notification_server() {
         .collect();
     println!("dunst's history: {shown:#?}");
     assert!(
-        shown.iter().any(|(s, b)| s == "tacid: the data rollback needs a look"
-            && b.contains("there is no snapshot of /home yet.")),
+        shown
+            .iter()
+            .any(|(s, b)| s == "tacid: the data rollback needs a look"
+                && b.contains("there is no snapshot of /home yet.")),
         "{shown:#?}"
     );
     assert!(
-        shown.iter().any(|(s, b)| s == "tacid: timeline failed" && b.contains("tacid data health")),
+        shown
+            .iter()
+            .any(|(s, b)| s == "tacid: timeline failed" && b.contains("tacid data health")),
         "{shown:#?}"
     );
     assert!(
-        shown.iter().any(|(s, b)| s == "tacid: the data rollback is failing"
-            && b.contains("below the hard floor")
-            && b.contains("free space on the disk")),
+        shown
+            .iter()
+            .any(|(s, b)| s == "tacid: the data rollback is failing"
+                && b.contains("below the hard floor")
+                && b.contains("free space on the disk")),
         "{shown:#?}"
     );
 

@@ -121,14 +121,26 @@ fn the_units_flags_are_the_layouts_defaults_and_the_keepers_own() {
             "--health-snapshot-fail-secs",
             d::HEALTH_SNAPSHOT_FAIL_SECS.to_string(),
         ),
-        ("--health-copy-warn-secs", d::HEALTH_COPY_WARN_SECS.to_string()),
-        ("--health-copy-fail-secs", d::HEALTH_COPY_FAIL_SECS.to_string()),
+        (
+            "--health-copy-warn-secs",
+            d::HEALTH_COPY_WARN_SECS.to_string(),
+        ),
+        (
+            "--health-copy-fail-secs",
+            d::HEALTH_COPY_FAIL_SECS.to_string(),
+        ),
         (
             "--health-staged-wait-secs",
             d::HEALTH_STAGED_WAIT_SECS.to_string(),
         ),
-        ("--health-days-left-warn", d::HEALTH_DAYS_LEFT_WARN.to_string()),
-        ("--health-days-left-fail", d::HEALTH_DAYS_LEFT_FAIL.to_string()),
+        (
+            "--health-days-left-warn",
+            d::HEALTH_DAYS_LEFT_WARN.to_string(),
+        ),
+        (
+            "--health-days-left-fail",
+            d::HEALTH_DAYS_LEFT_FAIL.to_string(),
+        ),
     ] {
         assert_eq!(
             flags.get(flag),
