@@ -846,6 +846,6 @@ mod tests {
         assert_eq!(age_words(45 * 60 * MICROS), "45 minutes");
         assert_eq!(age_words(3 * HOUR), "3 hours");
         assert_eq!(age_words(3 * DAY), "3 days");
-        assert_eq!(age_words(1 * MICROS), "1 second");
+        assert_eq!(age_words(MICROS), "1 second");
     }
 }

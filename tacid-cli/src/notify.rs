@@ -38,7 +38,7 @@ fn may_act(group: &str) -> bool {
     nix::unistd::User::from_uid(nix::unistd::Uid::current())
         .ok()
         .flatten()
-        .is_some_and(|u| g.mem.iter().any(|m| *m == u.name))
+        .is_some_and(|u| g.mem.contains(&u.name))
 }
 
 /// One notification: (summary, body, urgency 1 normal / 2 critical).
@@ -148,7 +148,7 @@ pub async fn run(keeper: &Keeper1Proxy<'static>, a: &NotifyArgs) -> Result<u8, F
         let (summary, body, urgency) = tokio::select! {
             s = worsened.next() => match s {
                 Some(s) => match s.args() {
-                    Ok(a) => notification(&a.level().to_string(), &a.says().to_string()),
+                    Ok(a) => notification(a.level(), a.says()),
                     Err(e) => { eprintln!("tacid notify: a signal not understood: {e}"); continue }
                 },
                 None => break,
