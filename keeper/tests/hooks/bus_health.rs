@@ -306,40 +306,5 @@ fn bus_health_metrics_are_written_where_asked_and_name_each_subvolume() {
         ),
         "{text}"
     );
-    check_with_promtool(&text);
-}
-
-/// `promtool check metrics` (Debian's prometheus package) on `text`: it must accept it,
-/// lint included. Missing promtool is a loud skip, and a failure under CI=true.
-pub fn check_with_promtool(text: &str) {
-    use std::io::Write as _;
-    let promtool = "/usr/bin/promtool";
-    if !std::path::Path::new(promtool).exists() {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("promtool is missing under CI=true (apt-get install prometheus)");
-        }
-        eprintln!("\n!!!!!!!!!!\n!!! SKIPPED promtool check: {promtool} is missing (apt-get install prometheus)\n!!!!!!!!!!\n");
-        return;
-    }
-    let mut child = std::process::Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write the metrics");
-    let out = child.wait_with_output().expect("promtool ends");
-    assert!(
-        out.status.success() && out.stderr.is_empty() && out.stdout.is_empty(),
-        "promtool check metrics refused (exit {:?}):\n{}{}\n{text}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::common::check_with_promtool(&text);
 }

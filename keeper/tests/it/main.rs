@@ -8,6 +8,7 @@ mod bus_copies;
 mod bus_cut;
 mod bus_fetched_restore;
 mod bus_full_disk;
+mod bus_health_copies;
 mod bus_keeper;
 mod bus_list;
 mod bus_open_in_use;
