@@ -308,3 +308,65 @@ fn bus_health_metrics_are_written_where_asked_and_name_each_subvolume() {
     );
     crate::common::check_with_promtool(&text);
 }
+
+#[test]
+fn bus_health_warns_of_a_restore_waiting_days_for_a_reboot_and_of_a_bad_request_file() {
+    let Some(w) = world_with_a_clock() else {
+        return;
+    };
+    let out = w.tacid_as_root(&["data", "snapshot", "--timeline"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let name = w.snapshot_home();
+    let (code, _, err) = w.tacid(APPROVER, &["data", "restore", &name, "--yes"]);
+    assert_eq!(code, 0, "staged: {err}");
+    let (code, v) = health(&w);
+    assert_eq!(code, 0, "a restore just staged is no warning: {v:#}");
+    assert!(
+        findings(&v, "ok", "staged-restore")
+            .iter()
+            .any(|(says, _)| says == "a restore of /home is staged; it happens at the next reboot."),
+        "{v:#}"
+    );
+    // Two days on, nobody rebooted.
+    set_clock(&w, unix_now() + 2 * 86_400 + 60);
+    let (_, v) = health(&w);
+    let waiting = findings(&v, "warn", "staged-restore");
+    assert!(
+        waiting.iter().any(|(says, todo)| says
+            .starts_with("a restore of /home has waited 2 days for a reboot")
+            && todo == "reboot to put it back, or `tacid data cancel` to withdraw it."),
+        "{v:#}"
+    );
+    clear_clock(&w);
+    let (code, _, err) = w.tacid(APPROVER, &["data", "cancel"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, v) = health(&w);
+    assert_eq!(code, 0, "{v:#}");
+    assert!(findings(&v, "warn", "staged-restore").is_empty());
+
+    // A bad request file, planted where the stem writes a real one.
+    let request = w
+        .top()
+        .join(layout::SNAPSHOTS_SUBVOLUME)
+        .join(layout::REQUEST_FILE_NAME);
+    std::fs::write(&request, b"@home \xff\xfe not a request\n").expect("plant");
+    let (code, v) = health(&w);
+    assert_eq!(code, 16, "{v:#}");
+    let bad = findings(&v, "warn", "bad-request");
+    assert!(
+        bad.iter().any(
+            |(says, todo)| says.starts_with("the restore request file is bad (")
+                && says.ends_with("the next boot refuses it and puts nothing back.")
+                && todo.starts_with("`tacid data cancel` removes it")
+        ),
+        "{v:#}"
+    );
+    let (code, _, err) = w.tacid(APPROVER, &["data", "cancel"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, v) = health(&w);
+    assert_eq!(code, 0, "{v:#}");
+}
