@@ -842,6 +842,78 @@ mod tests {
     }
 
     #[test]
+    fn an_open_snapshot_still_in_use_a_day_on_warns_and_says_how_to_let_it_go() {
+        let now = 1_000 * DAY;
+        let mut f = healthy(now);
+        f.opens.push(OpenFacts {
+            name: "@home.x".into(),
+            path: "/run/tacid/1000/@home.x".into(),
+            opened_micros: now - 2 * DAY,
+            idle_close_micros: now - 2 * DAY + 900 * MICROS,
+        });
+        let r = judge(&f, &HealthPolicy::default());
+        assert_eq!(r.level, WARN);
+        assert_eq!(r.findings[0].kind, "open-in-use");
+        assert!(r.findings[0].todo.contains("tacid data close @home.x"));
+        // Opened an hour ago: a person at work, not a finding.
+        f.opens[0].opened_micros = now - HOUR;
+        f.opens[0].idle_close_micros = now - HOUR + 900 * MICROS;
+        assert_eq!(judge(&f, &HealthPolicy::default()).level, OK);
+    }
+
+    #[test]
+    fn copies_that_failed_verification_fail_and_name_the_copy() {
+        let now = 1_000 * DAY;
+        let mut f = healthy(now);
+        f.targets.push(TargetFacts {
+            name: "usb".into(),
+            sealed: true,
+            acts: TargetActs {
+                held: SubvolumeName::default_snapshot_set()
+                    .iter()
+                    .map(|s| format!("{}.2026-12-01T140200.123456Z", s.as_str()))
+                    .collect(),
+                ..TargetActs::default()
+            },
+            verified: Some(LastVerification {
+                target: "usb".into(),
+                when_micros: now - HOUR,
+                user_name: String::new(),
+                rule: "timer of usb".into(),
+                good: 2,
+                failed: vec![(
+                    "@home.2026-12-01T140200.123456Z".into(),
+                    "part 3: digest".into(),
+                )],
+            }),
+        });
+        let r = judge(&f, &HealthPolicy::default());
+        assert_eq!(r.level, FAIL);
+        let v = r
+            .findings
+            .iter()
+            .find(|f| f.kind == "verify-failed")
+            .expect("said");
+        assert!(
+            v.says
+                .contains("@home.2026-12-01T140200.123456Z: part 3: digest"),
+            "{}",
+            v.says
+        );
+        assert_eq!(r.targets[0].verify_failed, 1);
+    }
+
+    #[test]
+    fn a_stem_that_does_not_answer_fails() {
+        let mut f = healthy(1_000 * DAY);
+        f.space = None;
+        let r = judge(&f, &HealthPolicy::default());
+        assert_eq!(r.level, FAIL);
+        assert_eq!(r.findings[0].kind, "stem");
+        assert!(!r.space_known);
+    }
+
+    #[test]
     fn ages_in_words() {
         assert_eq!(age_words(45 * 60 * MICROS), "45 minutes");
         assert_eq!(age_words(3 * HOUR), "3 hours");

@@ -296,7 +296,9 @@ async fn run(args: Args) -> Result<(), String> {
     let health_connection = connection.clone();
     let health_checker = tokio::spawn(async move {
         let every = std::time::Duration::from_secs(layout::defaults::HEALTH_CHECK_EVERY_SECS);
-        let mut every = tokio::time::interval(every);
+        // The first look one period after start: the stem it asks may still be starting,
+        // and a scheduled act or a person's `health` looks sooner anyway.
+        let mut every = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
