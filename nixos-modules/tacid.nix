@@ -108,6 +108,7 @@ let
     { flag = "--health-snapshot-fail-secs"; value = toString hc.snapshotFailSeconds; }
     { flag = "--health-copy-warn-secs"; value = toString hc.copyWarnSeconds; }
     { flag = "--health-copy-fail-secs"; value = toString hc.copyFailSeconds; }
+    { flag = "--health-verify-warn-secs"; value = toString hc.verifyWarnSeconds; }
     { flag = "--health-staged-wait-secs"; value = toString hc.stagedWaitSeconds; }
     { flag = "--health-days-left-warn"; value = toString hc.daysLeftWarn; }
     { flag = "--health-days-left-fail"; value = toString hc.daysLeftFail; }
@@ -447,6 +448,7 @@ in
         warning (two periods of a daily target's timer and an hour).
       '';
       copyFailSeconds = count d.health_copy_fail_secs "Older than this many seconds is a failure.";
+      verifyWarnSeconds = count d.health_verify_warn_secs "A sealed target whose copies were last verified longer ago than this many seconds is a warning (two periods of a weekly verify timer and an hour).";
       stagedWaitSeconds = count d.health_staged_wait_secs "A restore staged and waiting for a reboot longer than this many seconds is a warning.";
       daysLeftWarn = count d.health_days_left_warn "Fewer days than this until the free space reaches the hard floor, at the rate it fell recently: a warning.";
       daysLeftFail = count d.health_days_left_fail "Fewer days than this: a failure.";

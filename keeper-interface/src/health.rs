@@ -49,7 +49,7 @@ pub struct Finding {
     /// `ok`, `warn` or `fail`.
     pub level: String,
     /// What kind of finding, a stable word for programs: `snapshot-age`, `timeline-timer`,
-    /// `copy-age`, `copy-failed`, `verify-failed`, `free-space`, `days-left`,
+    /// `copy-age`, `copy-failed`, `verify-failed`, `verify-late`, `free-space`, `days-left`,
     /// `staged-restore`, `bad-request`, `open-in-use`, `stem`, `failed-sets`.
     pub kind: String,
     /// What it is about: a mount point (`/home`), a target's name, or empty.

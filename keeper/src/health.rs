@@ -38,6 +38,7 @@ pub struct HealthPolicy {
     pub snapshot_fail_secs: u64,
     pub copy_warn_secs: u64,
     pub copy_fail_secs: u64,
+    pub verify_warn_secs: u64,
     pub staged_wait_secs: u64,
     pub days_left_warn: u64,
     pub days_left_fail: u64,
@@ -50,6 +51,7 @@ impl Default for HealthPolicy {
             snapshot_fail_secs: d::HEALTH_SNAPSHOT_FAIL_SECS,
             copy_warn_secs: d::HEALTH_COPY_WARN_SECS,
             copy_fail_secs: d::HEALTH_COPY_FAIL_SECS,
+            verify_warn_secs: d::HEALTH_VERIFY_WARN_SECS,
             staged_wait_secs: d::HEALTH_STAGED_WAIT_SECS,
             days_left_warn: d::HEALTH_DAYS_LEFT_WARN,
             days_left_fail: d::HEALTH_DAYS_LEFT_FAIL,
@@ -540,6 +542,19 @@ pub fn judge(f: &Facts, p: &HealthPolicy) -> HealthReport {
             .verified
             .as_ref()
             .map_or((0, 0), |v| (v.when_micros, v.failed.len() as u32));
+        let verify_unit = format!("{}{tname}", names::VERIFY_UNIT_PREFIX);
+        if tf.sealed && verified_at > 0 && now - verified_at > p.verify_warn_secs as i64 * MICROS {
+            out.push(finding(
+                Level::Warn,
+                "verify-late",
+                tname,
+                format!(
+                    "the copies on {tname} were last verified {} ago: the verify timer did not run when due.",
+                    age_words(now - verified_at)
+                ),
+                format!("check `systemctl status {verify_unit}.timer`; `tacid data verify --target {tname}` verifies now."),
+            ));
+        }
         if verify_failed > 0 {
             let what: Vec<String> = tf
                 .verified
@@ -901,6 +916,50 @@ mod tests {
             v.says
         );
         assert_eq!(r.targets[0].verify_failed, 1);
+    }
+
+    #[test]
+    fn a_sealed_target_not_verified_for_two_weeks_warns() {
+        let now = 1_000 * DAY;
+        let mut f = healthy(now);
+        f.targets.push(TargetFacts {
+            name: "usb".into(),
+            sealed: true,
+            acts: TargetActs {
+                held: SubvolumeName::default_snapshot_set()
+                    .iter()
+                    .map(|s| format!("{}.2026-12-01T140200.123456Z", s.as_str()))
+                    .collect(),
+                ..TargetActs::default()
+            },
+            verified: Some(LastVerification {
+                target: "usb".into(),
+                when_micros: now - 15 * DAY,
+                user_name: String::new(),
+                rule: "timer of usb".into(),
+                good: 3,
+                failed: Vec::new(),
+            }),
+        });
+        // The copies' own ages are not what is judged here.
+        let p = HealthPolicy {
+            copy_warn_secs: 10_000 * 86_400,
+            copy_fail_secs: 20_000 * 86_400,
+            ..HealthPolicy::default()
+        };
+        let r = judge(&f, &p);
+        assert_eq!(r.level, WARN, "{:#?}", r.findings);
+        let late = r
+            .findings
+            .iter()
+            .find(|f| f.kind == "verify-late")
+            .expect("said");
+        assert!(late.says.contains("15 days ago"), "{}", late.says);
+        assert!(
+            late.todo.contains("tacid-verify-usb.timer"),
+            "{}",
+            late.todo
+        );
     }
 
     #[test]

@@ -92,6 +92,11 @@ pub const HEALTH_SNAPSHOT_FAIL_SECS: u64 = 24 * TIMELINE_PERIOD_SECS;
 pub const HEALTH_COPY_WARN_SECS: u64 = 2 * COPY_PERIOD_SECS + TIMELINE_PERIOD_SECS;
 /// Health: older than this is a failure (a week of the target's runs).
 pub const HEALTH_COPY_FAIL_SECS: u64 = 7 * COPY_PERIOD_SECS;
+/// A sealed target's verify timer, by default (`weekly` in the module).
+pub const VERIFY_PERIOD_SECS: u64 = 7 * 24 * 60 * 60;
+/// Health: a sealed target whose copies were last verified longer ago than this (two of its
+/// verify timer's periods and an hour) warns: the timer did not run when due.
+pub const HEALTH_VERIFY_WARN_SECS: u64 = 2 * VERIFY_PERIOD_SECS + TIMELINE_PERIOD_SECS;
 /// Health: a restore staged and waiting for a reboot longer than this is a warning.
 pub const HEALTH_STAGED_WAIT_SECS: u64 = 24 * 60 * 60;
 /// Health: the free space reaches the hard floor in fewer days than this, at the rate it
@@ -140,6 +145,7 @@ pub struct Defaults {
     pub health_snapshot_fail_secs: u64,
     pub health_copy_warn_secs: u64,
     pub health_copy_fail_secs: u64,
+    pub health_verify_warn_secs: u64,
     pub health_staged_wait_secs: u64,
     pub health_days_left_warn: u64,
     pub health_days_left_fail: u64,
@@ -176,6 +182,7 @@ pub const DEFAULTS: Defaults = Defaults {
     health_snapshot_fail_secs: HEALTH_SNAPSHOT_FAIL_SECS,
     health_copy_warn_secs: HEALTH_COPY_WARN_SECS,
     health_copy_fail_secs: HEALTH_COPY_FAIL_SECS,
+    health_verify_warn_secs: HEALTH_VERIFY_WARN_SECS,
     health_staged_wait_secs: HEALTH_STAGED_WAIT_SECS,
     health_days_left_warn: HEALTH_DAYS_LEFT_WARN,
     health_days_left_fail: HEALTH_DAYS_LEFT_FAIL,

@@ -456,7 +456,8 @@ Levels and thresholds (the defaults; NixOS: services.tacid.health.*):
   run; a copy older than {copy_warn}, or the last copy to a target failed; the free
   space below the floor; fewer than {days_warn} days left at the rate the free space fell
   over the last {window}; a restore waiting for a reboot over {staged}; a bad request
-  file; a snapshot open and in use for over {open}.
+  file; a snapshot open and in use for over {open}; a sealed target's copies last
+  verified over {verify} ago.
   fail (exit code 17), the rollback is failing: no snapshot for {snap_fail}; no copy for
   {copy_fail}; fewer than {days_fail} day left; the free space below the hard floor
   (snapshots are refused); the stem not running; copies that failed verification.
@@ -479,6 +480,7 @@ Examples:
         snap_fail = span(d::HEALTH_SNAPSHOT_FAIL_SECS),
         copy_warn = span(d::HEALTH_COPY_WARN_SECS),
         copy_fail = span(d::HEALTH_COPY_FAIL_SECS),
+        verify = span(d::HEALTH_VERIFY_WARN_SECS),
         days_warn = d::HEALTH_DAYS_LEFT_WARN,
         days_fail = d::HEALTH_DAYS_LEFT_FAIL,
         window = span(d::HEALTH_GROWTH_WINDOW_SECS),

@@ -60,6 +60,9 @@ struct HealthArgs {
     /// Older than this: a failure.
     #[arg(long, value_name = "SECS", default_value_t = layout::defaults::HEALTH_COPY_FAIL_SECS)]
     health_copy_fail_secs: u64,
+    /// A sealed target's copies last verified longer ago than this many seconds: a warning.
+    #[arg(long, value_name = "SECS", default_value_t = layout::defaults::HEALTH_VERIFY_WARN_SECS)]
+    health_verify_warn_secs: u64,
     /// A restore staged and waiting for a reboot longer than this: a warning.
     #[arg(long, value_name = "SECS", default_value_t = layout::defaults::HEALTH_STAGED_WAIT_SECS)]
     health_staged_wait_secs: u64,
@@ -78,6 +81,7 @@ impl HealthArgs {
             snapshot_fail_secs: self.health_snapshot_fail_secs,
             copy_warn_secs: self.health_copy_warn_secs,
             copy_fail_secs: self.health_copy_fail_secs,
+            verify_warn_secs: self.health_verify_warn_secs,
             staged_wait_secs: self.health_staged_wait_secs,
             days_left_warn: self.health_days_left_warn,
             days_left_fail: self.health_days_left_fail,

@@ -130,6 +130,10 @@ fn the_units_flags_are_the_layouts_defaults_and_the_keepers_own() {
             d::HEALTH_COPY_FAIL_SECS.to_string(),
         ),
         (
+            "--health-verify-warn-secs",
+            d::HEALTH_VERIFY_WARN_SECS.to_string(),
+        ),
+        (
             "--health-staged-wait-secs",
             d::HEALTH_STAGED_WAIT_SECS.to_string(),
         ),
