@@ -649,7 +649,7 @@ let
   # The daemons' units name programs the FHS way (/usr/bin/tacid-keeper, /usr/bin/install);
   # in the package they name store paths: the package's own binaries, and each tool
   # listed in shipped.json at the path given in toolPaths (tool name -> absolute path).
-  systemUnitFiles = map installedPath (filter (e: e.install_dir == "lib/systemd/system") shipped.files);
+  systemUnitFiles = map installedPath (filter (e: elem e.install_dir [ "lib/systemd/system" "lib/systemd/user" ]) shipped.files);
   rewriteUnitPaths =
     toolPaths:
     let

@@ -105,7 +105,21 @@ let
     { flag = "--manual-max-age-days"; value = toString r.manualMaxAgeDays; }
     { flag = "--free-floor-bytes"; value = toString r.freeFloorBytes; }
     { flag = "--keep-replaced-days"; value = toString r.keepReplacedDays; }
+    { flag = "--health-snapshot-warn-secs"; value = toString hc.snapshotWarnSeconds; }
+    { flag = "--health-snapshot-fail-secs"; value = toString hc.snapshotFailSeconds; }
+    { flag = "--health-copy-warn-secs"; value = toString hc.copyWarnSeconds; }
+    { flag = "--health-copy-fail-secs"; value = toString hc.copyFailSeconds; }
+    { flag = "--health-verify-warn-secs"; value = toString hc.verifyWarnSeconds; }
+    { flag = "--health-staged-wait-secs"; value = toString hc.stagedWaitSeconds; }
+    { flag = "--health-days-left-warn"; value = toString hc.daysLeftWarn; }
+    { flag = "--health-days-left-fail"; value = toString hc.daysLeftFail; }
   ] ++ copiesValue;
+  hc = cfg.health;
+  # Alerts and metrics (adr/0028): every timer's unit alerts when it fails, and writes the
+  # metrics after each run when a directory is given.
+  alertOnFailure = [ (lib.replaceStrings [ "@." ] [ "@%n." ] layout.alert_unit) ];
+  metricsStopPost = lib.optional (cfg.metrics.directory != null)
+    "-${bin "cli"} data health --metrics-file ${cfg.metrics.directory}/tacid.prom";
   stemValues = [
     { flag = "--hard-floor-bytes"; value = toString r.hardFloorBytes; }
     { flag = "--open-idle-secs"; value = toString cfg.open.idleSeconds; }
@@ -162,6 +176,15 @@ let
         }}
         ${lib.concatMapStringsSep "\n" (place: "echo ${lib.escapeShellArg "ReadWritePaths=-${place}"}") localSealedPlaces}
       ) >$out/${unitDir}/${layout.copier_unit}.d/${tacidLib.moduleDropIn}
+    ''}
+    ${lib.optionalString (cfg.alerts.command != null) ''
+      mkdir -p $out/${unitDir}/${layout.alert_unit}.d
+      (
+        ${tacidLib.execStartDropInAll {
+          unit = "${cfg.package}/${unitDir}/${layout.alert_unit}";
+          values = [{ flag = "--command"; value = "${pkgs.writeShellScript "tacid-alert" cfg.alerts.command}"; }];
+        }}
+      ) >$out/${unitDir}/${layout.alert_unit}.d/${tacidLib.moduleDropIn}
     ''}
     ${lib.optionalString (!r.timeline) ''
       mkdir -p $out/${unitDir}/${layout.timeline_unit}.d
@@ -472,6 +495,61 @@ in
       total = count d.opens_total "How many snapshots may be open at once, everybody together.";
     };
 
+    # Health, alerts and metrics (adr/0028): `tacid data health`.
+    health = {
+      snapshotWarnSeconds = count d.health_snapshot_warn_secs ''
+        The newest snapshot of a subvolume older than this many seconds is a warning
+        (`tacid data health` exits 16, and the keeper signals it). The default is two
+        periods of the hourly timeline timer and its delay.
+      '';
+      snapshotFailSeconds = count d.health_snapshot_fail_secs "Older than this many seconds is a failure (exit code 17).";
+      copyWarnSeconds = count d.health_copy_warn_secs ''
+        The newest copy of a subvolume on a copy target older than this many seconds is a
+        warning (two periods of a daily target's timer and an hour).
+      '';
+      copyFailSeconds = count d.health_copy_fail_secs "Older than this many seconds is a failure.";
+      verifyWarnSeconds = count d.health_verify_warn_secs "A sealed target whose copies were last verified longer ago than this many seconds is a warning (two periods of a weekly verify timer and an hour).";
+      stagedWaitSeconds = count d.health_staged_wait_secs "A restore staged and waiting for a reboot longer than this many seconds is a warning.";
+      daysLeftWarn = count d.health_days_left_warn "Fewer days than this until the free space reaches the hard floor, at the rate it fell recently: a warning.";
+      daysLeftFail = count d.health_days_left_fail "Fewer days than this: a failure.";
+    };
+
+    alerts = {
+      command = lib.mkOption {
+        type = lib.types.nullOr lib.types.lines;
+        default = null;
+        example = "''${pkgs.mailutils}/bin/mail -s \"tacid on $(hostname): $TACID_ALERT_UNIT failed\" root";
+        description = ''
+          A shell script run as root when a tacid timer's unit fails (its OnFailure= starts
+          ${layout.alert_unit}), with the `tacid data health` report on its standard
+          input and TACID_ALERT_UNIT and TACID_HEALTH_LEVEL in its environment: mail, a push
+          service. The failure is journalled at warning priority either way. The alert unit's
+          drop-in names it in place of ${layout.alert_command_path}.
+        '';
+      };
+      notify = lib.mkOption {
+        type = lib.types.bool;
+        default = true;
+        description = ''
+          Start ${layout.notify_user_unit} (`tacid notify`) in every graphical session: the
+          keeper's alerts (health worsened, a timer's act failed) as desktop notifications,
+          for root and the approver group; anybody else's ends at once.
+        '';
+      };
+    };
+
+    metrics.directory = lib.mkOption {
+      type = lib.types.nullOr lib.types.str;
+      default = null;
+      example = "/var/lib/prometheus-node-exporter-text-files";
+      description = ''
+        node_exporter's textfile directory (services.prometheus.exporters.node with the
+        textfile collector's --collector.textfile.directory): after every run of a tacid
+        timer (the timeline, each copy and verification), `tacid data health` writes
+        tacid.prom there. null: no metrics.
+      '';
+    };
+
     # A consistent cut (adr/0026).
     consistentCut = {
       units = lib.mkOption {
@@ -721,6 +799,29 @@ in
         ephemeralRoot = ephemeral;
       }
       ++ [
+        # Nothing here may quietly make a machine that never snapshots (adr/0028): what can
+        # be known at evaluation is asserted; the first `tacid data health` after boot warns
+        # about the rest (no snapshot yet, a timer that has not run).
+        {
+          assertion = config.systemd.timers.${tacidLib.timerAttrName layout.timeline_timer}.enable or true;
+          message = "services.tacid: systemd.timers.${tacidLib.timerAttrName layout.timeline_timer}.enable = false leaves this machine without timeline snapshots and without the hourly free-space check; nothing would say so but `tacid data health`. Remove that setting; to keep only pre-switch sets, set services.tacid.retention.timeline = false (the timer then only prunes).";
+        }
+        {
+          assertion = config.systemd.services.${tacidLib.serviceAttrName layout.timeline_unit}.enable or true;
+          message = "services.tacid: systemd.services.${tacidLib.serviceAttrName layout.timeline_unit}.enable = false: the timeline timer would start nothing, and no snapshot would be taken. Remove that setting; to keep only pre-switch sets, set services.tacid.retention.timeline = false.";
+        }
+        {
+          assertion = hc.snapshotWarnSeconds < hc.snapshotFailSeconds && hc.copyWarnSeconds < hc.copyFailSeconds && hc.daysLeftFail < hc.daysLeftWarn;
+          message = "services.tacid.health: each warning must come before its failure: snapshotWarnSeconds < snapshotFailSeconds, copyWarnSeconds < copyFailSeconds, daysLeftFail < daysLeftWarn.";
+        }
+        {
+          assertion = hc.snapshotWarnSeconds >= 3600;
+          message = "services.tacid.health.snapshotWarnSeconds: below one period of the hourly timeline timer (3600), health would warn between every two runs. Set it to 3600 or more (default ${toString d.health_snapshot_warn_secs}).";
+        }
+        {
+          assertion = cfg.metrics.directory == null || lib.hasPrefix "/" cfg.metrics.directory;
+          message = "services.tacid.metrics.directory: \"${toString cfg.metrics.directory}\" is not an absolute path; give node_exporter's textfile directory, e.g. /var/lib/prometheus-node-exporter-text-files.";
+        }
         {
           assertion = !immutableEtc || keptInEtc == [ ];
           message = "services.tacid: system.etc.overlay.mutable = false makes /etc read-only, so the initrd cannot copy ${lib.concatMapStringsSep ", " (x: x.path) keptInEtc} into it from ${tacidLib.persistDir}. Set ${lib.concatMapStringsSep " and " (o: "services.tacid.persistEssentials.${o} = false;") (lib.unique (map (x: x.option) keptInEtc))} and keep them outside /etc (services.openssh.hostKeys with paths on ${tacidLib.persistDir}; services.userborn.passwordFilesLocation; the machine id as environment.etc.\"machine-id\".text), or set system.etc.overlay.mutable = true;";
@@ -794,6 +895,11 @@ in
             };
           };
         })
+        # The timeline's unit (the package's; OnFailure= the alert there) writes the metrics
+        # after each run too, when asked.
+        (lib.mkIf (cfg.metrics.directory != null) {
+          ${tacidLib.serviceAttrName layout.timeline_unit}.serviceConfig.ExecStopPost = metricsStopPost;
+        })
         # Every `btrfs receive` is the receiver's (adr/0025), one instance per connection;
         # the stem reaches SSH targets on Btrfs with ssh.
         (lib.mkIf haveCopies {
@@ -813,9 +919,11 @@ in
           (name: _: lib.nameValuePair (tacidLib.verifyUnitName name) {
             description = "tacid verifies the sealed copies on ${name} without restoring them";
             after = [ layout.keeper_unit ];
+            onFailure = alertOnFailure;
             serviceConfig = {
               Type = "oneshot";
               ExecStart = "${bin "cli"} data verify --target ${name} --timer";
+              ExecStopPost = metricsStopPost;
             };
           })
           verifiedCopies)
@@ -823,13 +931,18 @@ in
           (name: _: lib.nameValuePair (tacidLib.copyUnitName name) {
             description = "tacid copies to ${name}, and the retention there";
             after = [ layout.keeper_unit ];
+            onFailure = alertOnFailure;
             serviceConfig = {
               Type = "oneshot";
               ExecStart = "${bin "cli"} data copy --to ${name}";
+              ExecStopPost = metricsStopPost;
             };
           })
           copies)
       ];
+      # A person's notifier, in every graphical session (the package's user unit).
+      systemd.user.services.${tacidLib.serviceAttrName layout.notify_user_unit}.wantedBy =
+        lib.mkIf cfg.alerts.notify [ "graphical-session.target" ];
       # The receiver's socket, only where there are copies to receive.
       systemd.sockets = lib.mkIf haveCopies {
         ${lib.removeSuffix ".socket" layout.stem_receive_socket_unit}.wantedBy = [ "sockets.target" ];

@@ -24,6 +24,8 @@ TACID_DEBIAN_PACKAGES=(
     btrbk                # the copies bench compares against it
     restic age           # the sealed-copies bench compares against them (with zstd)
     rclone               # the sealed copies bench's raw floor into Garage (rclone rcat)
+    prometheus           # promtool check metrics: the health metrics (adr/0028)
+    dunst xvfb           # a real notification server on a real X display: tacid-notify's test
 )
 
 install_debian_packages() {

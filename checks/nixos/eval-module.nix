@@ -189,6 +189,7 @@ in
         "systemd.sockets"
         "systemd.timers"
         "systemd.tmpfiles.rules"
+        "systemd.user.services"
         "users.groups"
         "users.users"
       ]))
@@ -272,6 +273,7 @@ in
         manualMaxAgeDays = layout.defaults.manual_max_age_days;
         freeFloorBytes = layout.defaults.free_floor_bytes;
         hardFloorBytes = layout.defaults.hard_floor_bytes;
+        keepReplacedDays = layout.defaults.keep_replaced_days;
         timeline = true;
       } && all (o: o.type.name == "unsignedInt") (builtins.attrValues (removeAttrs options.retention [ "timeline" ]))))
     (check "the timeline timer is enabled, with the timeline on and off (then it checks the floor)"

@@ -3,7 +3,8 @@
 # Install the layout on an empty disk, boot it, write a file, snapshot, change it, stage
 # the restore, reboot: the file is back and everything written since is gone; reboot
 # again: no second restore. Then a switch takes a pre-switch snapshot set, a failed one
-# stops the switch, and the override lets exactly one switch through.
+# stops the switch, and the override lets exactly one switch through. Last, health: the
+# timeline's run writes the metrics, and the alert unit gives root's command the report.
 #
 # The machine first boots an ordinary NixOS from its own disk (/dev/vda, the root image
 # qemu-vm.nix makes with a boot partition when useBootLoader is on), makes the layout on
@@ -54,6 +55,14 @@ in
           virtualisation.useDefaultFilesystems = false;
           virtualisation.fileSystems = config.services.tacid.fileSystems;
           environment.etc."tacid-test-configuration".text = marker;
+          # Health, alerts and metrics (adr/0028): root's alert command keeps what it is
+          # given; the timers write the metrics where node_exporter would read them.
+          services.tacid.alerts.command = ''
+            cat > /run/tacid-test-alert
+            echo "$TACID_ALERT_UNIT $TACID_HEALTH_LEVEL" >> /run/tacid-test-alert
+          '';
+          services.tacid.metrics.directory = "/run/tacid-test-metrics";
+          systemd.tmpfiles.rules = [ "d /run/tacid-test-metrics 0755 root root -" ];
         };
       in
       {
@@ -234,5 +243,21 @@ in
           machine.succeed("grep -qx first /etc/tacid-test-configuration")
           machine.fail("test -e ${tacidLib.preSwitchSkipFile}")  # used up
           assert {s["name"] for s in tacid_json("data list")["snapshots"]} == before, "the override switch took a snapshot"
+
+      with subtest("health: the timeline's run writes the metrics; a failed timer's alert gives root's command the report"):
+          machine.succeed("systemctl start ${layout.timeline_unit}")
+          machine.succeed("grep -q '^tacid_health_level ' /run/tacid-test-metrics/tacid.prom")
+          code, out = machine.execute("${cli} data health")
+          assert code in (0, 16), f"health exited {code}: {out}"
+          health = tacid_json("data health")
+          assert health["level"] in ("ok", "warn"), health
+          # What the timeline unit's OnFailure= starts, started as systemd would.
+          alert_unit = "${builtins.replaceStrings [ "@." ] [ "@${layout.timeline_unit}." ] layout.alert_unit}"
+          machine.succeed(f"systemctl start {alert_unit}")
+          alert = machine.succeed("cat /run/tacid-test-alert")
+          assert "${layout.timeline_unit} failed on this machine" in alert, alert
+          assert "tacid health:" in alert, alert
+          assert alert.strip().split("\n")[-1].startswith("${layout.timeline_unit} "), alert
+          machine.succeed(f"journalctl -p warning -u {alert_unit} | grep -q 'failed on this machine'")
     '';
 }

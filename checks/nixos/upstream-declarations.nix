@@ -91,6 +91,13 @@ in
       description = "Environment variables passed to *all* systemd units.";
     };
 
+    # nixos/modules/system/boot/systemd/user.nix: the notifier's user unit (adr/0028).
+    systemd.user.services = mkOption {
+      default = { };
+      type = systemdUtils.types.services;
+      description = "Definition of systemd per-user service units.";
+    };
+
     # nixos/modules/system/boot/systemd/tmpfiles.nix
     systemd.tmpfiles.rules = mkOption {
       type = types.listOf types.str;

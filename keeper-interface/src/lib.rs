@@ -9,6 +9,7 @@
 //! `layout::escape` (adr/0017): `\\` and `\xHH`, no control character, and reversible
 //! (`layout::escape::unescape`) to the exact bytes.
 
+pub mod health;
 pub mod prune;
 pub mod words;
 
@@ -725,6 +726,17 @@ pub trait Keeper1 {
     fn status(&self) -> Result<Status, Error>;
     /// Withdraw the staged restore.
     fn cancel(&self) -> Result<Cancelled, Error>;
+    /// How old the newest snapshot and copy of each subvolume are, what failed, and what
+    /// to do (`tacid data health`). Anybody may ask.
+    fn health(&self) -> Result<health::HealthReport, Error>;
+    /// Health worsened (`level`: `warn` or `fail`; `says`: its worst findings, one a line,
+    /// each with what to do).
+    #[zbus(signal)]
+    fn health_worsened(&self, level: &str, says: &str) -> zbus::Result<()>;
+    /// A scheduled act failed (`act`: `timeline` or `copy to TARGET`; `says`: why, and
+    /// what to do).
+    #[zbus(signal)]
+    fn scheduled_act_failed(&self, act: &str, says: &str) -> zbus::Result<()>;
     /// Delete a snapshot, journalled with the person who asked.
     fn delete(&self, name: &str) -> Result<Deleted, Error>;
 

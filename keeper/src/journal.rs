@@ -217,6 +217,12 @@ const MIGRATIONS: &[&str] = &[
         restored TEXT NOT NULL,
         boot_micros INTEGER NOT NULL
     );",
+    // 11: the free space the keeper saw, a sample at most every few minutes over the last
+    // days, for the rate it falls at (`tacid data health`'s days left).
+    "CREATE TABLE free_space (
+        at_micros INTEGER PRIMARY KEY,
+        free_bytes INTEGER NOT NULL
+    );",
 ];
 
 /// The version whose migration adds the `CHECK` constraints: a journal below it is read for
@@ -225,11 +231,13 @@ const CHECKED_VERSION: i64 = 6;
 
 mod copies;
 mod cut;
+mod health;
 mod list;
 mod retention;
 mod types;
 mod verify;
 pub use copies::{CopyEnd, CopyRow};
+pub use health::{LastAct, Newest, TargetActs, TimelineRuns};
 pub use list::ListedRequest;
 pub use retention::{Deletion, DeletionResult};
 use types::StoredOutcomeResult;

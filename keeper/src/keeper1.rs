@@ -17,7 +17,9 @@
 //! - No method opens a path a caller names, or another person's home: `Open` shows root
 //!   and approvers a snapshot whole, anybody else only the home the user database gives
 //!   them, read-only, with the owners and modes it had (adr/0019). Nothing is restored.
-//! - No signals and no properties.
+//! - No properties, and two signals only (`HealthWorsened`, `ScheduledActFailed`, adr/0028):
+//!   they carry what is wrong and what to do, never a name or a reason a caller chose
+//!   unescaped; anybody on the bus may hear them, as anybody may ask `Health`.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -25,6 +27,7 @@ use std::sync::Arc;
 use bus_peer::{CallerUids, UnknownCaller};
 use zbus::message::Header;
 use zbus::object_server::Interface as _;
+use zbus::object_server::SignalEmitter;
 use zbus::{interface, Connection};
 
 use crate::service::{Keeper, ListedCopies, ListedRows};
@@ -270,6 +273,43 @@ impl Keeper1 {
         self.keeper.status(uid).await
     }
 
+    /// How old the newest snapshot and copy of each subvolume are, what failed and what to
+    /// do, each finding with its level (`ok`, `warn`, `fail`); the report's level is the
+    /// worst. Anybody may ask. When health worsened since the keeper last looked, it also
+    /// signals `HealthWorsened`. Errors: NotAuthorized (caller unknown), Journal.
+    async fn health(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+    ) -> Result<crate::wire::health::HealthReport, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        let (report, worsened) = self.keeper.health(uid).await?;
+        if let Some(w) = worsened {
+            signal_worsened(&emitter, &w).await;
+        }
+        Ok(report)
+    }
+
+    /// Health worsened since the keeper last looked (after an act, when asked, and every
+    /// few minutes): `level` is `warn` or `fail`; `says`, the worst findings, one a line,
+    /// each with what to do.
+    #[zbus(signal)]
+    async fn health_worsened(
+        emitter: &SignalEmitter<'_>,
+        level: &str,
+        says: &str,
+    ) -> zbus::Result<()>;
+
+    /// A scheduled act failed: `act` is `timeline` (the timeline timer's set) or `copy to
+    /// TARGET` (a copy target's timer); `says`, why, and what to do.
+    #[zbus(signal)]
+    async fn scheduled_act_failed(
+        emitter: &SignalEmitter<'_>,
+        act: &str,
+        says: &str,
+    ) -> zbus::Result<()>;
+
     /// Withdraw the staged restore, every member of a set's (nothing staged: says so,
     /// changes nothing). Root and approvers only. Errors: NotAuthorized, StemNotRunning,
     /// StemFailed, Journal.
@@ -345,9 +385,13 @@ impl Keeper1 {
         &self,
         #[zbus(connection)] connection: &Connection,
         #[zbus(header)] header: Header<'_>,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
     ) -> Result<SnapshotSet, KeeperError> {
         let uid = caller(&self.callers, connection, &header).await?;
-        self.keeper.snapshot_timeline(uid).await
+        let answer = self.keeper.snapshot_timeline(uid).await;
+        let failed = answer.as_ref().err().map(|e| e.message().to_owned());
+        self.after_scheduled(&emitter, "timeline", failed).await;
+        answer
     }
 
     /// Copy the snapshot `name` to the configured target `target`, incremental against the
@@ -369,9 +413,27 @@ impl Keeper1 {
         #[zbus(header)] header: Header<'_>,
         name: &str,
         target: &str,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
     ) -> Result<CopyReport, KeeperError> {
         let uid = caller(&self.callers, connection, &header).await?;
-        self.keeper.copy(uid, name, target).await
+        let answer = self.keeper.copy(uid, name, target).await;
+        if name.is_empty() {
+            // The timer's act: a failure is an error, or copies the report says failed.
+            let failed = match &answer {
+                Err(e) => Some(e.message().to_owned()),
+                Ok(r) if !r.failed.is_empty() => Some(
+                    r.failed
+                        .iter()
+                        .map(|f| format!("{}: {}", f.name, f.reason))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                ),
+                Ok(_) => None,
+            };
+            let act = format!("copy to {}", crate::caps::name(target));
+            self.after_scheduled(&emitter, &act, failed).await;
+        }
+        answer
     }
 
     /// The verified copies the configured target `target` holds, oldest first, and whether
@@ -538,4 +600,42 @@ pub fn introspection_xml(keeper: Arc<Keeper>) -> String {
 /// The interface's name, from the macro (checked against the layout in a test).
 pub fn interface_name() -> String {
     Keeper1::name().to_string()
+}
+
+impl Keeper1 {
+    /// After a scheduled act: signal its failure, then look at health and signal when it
+    /// worsened. Failing to signal is logged; the act's answer stands.
+    async fn after_scheduled(
+        &self,
+        emitter: &SignalEmitter<'_>,
+        act: &str,
+        failed: Option<String>,
+    ) {
+        if let Some(why) = failed {
+            let stop = if why.ends_with('.') { "" } else { "." };
+            let says = format!("{why}{stop} See `tacid data health` for what to do.");
+            tracing::warn!(act, "a scheduled act failed: {why}");
+            if let Err(e) = Keeper1::scheduled_act_failed(emitter, act, &says).await {
+                tracing::warn!("could not signal ScheduledActFailed: {e}");
+            }
+        }
+        check_and_signal(&self.keeper, emitter).await;
+    }
+}
+
+/// Look at health and signal `HealthWorsened` when it worsened (the daemon calls this every
+/// `layout::defaults::HEALTH_CHECK_EVERY_SECS`, and after every scheduled act).
+pub async fn check_and_signal(keeper: &Keeper, emitter: &SignalEmitter<'_>) {
+    match keeper.check_health().await {
+        Ok((_, Some(w))) => signal_worsened(emitter, &w).await,
+        Ok((_, None)) => {}
+        Err(e) => tracing::warn!("health could not be checked: {}", e.message()),
+    }
+}
+
+async fn signal_worsened(emitter: &SignalEmitter<'_>, w: &crate::health::Worsened) {
+    tracing::warn!(level = w.level.as_str(), "health worsened: {}", w.says);
+    if let Err(e) = Keeper1::health_worsened(emitter, w.level.as_str(), &w.says).await {
+        tracing::warn!("could not signal HealthWorsened: {e}");
+    }
 }

@@ -16,6 +16,7 @@ pub mod consent;
 pub mod copier_client;
 pub mod copies;
 pub mod handles;
+pub mod health;
 pub mod journal;
 pub mod keeper1;
 pub mod list;

@@ -13,6 +13,7 @@ use crate::authority::Authority;
 use crate::consent::Consent;
 use crate::copies::Copies;
 use crate::handles::Handles;
+use crate::health::{Health, HealthPolicy, Worsened};
 use crate::journal::Journal;
 use crate::list::List;
 use crate::opens::Opens;
@@ -48,6 +49,7 @@ pub struct Keeper {
     copies: Copies,
     opens: Opens,
     list: List,
+    health: Arc<Health>,
 }
 
 impl Keeper {
@@ -58,10 +60,17 @@ impl Keeper {
             Handles::new(journal, authority),
             Policy::default(),
             Arc::new(CopiesConfig::default()),
+            HealthPolicy::default(),
         )
     }
 
-    fn compose(h: Handles, policy: Policy, config: Arc<CopiesConfig>) -> Keeper {
+    fn compose(
+        h: Handles,
+        policy: Policy,
+        config: Arc<CopiesConfig>,
+        health: HealthPolicy,
+    ) -> Keeper {
+        let floor_bytes = policy.floor_bytes;
         let refusals = Arc::new(Refusals::new(h.clone()));
         let reconcile = Arc::new(Reconcile::new(h.clone()));
         let replaced_days = policy.replaced_days;
@@ -86,6 +95,7 @@ impl Keeper {
                 config.clone(),
             ),
             opens: Opens::new(h.clone(), refusals.clone()),
+            health: Arc::new(Health::new(h.clone(), health, floor_bytes, config.clone())),
             list: List::new(h.clone(), reconcile.clone(), config, replaced_days),
             h,
             refusals,
@@ -97,13 +107,22 @@ impl Keeper {
     /// Use `policy` for retention (from the keeper's flags).
     pub fn with_policy(self, policy: Policy) -> Keeper {
         let config = Arc::new(self.copies.config().clone());
-        Keeper::compose(self.h, policy, config)
+        let health = self.health.policy().clone();
+        Keeper::compose(self.h, policy, config, health)
+    }
+
+    /// Use `health` for the health thresholds (from the keeper's flags).
+    pub fn with_health(self, health: HealthPolicy) -> Keeper {
+        let config = Arc::new(self.copies.config().clone());
+        let policy = self.retention.policy().clone();
+        Keeper::compose(self.h, policy, config, health)
     }
 
     /// Use `config` for the copy targets (from `--copies-config`).
     pub fn with_copies(self, config: CopiesConfig) -> Keeper {
         let policy = self.retention.policy().clone();
-        Keeper::compose(self.h, policy, Arc::new(config))
+        let health = self.health.policy().clone();
+        Keeper::compose(self.h, policy, Arc::new(config), health)
     }
 
     /// The stem client (to give it the bus connection).
@@ -226,6 +245,23 @@ impl Keeper {
 
     pub async fn status(&self, uid: u32) -> Result<Status, KeeperError> {
         self.consent.status(uid).await
+    }
+
+    // Health.
+
+    /// The health report for `uid`, and whether health worsened since the keeper last looked.
+    pub async fn health(
+        &self,
+        uid: u32,
+    ) -> Result<(crate::wire::health::HealthReport, Option<Worsened>), KeeperError> {
+        self.health.report(uid).await
+    }
+
+    /// Look at health now (after a scheduled act, or on the keeper's own schedule).
+    pub async fn check_health(
+        &self,
+    ) -> Result<(crate::wire::health::HealthReport, Option<Worsened>), KeeperError> {
+        self.health.check().await
     }
 
     // The list.

@@ -33,6 +33,11 @@ pub struct Contract {
     pub keeper_unit: &'static str,
     pub timeline_unit: &'static str,
     pub timeline_timer: &'static str,
+    /// Alerts (adr/0028): the alert template unit, root's alert command, the notifier's
+    /// user unit.
+    pub alert_unit: &'static str,
+    pub alert_command_path: &'static str,
+    pub notify_user_unit: &'static str,
     pub initrd_restore_unit: &'static str,
     pub initrd_wipe_root_unit: &'static str,
     pub kernel_device_key: &'static str,
@@ -107,6 +112,9 @@ impl Contract {
             keeper_unit: names::KEEPER_UNIT,
             timeline_unit: names::TIMELINE_UNIT,
             timeline_timer: names::TIMELINE_TIMER,
+            alert_unit: names::ALERT_UNIT,
+            alert_command_path: crate::ALERT_COMMAND_PATH,
+            notify_user_unit: names::NOTIFY_USER_UNIT,
             initrd_restore_unit: names::INITRD_RESTORE_UNIT,
             initrd_wipe_root_unit: names::INITRD_WIPE_ROOT_UNIT,
             kernel_device_key: names::KERNEL_DEVICE_KEY,

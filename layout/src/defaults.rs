@@ -76,6 +76,52 @@ pub const ALLOWANCE_PER_CALLER: u32 = 10;
 /// The allowance of all callers together.
 pub const ALLOWANCE_OVERALL: u32 = 100;
 
+/// How often the timeline timer (`tacid-timeline.timer`, `OnCalendar=hourly`) runs, and
+/// the most its `RandomizedDelaySec=` moves a run: the health thresholds below are derived
+/// from them, so that one missed run is not yet a warning and two are.
+pub const TIMELINE_PERIOD_SECS: u64 = 60 * 60;
+/// The timeline timer's `RandomizedDelaySec=`.
+pub const TIMELINE_RANDOM_DELAY_SECS: u64 = 5 * 60;
+/// A copy target's timer, by default (`daily` in the module): the period the copy
+/// thresholds are derived from.
+pub const COPY_PERIOD_SECS: u64 = 24 * 60 * 60;
+
+/// Health (`tacid data health`): the newest snapshot of a snapshotted subvolume older than
+/// this is a warning: two timeline periods and the timer's delay, so two runs were missed.
+pub const HEALTH_SNAPSHOT_WARN_SECS: u64 = 2 * TIMELINE_PERIOD_SECS + TIMELINE_RANDOM_DELAY_SECS;
+/// Health: older than this is a failure: a day without a snapshot.
+pub const HEALTH_SNAPSHOT_FAIL_SECS: u64 = 24 * TIMELINE_PERIOD_SECS;
+/// Health: the newest copy of a subvolume on a target older than this is a warning (two of
+/// the target's periods and an hour).
+pub const HEALTH_COPY_WARN_SECS: u64 = 2 * COPY_PERIOD_SECS + TIMELINE_PERIOD_SECS;
+/// Health: older than this is a failure (a week of the target's runs).
+pub const HEALTH_COPY_FAIL_SECS: u64 = 7 * COPY_PERIOD_SECS;
+/// A sealed target's verify timer, by default (`weekly` in the module).
+pub const VERIFY_PERIOD_SECS: u64 = 7 * 24 * 60 * 60;
+/// Health: a sealed target whose copies were last verified longer ago than this (two of its
+/// verify timer's periods and an hour) warns: the timer did not run when due.
+pub const HEALTH_VERIFY_WARN_SECS: u64 = 2 * VERIFY_PERIOD_SECS + TIMELINE_PERIOD_SECS;
+/// Health: a restore staged and waiting for a reboot longer than this is a warning.
+pub const HEALTH_STAGED_WAIT_SECS: u64 = 24 * 60 * 60;
+/// Health: the free space reaches the hard floor in fewer days than this, at the rate it
+/// fell over the last [`HEALTH_GROWTH_WINDOW_SECS`]: a warning.
+pub const HEALTH_DAYS_LEFT_WARN: u64 = 7;
+/// Health: likewise, a failure.
+pub const HEALTH_DAYS_LEFT_FAIL: u64 = 1;
+/// Health: the rate of growth is measured over this window of the free space the keeper
+/// recorded (at most one sample every [`HEALTH_SPACE_SAMPLE_SECS`]).
+pub const HEALTH_GROWTH_WINDOW_SECS: u64 = 3 * 24 * 60 * 60;
+/// Health: the keeper records the free space at most this often.
+pub const HEALTH_SPACE_SAMPLE_SECS: u64 = 10 * 60;
+/// Health: the keeper checks health by itself this often (and after every act), and
+/// signals when it worsened.
+pub const HEALTH_CHECK_EVERY_SECS: u64 = 5 * 60;
+/// Health: an open snapshot in use longer than this is a warning (retention keeps it).
+pub const HEALTH_OPEN_HELD_SECS: u64 = 24 * 60 * 60;
+const _: () = assert!(HEALTH_SNAPSHOT_WARN_SECS < HEALTH_SNAPSHOT_FAIL_SECS);
+const _: () = assert!(HEALTH_COPY_WARN_SECS < HEALTH_COPY_FAIL_SECS);
+const _: () = assert!(HEALTH_DAYS_LEFT_FAIL < HEALTH_DAYS_LEFT_WARN);
+
 /// The defaults as data, for `layout.json` and through it the NixOS module.
 #[derive(Debug, Serialize)]
 pub struct Defaults {
@@ -101,6 +147,14 @@ pub struct Defaults {
     pub cut_freeze_timeout_ms: u32,
     pub cut_hold_limit_ms: u32,
     pub cut_hook_limit_ms: u32,
+    pub health_snapshot_warn_secs: u64,
+    pub health_snapshot_fail_secs: u64,
+    pub health_copy_warn_secs: u64,
+    pub health_copy_fail_secs: u64,
+    pub health_verify_warn_secs: u64,
+    pub health_staged_wait_secs: u64,
+    pub health_days_left_warn: u64,
+    pub health_days_left_fail: u64,
 }
 
 /// A consistent cut: how long the stem waits for every paused unit to report frozen.
@@ -135,4 +189,12 @@ pub const DEFAULTS: Defaults = Defaults {
     cut_freeze_timeout_ms: CUT_FREEZE_TIMEOUT_MS,
     cut_hold_limit_ms: CUT_HOLD_LIMIT_MS,
     cut_hook_limit_ms: CUT_HOOK_LIMIT_MS,
+    health_snapshot_warn_secs: HEALTH_SNAPSHOT_WARN_SECS,
+    health_snapshot_fail_secs: HEALTH_SNAPSHOT_FAIL_SECS,
+    health_copy_warn_secs: HEALTH_COPY_WARN_SECS,
+    health_copy_fail_secs: HEALTH_COPY_FAIL_SECS,
+    health_verify_warn_secs: HEALTH_VERIFY_WARN_SECS,
+    health_staged_wait_secs: HEALTH_STAGED_WAIT_SECS,
+    health_days_left_warn: HEALTH_DAYS_LEFT_WARN,
+    health_days_left_fail: HEALTH_DAYS_LEFT_FAIL,
 };

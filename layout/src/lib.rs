@@ -82,6 +82,11 @@ pub const TEMP_PREFIX: &str = ".tmp.";
 /// Where a person's opened snapshots appear (adr/0019): `OPEN_DIR/<uid>/<snapshot
 /// name>`, read-only. Root's, mode 0755, on the /run tmpfs, so nothing outlives a boot.
 pub const OPEN_DIR: &str = "/run/tacid";
+
+/// Root's alert command (adr/0028): an executable run by the alert unit with the health
+/// report on its standard input; none there, the failure is only journalled. NixOS writes it
+/// from `services.tacid.alerts.command`.
+pub const ALERT_COMMAND_PATH: &str = "/etc/tacid/alert";
 /// Where people's home directories are: the mount point of the subvolume whose snapshots a
 /// person who is not an approver may open their own part of (their home, directly under it).
 pub const HOMES_MOUNT_POINT: &str = "/home";
@@ -123,6 +128,13 @@ pub mod names {
     /// The timeline: a service that takes a timeline set and prunes, and its timer.
     pub const TIMELINE_UNIT: &str = "tacid-timeline.service";
     pub const TIMELINE_TIMER: &str = "tacid-timeline.timer";
+    /// The alert (adr/0028): a template the timers' units name in `OnFailure=`, with the
+    /// failed unit as its instance; it journals at warning priority and runs root's alert
+    /// command ([`crate::ALERT_COMMAND_PATH`]) with the health report on its standard input.
+    pub const ALERT_UNIT: &str = "tacid-alert@.service";
+    /// A person's notifier (a systemd user unit): the keeper's alerts as desktop
+    /// notifications, for root and the approver group.
+    pub const NOTIFY_USER_UNIT: &str = "tacid-notify.service";
     /// Copies off the disk: the NixOS module's timer and service for target `T` are
     /// `tacid-copy-T` (adr/0018).
     pub const COPY_UNIT_PREFIX: &str = "tacid-copy-";

@@ -16,11 +16,17 @@ _tacid() {
             ",$1")
                 cmd="tacid"
                 ;;
+            tacid,alert)
+                cmd="tacid__subcmd__alert"
+                ;;
             tacid,data)
                 cmd="tacid__subcmd__data"
                 ;;
             tacid,help)
                 cmd="tacid__subcmd__help"
+                ;;
+            tacid,notify)
+                cmd="tacid__subcmd__notify"
                 ;;
             tacid__subcmd__data,cancel)
                 cmd="tacid__subcmd__data__subcmd__cancel"
@@ -42,6 +48,9 @@ _tacid() {
                 ;;
             tacid__subcmd__data,fetch)
                 cmd="tacid__subcmd__data__subcmd__fetch"
+                ;;
+            tacid__subcmd__data,health)
+                cmd="tacid__subcmd__data__subcmd__health"
                 ;;
             tacid__subcmd__data,help)
                 cmd="tacid__subcmd__data__subcmd__help"
@@ -91,6 +100,9 @@ _tacid() {
             tacid__subcmd__data__subcmd__help,fetch)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__fetch"
                 ;;
+            tacid__subcmd__data__subcmd__help,health)
+                cmd="tacid__subcmd__data__subcmd__help__subcmd__health"
+                ;;
             tacid__subcmd__data__subcmd__help,help)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__help"
                 ;;
@@ -118,11 +130,17 @@ _tacid() {
             tacid__subcmd__data__subcmd__help,verify)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__verify"
                 ;;
+            tacid__subcmd__help,alert)
+                cmd="tacid__subcmd__help__subcmd__alert"
+                ;;
             tacid__subcmd__help,data)
                 cmd="tacid__subcmd__help__subcmd__data"
                 ;;
             tacid__subcmd__help,help)
                 cmd="tacid__subcmd__help__subcmd__help"
+                ;;
+            tacid__subcmd__help,notify)
+                cmd="tacid__subcmd__help__subcmd__notify"
                 ;;
             tacid__subcmd__help__subcmd__data,cancel)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__cancel"
@@ -144,6 +162,9 @@ _tacid() {
                 ;;
             tacid__subcmd__help__subcmd__data,fetch)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__fetch"
+                ;;
+            tacid__subcmd__help__subcmd__data,health)
+                cmd="tacid__subcmd__help__subcmd__data__subcmd__health"
                 ;;
             tacid__subcmd__help__subcmd__data,keep)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__keep"
@@ -176,7 +197,7 @@ _tacid() {
 
     case "${cmd}" in
         tacid)
-            opts="-h -V --json --bus --help --version data help"
+            opts="-h -V --json --bus --help --version data notify alert help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -193,8 +214,34 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__alert)
+            opts="-h --unit --command --json --bus --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --unit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --command)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__data)
-            opts="-h --json --bus --help list snapshot restore status cancel delete keep copy copies fetch verify open close diff prune help"
+            opts="-h --json --bus --help list snapshot restore status health cancel delete keep copy copies fetch verify open close diff prune help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -345,8 +392,30 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__data__subcmd__health)
+            opts="-h --metrics --metrics-file --json --bus --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --metrics-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__data__subcmd__help)
-            opts="list snapshot restore status cancel delete keep copy copies fetch verify open close diff prune help"
+            opts="list snapshot restore status health cancel delete keep copy copies fetch verify open close diff prune help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -444,6 +513,20 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data__subcmd__help__subcmd__fetch)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__data__subcmd__help__subcmd__health)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -740,7 +823,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__help)
-            opts="data help"
+            opts="data notify alert help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -753,8 +836,22 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__help__subcmd__alert)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__help__subcmd__data)
-            opts="list snapshot restore status cancel delete keep copy copies fetch verify open close diff prune"
+            opts="list snapshot restore status health cancel delete keep copy copies fetch verify open close diff prune"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -852,6 +949,20 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__help__subcmd__data__subcmd__fetch)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__help__subcmd__data__subcmd__health)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -984,6 +1095,46 @@ _tacid() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__help__subcmd__notify)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__notify)
+            opts="-h --group --session-bus --json --bus --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --group)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --session-bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

@@ -42,6 +42,12 @@ pub mod exit {
     /// A sealed copy failed verification, or a target served something this machine's key
     /// does not authenticate: what it holds is not what was copied.
     pub const UNTRUSTED: u8 = 15;
+    /// `health`: something needs a look soon (a timer late, a copy failed, the free space
+    /// below the floor); each line says what to do.
+    pub const HEALTH_WARN: u8 = 16;
+    /// `health`: the rollback is failing now (no snapshot for a day, snapshots refused, the
+    /// stem down, copies that do not verify); each line says what to do.
+    pub const HEALTH_FAIL: u8 = 17;
 }
 
 /// The exit codes, with the approver group's default from the layout.
@@ -78,7 +84,11 @@ Exit codes:
      file is not its own alone; sealed targets need it, Btrfs targets do not
  15  a sealed copy failed verification, or its target served something this
      machine's key does not authenticate (a changed or missing part, another copy's,
-     an older one): nothing of it was received; make a new copy";
+     an older one): nothing of it was received; make a new copy
+ 16  health: warning: something needs a look soon (a timer late or failed, a copy
+     failed, the free space below the floor); each line says what to do
+ 17  health: failing: the rollback is failing now (no snapshot for a day, snapshots
+     refused below the hard floor, the stem not running, copies that do not verify)";
 
 const BOUNDARIES: &str = "\
 What tacid does not do:
@@ -291,6 +301,35 @@ pub enum Command {
     /// The data leg: snapshots and restores of /persist, /var/log and /home.
     #[command(subcommand, after_long_help = format!("{BOUNDARIES}\n\n{SHOWN_NAMES}\n\n{JSON_OUTPUT}\n\n{}", exit_table()))]
     Data(Data),
+    /// Show the keeper's alerts (health worsened, a timer's act failed) as desktop
+    /// notifications, for root and the approver group: what `tacid-notify.service` (a
+    /// systemd user unit) runs in a person's session.
+    Notify(NotifyArgs),
+    /// Journal a failed tacid unit and the health report at warning priority, and run the
+    /// alert command root configured with the report on its standard input: what
+    /// `tacid-alert@.service` runs (the timers' units name it in OnFailure=).
+    Alert(AlertArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct NotifyArgs {
+    /// Members of this group (and root) are notified; anybody else's notifier ends.
+    #[arg(long, value_name = "GROUP", default_value = layout::defaults::APPROVER_GROUP)]
+    pub group: String,
+    /// The session bus to notify on, instead of DBUS_SESSION_BUS_ADDRESS's (tests).
+    #[arg(long, value_name = "ADDRESS", hide = true)]
+    pub session_bus: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AlertArgs {
+    /// The unit that failed (the `%i` of tacid-alert@.service).
+    #[arg(long, value_name = "UNIT")]
+    pub unit: String,
+    /// Root's alert command: an absolute path, run with the report on its standard input;
+    /// a missing file means none (the failure is journalled only).
+    #[arg(long, value_name = "PATH")]
+    pub command: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -314,6 +353,14 @@ pub enum Data {
     Restore(RestoreArgs),
     /// The staged restore, what the last boot did with one, and the keeper's health.
     Status,
+    /// Is the rollback still there? How old the newest snapshot of each subvolume and its
+    /// newest pre-switch set are, each copy target's newest copies, last failure and last
+    /// verification, the free space against the floors and the days left at the recent
+    /// rate, timer runs that failed or did not run when due, a restore waiting for a
+    /// reboot, a bad request file, a snapshot held open; each line says what to do. Exit
+    /// code 0 ok, 16 warning, 17 failing. Anybody may ask.
+    #[command(after_long_help = format!("{}\n\n{}", health_help(), exit_table()))]
+    Health(HealthArgs),
     /// Withdraw the staged restore (a set's, every member). Root and the approver group
     /// only.
     Cancel,
@@ -367,6 +414,80 @@ pub enum Data {
     /// With --dry-run (anybody may), say what would go and why, rule by rule, and delete
     /// nothing. For real: root and the approver group only.
     Prune(PruneArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct HealthArgs {
+    /// Print metrics for node_exporter's textfile collector instead of the report.
+    #[arg(long)]
+    pub metrics: bool,
+    /// Also write the metrics to this file, durably and at once (a temporary file, then a
+    /// rename): a file in node_exporter's textfile directory, named `*.prom` (what the
+    /// shipped timers and services.tacid.metrics.directory do).
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<std::path::PathBuf>,
+}
+
+/// A number of seconds for people: `2 h 5 min`, `1 day`, `7 days`.
+fn span(secs: u64) -> String {
+    let (d, h, m) = (secs / 86_400, secs % 86_400 / 3600, secs % 3600 / 60);
+    let mut parts = Vec::new();
+    if d > 0 {
+        parts.push(format!("{d} day{}", if d == 1 { "" } else { "s" }));
+    }
+    if h > 0 {
+        parts.push(format!("{h} h"));
+    }
+    if m > 0 {
+        parts.push(format!("{m} min"));
+    }
+    parts.join(" ")
+}
+
+/// Levels and thresholds, alerts, for `--help` and the man page: from `layout::defaults`.
+fn health_help() -> String {
+    use layout::defaults as d;
+    format!(
+        "\
+Levels and thresholds (the defaults; NixOS: services.tacid.health.*):
+  ok: nothing to do.
+  warn (exit code 16), look soon: the newest snapshot older than {snap_warn} (two timeline
+  periods and the timer's delay); the timeline timer's last run failed, or it has not
+  run; a copy older than {copy_warn}, or the last copy to a target failed; the free
+  space below the floor; fewer than {days_warn} days left at the rate the free space fell
+  over the last {window}; a restore waiting for a reboot over {staged}; a bad request
+  file; a snapshot open and in use for over {open}; a sealed target's copies last
+  verified over {verify} ago.
+  fail (exit code 17), the rollback is failing: no snapshot for {snap_fail}; no copy for
+  {copy_fail}; fewer than {days_fail} day left; the free space below the hard floor
+  (snapshots are refused); the stem not running; copies that failed verification.
+
+Alerts:
+  The keeper signals HealthWorsened and ScheduledActFailed on the system bus;
+  `tacid notify` (the user unit tacid-notify.service) shows them as desktop
+  notifications to root and the approver group; the timers' units start
+  tacid-alert@.service when they fail, which journals at warning priority and runs
+  root's alert command ({alert}) with this report on its standard input.
+
+Examples:
+  tacid data health
+      the report; exit code 0, 16 or 17
+  tacid data health --json
+      the same for programs
+  tacid data health --metrics-file /var/lib/prometheus-node-exporter/tacid.prom
+      also write the metrics for node_exporter's textfile collector",
+        snap_warn = span(d::HEALTH_SNAPSHOT_WARN_SECS),
+        snap_fail = span(d::HEALTH_SNAPSHOT_FAIL_SECS),
+        copy_warn = span(d::HEALTH_COPY_WARN_SECS),
+        copy_fail = span(d::HEALTH_COPY_FAIL_SECS),
+        verify = span(d::HEALTH_VERIFY_WARN_SECS),
+        days_warn = d::HEALTH_DAYS_LEFT_WARN,
+        days_fail = d::HEALTH_DAYS_LEFT_FAIL,
+        window = span(d::HEALTH_GROWTH_WINDOW_SECS),
+        staged = span(d::HEALTH_STAGED_WAIT_SECS),
+        open = span(d::HEALTH_OPEN_HELD_SECS),
+        alert = layout::ALERT_COMMAND_PATH,
+    )
 }
 
 #[derive(Debug, Clone, Args)]

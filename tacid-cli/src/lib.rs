@@ -1,9 +1,12 @@
 //! `tacid`: the person's way in. It talks only to the keeper (`org.tacid.Keeper1`), prints
 //! sentences for people or JSON for programs, and exits with one code per class of outcome.
 
+pub mod alert;
 pub mod cli;
 pub mod docs;
+pub mod health;
 pub mod json;
+pub mod notify;
 mod render;
 mod rows;
 
@@ -503,7 +506,17 @@ fn print_json<T: serde::Serialize>(body: T) {
 
 async fn act(cli: Cli) -> Result<u8, Failure> {
     let as_json = cli.json;
-    let Command::Data(data) = cli.command;
+    let data = match cli.command {
+        Command::Data(data) => data,
+        Command::Notify(a) => {
+            let keeper = connect(cli.bus.as_deref()).await?;
+            return notify::run(&keeper, &a).await;
+        }
+        Command::Alert(a) => {
+            let keeper = connect(cli.bus.as_deref()).await?;
+            return alert::run(&keeper, &a).await;
+        }
+    };
     if let Data::Restore(a) = &data {
         if let Some(message) = several_misnamed(a) {
             return Err(Failure {
@@ -657,6 +670,27 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
                 print!("{}", render::status(&status, now));
             }
             Ok(exit::OK)
+        }
+        Data::Health(a) => {
+            let report = keeper.health().await.map_err(classify)?;
+            if let Some(path) = &a.metrics_file {
+                health::write_file(path, &health::metrics(&report)).map_err(|e| Failure {
+                    code: exit::FAILED,
+                    name: String::new(),
+                    message: format!(
+                        "cannot write the metrics to {} ({e}); is the directory there and writable?",
+                        path.display()
+                    ),
+                })?;
+            }
+            if a.metrics {
+                print!("{}", health::metrics(&report));
+            } else if as_json {
+                print_json(health::Json::from(&report));
+            } else {
+                print!("{}", health::text(&report));
+            }
+            Ok(health::exit_code(&report))
         }
         Data::Cancel => {
             let c = keeper.cancel().await.map_err(classify)?;

@@ -40,6 +40,53 @@ struct Args {
     print_introspection: bool,
     #[command(flatten)]
     retention: RetentionArgs,
+    #[command(flatten)]
+    health: HealthArgs,
+}
+
+/// The health thresholds (`tacid data health`); the NixOS module passes
+/// services.tacid.health.*. Defaults derived from the timers' schedules.
+#[derive(Debug, clap::Args)]
+struct HealthArgs {
+    /// The newest snapshot of a subvolume older than this many seconds: a warning.
+    #[arg(long, value_name = "SECS", default_value_t = layout::defaults::HEALTH_SNAPSHOT_WARN_SECS)]
+    health_snapshot_warn_secs: u64,
+    /// Older than this: a failure.
+    #[arg(long, value_name = "SECS", default_value_t = layout::defaults::HEALTH_SNAPSHOT_FAIL_SECS)]
+    health_snapshot_fail_secs: u64,
+    /// The newest copy of a subvolume on a target older than this many seconds: a warning.
+    #[arg(long, value_name = "SECS", default_value_t = layout::defaults::HEALTH_COPY_WARN_SECS)]
+    health_copy_warn_secs: u64,
+    /// Older than this: a failure.
+    #[arg(long, value_name = "SECS", default_value_t = layout::defaults::HEALTH_COPY_FAIL_SECS)]
+    health_copy_fail_secs: u64,
+    /// A sealed target's copies last verified longer ago than this many seconds: a warning.
+    #[arg(long, value_name = "SECS", default_value_t = layout::defaults::HEALTH_VERIFY_WARN_SECS)]
+    health_verify_warn_secs: u64,
+    /// A restore staged and waiting for a reboot longer than this: a warning.
+    #[arg(long, value_name = "SECS", default_value_t = layout::defaults::HEALTH_STAGED_WAIT_SECS)]
+    health_staged_wait_secs: u64,
+    /// Fewer days than this until the free space reaches the hard floor: a warning.
+    #[arg(long, value_name = "DAYS", default_value_t = layout::defaults::HEALTH_DAYS_LEFT_WARN)]
+    health_days_left_warn: u64,
+    /// Fewer days than this: a failure.
+    #[arg(long, value_name = "DAYS", default_value_t = layout::defaults::HEALTH_DAYS_LEFT_FAIL)]
+    health_days_left_fail: u64,
+}
+
+impl HealthArgs {
+    fn policy(&self) -> keeper::health::HealthPolicy {
+        keeper::health::HealthPolicy {
+            snapshot_warn_secs: self.health_snapshot_warn_secs,
+            snapshot_fail_secs: self.health_snapshot_fail_secs,
+            copy_warn_secs: self.health_copy_warn_secs,
+            copy_fail_secs: self.health_copy_fail_secs,
+            verify_warn_secs: self.health_verify_warn_secs,
+            staged_wait_secs: self.health_staged_wait_secs,
+            days_left_warn: self.health_days_left_warn,
+            days_left_fail: self.health_days_left_fail,
+        }
+    }
 }
 
 /// The retention policy (adr/0013); the NixOS module passes services.tacid.retention.*.
@@ -205,7 +252,8 @@ async fn run(args: Args) -> Result<(), String> {
     let keeper = Arc::new(
         Keeper::new(journal, Authority::new(&args.approver_group))
             .with_policy(policy)
-            .with_copies(copies),
+            .with_copies(copies)
+            .with_health(args.health.policy()),
     );
     let builder = match &args.bus {
         Some(address) => zbus::connection::Builder::address(address.as_str()),
@@ -256,6 +304,30 @@ async fn run(args: Args) -> Result<(), String> {
             checking.check_opens().await;
         }
     });
+    // Health, looked at on the keeper's own schedule too: HealthWorsened reaches the
+    // notifiers when time alone makes it worse (a timer that stopped running).
+    let health_keeper = keeper.clone();
+    let health_connection = connection.clone();
+    let health_checker = tokio::spawn(async move {
+        let every = std::time::Duration::from_secs(layout::defaults::HEALTH_CHECK_EVERY_SECS);
+        // The first look one period after start: the stem it asks may still be starting,
+        // and a scheduled act or a person's `health` looks sooner anyway.
+        let mut every = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            match health_connection
+                .object_server()
+                .interface::<_, Keeper1>(names::KEEPER_OBJECT_PATH)
+                .await
+            {
+                Ok(iface) => {
+                    keeper::keeper1::check_and_signal(&health_keeper, iface.signal_emitter()).await
+                }
+                Err(e) => tracing::warn!("health: the interface is not served ({e})"),
+            }
+        }
+    });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| e.to_string())?;
     tokio::select! {
@@ -265,6 +337,7 @@ async fn run(args: Args) -> Result<(), String> {
     tracing::info!("stopping");
     flusher.abort();
     open_checker.abort();
+    health_checker.abort();
     keeper.flush_refusals().await;
     Ok(())
 }

@@ -5,6 +5,7 @@
 #[path = "../it/common/mod.rs"]
 mod common;
 
+mod bus_health;
 mod bus_keeper_killed;
 mod bus_request_path;
 mod bus_set_restore_killed;

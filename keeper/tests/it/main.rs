@@ -1,5 +1,6 @@
 //! The integration tests of `keeper`, one binary: each module is a file of its own, its tier the prefix of its name (`cargo test -p keeper --test it bus_`).
 
+mod bus_alerts;
 mod bus_attacks_on_parents_transfers_and_opens;
 mod bus_consent_and_reconcile;
 mod bus_copier_impostor;
@@ -7,6 +8,7 @@ mod bus_copies;
 mod bus_cut;
 mod bus_fetched_restore;
 mod bus_full_disk;
+mod bus_health_copies;
 mod bus_keeper;
 mod bus_list;
 mod bus_open_in_use;

@@ -255,7 +255,8 @@ fn unit_files_run_shipped_binaries_and_say_what_enables_them() {
         // The initrd units run in the initrd, where the module puts the binary at /bin
         // (boot.initrd.systemd.extraBin); the daemons' units name binaries_dir, which the
         // package rewrites to its own store paths, and tools the package knows.
-        let in_initrd = file.install_dir != "lib/systemd/system";
+        let in_initrd =
+            !["lib/systemd/system", "lib/systemd/user"].contains(&file.install_dir.as_str());
         for exec in execs {
             let program = exec.trim_start_matches(['-', '@', '+', '!', ':']);
             let program = program.split_whitespace().next().unwrap_or_default();
@@ -304,8 +305,8 @@ fn unit_files_run_shipped_binaries_and_say_what_enables_them() {
         }
     }
     assert_eq!(
-        units_seen, 9,
-        "shipped.json should ship the stem, its receiver (socket and service), keeper, copier, timeline (service and timer) and two initrd units"
+        units_seen, 11,
+        "shipped.json should ship the stem, its receiver (socket and service), keeper, copier, timeline (service and timer), the alert and the notifier's user unit, and two initrd units"
     );
     assert!(problems.is_empty(), "{problems:#?}");
 }

@@ -161,6 +161,9 @@ pub struct World {
     /// Extra flags for the next start of the stem, and of the keeper.
     pub stem_args: Vec<String>,
     pub keeper_args: Vec<String>,
+    /// Extra environment for the next start of the keeper (a test-hooks build's injected
+    /// facts, e.g. `TACID_TEST_CLOCK_FILE`).
+    pub keeper_env: Vec<(String, String)>,
 }
 
 /// Keeper flags for the large prune setups: timeline retention keeps only the newest
@@ -273,6 +276,7 @@ impl World {
             // which every snapshot prunes first); tests that want a floor set it.
             stem_args: vec!["--hard-floor-bytes".into(), "0".into()],
             keeper_args: vec!["--free-floor-bytes".into(), "0".into()],
+            keeper_env: Vec::new(),
         };
         w.start_stem();
         w.start_keeper(None);
@@ -414,6 +418,7 @@ impl World {
         .args(&self.keeper_args)
         .env("TACID_LOG", "debug")
         .env_remove("TACID_KEEPER_PAUSE_AT")
+        .envs(self.keeper_env.iter().map(|(k, v)| (k, v)))
         .stdout(log.try_clone().expect("log"))
         .stderr(log);
         if let Some(p) = pause_at {
@@ -961,4 +966,39 @@ pub fn a_set_and_changes_since(w: &World) -> Set {
     write("@log", "l-new2", 4096);
     write("@home", "edited", 8192);
     set
+}
+
+/// `promtool check metrics` (Debian's prometheus package) on `text`: it must accept it,
+/// lint included. Missing promtool is a loud skip, and a failure under CI=true.
+pub fn check_with_promtool(text: &str) {
+    use std::io::Write as _;
+    let promtool = "/usr/bin/promtool";
+    if !std::path::Path::new(promtool).exists() {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("promtool is missing under CI=true (apt-get install prometheus)");
+        }
+        eprintln!("\n!!!!!!!!!!\n!!! SKIPPED promtool check: {promtool} is missing (apt-get install prometheus)\n!!!!!!!!!!\n");
+        return;
+    }
+    let mut child = std::process::Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write the metrics");
+    let out = child.wait_with_output().expect("promtool ends");
+    assert!(
+        out.status.success() && out.stderr.is_empty() && out.stdout.is_empty(),
+        "promtool check metrics refused (exit {:?}):\n{}{}\n{text}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
