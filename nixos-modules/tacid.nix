@@ -118,8 +118,11 @@ let
   # Alerts and metrics (adr/0028): every timer's unit alerts when it fails, and writes the
   # metrics after each run when a directory is given.
   alertOnFailure = [ (lib.replaceStrings [ "@." ] [ "@%n." ] layout.alert_unit) ];
+  # The keeper writes them too, after every scheduled act and every few minutes: it may
+  # write in the directory by an ACL (tmpfiles) and its unit's ReadWritePaths=.
+  metricsFile = "${cfg.metrics.directory}/tacid.prom";
   metricsStopPost = lib.optional (cfg.metrics.directory != null)
-    "-${bin "cli"} data health --metrics-file ${cfg.metrics.directory}/tacid.prom";
+    "-${bin "cli"} data health --metrics-file ${metricsFile}";
   stemValues = [
     { flag = "--hard-floor-bytes"; value = toString r.hardFloorBytes; }
     { flag = "--open-idle-secs"; value = toString cfg.open.idleSeconds; }
@@ -137,7 +140,10 @@ let
         unit = "${cfg.package}/${unitDir}/${layout.keeper_unit}";
         values = keeperValues;
       }}
-    ) >$out/${unitDir}/${layout.keeper_unit}.d/${tacidLib.moduleDropIn}
+    ) ${lib.optionalString (cfg.metrics.directory != null) "| sed -e ${lib.escapeShellArg "/^ExecStart=./s|$| --metrics-file ${metricsFile}|"}"} >$out/${unitDir}/${layout.keeper_unit}.d/${tacidLib.moduleDropIn}
+    ${lib.optionalString (cfg.metrics.directory != null) ''
+      echo ${lib.escapeShellArg "ReadWritePaths=-${cfg.metrics.directory}"} >>$out/${unitDir}/${layout.keeper_unit}.d/${tacidLib.moduleDropIn}
+    ''}
     mkdir -p $out/${unitDir}/${layout.stem_unit}.d
     (
       ${tacidLib.execStartDropInAll {
@@ -546,7 +552,8 @@ in
         node_exporter's textfile directory (services.prometheus.exporters.node with the
         textfile collector's --collector.textfile.directory): after every run of a tacid
         timer (the timeline, each copy and verification), `tacid data health` writes
-        tacid.prom there. null: no metrics.
+        tacid.prom there, and the keeper writes it after every scheduled act and every
+        few minutes (an ACL lets its user write in the directory). null: no metrics.
       '';
     };
 
@@ -997,7 +1004,8 @@ in
       };
       users.groups.${layout.copier_user} = lib.mkIf haveSealed { };
 
-      systemd.tmpfiles.rules = tacidLib.tmpfilesRules ++ lib.optionals haveSealed tacidLib.copierTmpfilesRules;
+      systemd.tmpfiles.rules = tacidLib.tmpfilesRules ++ lib.optionals haveSealed tacidLib.copierTmpfilesRules
+        ++ lib.optional (cfg.metrics.directory != null) "a+ ${cfg.metrics.directory} - - - - u:${layout.keeper_user}:rwx";
 
       system.preSwitchChecks.tacid = lib.mkIf cfg.preSwitchSnapshot.enable (
         tacidLib.preSwitchScript {

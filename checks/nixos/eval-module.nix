@@ -276,6 +276,15 @@ in
         keepReplacedDays = layout.defaults.keep_replaced_days;
         timeline = true;
       } && all (o: o.type.name == "unsignedInt") (builtins.attrValues (removeAttrs options.retention [ "timeline" ]))))
+    (check "metrics: the keeper writes them too, into the directory its ACL and ReadWritePaths= open to it"
+      (
+        let withMetrics = (machine { metrics.directory = "/var/lib/textfiles"; }).config; in
+        hasInfix "--metrics-file /var/lib/textfiles/tacid.prom|" (dropInScript withMetrics)
+        && hasInfix "ReadWritePaths=-/var/lib/textfiles" (dropInScript withMetrics)
+        && elem "a+ /var/lib/textfiles - - - - u:${layout.keeper_user}:rwx" withMetrics.systemd.tmpfiles.rules
+        && !(hasInfix "--metrics-file" (dropInScript c))
+        && !(lib.any (hasInfix "u:${layout.keeper_user}") c.systemd.tmpfiles.rules)
+      ))
     (check "the timeline timer is enabled, with the timeline on and off (then it checks the floor)"
       (c.systemd.timers.${timerAttr}.wantedBy == [ "timers.target" ]
         && noTimeline.systemd.timers.${timerAttr}.wantedBy == [ "timers.target" ]

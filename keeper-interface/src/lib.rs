@@ -10,6 +10,7 @@
 //! (`layout::escape::unescape`) to the exact bytes.
 
 pub mod health;
+pub mod metrics;
 pub mod prune;
 pub mod words;
 

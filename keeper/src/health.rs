@@ -42,6 +42,9 @@ pub struct HealthPolicy {
     pub staged_wait_secs: u64,
     pub days_left_warn: u64,
     pub days_left_fail: u64,
+    /// Where the keeper writes the report as metrics (node_exporter's textfile collector)
+    /// after every scheduled act and every `HEALTH_CHECK_EVERY_SECS`; `None`: nowhere.
+    pub metrics_file: Option<std::path::PathBuf>,
 }
 
 impl Default for HealthPolicy {
@@ -55,6 +58,7 @@ impl Default for HealthPolicy {
             staged_wait_secs: d::HEALTH_STAGED_WAIT_SECS,
             days_left_warn: d::HEALTH_DAYS_LEFT_WARN,
             days_left_fail: d::HEALTH_DAYS_LEFT_FAIL,
+            metrics_file: None,
         }
     }
 }
@@ -206,6 +210,29 @@ impl Health {
             })
         };
         Ok((report, worsened))
+    }
+
+    /// Write the report as metrics, when a file is configured: at once (a temporary file,
+    /// fsync, rename), so node_exporter never reads half of it. A failure is logged and
+    /// changes nothing else: the timers' units write the same file as root after each run.
+    pub async fn write_metrics(&self, report: &HealthReport) {
+        let Some(path) = self.policy.metrics_file.clone() else {
+            return;
+        };
+        let text = crate::wire::metrics::metrics(report);
+        let wrote = tokio::task::spawn_blocking(move || {
+            crate::wire::metrics::write_file(&path, &text).map_err(|e| (path, e))
+        })
+        .await;
+        match wrote {
+            Ok(Ok(())) => {}
+            Ok(Err((path, e))) => tracing::warn!(
+                "cannot write the health metrics to {} ({e}); is the directory there and \
+                 writable by the keeper's user?",
+                path.display()
+            ),
+            Err(e) => tracing::warn!("writing the health metrics stopped: {e}"),
+        }
     }
 
     async fn gather(&self) -> Result<Facts, KeeperError> {

@@ -623,12 +623,17 @@ impl Keeper1 {
     }
 }
 
-/// Look at health and signal `HealthWorsened` when it worsened (the daemon calls this every
-/// `layout::defaults::HEALTH_CHECK_EVERY_SECS`, and after every scheduled act).
+/// Look at health, write its metrics (when configured), and signal `HealthWorsened` when it
+/// worsened (the daemon calls this every `layout::defaults::HEALTH_CHECK_EVERY_SECS`, and
+/// after every scheduled act).
 pub async fn check_and_signal(keeper: &Keeper, emitter: &SignalEmitter<'_>) {
     match keeper.check_health().await {
-        Ok((_, Some(w))) => signal_worsened(emitter, &w).await,
-        Ok((_, None)) => {}
+        Ok((report, worsened)) => {
+            keeper.write_metrics(&report).await;
+            if let Some(w) = worsened {
+                signal_worsened(emitter, &w).await;
+            }
+        }
         Err(e) => tracing::warn!("health could not be checked: {}", e.message()),
     }
 }

@@ -264,6 +264,11 @@ impl Keeper {
         self.health.check().await
     }
 
+    /// Write a health report as metrics, when the keeper was given a file for them.
+    pub async fn write_metrics(&self, report: &crate::wire::health::HealthReport) {
+        self.health.write_metrics(report).await
+    }
+
     // The list.
 
     pub async fn list(&self, uid: u32) -> Result<Vec<SnapshotEntry>, KeeperError> {

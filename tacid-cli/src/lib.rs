@@ -674,7 +674,7 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
         Data::Health(a) => {
             let report = keeper.health().await.map_err(classify)?;
             if let Some(path) = &a.metrics_file {
-                health::write_file(path, &health::metrics(&report)).map_err(|e| Failure {
+                keeper_interface::metrics::write_file(path, &keeper_interface::metrics::metrics(&report)).map_err(|e| Failure {
                     code: exit::FAILED,
                     name: String::new(),
                     message: format!(
@@ -684,7 +684,7 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
                 })?;
             }
             if a.metrics {
-                print!("{}", health::metrics(&report));
+                print!("{}", keeper_interface::metrics::metrics(&report));
             } else if as_json {
                 print_json(health::Json::from(&report));
             } else {

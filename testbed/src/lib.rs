@@ -168,7 +168,27 @@ impl LoopFs {
     /// Unmount the top level (fails if something inside is still open).
     pub fn unmount(&mut self) -> io::Result<()> {
         if self.mounted {
-            run("umount", &[&path_str(&self.mount_point)?])?;
+            let point = path_str(&self.mount_point)?;
+            // Something outside the test (a scan of /tmp, a helper's `find`) may hold the
+            // mount for a moment: wait for it up to 3 s, then say who holds it.
+            let mut tries = 0;
+            loop {
+                match run("umount", &[&point]) {
+                    Ok(_) => break,
+                    Err(e) if tries < 30 && e.to_string().contains("busy") => {
+                        tries += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                    Err(e) => {
+                        let holders = Command::new("fuser")
+                            .args(["-vm", &point])
+                            .output()
+                            .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+                            .unwrap_or_default();
+                        return Err(io::Error::other(format!("{e}; held by: {holders}")));
+                    }
+                }
+            }
             self.mounted = false;
         }
         Ok(())

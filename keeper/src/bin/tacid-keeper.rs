@@ -72,6 +72,11 @@ struct HealthArgs {
     /// Fewer days than this: a failure.
     #[arg(long, value_name = "DAYS", default_value_t = layout::defaults::HEALTH_DAYS_LEFT_FAIL)]
     health_days_left_fail: u64,
+    /// Write the health report as metrics for node_exporter's textfile collector to this
+    /// file (a `.prom` name in the collector's directory) after every scheduled act and
+    /// every few minutes; the module sets it from services.tacid.metrics.directory.
+    #[arg(long, value_name = "PATH")]
+    metrics_file: Option<PathBuf>,
 }
 
 impl HealthArgs {
@@ -85,6 +90,7 @@ impl HealthArgs {
             staged_wait_secs: self.health_staged_wait_secs,
             days_left_warn: self.health_days_left_warn,
             days_left_fail: self.health_days_left_fail,
+            metrics_file: self.metrics_file.clone(),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Health of a copy target on real parts (adr/0028): a second loop Btrfs as the target
 //! `usb`, unplugged (its directory gone) so the timer's copy fails, then plugged back. The
 //! keeper's ScheduledActFailed is heard on the bus; the metrics count the failure and
-//! promtool accepts them.
+//! promtool accepts them, the CLI's and those the keeper wrote itself after the act.
 //!
 //! Run (root, loop devices): `cargo test -p keeper --test it bus_health_copies::`.
 
@@ -41,7 +41,20 @@ fn findings_about(v: &serde_json::Value, kind: &str, about: &str) -> Vec<serde_j
 
 #[test]
 fn bus_health_says_a_copy_failed_while_the_target_is_unplugged_and_clears_once_it_is_back() {
-    let Some((w, _target, usb_dir)) = world_with_usb(&[]) else {
+    // node_exporter's textfile directory, writable by the keeper's user (the module gives
+    // it an ACL): the keeper writes the metrics there after every scheduled act.
+    let textfiles = std::env::temp_dir().join(format!("tacid-textfiles-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&textfiles);
+    std::fs::create_dir(&textfiles).expect("textfile directory");
+    let chown = std::process::Command::new("chown")
+        .arg(layout::names::KEEPER_USER)
+        .arg(&textfiles)
+        .status()
+        .expect("chown");
+    assert!(chown.success());
+    let prom = textfiles.join("tacid.prom");
+    let prom_arg = prom.to_str().expect("utf-8").to_owned();
+    let Some((w, _target, usb_dir)) = world_with_usb(&["--metrics-file", &prom_arg]) else {
         return;
     };
     let out = w.tacid_as_root(&["data", "snapshot", "--timeline"]);
@@ -125,6 +138,22 @@ fn bus_health_says_a_copy_failed_while_the_target_is_unplugged_and_clears_once_i
         "{metrics}"
     );
     crate::common::check_with_promtool(&metrics);
+    // The keeper wrote them too, after the failed act, without anybody asking.
+    let written = std::fs::read_to_string(&prom).expect("the keeper wrote tacid.prom");
+    assert!(
+        written.contains("tacid_copy_failures_total{target=\"usb\"} 1\n"),
+        "{written}"
+    );
+    crate::common::check_with_promtool(&written);
+    let leftovers: Vec<_> = std::fs::read_dir(&textfiles)
+        .expect("read")
+        .map(|e| e.expect("entry").file_name())
+        .filter(|n| n != "tacid.prom")
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "no temporary file left: {leftovers:?}"
+    );
 
     // Plugged back: the next copy works and the failure is no longer news.
     std::fs::rename(&away, &usb_dir).expect("plug back");
@@ -134,4 +163,5 @@ fn bus_health_says_a_copy_failed_while_the_target_is_unplugged_and_clears_once_i
     assert!(findings_about(&v, "copy-failed", "usb").is_empty(), "{v:#}");
     assert!(usb(&v)["last_failure_micros"].is_null());
     assert_eq!(usb(&v)["failures"], 1, "the failure stays counted");
+    let _ = std::fs::remove_dir_all(&textfiles);
 }
