@@ -389,8 +389,10 @@ impl Keeper1 {
     ) -> Result<SnapshotSet, KeeperError> {
         let uid = caller(&self.callers, connection, &header).await?;
         let answer = self.keeper.snapshot_timeline(uid).await;
-        let failed = answer.as_ref().err().map(|e| e.message().to_owned());
-        self.after_scheduled(&emitter, "timeline", failed).await;
+        let failed = answer.as_ref().err().and_then(act_failure);
+        if uid == 0 {
+            self.after_scheduled(&emitter, "timeline", failed).await;
+        }
         answer
     }
 
@@ -417,10 +419,16 @@ impl Keeper1 {
     ) -> Result<CopyReport, KeeperError> {
         let uid = caller(&self.callers, connection, &header).await?;
         let answer = self.keeper.copy(uid, name, target).await;
-        if name.is_empty() {
-            // The timer's act: a failure is an error, or copies the report says failed.
+        // The timer's act (root's unit; a person's copy is told its failure in the answer):
+        // a failure is an error, or copies the report says failed. A target nobody
+        // configured is no act that failed, and its name is the caller's, never signalled.
+        let configured = !matches!(
+            &answer,
+            Err(e) if e.kind() == Some(crate::wire::ErrorKind::NoSuchTarget)
+        );
+        if name.is_empty() && uid == 0 && configured {
             let failed = match &answer {
-                Err(e) => Some(e.message().to_owned()),
+                Err(e) => act_failure(e),
                 Ok(r) if !r.failed.is_empty() => Some(
                     r.failed
                         .iter()
@@ -430,7 +438,7 @@ impl Keeper1 {
                 ),
                 Ok(_) => None,
             };
-            let act = format!("copy to {}", crate::caps::name(target));
+            let act = format!("copy to {}", layout::escape::escape(crate::caps::name(target).as_bytes()));
             self.after_scheduled(&emitter, &act, failed).await;
         }
         answer
@@ -620,6 +628,16 @@ impl Keeper1 {
             }
         }
         check_and_signal(&self.keeper, emitter).await;
+    }
+}
+
+/// What a scheduled act's error says, as a failure worth telling people: not when the
+/// caller was refused or asked wrongly (the caller is told; a timer never is).
+fn act_failure(e: &KeeperError) -> Option<String> {
+    use crate::wire::ErrorKind as K;
+    match e.kind() {
+        Some(K::NotAuthorized | K::InvalidArgument | K::NoSuchTarget) => None,
+        _ => Some(e.message()),
     }
 }
 

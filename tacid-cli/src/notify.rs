@@ -57,6 +57,13 @@ async fn show(
     body: &str,
     urgency: u8,
 ) -> zbus::Result<u32> {
+    // The body may be read as markup (the spec's body-markup, which dunst and GNOME have):
+    // what the keeper says is text, so its `<`, `>` and `&` are escaped.
+    let body = body
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    let body = body.as_str();
     let mut hints: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
     hints.insert("urgency", zbus::Variant::U8(urgency));
     hints.insert("desktop-entry", zbus::Variant::from("tacid"));

@@ -18,6 +18,7 @@ mod bus_sealed;
 mod bus_sealed_copies;
 mod bus_set_restore;
 mod common;
+mod hostile_alerts;
 mod hostile_bad_request;
 mod hostile_flood;
 mod hostile_previews;
