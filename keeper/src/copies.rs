@@ -640,13 +640,22 @@ impl Copies {
             }
         };
         let disk = self.h.stem.list().await.map_err(stem_error)?;
+        // What a restore replaced (adr/0027) is what a person chose to throw away: kept for
+        // an undo, copied only when named, never as "the newest" of its subvolume.
+        let replaced: BTreeSet<String> = self
+            .h
+            .journal(|j| j.replaced())
+            .await?
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
         // The newest snapshot of each snapshotted subvolume.
         let mut newest: BTreeMap<String, (i64, String)> = BTreeMap::new();
         for d in &disk {
             let m = &d.member;
             let snapshotted =
                 SubvolumeName::parse(&m.of_subvolume).is_ok_and(|s| s.subvolume().snapshottable());
-            if !snapshotted {
+            if !snapshotted || replaced.contains(&m.name) {
                 continue;
             }
             let e = newest

@@ -438,7 +438,10 @@ impl Keeper1 {
                 ),
                 Ok(_) => None,
             };
-            let act = format!("copy to {}", layout::escape::escape(crate::caps::name(target).as_bytes()));
+            let act = format!(
+                "copy to {}",
+                layout::escape::escape(crate::caps::name(target).as_bytes())
+            );
             self.after_scheduled(&emitter, &act, failed).await;
         }
         answer

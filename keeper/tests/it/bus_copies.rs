@@ -722,3 +722,42 @@ fn bus_two_days_away_under_the_default_counts_keeps_the_parent() {
         later.len()
     );
 }
+
+/// What a restore replaced (adr/0027) is what a person chose to throw away: the copy timer
+/// never ships it as the newest snapshot of its subvolume; named, it is copied like any.
+#[test]
+fn bus_the_copy_timer_never_copies_what_a_restore_replaced() {
+    let Some((mut w, _target, _usb)) = world_with_usb(&[]) else {
+        return;
+    };
+    let (code, out, err) = w.tacid(APPROVER, &["data", "snapshot", "/home", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let name = json(&out)["snapshots"][0]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    assert_eq!(w.tacid(APPROVER, &["data", "restore", &name, "--yes"]).0, 0);
+    w.stop_keeper();
+    w.run_initrd_restore();
+    w.start_keeper(None);
+    let (_, out, _) = w.tacid(APPROVER, &["data", "status", "--json"]);
+    let undo = json(&out)["outcome_undo"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no undo offered: {out}"))
+        .to_owned();
+    let kept = undo
+        .strip_prefix("tacid data restore ")
+        .expect("undo command")
+        .to_owned();
+    // The kept snapshot is the newest of @home on disk; the timer copies the one before.
+    let (code, out, err) = w.tacid("root", &["data", "copy", "--to", "usb", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let report = json(&out);
+    let named: Vec<String> = ["copied", "already_there", "failed"]
+        .iter()
+        .flat_map(|k| report[*k].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["name"].as_str().or(c.as_str()).map(str::to_owned))
+        .collect();
+    assert!(!named.contains(&kept), "{kept}: {report:#}");
+    assert!(named.contains(&name), "{name}: {report:#}");
+}
