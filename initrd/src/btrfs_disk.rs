@@ -38,6 +38,8 @@ fn subvol(info: &btrfs::SubvolumeInfo) -> Subvol {
         uuid: info.uuid,
         parent_uuid: info.parent_uuid,
         readonly: info.readonly,
+        generation: info.generation,
+        created_generation: info.created_generation,
     }
 }
 

@@ -526,9 +526,11 @@ struct KeptReplaced {
 /// snapshot in the store, named by the layout's grammar at this boot's time; all of a set
 /// under one time stamp (adr/0027). A snapshot made by a run that was cut short is found again
 /// by what only it can be: a read-only subvolume in the store whose parent UUID is the
-/// replaced subvolume's and whose id is above the live copy's (made after the copy, which
-/// only this request's run does; any snapshot the stem took of the replaced subvolume is
-/// older than the copy). Once one is kept the rest of the set is kept too, whatever the free
+/// replaced subvolume's, whose id is above the live copy's (made after the copy), and which
+/// holds what the replaced subvolume holds now (nothing written to it since the snapshot was
+/// made: no generation past the snapshot's). A snapshot the stem took of it while a run that
+/// stopped with an error left the copy waiting, with writes after, is not one: what the
+/// subvolume held at this boot is kept anew. Once one is kept the rest of the set is kept too, whatever the free
 /// space says now; with none kept yet and the disk below `hard_floor`, none is kept and the
 /// replaced subvolumes are deleted as before.
 fn keep_replaced<D: Disk, O: Observer>(
@@ -549,7 +551,12 @@ fn keep_replaced<D: Disk, O: Observer>(
         };
         let found = store
             .iter()
-            .filter(|(_, s)| s.readonly && s.parent_uuid == Some(old.uuid) && s.id > live.id)
+            .filter(|(_, s)| {
+                s.readonly
+                    && s.parent_uuid == Some(old.uuid)
+                    && s.id > live.id
+                    && s.created_generation >= old.generation
+            })
             .filter_map(|(name, _)| SnapshotName::parse(name).ok())
             .find(|name| name.subvolume() == m.subvolume());
         kept.push(found);

@@ -30,6 +30,12 @@ pub struct Subvol {
     pub uuid: Uuid,
     pub parent_uuid: Option<Uuid>,
     pub readonly: bool,
+    /// The transaction that last changed it, and the one that made it: a read-only snapshot
+    /// holds what its source holds now exactly when the source's `generation` is not past
+    /// the snapshot's `created_generation` (a snapshot changes its source's generation to
+    /// its own; a rename, an exchange included, changes neither).
+    pub generation: u64,
+    pub created_generation: u64,
 }
 
 /// The two names of one swap, as found on disk.
@@ -236,6 +242,8 @@ mod tests {
             uuid: Uuid::from_u128(uuid),
             parent_uuid: parent.map(Uuid::from_u128),
             readonly: false,
+            generation: 1,
+            created_generation: 1,
         }
     }
 

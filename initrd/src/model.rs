@@ -36,6 +36,10 @@ impl MSub {
             uuid: self.uuid,
             parent_uuid: self.parent_uuid,
             readonly: self.readonly,
+            // The model's transactions are its writes: a subvolume's history is as long as
+            // the writes it holds, and a snapshot's never grows after it is made.
+            generation: self.content.len() as u64,
+            created_generation: self.content.len() as u64,
         }
     }
 }
@@ -1292,6 +1296,54 @@ mod tests {
         assert_eq!(
             steps.0.iter().filter(|s| **s == Step::RestoreKeep).count(),
             2
+        );
+    }
+
+    /// A run that stopped with an error after the copy (the boot went on, as
+    /// adr/0007 lets it) leaves a machine on which the stem snapshots the still-live
+    /// subvolume; those snapshots' ids are above the copy's. The next boot's keep must keep
+    /// what the subvolume held at that boot, not take such a snapshot for its own.
+    #[test]
+    fn a_stem_snapshot_taken_while_the_copy_waited_is_not_taken_for_the_kept_one() {
+        let (state, request) = staged("@home", 0, false);
+        let mut m = Model::new(state);
+        let home = SubvolumeName::parse("@home").unwrap();
+        // The copy and its commit; then the exchange fails (an I/O error): the boot goes on.
+        let mut stopped_at = None;
+        for budget in 1..8 {
+            let mut t = Model::new(m.current.clone());
+            t.arm(budget, ModelError::Injected);
+            let r = restore_data(&mut t, &mut Steps::default(), now(), FLOOR);
+            if r.is_err() && t.current.top.contains_key(&swap_name("@home")) {
+                let swap = &t.current.top[&swap_name("@home")];
+                if swap.parent_uuid == Some(request.members()[0].uuid()) {
+                    stopped_at = Some(t);
+                    break;
+                }
+            }
+        }
+        m = stopped_at.expect("a run that stops with the copy made");
+        m.disarm();
+        m.settle();
+        // The booted machine: written to, snapshotted by the timeline, written to again.
+        m.user_write("@home", 4141);
+        let taken = SnapshotName::new(home, now() - Duration::from_secs(600)).unwrap();
+        take_snapshot(&mut m.current, home, &taken.to_string());
+        m.durable = m.current.clone();
+        m.user_write("@home", 4242);
+        let held = m.current.top["@home"].content.clone();
+        // The next boot finishes the restore.
+        restore_data(&mut m, &mut Steps::default(), now(), FLOOR).unwrap();
+        let o = Outcome::parse(m.current.outcome.as_deref().unwrap().as_bytes()).unwrap();
+        let kept = o.replaced[0].kept.expect("kept");
+        assert_ne!(
+            kept, taken,
+            "the timeline's snapshot was taken for the kept one"
+        );
+        assert_eq!(
+            m.current.store[&kept.to_string()].content,
+            held,
+            "what /home held at the boot"
         );
     }
 

@@ -345,6 +345,8 @@ mod tests {
             uuid,
             parent_uuid: Some(Uuid::from_u128(parent)),
             readonly,
+            generation: 1,
+            created_generation: 1,
         };
         let good = snap(r.uuid(), 1, true);
         assert_eq!(

@@ -645,3 +645,47 @@ fn loop_a_pause_at_a_later_occurrence_names_it() {
     run_ok(&fs, "restore-data");
     assert_set_restored(&fs, &request);
 }
+
+/// A run that stopped after the copy (an I/O error lets the boot go on, adr/0007) leaves a
+/// machine on which the stem snapshots the still-live @home, and people write on. Those
+/// snapshots are read-only children of what the restore will replace, made after the copy:
+/// the next boot must still keep what @home held at that boot, not take one of them for its
+/// own kept snapshot (a real Btrfs's generations tell them apart).
+#[test]
+fn loop_a_snapshot_taken_while_the_copy_waited_is_not_taken_for_the_kept_one() {
+    let Some(fs) = machine() else { return };
+    let request = snapshot(&fs, "@home", 1);
+    stage(&fs, &request);
+    must_stop(
+        &fs,
+        "restore-data",
+        Step::RestoreCommitCopy.number(),
+        "@home",
+    );
+    // The booted machine: written to, snapshotted by the timeline, written to again.
+    write(&fs, "@home/before-the-timeline", "1");
+    let timeline = snapshot_name("@home", 500).to_string();
+    snapshot_as(&fs, "@home", &timeline, false);
+    write(&fs, "@home/after-the-timeline", "2");
+    sh("sync", &[]);
+    // The next boot finishes the restore and keeps what @home held at that boot.
+    run_ok(&fs, "restore-data");
+    let o = outcome(&fs);
+    let kept = o.replaced[0]
+        .kept
+        .unwrap_or_else(|| panic!("not kept: {o}"))
+        .to_string();
+    assert_ne!(
+        kept, timeline,
+        "the timeline's snapshot was taken for the kept one: {o}"
+    );
+    assert_eq!(
+        read(
+            &fs,
+            &format!("{}/{kept}/after-the-timeline", layout::SNAPSHOTS_SUBVOLUME)
+        ),
+        "2",
+        "what @home held at the boot is kept"
+    );
+    assert!(!exists(&fs, "@home/after-the-timeline"), "@home put back");
+}
