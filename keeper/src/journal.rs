@@ -372,8 +372,12 @@ pub struct ReplacedRow {
     pub of_subvolume: String,
     /// The snapshot the restore put back in its place.
     pub restored: String,
-    /// When the boot's initrd finished the restore, µs since the epoch.
+    /// When the boot's initrd finished the restore, µs since the epoch (its clock).
     pub boot_micros: i64,
+    /// From when it is kept: the boot's time, or when the keeper read the outcome if that is
+    /// later (an initrd without a set clock, months behind, would otherwise have it deleted
+    /// by the first prune). Only read back; a row to record says the boot's time here.
+    pub kept_from_micros: i64,
 }
 
 /// The journal, open.
@@ -1024,7 +1028,9 @@ impl Journal {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT name, of_subvolume, restored, boot_micros FROM replaced ORDER BY name",
+                "SELECT r.name, r.of_subvolume, r.restored, r.boot_micros,
+                     MAX(r.boot_micros, COALESCE(o.read_micros, r.boot_micros))
+                 FROM replaced r LEFT JOIN outcomes o ON o.id = r.outcome_id ORDER BY r.name",
             )
             .map_err(|e| self.err(e))?;
         let rows = stmt
@@ -1034,6 +1040,7 @@ impl Journal {
                     of_subvolume: r.get(1)?,
                     restored: r.get(2)?,
                     boot_micros: r.get(3)?,
+                    kept_from_micros: r.get(4)?,
                 })
             })
             .map_err(|e| self.err(e))?
@@ -1071,8 +1078,10 @@ impl Journal {
             let mut stmt = self
                 .conn
                 .prepare_cached(
-                    "SELECT name, of_subvolume, restored, boot_micros FROM replaced
-                     WHERE outcome_id = ?1 ORDER BY rowid",
+                    "SELECT r.name, r.of_subvolume, r.restored, r.boot_micros,
+                         MAX(r.boot_micros, COALESCE(o.read_micros, r.boot_micros))
+                     FROM replaced r LEFT JOIN outcomes o ON o.id = r.outcome_id
+                     WHERE r.outcome_id = ?1 ORDER BY r.rowid",
                 )
                 .map_err(|e| self.err(e))?;
             o.replaced = stmt
@@ -1082,6 +1091,7 @@ impl Journal {
                         of_subvolume: r.get(1)?,
                         restored: r.get(2)?,
                         boot_micros: r.get(3)?,
+                        kept_from_micros: r.get(4)?,
                     })
                 })
                 .map_err(|e| self.err(e))?
@@ -1657,13 +1667,28 @@ mod tests {
                 of_subvolume: "@home".into(),
                 restored: "@home.1970-01-01T000000.000000Z".into(),
                 boot_micros: 1,
+                kept_from_micros: 1,
             }],
         };
         assert!(j.record_outcome(&o).unwrap());
         assert!(!j.record_outcome(&o).unwrap());
-        assert_eq!(j.replaced().unwrap(), o.replaced, "journalled once");
+        // Kept from when the keeper read it: the boot's clock said 1970.
+        let read_back = j.replaced().unwrap();
+        assert!(
+            read_back[0].kept_from_micros > 1_700_000_000_000_000,
+            "{read_back:?}"
+        );
+        let expected: Vec<ReplacedRow> = o
+            .replaced
+            .iter()
+            .map(|r| ReplacedRow {
+                kept_from_micros: read_back[0].kept_from_micros,
+                ..r.clone()
+            })
+            .collect();
+        assert_eq!(read_back, expected, "journalled once");
         let reported = j.report_latest_outcome(1000).unwrap().unwrap();
-        assert_eq!(reported.replaced, o.replaced, "status can offer the undo");
+        assert_eq!(reported.replaced, expected, "status can offer the undo");
         assert!(!reported.reported);
         assert!(j.report_latest_outcome(1000).unwrap().unwrap().reported);
         // Root reading it first does not use up another user's news.

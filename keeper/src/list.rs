@@ -378,20 +378,25 @@ impl OnDiskRows {
         let replaced = journal.replaced()?;
         let kept_for =
             i64::try_from(replaced_days.saturating_mul(86_400_000_000)).unwrap_or(i64::MAX);
-        let mut replaced_facts: Vec<(usize, Span, i64)> = Vec::new();
+        let mut replaced_facts: Vec<(usize, Span, i64, i64)> = Vec::new();
         for r in &replaced {
             if let Some(&i) = by_name.get(r.name.as_str()) {
                 let at = base + words.len();
                 let _ = write!(words, "{}", Escaped(r.restored.as_bytes()));
-                replaced_facts.push((i, span(at, base + words.len()), r.boot_micros));
+                replaced_facts.push((
+                    i,
+                    span(at, base + words.len()),
+                    r.boot_micros,
+                    r.kept_from_micros,
+                ));
             }
         }
         l.text.push_str(&words);
-        for (i, by, boot) in replaced_facts {
+        for (i, by, boot, kept_from) in replaced_facts {
             let row = &mut l.rows[i];
             row.replaced_by = by;
             row.replaced_micros = boot;
-            row.kept_until_micros = boot.saturating_add(kept_for);
+            row.kept_until_micros = kept_from.saturating_add(kept_for);
         }
         // Later journal rows of one name win, as they always have.
         for (i, request) in facts {

@@ -270,6 +270,7 @@ impl Reconcile {
                         .map(|r| r.snapshot.clone())
                         .unwrap_or_default(),
                     boot_micros: o.finished_micros,
+                    kept_from_micros: o.finished_micros,
                 })
                 .collect(),
         };

@@ -45,9 +45,10 @@ pub enum Kind {
     Manual,
     /// On disk, never taken through the keeper: never chosen automatically.
     UnknownOrigin,
-    /// What a restore replaced (adr/0027), at the boot `boot_micros` (µs since the epoch):
+    /// What a restore replaced (adr/0027), kept from `kept_from_micros` (the boot, or when the
+    /// keeper learnt it if later; µs since the epoch):
     /// the snapshots of one restore are one unit.
-    Replaced { boot_micros: i64 },
+    Replaced { kept_from_micros: i64 },
 }
 
 /// One snapshot as retention sees it.
@@ -273,7 +274,7 @@ pub fn plan(snapshots: &[Candidate], policy: &Policy, now_micros: i64, free_byte
         match kind {
             Kind::PreSwitch { set } => pre_switch.push((set, unit)),
             Kind::Timeline { set } => timeline.push((set, unit)),
-            Kind::Replaced { boot_micros } => replaced.push((boot_micros, unit)),
+            Kind::Replaced { kept_from_micros } => replaced.push((kept_from_micros, unit)),
             _ => {}
         }
     }
@@ -321,8 +322,8 @@ pub fn plan(snapshots: &[Candidate], policy: &Policy, now_micros: i64, free_byte
     // Replaced: by the boot's time, not the snapshots' (they are named at that boot too).
     let replaced_for =
         i64::try_from(policy.replaced_days.saturating_mul(86_400_000_000)).unwrap_or(i64::MAX);
-    for (boot_micros, unit) in replaced {
-        let rule = (now_micros.saturating_sub(boot_micros) > replaced_for).then_some(
+    for (kept_from_micros, unit) in replaced {
+        let rule = (now_micros.saturating_sub(kept_from_micros) > replaced_for).then_some(
             Rule::ReplacedKeptDays {
                 days: policy.replaced_days,
             },
@@ -450,7 +451,7 @@ mod tests {
             replaced_days: 7,
         };
         let boot = |days: i64| Kind::Replaced {
-            boot_micros: NOW - days * 24 * HOUR,
+            kept_from_micros: NOW - days * 24 * HOUR,
         };
         let snaps = vec![
             c("pre-old", 30 * 24, Kind::PreSwitch { set: 1 }),

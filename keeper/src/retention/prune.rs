@@ -325,7 +325,7 @@ impl Retention {
             .await?;
         let replaced: BTreeMap<&str, i64> = replaced
             .iter()
-            .map(|r| (r.name.as_str(), r.boot_micros))
+            .map(|r| (r.name.as_str(), r.kept_from_micros))
             .collect();
         let mut parents = self.parents_on_disk(&disk, &copies);
         let requests: BTreeMap<&str, _> = rows
@@ -342,7 +342,7 @@ impl Retention {
                     // What a restore replaced (the journal learned it from the boot's
                     // outcome, adr/0027).
                     None if replaced.contains_key(name) => Kind::Replaced {
-                        boot_micros: replaced[name],
+                        kept_from_micros: replaced[name],
                     },
                     None => Kind::UnknownOrigin,
                     // Fetched back from a copy (after a disaster, most likely): nobody can
