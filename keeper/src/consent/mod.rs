@@ -589,6 +589,18 @@ impl Consent {
         } else {
             None
         };
+        // The undo is offered while what it puts back is there: retention deletes it after
+        // its days, and a person may delete it sooner. (Unknown with the stem away: offered.)
+        let undo_gone = match outcome.as_ref().filter(|o| !o.replaced.is_empty()) {
+            Some(o) if stem_running => match self.h.stem.list().await {
+                Ok(disk) => o
+                    .replaced
+                    .iter()
+                    .any(|r| !disk.iter().any(|d| d.member.name == r.name)),
+                Err(_) => false,
+            },
+            _ => false,
+        };
         Ok(Status {
             stem_running,
             // One per member, separated by spaces (a set's in the order the boot takes them).
@@ -628,7 +640,7 @@ impl Consent {
                 .unwrap_or_default(),
             outcome_undo: outcome
                 .as_ref()
-                .filter(|o| !o.replaced.is_empty())
+                .filter(|o| !o.replaced.is_empty() && !undo_gone)
                 .map(|o| {
                     let names: Vec<String> = o
                         .replaced

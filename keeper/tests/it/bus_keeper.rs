@@ -411,9 +411,22 @@ fn bus_a_restore_is_undone_across_two_boots_by_restoring_what_it_replaced() {
             .is_some_and(|r| r.contains(&kept)),
         "{status}"
     );
+    let undo_again = status["outcome_undo"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the undo is undoable too: {status}"))
+        .to_owned();
+    // Once what the undo would put back is deleted, it is no longer offered.
+    let gone = undo_again
+        .strip_prefix("tacid data restore ")
+        .expect("undo command")
+        .to_owned();
+    let (code, out, err) = w.tacid(APPROVER, &["data", "delete", &gone]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (_, out, _) = w.tacid(APPROVER, &["data", "status", "--json"]);
+    let status = json(&out);
     assert!(
-        status["outcome_undo"].as_str().is_some(),
-        "the undo is undoable too: {status}"
+        status["outcome_undo"].is_null() || status["outcome_undo"] == "",
+        "an undo of a deleted snapshot is offered: {status}"
     );
 }
 
