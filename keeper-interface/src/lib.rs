@@ -135,6 +135,18 @@ pub struct SnapshotSet {
     pub set_id: i64,
     /// The members, one per subvolume asked for.
     pub snapshots: Vec<SnapshotEntry>,
+    /// What became of each hook of a consistent cut (adr/0026: before the freeze, after
+    /// the thaw), in the order they ran; empty when none ran.
+    pub hooks: Vec<CutHook>,
+}
+
+/// One hook of a consistent cut, as it ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct CutHook {
+    /// It exited 0 within its limit.
+    pub ok: bool,
+    /// `before db.service as postgres: exited 0 in 0.2 s, …` (escaped; its output capped).
+    pub says: String,
 }
 
 /// What a restore of one snapshot would do, in the words shown to the person.

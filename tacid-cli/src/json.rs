@@ -318,6 +318,8 @@ pub fn write_list(
 pub struct SnapshotSet<'a> {
     set_id: i64,
     snapshots: Vec<Snapshot<'a>>,
+    /// Each hook of the consistent cut as it ended (`ok`, `says`); empty: none ran.
+    hooks: &'a [wire::CutHook],
 }
 
 impl<'a> From<&'a wire::SnapshotSet> for SnapshotSet<'a> {
@@ -325,6 +327,7 @@ impl<'a> From<&'a wire::SnapshotSet> for SnapshotSet<'a> {
         SnapshotSet {
             set_id: s.set_id,
             snapshots: s.snapshots.iter().map(Snapshot::from).collect(),
+            hooks: &s.hooks,
         }
     }
 }

@@ -194,6 +194,17 @@ pub fn snapshot_set(set: &SnapshotSet) -> String {
             cut.cut_units.replace(' ', ", ")
         );
     }
+    for h in &set.hooks {
+        if h.ok {
+            let _ = writeln!(out, "  hook {}", h.says);
+        } else {
+            let _ = writeln!(
+                out,
+                "Warning: the set stands, but the hook {} (see `journalctl -u tacid-stem`).",
+                h.says
+            );
+        }
+    }
     let _ = writeln!(out, "{NO_BACKUP}");
     out
 }

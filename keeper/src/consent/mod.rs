@@ -190,6 +190,13 @@ impl Consent {
                     tracing::warn!(set = id, "the hook {}", escape(line.as_bytes()));
                 }
                 let hook_lines: Vec<String> = hooks.iter().map(|(_, l)| l.clone()).collect();
+                let cut_hooks: Vec<crate::wire::CutHook> = hooks
+                    .iter()
+                    .map(|(ok, line)| crate::wire::CutHook {
+                        ok: *ok,
+                        says: escape(line.as_bytes()),
+                    })
+                    .collect();
                 // The cut first: a set left pending and settled from the disk later is
                 // still known for what it is.
                 self.h
@@ -240,6 +247,7 @@ impl Consent {
                 Ok(SnapshotSet {
                     set_id: id,
                     snapshots,
+                    hooks: cut_hooks,
                 })
             }
             Err(e) => {

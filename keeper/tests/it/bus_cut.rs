@@ -264,6 +264,25 @@ fn bus_a_cut_with_hooks_journals_each_hooks_outcome_and_a_failed_after_hook_leav
     assert_eq!(code, 0, "the set stands: {out}{err}");
     let set_id = json(&out)["set_id"].as_i64().expect("a set id");
     assert!(!units.frozen("db.service"), "left frozen");
+    // The person (and nixos-rebuild, for a pre-switch set) is told each hook's end.
+    let answered = json(&out)["hooks"].clone();
+    assert_eq!(answered[0]["ok"], true, "{answered}");
+    assert_eq!(answered[1]["ok"], false, "{answered}");
+    assert!(
+        answered[1]["says"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("after db.service as tacid-cut-db: failed: exited 5")),
+        "{answered}"
+    );
+    let (code, text, err) = w.tacid(APPROVER, &["data", "snapshot", "--pre-switch"]);
+    assert_eq!(code, 0, "{text}{err}");
+    assert!(
+        text.contains("\n  hook before db.service as tacid-cut-db: exited 0")
+            && text.contains(
+                "\nWarning: the set stands, but the hook after db.service as tacid-cut-db: failed: exited 5"
+            ),
+        "{text}"
+    );
 
     // The keeper's record of the cut: each hook's outcome, and the set's outcome names the
     // one that failed.
