@@ -158,14 +158,75 @@ pub struct Health {
     policy: HealthPolicy,
     floor_bytes: u64,
     config: Arc<CopiesConfig>,
-    last: Mutex<Level>,
+    last: Mutex<Seen>,
 }
 
-/// Health worsened: the new level and its worst findings, for the keeper's signal.
+/// Health worsened: the worst level among what is new, and those findings, for the
+/// keeper's signal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Worsened {
     pub level: Level,
     pub says: String,
+}
+
+/// What the keeper last found wrong: each finding at `warn` or above, by its kind and what
+/// it is about, at the worst level any finding of that pair had.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    bad: std::collections::BTreeMap<(String, String), Level>,
+}
+
+impl Seen {
+    /// The findings of `report` at `warn` or above.
+    pub fn of(report: &HealthReport) -> Seen {
+        let mut bad = std::collections::BTreeMap::new();
+        for f in &report.findings {
+            let level = Level::parse(&f.level);
+            if level >= Level::Warn {
+                let at = bad
+                    .entry((f.kind.clone(), f.about.clone()))
+                    .or_insert(level);
+                *at = (*at).max(level);
+            }
+        }
+        Seen { bad }
+    }
+}
+
+/// Did health worsen from `before` to `report`? Yes when a finding (a kind about a thing)
+/// is at `warn` or above and was not before, or is now at a higher level than it was: not
+/// only when the report's level rises, so a machine already warning about one thing still
+/// signals that snapshots stopped, or that a disk is filling, when it begins. Pure.
+pub fn worsened(before: &Seen, report: &HealthReport) -> (Seen, Option<Worsened>) {
+    let now = Seen::of(report);
+    let rose = |f: &Finding| {
+        let level = Level::parse(&f.level);
+        level >= Level::Warn
+            && before
+                .bad
+                .get(&(f.kind.clone(), f.about.clone()))
+                .is_none_or(|was| level > *was)
+    };
+    let new: Vec<&Finding> = report.findings.iter().filter(|f| rose(f)).collect();
+    let worsened = new
+        .iter()
+        .map(|f| Level::parse(&f.level))
+        .max()
+        .map(|level| Worsened {
+            level,
+            says: new
+                .iter()
+                .map(|f| {
+                    if f.todo.is_empty() {
+                        f.says.clone()
+                    } else {
+                        format!("{} {}", f.says, f.todo)
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        });
+    (now, worsened)
 }
 
 impl Health {
@@ -180,7 +241,7 @@ impl Health {
             policy,
             floor_bytes,
             config,
-            last: Mutex::new(Level::Ok),
+            last: Mutex::new(Seen::default()),
         }
     }
 
@@ -199,15 +260,11 @@ impl Health {
     pub async fn check(&self) -> Result<(HealthReport, Option<Worsened>), KeeperError> {
         let facts = self.gather().await?;
         let report = judge(&facts, &self.policy);
-        let level = Level::parse(&report.level);
         let worsened = {
             let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-            let was = *last;
-            *last = level;
-            (level > was).then(|| Worsened {
-                level,
-                says: worst_lines(&report),
-            })
+            let (now, worsened) = worsened(&last, &report);
+            *last = now;
+            worsened
         };
         Ok((report, worsened))
     }
@@ -333,23 +390,6 @@ impl Health {
         facts.opens = opens;
         Ok(facts)
     }
-}
-
-/// The worst findings, one a line: what is so, then what to do.
-pub fn worst_lines(report: &HealthReport) -> String {
-    report
-        .findings
-        .iter()
-        .filter(|f| f.level == report.level && f.level != OK)
-        .map(|f| {
-            if f.todo.is_empty() {
-                f.says.clone()
-            } else {
-                format!("{} {}", f.says, f.todo)
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// An age in words: `45 minutes`, `3 hours`, `2 days`.
@@ -997,6 +1037,50 @@ mod tests {
         assert_eq!(r.level, FAIL);
         assert_eq!(r.findings[0].kind, "stem");
         assert!(!r.space_known);
+    }
+
+    #[test]
+    fn a_new_finding_at_warn_signals_though_the_level_was_warn_already() {
+        let p = HealthPolicy::default();
+        let now = 1_000 * DAY;
+        let mut f = healthy(now);
+        // A restore staged two days ago: the machine is at warn.
+        f.staged = Some(("/home".into(), now - 2 * DAY));
+        let first = judge(&f, &p);
+        assert_eq!(first.level, WARN, "{:#?}", first.findings);
+        let (seen, w) = worsened(&Seen::default(), &first);
+        assert_eq!(w.expect("the first warning").level, Level::Warn);
+        // Looked at again, nothing new: no signal.
+        let (seen, w) = worsened(&seen, &judge(&f, &p));
+        assert_eq!(w, None);
+        // Three hours on, snapshots have stopped: the level is still warn, but that is new.
+        f.now_micros += 3 * HOUR;
+        let r = judge(&f, &p);
+        assert_eq!(r.level, WARN);
+        let (seen, w) = worsened(&seen, &r);
+        let w = w.expect("snapshots stopping while at warn is signalled");
+        assert_eq!(w.level, Level::Warn);
+        assert!(
+            w.says.contains("the newest snapshot of /home is 3 hours old"),
+            "{}",
+            w.says
+        );
+        assert!(!w.says.contains("has waited"), "only what is new: {}", w.says);
+        let (seen, w) = worsened(&seen, &judge(&f, &p));
+        assert_eq!(w, None, "said once");
+        // A day on: the same findings fail; a finding that rose is signalled.
+        f.now_micros += DAY;
+        let (seen, w) = worsened(&seen, &judge(&f, &p));
+        assert_eq!(w.expect("rose to fail").level, Level::Fail);
+        // The snapshots come back, then stop again: new again.
+        let fresh = healthy(f.now_micros);
+        f.newest = fresh.newest.clone();
+        f.timeline = fresh.timeline.clone();
+        let (seen, w) = worsened(&seen, &judge(&f, &p));
+        assert_eq!(w, None, "getting better is no signal");
+        f.now_micros += 3 * HOUR;
+        let (_, w) = worsened(&seen, &judge(&f, &p));
+        assert!(w.expect("stopped again").says.contains("/home is 3 hours old"));
     }
 
     #[test]
