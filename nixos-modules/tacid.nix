@@ -113,6 +113,8 @@ let
     { flag = "--health-staged-wait-secs"; value = toString hc.stagedWaitSeconds; }
     { flag = "--health-days-left-warn"; value = toString hc.daysLeftWarn; }
     { flag = "--health-days-left-fail"; value = toString hc.daysLeftFail; }
+    # With the timeline off, health expects no hourly set (adr/0028).
+    { flag = "--timeline"; value = lib.boolToString r.timeline; }
   ] ++ copiesValue;
   hc = cfg.health;
   # Alerts and metrics (adr/0028): every timer's unit alerts when it fails, and writes the

@@ -292,6 +292,9 @@ in
     (check "timeline on: the shipped timeline service as it is, no drop-in for it"
       (!(hasInfix layout.timeline_unit (dropInScript c))
         && hasInfix "${layout.keeper_unit}.d/${tacidLib.moduleDropIn}" (dropInScript c)))
+    (check "the keeper is told whether the timeline takes sets, so health expects no hourly set with it off"
+      (hasInfix "-e 's| --timeline [^ ]+| --timeline false|'" (dropInScript noTimeline)
+        && hasInfix "-e 's| --timeline [^ ]+| --timeline true|'" (dropInScript c)))
     (check "timeline off: a drop-in makes the package's timeline service prune only"
       (hasInfix "mkdir -p $out/lib/systemd/system/${layout.timeline_unit}.d" (dropInScript noTimeline)
         && hasInfix pruneOnly (dropInScript noTimeline)

@@ -42,6 +42,11 @@ pub struct HealthPolicy {
     pub staged_wait_secs: u64,
     pub days_left_warn: u64,
     pub days_left_fail: u64,
+    /// The timeline timer takes a set every hour (`--timeline true`, the default). When it
+    /// only prunes (NixOS: `services.tacid.retention.timeline = false`), snapshots are taken
+    /// before switches and by hand: their age is no finding, only the lack of any
+    /// (adr/0028).
+    pub timeline: bool,
     /// Where the keeper writes the report as metrics (node_exporter's textfile collector)
     /// after every scheduled act and every `HEALTH_CHECK_EVERY_SECS`; `None`: nowhere.
     pub metrics_file: Option<std::path::PathBuf>,
@@ -58,6 +63,7 @@ impl Default for HealthPolicy {
             staged_wait_secs: d::HEALTH_STAGED_WAIT_SECS,
             days_left_warn: d::HEALTH_DAYS_LEFT_WARN,
             days_left_fail: d::HEALTH_DAYS_LEFT_FAIL,
+            timeline: true,
             metrics_file: None,
         }
     }
@@ -464,6 +470,13 @@ pub fn judge(f: &Facts, p: &HealthPolicy) -> HealthReport {
             newest_pre_switch_micros: pre.map_or(0, |n| n.taken_micros),
         });
         match newest {
+            None if !p.timeline => out.push(finding(
+                Level::Warn,
+                "snapshot-age",
+                path,
+                format!("there is no snapshot of {path} yet, and the timeline is off: the first is taken before the next switch."),
+                "`tacid data snapshot` takes one now, so there is something to go back to.".to_owned(),
+            )),
             None => out.push(finding(
                 Level::Warn,
                 "snapshot-age",
@@ -472,6 +485,17 @@ pub fn judge(f: &Facts, p: &HealthPolicy) -> HealthReport {
                 format!(
                     "{timeline_timer} takes the first within the hour; `tacid data snapshot` takes one now; check `systemctl status {timeline_timer}`."
                 ),
+            )),
+            Some(n) if !p.timeline => out.push(finding(
+                Level::Ok,
+                "snapshot-age",
+                path,
+                format!(
+                    "the newest snapshot of {path} is {} old ({}); the timeline is off, so snapshots are taken before switches and by hand.",
+                    age_words(now - n.taken_micros),
+                    n.name
+                ),
+                String::new(),
             )),
             Some(n) => {
                 let age = now - n.taken_micros;
@@ -494,8 +518,11 @@ pub fn judge(f: &Facts, p: &HealthPolicy) -> HealthReport {
     }
 
     // The timeline timer: its last run failed, or it has not run when due.
+    // With the timeline off the timer only prunes: it takes no set, so none is due.
     let t = &f.timeline;
-    if t.last_failure.at_micros > t.last_success.at_micros {
+    if !p.timeline {
+        // No finding.
+    } else if t.last_failure.at_micros > t.last_success.at_micros {
         let why = escape(t.last_failure.words.as_bytes());
         let todo = if why.contains("floor") || why.contains("space") {
             "free space on the disk (delete snapshots you do not need: `tacid data prune --dry-run` says what retention would delete), then `systemctl start tacid-timeline.service`.".to_owned()
@@ -1081,6 +1108,46 @@ mod tests {
         f.now_micros += 3 * HOUR;
         let (_, w) = worsened(&seen, &judge(&f, &p));
         assert!(w.expect("stopped again").says.contains("/home is 3 hours old"));
+    }
+
+    #[test]
+    fn with_the_timeline_off_old_snapshots_are_ok_with_a_note_and_no_timer_is_due() {
+        let off = HealthPolicy {
+            timeline: false,
+            ..HealthPolicy::default()
+        };
+        let mut f = healthy(1_000 * DAY);
+        // The timer only prunes: it never took a set; the last snapshot was a month ago.
+        f.timeline = TimelineRuns::default();
+        f.now_micros += 30 * DAY;
+        assert_eq!(
+            judge(&f, &HealthPolicy::default()).level,
+            FAIL,
+            "the control: with the timeline on, this fails"
+        );
+        let r = judge(&f, &off);
+        assert_eq!(r.level, OK, "{:#?}", r.findings);
+        assert!(
+            !r.findings.iter().any(|f| f.kind == "timeline-timer"),
+            "{:#?}",
+            r.findings
+        );
+        let home = r
+            .findings
+            .iter()
+            .find(|f| f.kind == "snapshot-age" && f.about == "/home")
+            .expect("/home is judged");
+        assert!(
+            home.says.contains("is 30 days old") && home.says.contains("the timeline is off"),
+            "{}",
+            home.says
+        );
+        // No snapshot at all is still a warning: there is nothing to go back to.
+        f.newest.clear();
+        let r = judge(&f, &off);
+        assert_eq!(r.level, WARN);
+        assert!(r.findings[0].says.contains("the timeline is off"));
+        assert!(r.findings[0].todo.contains("tacid data snapshot"));
     }
 
     #[test]
