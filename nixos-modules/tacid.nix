@@ -94,6 +94,7 @@ let
   # retention policy, the stem's hard floor and (when it is not the default) its device;
   # and, with retention.timeline = false, the timeline service runs only its prune.
   unitDir = "lib/systemd/system";
+  userUnitDir = "lib/systemd/user";
   r = cfg.retention;
   keeperValues = [
     { flag = "--approver-group"; value = cfg.approverGroup; }
@@ -185,6 +186,15 @@ let
         ${lib.concatMapStringsSep "\n" (place: "echo ${lib.escapeShellArg "ReadWritePaths=-${place}"}") localSealedPlaces}
       ) >$out/${unitDir}/${layout.copier_unit}.d/${tacidLib.moduleDropIn}
     ''}
+    # The notifier (a user unit, from the same systemd.packages) notifies the approvers the
+    # keeper knows, not the shipped default's.
+    mkdir -p $out/${userUnitDir}/${layout.notify_user_unit}.d
+    (
+      ${tacidLib.execStartDropInAll {
+        unit = "${cfg.package}/${userUnitDir}/${layout.notify_user_unit}";
+        values = [{ flag = "--group"; value = cfg.approverGroup; }];
+      }}
+    ) >$out/${userUnitDir}/${layout.notify_user_unit}.d/${tacidLib.moduleDropIn}
     ${lib.optionalString (cfg.alerts.command != null) ''
       mkdir -p $out/${unitDir}/${layout.alert_unit}.d
       (
@@ -906,9 +916,16 @@ in
         })
         # The timeline's unit (the package's; OnFailure= the alert there) writes the metrics
         # after each run too, when asked.
-        (lib.mkIf (cfg.metrics.directory != null) {
-          ${tacidLib.serviceAttrName layout.timeline_unit}.serviceConfig.ExecStopPost = metricsStopPost;
-        })
+        # So does the hourly health check's; their sandbox (ProtectSystem=strict) lets them
+        # write in the directory and nowhere else.
+        (lib.mkIf (cfg.metrics.directory != null) (lib.genAttrs
+          (map tacidLib.serviceAttrName [ layout.timeline_unit layout.health_unit ])
+          (_: {
+            serviceConfig = {
+              ExecStopPost = metricsStopPost;
+              ReadWritePaths = [ "-${cfg.metrics.directory}" ];
+            };
+          })))
         # Every `btrfs receive` is the receiver's (adr/0025), one instance per connection;
         # the stem reaches SSH targets on Btrfs with ssh.
         (lib.mkIf haveCopies {
@@ -958,7 +975,11 @@ in
       };
       # Always: with retention.timeline = false it only prunes (unitDropIns above).
       systemd.timers = lib.mkMerge [
-        { ${tacidLib.timerAttrName layout.timeline_timer}.wantedBy = [ "timers.target" ]; }
+        {
+          ${tacidLib.timerAttrName layout.timeline_timer}.wantedBy = [ "timers.target" ];
+          # Hourly health: alerts (OnFailure=) when it warns or fails, with no desktop.
+          ${tacidLib.timerAttrName layout.health_timer}.wantedBy = [ "timers.target" ];
+        }
         (lib.mapAttrs'
           (name: t: lib.nameValuePair (tacidLib.copyUnitName name) {
             wantedBy = [ "timers.target" ];

@@ -299,6 +299,18 @@ in
       (hasInfix "mkdir -p $out/lib/systemd/system/${layout.timeline_unit}.d" (dropInScript noTimeline)
         && hasInfix pruneOnly (dropInScript noTimeline)
         && hasInfix ") >$out/lib/systemd/system/${layout.timeline_unit}.d/${tacidLib.moduleDropIn}" (dropInScript noTimeline)))
+    (check "the notifier notifies the approver group the keeper is given, by its user unit's drop-in"
+      (
+        let
+          admins = (machineWith { approverGroup = "admins"; } { users.groups.admins = { }; }).config;
+          notifyDropIn = "$out/lib/systemd/user/${layout.notify_user_unit}.d/${tacidLib.moduleDropIn}";
+        in
+        failing admins == [ ]
+        && hasInfix "-e 's| --group [^ ]+| --group admins|'" (dropInScript admins)
+        && hasInfix "-e 's| --approver-group [^ ]+| --approver-group admins|'" (dropInScript admins)
+        && hasInfix ") >${notifyDropIn}" (dropInScript admins)
+        && hasInfix "-e 's| --group [^ ]+| --group ${layout.defaults.approver_group}|'" (dropInScript c)
+      ))
     (check "a missing approver group fails its assertion, naming the option"
       (lib.any (hasInfix "services.tacid.approverGroup") (failing (machine { approverGroup = "nobody-has-this-group"; }).config)))
     (check "the root is mounted from the root subvolume"
