@@ -1088,11 +1088,16 @@ mod tests {
         let w = w.expect("snapshots stopping while at warn is signalled");
         assert_eq!(w.level, Level::Warn);
         assert!(
-            w.says.contains("the newest snapshot of /home is 3 hours old"),
+            w.says
+                .contains("the newest snapshot of /home is 3 hours old"),
             "{}",
             w.says
         );
-        assert!(!w.says.contains("has waited"), "only what is new: {}", w.says);
+        assert!(
+            !w.says.contains("has waited"),
+            "only what is new: {}",
+            w.says
+        );
         let (seen, w) = worsened(&seen, &judge(&f, &p));
         assert_eq!(w, None, "said once");
         // A day on: the same findings fail; a finding that rose is signalled.
@@ -1107,7 +1112,10 @@ mod tests {
         assert_eq!(w, None, "getting better is no signal");
         f.now_micros += 3 * HOUR;
         let (_, w) = worsened(&seen, &judge(&f, &p));
-        assert!(w.expect("stopped again").says.contains("/home is 3 hours old"));
+        assert!(w
+            .expect("stopped again")
+            .says
+            .contains("/home is 3 hours old"));
     }
 
     #[test]

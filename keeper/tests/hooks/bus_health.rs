@@ -437,7 +437,8 @@ fn bus_health_with_the_timeline_off_is_ok_on_pre_switch_sets_days_old() {
     w.stop_keeper();
     let clock = w.dir.join("clock").display().to_string();
     w.keeper_env.push(("TACID_TEST_CLOCK_FILE".into(), clock));
-    w.keeper_args.extend(["--timeline".to_owned(), "false".to_owned()]);
+    w.keeper_args
+        .extend(["--timeline".to_owned(), "false".to_owned()]);
     w.start_keeper(None);
 
     // Nothing taken yet: a warning all the same, saying how to take one.
@@ -456,9 +457,12 @@ fn bus_health_with_the_timeline_off_is_ok_on_pre_switch_sets_days_old() {
     assert_eq!(code, 0, "{v:#}");
     assert!(findings(&v, "warn", "timeline-timer").is_empty(), "{v:#}");
     assert!(
-        findings(&v, "ok", "snapshot-age").iter().any(|(says, _)| says
-            .starts_with("the newest snapshot of /home is 3 days old")
-            && says.contains("the timeline is off")),
+        findings(&v, "ok", "snapshot-age")
+            .iter()
+            .any(
+                |(says, _)| says.starts_with("the newest snapshot of /home is 3 days old")
+                    && says.contains("the timeline is off")
+            ),
         "{v:#}"
     );
 }
