@@ -486,7 +486,8 @@ in
           the retention rules (`tacid data prune`), also when the snapshot failed. Below
           the free-space floor, the timeline prunes before it snapshots. When false, the
           timer still runs every hour but only prunes, so the free-space floor is still
-          checked on a timer.
+          checked on a timer; and health (`tacid data health`) expects no hourly set: the
+          age of the newest snapshot is no warning, having none is.
         '';
       };
       hardFloorBytes = count d.hard_floor_bytes ''
@@ -538,7 +539,8 @@ in
         default = null;
         example = "''${pkgs.mailutils}/bin/mail -s \"tacid on $(hostname): $TACID_ALERT_UNIT failed\" root";
         description = ''
-          A shell script run as root when a tacid timer's unit fails (its OnFailure= starts
+          A shell script run as root when a tacid timer's unit fails, the hourly health
+          check's (${layout.health_unit}) when health warns or fails (its OnFailure= starts
           ${layout.alert_unit}), with the `tacid data health` report on its standard
           input and TACID_ALERT_UNIT and TACID_HEALTH_LEVEL in its environment: mail, a push
           service. The failure is journalled at warning priority either way. The alert unit's
