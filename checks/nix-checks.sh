@@ -566,7 +566,8 @@ step "the module's drop-ins keep the shipped ExecStart but one value"
 for case in "keeper_unit --approver-group admins" "stem_unit --device /dev/vdb" \
   "keeper_unit --copies-config /nix/store/00000000000000000000000000000000-tacid-copies.json" \
   "stem_unit --copies-config /nix/store/00000000000000000000000000000000-tacid-copies.json" \
-  "copier_unit --copies-config /nix/store/00000000000000000000000000000000-tacid-copies.json"; do
+  "copier_unit --copies-config /nix/store/00000000000000000000000000000000-tacid-copies.json" \
+  "notify_user_unit --group admins" "keeper_unit --timeline false"; do
   read -r key flag value <<<"$case"
   unit="$(jq -r ".$key" nixos-modules/layout.json)"
   source="$(jq -r ".files[] | select(.layout_key == \"$key\") | .source_dir" nixos-modules/shipped.json)/$unit"

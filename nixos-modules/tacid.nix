@@ -94,6 +94,7 @@ let
   # retention policy, the stem's hard floor and (when it is not the default) its device;
   # and, with retention.timeline = false, the timeline service runs only its prune.
   unitDir = "lib/systemd/system";
+  userUnitDir = "lib/systemd/user";
   r = cfg.retention;
   keeperValues = [
     { flag = "--approver-group"; value = cfg.approverGroup; }
@@ -113,6 +114,8 @@ let
     { flag = "--health-staged-wait-secs"; value = toString hc.stagedWaitSeconds; }
     { flag = "--health-days-left-warn"; value = toString hc.daysLeftWarn; }
     { flag = "--health-days-left-fail"; value = toString hc.daysLeftFail; }
+    # With the timeline off, health expects no hourly set (adr/0028).
+    { flag = "--timeline"; value = lib.boolToString r.timeline; }
   ] ++ copiesValue;
   hc = cfg.health;
   # Alerts and metrics (adr/0028): every timer's unit alerts when it fails, and writes the
@@ -183,6 +186,15 @@ let
         ${lib.concatMapStringsSep "\n" (place: "echo ${lib.escapeShellArg "ReadWritePaths=-${place}"}") localSealedPlaces}
       ) >$out/${unitDir}/${layout.copier_unit}.d/${tacidLib.moduleDropIn}
     ''}
+    # The notifier (a user unit, from the same systemd.packages) notifies the approvers the
+    # keeper knows, not the shipped default's.
+    mkdir -p $out/${userUnitDir}/${layout.notify_user_unit}.d
+    (
+      ${tacidLib.execStartDropInAll {
+        unit = "${cfg.package}/${userUnitDir}/${layout.notify_user_unit}";
+        values = [{ flag = "--group"; value = cfg.approverGroup; }];
+      }}
+    ) >$out/${userUnitDir}/${layout.notify_user_unit}.d/${tacidLib.moduleDropIn}
     ${lib.optionalString (cfg.alerts.command != null) ''
       mkdir -p $out/${unitDir}/${layout.alert_unit}.d
       (
@@ -474,7 +486,8 @@ in
           the retention rules (`tacid data prune`), also when the snapshot failed. Below
           the free-space floor, the timeline prunes before it snapshots. When false, the
           timer still runs every hour but only prunes, so the free-space floor is still
-          checked on a timer.
+          checked on a timer; and health (`tacid data health`) expects no hourly set: the
+          age of the newest snapshot is no warning, having none is.
         '';
       };
       hardFloorBytes = count d.hard_floor_bytes ''
@@ -526,7 +539,8 @@ in
         default = null;
         example = "''${pkgs.mailutils}/bin/mail -s \"tacid on $(hostname): $TACID_ALERT_UNIT failed\" root";
         description = ''
-          A shell script run as root when a tacid timer's unit fails (its OnFailure= starts
+          A shell script run as root when a tacid timer's unit fails, the hourly health
+          check's (${layout.health_unit}) when health warns or fails (its OnFailure= starts
           ${layout.alert_unit}), with the `tacid data health` report on its standard
           input and TACID_ALERT_UNIT and TACID_HEALTH_LEVEL in its environment: mail, a push
           service. The failure is journalled at warning priority either way. The alert unit's
@@ -904,9 +918,16 @@ in
         })
         # The timeline's unit (the package's; OnFailure= the alert there) writes the metrics
         # after each run too, when asked.
-        (lib.mkIf (cfg.metrics.directory != null) {
-          ${tacidLib.serviceAttrName layout.timeline_unit}.serviceConfig.ExecStopPost = metricsStopPost;
-        })
+        # So does the hourly health check's; their sandbox (ProtectSystem=strict) lets them
+        # write in the directory and nowhere else.
+        (lib.mkIf (cfg.metrics.directory != null) (lib.genAttrs
+          (map tacidLib.serviceAttrName [ layout.timeline_unit layout.health_unit ])
+          (_: {
+            serviceConfig = {
+              ExecStopPost = metricsStopPost;
+              ReadWritePaths = [ "-${cfg.metrics.directory}" ];
+            };
+          })))
         # Every `btrfs receive` is the receiver's (adr/0025), one instance per connection;
         # the stem reaches SSH targets on Btrfs with ssh.
         (lib.mkIf haveCopies {
@@ -956,7 +977,11 @@ in
       };
       # Always: with retention.timeline = false it only prunes (unitDropIns above).
       systemd.timers = lib.mkMerge [
-        { ${tacidLib.timerAttrName layout.timeline_timer}.wantedBy = [ "timers.target" ]; }
+        {
+          ${tacidLib.timerAttrName layout.timeline_timer}.wantedBy = [ "timers.target" ];
+          # Hourly health: alerts (OnFailure=) when it warns or fails, with no desktop.
+          ${tacidLib.timerAttrName layout.health_timer}.wantedBy = [ "timers.target" ];
+        }
         (lib.mapAttrs'
           (name: t: lib.nameValuePair (tacidLib.copyUnitName name) {
             wantedBy = [ "timers.target" ];

@@ -154,6 +154,7 @@ let
   unitAttr = tacidLib.serviceAttrName;
   hasInfix = lib.hasInfix;
   timerAttr = tacidLib.timerAttrName layout.timeline_timer;
+  healthTimerAttr = tacidLib.timerAttrName layout.health_timer;
   dropInScript = config: (builtins.elemAt config.systemd.packages 1).script;
   pruneOnly = tacidLib.pruneOnlyDropIn { unit = "${package}/lib/systemd/system/${layout.timeline_unit}"; };
   preSwitch = c.system.preSwitchChecks.tacid;
@@ -245,7 +246,7 @@ in
         && all (e: c.systemd.services.${unitAttr (tacidLib.fileName e)}.wantedBy == [ e.wanted_by ]) tacidLib.enabledSystemUnits))
     (check "the system units render as systemd.nix renders them, as drop-ins on the package's units"
       (all nixos.force (builtins.attrValues systemUnits)
-        && attrNames systemUnits == [ layout.keeper_unit layout.timeline_timer ]
+        && attrNames systemUnits == lib.sort lib.lessThan [ layout.keeper_unit layout.timeline_timer layout.health_timer ]
         && all (u: u.overrideStrategy == "asDropinIfExists" && !(hasInfix "ExecStart" u.text)) (builtins.attrValues systemUnits)))
     (check "tmpfiles makes the keeper's directory"
       (setByModule "systemd.tmpfiles.rules" == tacidLib.tmpfilesRules
@@ -281,6 +282,12 @@ in
         let withMetrics = (machine { metrics.directory = "/var/lib/textfiles"; }).config; in
         hasInfix "--metrics-file /var/lib/textfiles/tacid.prom|" (dropInScript withMetrics)
         && hasInfix "ReadWritePaths=-/var/lib/textfiles" (dropInScript withMetrics)
+        && all
+          (u: withMetrics.systemd.services.${unitAttr u}.serviceConfig.ExecStopPost
+          == [ "-${package}/bin/${shipped.binaries.cli.name} data health --metrics-file /var/lib/textfiles/tacid.prom" ]
+          && withMetrics.systemd.services.${unitAttr u}.serviceConfig.ReadWritePaths == [ "-/var/lib/textfiles" ])
+          [ layout.timeline_unit layout.health_unit ]
+        && !(c.systemd.services ? ${unitAttr layout.health_unit})
         && elem "a+ /var/lib/textfiles - - - - u:${layout.keeper_user}:rwx" withMetrics.systemd.tmpfiles.rules
         && !(hasInfix "--metrics-file" (dropInScript c))
         && !(lib.any (hasInfix "u:${layout.keeper_user}") c.systemd.tmpfiles.rules)
@@ -288,14 +295,35 @@ in
     (check "the timeline timer is enabled, with the timeline on and off (then it checks the floor)"
       (c.systemd.timers.${timerAttr}.wantedBy == [ "timers.target" ]
         && noTimeline.systemd.timers.${timerAttr}.wantedBy == [ "timers.target" ]
-        && attrNames c.systemd.timers == [ timerAttr ] && attrNames noTimeline.systemd.timers == [ timerAttr ]))
+        && attrNames c.systemd.timers == [ healthTimerAttr timerAttr ] && attrNames noTimeline.systemd.timers == [ healthTimerAttr timerAttr ]))
+    (check "the hourly health check is enabled, and its shipped service alerts when it warns or fails"
+      (c.systemd.timers.${healthTimerAttr}.wantedBy == [ "timers.target" ]
+        && hasInfix "\nOnFailure=${lib.replaceStrings [ "@." ] [ "@%n." ] layout.alert_unit}\n"
+        (builtins.readFile (../.. + "/${tacidLib.sourcePath (lib.findFirst (e: e.layout_key == "health_unit") null shipped.files)}"))
+        && elem "${layout.health_unit}" (map tacidLib.fileName (filter (e: e.install_dir == "lib/systemd/system") shipped.files))
+        && elem "${layout.health_timer}" (map tacidLib.fileName (filter (e: e.install_dir == "lib/systemd/system") shipped.files))))
     (check "timeline on: the shipped timeline service as it is, no drop-in for it"
       (!(hasInfix layout.timeline_unit (dropInScript c))
         && hasInfix "${layout.keeper_unit}.d/${tacidLib.moduleDropIn}" (dropInScript c)))
+    (check "the keeper is told whether the timeline takes sets, so health expects no hourly set with it off"
+      (hasInfix "-e 's| --timeline [^ ]+| --timeline false|'" (dropInScript noTimeline)
+        && hasInfix "-e 's| --timeline [^ ]+| --timeline true|'" (dropInScript c)))
     (check "timeline off: a drop-in makes the package's timeline service prune only"
       (hasInfix "mkdir -p $out/lib/systemd/system/${layout.timeline_unit}.d" (dropInScript noTimeline)
         && hasInfix pruneOnly (dropInScript noTimeline)
         && hasInfix ") >$out/lib/systemd/system/${layout.timeline_unit}.d/${tacidLib.moduleDropIn}" (dropInScript noTimeline)))
+    (check "the notifier notifies the approver group the keeper is given, by its user unit's drop-in"
+      (
+        let
+          admins = (machineWith { approverGroup = "admins"; } { users.groups.admins = { }; }).config;
+          notifyDropIn = "$out/lib/systemd/user/${layout.notify_user_unit}.d/${tacidLib.moduleDropIn}";
+        in
+        failing admins == [ ]
+        && hasInfix "-e 's| --group [^ ]+| --group admins|'" (dropInScript admins)
+        && hasInfix "-e 's| --approver-group [^ ]+| --approver-group admins|'" (dropInScript admins)
+        && hasInfix ") >${notifyDropIn}" (dropInScript admins)
+        && hasInfix "-e 's| --group [^ ]+| --group ${layout.defaults.approver_group}|'" (dropInScript c)
+      ))
     (check "a missing approver group fails its assertion, naming the option"
       (lib.any (hasInfix "services.tacid.approverGroup") (failing (machine { approverGroup = "nobody-has-this-group"; }).config)))
     (check "the root is mounted from the root subvolume"

@@ -42,6 +42,11 @@ pub struct HealthPolicy {
     pub staged_wait_secs: u64,
     pub days_left_warn: u64,
     pub days_left_fail: u64,
+    /// The timeline timer takes a set every hour (`--timeline true`, the default). When it
+    /// only prunes (NixOS: `services.tacid.retention.timeline = false`), snapshots are taken
+    /// before switches and by hand: their age is no finding, only the lack of any
+    /// (adr/0028).
+    pub timeline: bool,
     /// Where the keeper writes the report as metrics (node_exporter's textfile collector)
     /// after every scheduled act and every `HEALTH_CHECK_EVERY_SECS`; `None`: nowhere.
     pub metrics_file: Option<std::path::PathBuf>,
@@ -58,6 +63,7 @@ impl Default for HealthPolicy {
             staged_wait_secs: d::HEALTH_STAGED_WAIT_SECS,
             days_left_warn: d::HEALTH_DAYS_LEFT_WARN,
             days_left_fail: d::HEALTH_DAYS_LEFT_FAIL,
+            timeline: true,
             metrics_file: None,
         }
     }
@@ -158,14 +164,75 @@ pub struct Health {
     policy: HealthPolicy,
     floor_bytes: u64,
     config: Arc<CopiesConfig>,
-    last: Mutex<Level>,
+    last: Mutex<Seen>,
 }
 
-/// Health worsened: the new level and its worst findings, for the keeper's signal.
+/// Health worsened: the worst level among what is new, and those findings, for the
+/// keeper's signal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Worsened {
     pub level: Level,
     pub says: String,
+}
+
+/// What the keeper last found wrong: each finding at `warn` or above, by its kind and what
+/// it is about, at the worst level any finding of that pair had.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    bad: std::collections::BTreeMap<(String, String), Level>,
+}
+
+impl Seen {
+    /// The findings of `report` at `warn` or above.
+    pub fn of(report: &HealthReport) -> Seen {
+        let mut bad = std::collections::BTreeMap::new();
+        for f in &report.findings {
+            let level = Level::parse(&f.level);
+            if level >= Level::Warn {
+                let at = bad
+                    .entry((f.kind.clone(), f.about.clone()))
+                    .or_insert(level);
+                *at = (*at).max(level);
+            }
+        }
+        Seen { bad }
+    }
+}
+
+/// Did health worsen from `before` to `report`? Yes when a finding (a kind about a thing)
+/// is at `warn` or above and was not before, or is now at a higher level than it was: not
+/// only when the report's level rises, so a machine already warning about one thing still
+/// signals that snapshots stopped, or that a disk is filling, when it begins. Pure.
+pub fn worsened(before: &Seen, report: &HealthReport) -> (Seen, Option<Worsened>) {
+    let now = Seen::of(report);
+    let rose = |f: &Finding| {
+        let level = Level::parse(&f.level);
+        level >= Level::Warn
+            && before
+                .bad
+                .get(&(f.kind.clone(), f.about.clone()))
+                .is_none_or(|was| level > *was)
+    };
+    let new: Vec<&Finding> = report.findings.iter().filter(|f| rose(f)).collect();
+    let worsened = new
+        .iter()
+        .map(|f| Level::parse(&f.level))
+        .max()
+        .map(|level| Worsened {
+            level,
+            says: new
+                .iter()
+                .map(|f| {
+                    if f.todo.is_empty() {
+                        f.says.clone()
+                    } else {
+                        format!("{} {}", f.says, f.todo)
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        });
+    (now, worsened)
 }
 
 impl Health {
@@ -180,7 +247,7 @@ impl Health {
             policy,
             floor_bytes,
             config,
-            last: Mutex::new(Level::Ok),
+            last: Mutex::new(Seen::default()),
         }
     }
 
@@ -199,15 +266,11 @@ impl Health {
     pub async fn check(&self) -> Result<(HealthReport, Option<Worsened>), KeeperError> {
         let facts = self.gather().await?;
         let report = judge(&facts, &self.policy);
-        let level = Level::parse(&report.level);
         let worsened = {
             let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-            let was = *last;
-            *last = level;
-            (level > was).then(|| Worsened {
-                level,
-                says: worst_lines(&report),
-            })
+            let (now, worsened) = worsened(&last, &report);
+            *last = now;
+            worsened
         };
         Ok((report, worsened))
     }
@@ -335,23 +398,6 @@ impl Health {
     }
 }
 
-/// The worst findings, one a line: what is so, then what to do.
-pub fn worst_lines(report: &HealthReport) -> String {
-    report
-        .findings
-        .iter()
-        .filter(|f| f.level == report.level && f.level != OK)
-        .map(|f| {
-            if f.todo.is_empty() {
-                f.says.clone()
-            } else {
-                format!("{} {}", f.says, f.todo)
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// An age in words: `45 minutes`, `3 hours`, `2 days`.
 pub fn age_words(micros: i64) -> String {
     let secs = (micros / MICROS).max(0);
@@ -424,6 +470,13 @@ pub fn judge(f: &Facts, p: &HealthPolicy) -> HealthReport {
             newest_pre_switch_micros: pre.map_or(0, |n| n.taken_micros),
         });
         match newest {
+            None if !p.timeline => out.push(finding(
+                Level::Warn,
+                "snapshot-age",
+                path,
+                format!("there is no snapshot of {path} yet, and the timeline is off: the first is taken before the next switch."),
+                "`tacid data snapshot` takes one now, so there is something to go back to.".to_owned(),
+            )),
             None => out.push(finding(
                 Level::Warn,
                 "snapshot-age",
@@ -432,6 +485,17 @@ pub fn judge(f: &Facts, p: &HealthPolicy) -> HealthReport {
                 format!(
                     "{timeline_timer} takes the first within the hour; `tacid data snapshot` takes one now; check `systemctl status {timeline_timer}`."
                 ),
+            )),
+            Some(n) if !p.timeline => out.push(finding(
+                Level::Ok,
+                "snapshot-age",
+                path,
+                format!(
+                    "the newest snapshot of {path} is {} old ({}); the timeline is off, so snapshots are taken before switches and by hand.",
+                    age_words(now - n.taken_micros),
+                    n.name
+                ),
+                String::new(),
             )),
             Some(n) => {
                 let age = now - n.taken_micros;
@@ -454,8 +518,11 @@ pub fn judge(f: &Facts, p: &HealthPolicy) -> HealthReport {
     }
 
     // The timeline timer: its last run failed, or it has not run when due.
+    // With the timeline off the timer only prunes: it takes no set, so none is due.
     let t = &f.timeline;
-    if t.last_failure.at_micros > t.last_success.at_micros {
+    if !p.timeline {
+        // No finding.
+    } else if t.last_failure.at_micros > t.last_success.at_micros {
         let why = escape(t.last_failure.words.as_bytes());
         let todo = if why.contains("floor") || why.contains("space") {
             "free space on the disk (delete snapshots you do not need: `tacid data prune --dry-run` says what retention would delete), then `systemctl start tacid-timeline.service`.".to_owned()
@@ -997,6 +1064,98 @@ mod tests {
         assert_eq!(r.level, FAIL);
         assert_eq!(r.findings[0].kind, "stem");
         assert!(!r.space_known);
+    }
+
+    #[test]
+    fn a_new_finding_at_warn_signals_though_the_level_was_warn_already() {
+        let p = HealthPolicy::default();
+        let now = 1_000 * DAY;
+        let mut f = healthy(now);
+        // A restore staged two days ago: the machine is at warn.
+        f.staged = Some(("/home".into(), now - 2 * DAY));
+        let first = judge(&f, &p);
+        assert_eq!(first.level, WARN, "{:#?}", first.findings);
+        let (seen, w) = worsened(&Seen::default(), &first);
+        assert_eq!(w.expect("the first warning").level, Level::Warn);
+        // Looked at again, nothing new: no signal.
+        let (seen, w) = worsened(&seen, &judge(&f, &p));
+        assert_eq!(w, None);
+        // Three hours on, snapshots have stopped: the level is still warn, but that is new.
+        f.now_micros += 3 * HOUR;
+        let r = judge(&f, &p);
+        assert_eq!(r.level, WARN);
+        let (seen, w) = worsened(&seen, &r);
+        let w = w.expect("snapshots stopping while at warn is signalled");
+        assert_eq!(w.level, Level::Warn);
+        assert!(
+            w.says
+                .contains("the newest snapshot of /home is 3 hours old"),
+            "{}",
+            w.says
+        );
+        assert!(
+            !w.says.contains("has waited"),
+            "only what is new: {}",
+            w.says
+        );
+        let (seen, w) = worsened(&seen, &judge(&f, &p));
+        assert_eq!(w, None, "said once");
+        // A day on: the same findings fail; a finding that rose is signalled.
+        f.now_micros += DAY;
+        let (seen, w) = worsened(&seen, &judge(&f, &p));
+        assert_eq!(w.expect("rose to fail").level, Level::Fail);
+        // The snapshots come back, then stop again: new again.
+        let fresh = healthy(f.now_micros);
+        f.newest = fresh.newest.clone();
+        f.timeline = fresh.timeline.clone();
+        let (seen, w) = worsened(&seen, &judge(&f, &p));
+        assert_eq!(w, None, "getting better is no signal");
+        f.now_micros += 3 * HOUR;
+        let (_, w) = worsened(&seen, &judge(&f, &p));
+        assert!(w
+            .expect("stopped again")
+            .says
+            .contains("/home is 3 hours old"));
+    }
+
+    #[test]
+    fn with_the_timeline_off_old_snapshots_are_ok_with_a_note_and_no_timer_is_due() {
+        let off = HealthPolicy {
+            timeline: false,
+            ..HealthPolicy::default()
+        };
+        let mut f = healthy(1_000 * DAY);
+        // The timer only prunes: it never took a set; the last snapshot was a month ago.
+        f.timeline = TimelineRuns::default();
+        f.now_micros += 30 * DAY;
+        assert_eq!(
+            judge(&f, &HealthPolicy::default()).level,
+            FAIL,
+            "the control: with the timeline on, this fails"
+        );
+        let r = judge(&f, &off);
+        assert_eq!(r.level, OK, "{:#?}", r.findings);
+        assert!(
+            !r.findings.iter().any(|f| f.kind == "timeline-timer"),
+            "{:#?}",
+            r.findings
+        );
+        let home = r
+            .findings
+            .iter()
+            .find(|f| f.kind == "snapshot-age" && f.about == "/home")
+            .expect("/home is judged");
+        assert!(
+            home.says.contains("is 30 days old") && home.says.contains("the timeline is off"),
+            "{}",
+            home.says
+        );
+        // No snapshot at all is still a warning: there is nothing to go back to.
+        f.newest.clear();
+        let r = judge(&f, &off);
+        assert_eq!(r.level, WARN);
+        assert!(r.findings[0].says.contains("the timeline is off"));
+        assert!(r.findings[0].todo.contains("tacid data snapshot"));
     }
 
     #[test]

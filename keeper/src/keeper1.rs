@@ -292,8 +292,9 @@ impl Keeper1 {
     }
 
     /// Health worsened since the keeper last looked (after an act, when asked, and every
-    /// few minutes): `level` is `warn` or `fail`; `says`, the worst findings, one a line,
-    /// each with what to do.
+    /// few minutes): a finding at `warn` or above is new, or rose, though the report's level
+    /// may have been as bad already. `level` is `warn` or `fail`, the worst of them; `says`,
+    /// those findings, one a line, each with what to do.
     #[zbus(signal)]
     async fn health_worsened(
         emitter: &SignalEmitter<'_>,

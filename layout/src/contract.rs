@@ -38,6 +38,9 @@ pub struct Contract {
     pub alert_unit: &'static str,
     pub alert_command_path: &'static str,
     pub notify_user_unit: &'static str,
+    /// The hourly health check's service and timer.
+    pub health_unit: &'static str,
+    pub health_timer: &'static str,
     pub initrd_restore_unit: &'static str,
     pub initrd_wipe_root_unit: &'static str,
     pub kernel_device_key: &'static str,
@@ -115,6 +118,8 @@ impl Contract {
             alert_unit: names::ALERT_UNIT,
             alert_command_path: crate::ALERT_COMMAND_PATH,
             notify_user_unit: names::NOTIFY_USER_UNIT,
+            health_unit: names::HEALTH_UNIT,
+            health_timer: names::HEALTH_TIMER,
             initrd_restore_unit: names::INITRD_RESTORE_UNIT,
             initrd_wipe_root_unit: names::INITRD_WIPE_ROOT_UNIT,
             kernel_device_key: names::KERNEL_DEVICE_KEY,

@@ -132,6 +132,10 @@ pub mod names {
     /// failed unit as its instance; it journals at warning priority and runs root's alert
     /// command ([`crate::ALERT_COMMAND_PATH`]) with the health report on its standard input.
     pub const ALERT_UNIT: &str = "tacid-alert@.service";
+    /// Health, hourly (adr/0028): a service running `tacid data health` as root, which
+    /// names the alert in `OnFailure=` (it fails at warn and fail), and its timer.
+    pub const HEALTH_UNIT: &str = "tacid-health.service";
+    pub const HEALTH_TIMER: &str = "tacid-health.timer";
     /// A person's notifier (a systemd user unit): the keeper's alerts as desktop
     /// notifications, for root and the approver group.
     pub const NOTIFY_USER_UNIT: &str = "tacid-notify.service";

@@ -16,11 +16,22 @@ use crate::{health, Failure};
 
 /// The alert's text: which unit failed, then the report (or why there is none).
 pub async fn text(keeper: &Keeper1Proxy<'static>, unit: &str) -> (String, String) {
+    // The hourly health check "fails" when health warns or fails: that is what it found.
+    let what = if unit == layout::names::HEALTH_UNIT {
+        format!(
+            "{unit}, the hourly health check, found something that needs a person on this machine."
+        )
+    } else {
+        format!(
+            "{} failed on this machine.",
+            layout::escape::escape(unit.as_bytes())
+        )
+    };
     let unit = layout::escape::escape(unit.as_bytes());
     match keeper.health().await {
         Ok(r) => (
             format!(
-                "{unit} failed on this machine. `tacid data health` says:\n\n{}",
+                "{what} `tacid data health` says:\n\n{}",
                 health::text(&r)
             ),
             r.level.clone(),

@@ -72,6 +72,11 @@ struct HealthArgs {
     /// Fewer days than this: a failure.
     #[arg(long, value_name = "DAYS", default_value_t = layout::defaults::HEALTH_DAYS_LEFT_FAIL)]
     health_days_left_fail: u64,
+    /// Whether the timeline timer takes a set every hour. `false` (NixOS:
+    /// services.tacid.retention.timeline = false): it only prunes, so health judges the age
+    /// of snapshots by nothing and expects no timeline run (adr/0028).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    timeline: bool,
     /// Write the health report as metrics for node_exporter's textfile collector to this
     /// file (a `.prom` name in the collector's directory) after every scheduled act and
     /// every few minutes; the module sets it from services.tacid.metrics.directory.
@@ -90,6 +95,7 @@ impl HealthArgs {
             staged_wait_secs: self.health_staged_wait_secs,
             days_left_warn: self.health_days_left_warn,
             days_left_fail: self.health_days_left_fail,
+            timeline: self.timeline,
             metrics_file: self.metrics_file.clone(),
         }
     }

@@ -370,3 +370,99 @@ fn bus_health_warns_of_a_restore_waiting_days_for_a_reboot_and_of_a_bad_request_
     let (code, v) = health(&w);
     assert_eq!(code, 0, "{v:#}");
 }
+
+/// A pre-switch set as root, as the NixOS module's check before a switch takes it.
+fn pre_switch_set(w: &World) {
+    let out = w.tacid_as_root(&[
+        "data",
+        "snapshot",
+        "--pre-switch",
+        "--reason",
+        "before switching to generation 42",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn bus_health_worsened_is_signalled_when_snapshots_stop_on_a_machine_already_warning() {
+    let Some(w) = world_with_a_clock() else {
+        return;
+    };
+    // A pre-switch set, but the timeline timer never took one: at warn already.
+    pre_switch_set(&w);
+    let (code, v) = health(&w);
+    assert_eq!(code, 16, "{v:#}");
+    assert!(
+        !findings(&v, "warn", "timeline-timer").is_empty(),
+        "the timer has not taken a set yet: {v:#}"
+    );
+    assert!(findings(&v, "warn", "snapshot-age").is_empty(), "{v:#}");
+
+    let root = w.keeper_as_root();
+    let mut worsened = root
+        .run(root.proxy.receive_health_worsened())
+        .expect("subscribe to HealthWorsened");
+    // Three hours on: the level is still warn, but the snapshots have stopped, which is new.
+    set_clock(&w, unix_now() + 3 * 3600 + 60);
+    let (code, v) = health(&w);
+    assert_eq!(code, 16, "{v:#}");
+    assert_eq!(v["level"], "warn");
+    let signal = root
+        .run(async { tokio::time::timeout(Duration::from_secs(10), worsened.next()).await })
+        .expect("HealthWorsened within 10 s, though the level was warn before")
+        .expect("a signal");
+    let args = signal.args().expect("its arguments");
+    assert_eq!(args.level(), &"warn");
+    assert!(
+        args.says().contains("/home is 3 hours old"),
+        "{}",
+        args.says()
+    );
+    assert!(
+        !args.says().contains("has not taken a set yet"),
+        "only what is new is said: {}",
+        args.says()
+    );
+}
+
+#[test]
+fn bus_health_with_the_timeline_off_is_ok_on_pre_switch_sets_days_old() {
+    let Some(mut w) = World::start() else {
+        return;
+    };
+    w.stop_keeper();
+    let clock = w.dir.join("clock").display().to_string();
+    w.keeper_env.push(("TACID_TEST_CLOCK_FILE".into(), clock));
+    w.keeper_args
+        .extend(["--timeline".to_owned(), "false".to_owned()]);
+    w.start_keeper(None);
+
+    // Nothing taken yet: a warning all the same, saying how to take one.
+    let (code, v) = health(&w);
+    assert_eq!(code, 16, "{v:#}");
+    assert!(
+        findings(&v, "warn", "snapshot-age")
+            .iter()
+            .any(|(says, _)| says.contains("the timeline is off")),
+        "{v:#}"
+    );
+    // Only pre-switch sets, the newest three days old, no timeline run ever: ok.
+    pre_switch_set(&w);
+    set_clock(&w, unix_now() + 3 * 86_400 + 60);
+    let (code, v) = health(&w);
+    assert_eq!(code, 0, "{v:#}");
+    assert!(findings(&v, "warn", "timeline-timer").is_empty(), "{v:#}");
+    assert!(
+        findings(&v, "ok", "snapshot-age")
+            .iter()
+            .any(
+                |(says, _)| says.starts_with("the newest snapshot of /home is 3 days old")
+                    && says.contains("the timeline is off")
+            ),
+        "{v:#}"
+    );
+}

@@ -31,7 +31,12 @@ fn shipped(rel: &str) -> String {
 
 /// The alert unit's ExecStart, its `%i` the failed unit, its programs where they are here.
 fn alert_command_line(unit: &str, command: &Path) -> Vec<String> {
-    let text = shipped(&format!("tacid-cli/systemd/{}", layout::names::ALERT_UNIT));
+    command_line(layout::names::ALERT_UNIT, unit, command)
+}
+
+/// A shipped unit of the CLI's: its ExecStart, `%i` the failed unit, its programs here.
+fn command_line(shipped_unit: &str, unit: &str, command: &Path) -> Vec<String> {
+    let text = shipped(&format!("tacid-cli/systemd/{shipped_unit}"));
     let exec = text
         .lines()
         .find_map(|l| l.strip_prefix("ExecStart="))
@@ -164,6 +169,113 @@ fn bus_the_alert_journals_at_warning_and_gives_roots_command_the_health_report()
         .expect("the alert runs");
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("the failure is journalled only"));
+}
+
+#[test]
+fn bus_systemd_accepts_the_hourly_health_check_which_alerts_when_it_warns_or_fails() {
+    let Some(analyze) = testbed::units::systemd_analyze() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let service = shipped(&format!("tacid-cli/systemd/{}", layout::names::HEALTH_UNIT));
+    let timer = shipped(&format!(
+        "tacid-cli/systemd/{}",
+        layout::names::HEALTH_TIMER
+    ));
+    assert!(
+        service.contains("\nOnFailure=tacid-alert@%n.service\n"),
+        "the health check alerts when it fails: {service}"
+    );
+    assert!(
+        service.contains("\nExecStart=/usr/bin/tacid data health\n"),
+        "{service}"
+    );
+    // Warn (16) and fail (17) must fail the unit, or OnFailure= never starts the alert.
+    assert!(!service.contains("SuccessExitStatus="), "{service}");
+    assert!(
+        timer.contains("\nOnCalendar=hourly\n")
+            && timer.contains("\nPersistent=true\n")
+            && timer.contains("\nWantedBy=timers.target\n"),
+        "{timer}"
+    );
+    let alert = shipped(&format!("tacid-cli/systemd/{}", layout::names::ALERT_UNIT))
+        .replace("/usr/bin/tacid ", "/bin/true ");
+    let service_path = dir.path().join(layout::names::HEALTH_UNIT);
+    let timer_path = dir.path().join(layout::names::HEALTH_TIMER);
+    let instance = dir.path().join(format!(
+        "tacid-alert@{}.service",
+        layout::names::HEALTH_UNIT
+    ));
+    fs::write(
+        &service_path,
+        service.replace("/usr/bin/tacid ", "/bin/true "),
+    )
+    .expect("write");
+    fs::write(&timer_path, timer).expect("write");
+    fs::write(dir.path().join(layout::names::ALERT_UNIT), &alert).expect("write");
+    fs::write(&instance, &alert).expect("write");
+    testbed::units::assert_verifies(analyze, &[&timer_path, &service_path, &instance]);
+}
+
+#[test]
+fn bus_the_hourly_health_check_fails_at_warn_and_its_alert_gives_roots_command_the_report() {
+    let Some(w) = World::start() else { return };
+    // The health unit's ExecStart, as root: a new machine with no snapshot yet warns, and
+    // the exit code (16) is not 0, so systemd marks the unit failed and starts the alert.
+    let none = w.dir.join("no-command");
+    let line = command_line(layout::names::HEALTH_UNIT, "", &none);
+    let out = Command::new(&line[0])
+        .args(&line[1..])
+        .env("TACID_BUS_ADDRESS", &w.address)
+        .output()
+        .expect("the health check runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(16), "{stdout}");
+    assert!(
+        stdout.contains("there is no snapshot of /home yet."),
+        "{stdout}"
+    );
+
+    // The alert OnFailure= starts for it, with root's command.
+    let command = w.dir.join("alert-command");
+    let got = w.dir.join("alert-stdin");
+    fs::write(&command, format!("#!/bin/sh\ncat > {}\n", got.display())).expect("the command");
+    fs::set_permissions(&command, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let line = alert_command_line(layout::names::HEALTH_UNIT, &command);
+    let out = Command::new(&line[0])
+        .args(&line[1..])
+        .env("TACID_BUS_ADDRESS", &w.address)
+        .output()
+        .expect("the alert runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "<4>tacid-health.service, the hourly health check, found something that needs a person"
+        ),
+        "{stderr}"
+    );
+    let report = fs::read_to_string(&got).expect("the command got its input");
+    assert!(
+        report.contains("there is no snapshot of /home yet."),
+        "{report}"
+    );
+
+    // Once a set is taken, the check passes: no alert.
+    let taken = w.tacid_as_root(&["data", "snapshot", "--timeline"]);
+    assert!(taken.status.success());
+    let line = command_line(layout::names::HEALTH_UNIT, "", &none);
+    let out = Command::new(&line[0])
+        .args(&line[1..])
+        .env("TACID_BUS_ADDRESS", &w.address)
+        .output()
+        .expect("the health check runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 /// A process that is killed when dropped.

@@ -146,6 +146,7 @@ fn the_units_flags_are_the_layouts_defaults_and_the_keepers_own() {
             "--health-days-left-fail",
             d::HEALTH_DAYS_LEFT_FAIL.to_string(),
         ),
+        ("--timeline", "true".to_owned()),
     ] {
         assert_eq!(
             flags.get(flag),

@@ -305,8 +305,8 @@ fn unit_files_run_shipped_binaries_and_say_what_enables_them() {
         }
     }
     assert_eq!(
-        units_seen, 11,
-        "shipped.json should ship the stem, its receiver (socket and service), keeper, copier, timeline (service and timer), the alert and the notifier's user unit, and two initrd units"
+        units_seen, 13,
+        "shipped.json should ship the stem, its receiver (socket and service), keeper, copier, timeline (service and timer), health (service and timer), the alert and the notifier's user unit, and two initrd units"
     );
     assert!(problems.is_empty(), "{problems:#?}");
 }
