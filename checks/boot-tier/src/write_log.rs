@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use crate::{shown, Error, IoContext as _, Result};
 
 /// The super block's magic number.
-pub const MAGIC: u64 = 0x6a73_6677_7368_72;
+pub const MAGIC: u64 = 0x006a_7366_7773_6872;
 /// The only version of the format.
 pub const VERSION: u64 = 1;
 
@@ -233,7 +233,17 @@ impl WriteLog {
     /// Do the entries in `range` to the disk image `image` (open for writing), in order: a
     /// write writes its data, a discard writes zeroes, a flush or a mark does nothing.
     pub fn replay(&self, range: Range<usize>, image: &File) -> Result<()> {
-        for entry in &self.entries[range] {
+        self.replay_only(range, image)
+    }
+
+    /// Do the entries at `indices` (in the order given) to `image`, as [`WriteLog::replay`].
+    pub fn replay_only(
+        &self,
+        indices: impl IntoIterator<Item = usize>,
+        image: &File,
+    ) -> Result<()> {
+        for i in indices {
+            let entry = &self.entries[i];
             let at = entry.sector * self.sector_size;
             let bytes = match entry.kind {
                 Kind::Write { .. } => self.data(entry)?,
@@ -247,6 +257,11 @@ impl WriteLog {
         Ok(())
     }
 
+    /// The disks a power cut can leave, in log order ([`crash_states`]).
+    pub fn crash_states(&self, max_subset_writes: usize) -> Vec<CrashState> {
+        crash_states(&self.entries, max_subset_writes)
+    }
+
     /// Indices of the entries that flush.
     pub fn flushes(&self) -> impl Iterator<Item = usize> + '_ {
         self.entries
@@ -254,6 +269,117 @@ impl WriteLog {
             .filter(|e| e.is_flush())
             .map(|e| e.index)
     }
+}
+
+/// A disk a power cut can leave: every entry before `flushed` reached it (the last flush
+/// before the cut made them durable), and of the writes after that flush, exactly `kept`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrashState {
+    /// The number of entries that are durable: up to and including the last flush.
+    pub flushed: usize,
+    /// The writes (and discards) after it that reached the disk, in log order.
+    pub kept: Vec<usize>,
+    /// `Some(n)` when this disk is the log's first `n` entries: a cut right after entry
+    /// `n - 1` with nothing lost from the disk's cache.
+    pub prefix: Option<usize>,
+}
+
+impl CrashState {
+    /// The entries to replay onto the disk as it was before the log, in order.
+    pub fn entries(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.flushed).chain(self.kept.iter().copied())
+    }
+}
+
+impl std::fmt::Display for CrashState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.prefix {
+            Some(n) => write!(f, "the first {n} entries"),
+            None => write!(
+                f,
+                "the first {} entries and of the writes after them only {:?}",
+                self.flushed, self.kept
+            ),
+        }
+    }
+}
+
+/// Every disk a power cut during the logged run can leave, under the one rule a disk with a
+/// write cache keeps: what was acknowledged before a flush is durable after it; of the writes
+/// since the last flush, any may have reached the disk or not.
+///
+/// So, after each flush (and at the start), the subsets of the writes up to the next flush
+/// (each subset replayed in log order, which decides between two writes of one sector): all
+/// of them while there are at most `max_subset_writes`, else each prefix, each with one write
+/// left out, and each write alone. The whole set of an interval that ends in a flush is the
+/// next interval's empty one and is not repeated. Every prefix of the log is among them.
+pub fn crash_states(entries: &[Entry], max_subset_writes: usize) -> Vec<CrashState> {
+    let mut states = Vec::new();
+    let mut start = 0;
+    loop {
+        let end = entries[start..]
+            .iter()
+            .position(Entry::is_flush)
+            .map(|p| start + p);
+        let stop = end.unwrap_or(entries.len());
+        let writes: Vec<usize> = (start..stop)
+            .filter(|&i| entries[i].changes_disk())
+            .collect();
+        let k = writes.len();
+        let mut subsets: Vec<Vec<usize>> = Vec::new();
+        if k <= max_subset_writes {
+            for mask in 0u64..(1u64 << k) {
+                subsets.push(
+                    (0..k)
+                        .filter(|b| mask & (1 << b) != 0)
+                        .map(|b| writes[b])
+                        .collect(),
+                );
+            }
+            // Prefixes first, in order, then the rest: easier to read in a report.
+            subsets.sort_by_key(|s| {
+                let is_prefix = s.iter().zip(&writes).all(|(a, b)| a == b);
+                (!is_prefix, s.len(), s.clone())
+            });
+        } else {
+            for j in 0..=k {
+                subsets.push(writes[..j].to_vec());
+            }
+            for left_out in 0..k {
+                let mut s = writes.clone();
+                s.remove(left_out);
+                subsets.push(s);
+            }
+            for &one in &writes {
+                subsets.push(vec![one]);
+            }
+            subsets.sort_by_key(|s| {
+                let is_prefix = s.iter().zip(&writes).all(|(a, b)| a == b);
+                (!is_prefix, s.len(), s.clone())
+            });
+            subsets.dedup();
+        }
+        for kept in subsets {
+            if end.is_some() && kept.len() == k {
+                continue;
+            }
+            let j = kept.len();
+            let prefix = (kept[..] == writes[..j]).then(|| match j {
+                0 => start,
+                _ => writes[j - 1] + 1,
+            });
+            states.push(CrashState {
+                flushed: start,
+                kept,
+                prefix,
+            });
+        }
+        match end {
+            Some(flush) => start = flush + 1,
+            None => break,
+        }
+    }
+    states
 }
 
 #[cfg(test)]
@@ -401,5 +527,118 @@ mod tests {
         assert_eq!(log.entries.len(), 1);
         assert_eq!(log.entries[0].kind, Kind::Mark("copy".into()));
         assert!(!log.entries[0].changes_disk());
+    }
+
+    fn synthetic(kinds: &str) -> Vec<Entry> {
+        kinds
+            .chars()
+            .enumerate()
+            .map(|(index, c)| {
+                let (kind, flags) = match c {
+                    'w' => (Kind::Write { fua: false }, 0),
+                    'd' => (Kind::Discard, DISCARD),
+                    'f' => (Kind::Flush, FLUSH),
+                    _ => (Kind::Mark(String::new()), MARK),
+                };
+                Entry {
+                    index,
+                    kind,
+                    sector: index as u64,
+                    nr_sectors: 1,
+                    flags,
+                    data_at: None,
+                }
+            })
+            .collect()
+    }
+
+    fn shown_states(states: &[CrashState]) -> Vec<String> {
+        states
+            .iter()
+            .map(|s| match s.prefix {
+                Some(n) => format!("{}+{:?}=p{n}", s.flushed, s.kept),
+                None => format!("{}+{:?}", s.flushed, s.kept),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn crash_states_are_every_subset_of_the_writes_since_the_last_flush() {
+        let (_dir, path) = fixture(QEMU_IO_LOG);
+        let log = WriteLog::open(&path).expect("parses");
+        // w f w w f d w f f
+        assert_eq!(
+            shown_states(&log.crash_states(8)),
+            [
+                "0+[]=p0", "2+[]=p2", "2+[2]=p3", "2+[3]", "5+[]=p5", "5+[5]=p6", "5+[6]",
+                "9+[]=p9"
+            ]
+        );
+        // A mark changes nothing; a flushed interval's whole set is the next one's start; an
+        // unflushed tail is kept whole too.
+        assert_eq!(
+            shown_states(&crash_states(&synthetic("wmfww"), 8)),
+            ["0+[]=p0", "3+[]=p3", "3+[3]=p4", "3+[3, 4]=p5", "3+[4]"]
+        );
+    }
+
+    #[test]
+    fn past_the_limit_an_interval_gives_prefixes_one_left_out_and_each_alone() {
+        let states = shown_states(&crash_states(&synthetic("wwwwf"), 2));
+        assert_eq!(
+            states,
+            [
+                "0+[]=p0",
+                "0+[0]=p1",
+                "0+[0, 1]=p2",
+                "0+[0, 1, 2]=p3",
+                "0+[1]",
+                "0+[2]",
+                "0+[3]",
+                "0+[0, 1, 3]",
+                "0+[0, 2, 3]",
+                "0+[1, 2, 3]",
+                "5+[]=p5"
+            ]
+        );
+    }
+
+    /// Replayed, every prefix of a real log is the disk of one of its crash states, byte for
+    /// byte (so checking the crash states checks every prefix).
+    #[test]
+    fn every_prefix_of_a_real_log_is_a_crash_state() {
+        let (dir, path) = fixture(QEMU_IO_LOG);
+        let log = WriteLog::open(&path).expect("parses");
+        let disk = |entries: &mut dyn Iterator<Item = usize>| -> Vec<u8> {
+            let p = dir.path().join("disk");
+            let f = File::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&p)
+                .expect("image");
+            f.set_len(128 << 10).expect("size");
+            f.write_all_at(&[0x77; 128 << 10], 0).expect("seed");
+            log.replay_only(entries, &f).expect("replay");
+            std::fs::read(&p).expect("read")
+        };
+        let states: Vec<Vec<u8>> = log
+            .crash_states(8)
+            .iter()
+            .map(|s| disk(&mut s.entries()))
+            .collect();
+        for n in 0..=log.entries.len() {
+            let prefix = disk(&mut (0..n));
+            assert!(
+                states.contains(&prefix),
+                "the first {n} entries are no crash state"
+            );
+        }
+        for s in log.crash_states(8) {
+            if let Some(n) = s.prefix {
+                assert_eq!(disk(&mut s.entries()), disk(&mut (0..n)), "{s}");
+            }
+        }
     }
 }

@@ -1,0 +1,864 @@
+//! The boot tier's write-level power cuts: one real boot of a restore with every write and
+//! flush the guest makes to its disk logged (qemu's `blklogwrites`), then, for each entry of
+//! that log, the disk a power cut right there leaves, checked on the host.
+//!
+//! The step cuts of `boot_story` stop `tacid-initrd` between two of its steps; a power cut can
+//! also come in the middle of one, between any two writes of a Btrfs commit or a file's
+//! fsync. Here the disk as it was before the boot is copied, the log's first `n` entries are
+//! replayed onto the copy, for every `n` from 0 (nothing written) to the whole log (the
+//! restore finished), and each such disk is loop-mounted on the host and given to the
+//! static, test-hooked `tacid-initrd` that was in the machine's initrd, run as the next boot
+//! runs it: `restore-data` at the pid the logged boot's run had (so a temporary file the cut
+//! left is at the name the next run takes, as in an initrd), then `wipe-root`, then
+//! `restore-data` once more. What a user would check is asserted on each:
+//!
+//! - right after the cut: each member's live subvolume is there and holds either what it held
+//!   before (the same subvolume) or the snapshot's content (a copy of that snapshot), never a
+//!   mix, never missing; what it replaced is kept in the store read-only at most once, and
+//!   nothing writable is in the store; the request is there byte for byte, or gone only with
+//!   an outcome "done" beside it; an outcome that is there is whole, "done", names the
+//!   request, and is true (every member restored, every kept snapshot named there exists);
+//! - after the next boot's run: it succeeded; every member holds the snapshot's content; the
+//!   outcome is "done", names the request, is the one the cut left when it left one (written
+//!   again, the same but for its finish time, when the request was still staged beside it:
+//!   the next run records the outcome before it removes the request), and names for each member the one read-only snapshot in the store that holds what it replaced
+//!   (the one the cut left, if it left one); the request is gone; nothing beyond the layout
+//!   and the store's snapshots is left, no temporary file; the subvolumes outside the restore
+//!   are unchanged; the wipe succeeds; a further run finds nothing staged and changes
+//!   nothing.
+//!
+//! Crash states covered: every prefix of the log, which includes the state at every flush.
+//! Between two flushes a disk may keep any subset of the writes acknowledged since the last
+//! flush; only the prefixes of the completion order are tried (adr/0008, amended).
+//!
+//! Needs root and qemu, like every boot-tier test: without them it prints a loud SKIPPED line
+//! and passes, and under `CI=true` fails instead. Run alone:
+//! `cargo test -p boot-tier --test boot_replay -- --nocapture`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{mpsc, Mutex, OnceLock};
+use std::time::Instant;
+
+use boot_tier::image::{Mounted, SubvolumeRecord};
+use boot_tier::machine::{BootOptions, Ending, Machine, HARD_FLOOR_BYTES};
+use boot_tier::parts::Parts;
+use boot_tier::write_log::{CrashState, WriteLog};
+use initrd::steps::{Step, StepAt};
+use layout::{Outcome, OutcomeResult, RestoreRequest, SubvolumeName};
+use stem::{Engine, Snapshot, Staged};
+
+/// Every part, built once per test process.
+fn parts(test: &str) -> Option<&'static Parts> {
+    boot_tier::env::require(test)?;
+    static PARTS: OnceLock<Result<Parts, String>> = OnceLock::new();
+    let parts = PARTS.get_or_init(|| {
+        let started = Instant::now();
+        let parts = Parts::for_workspace().map_err(|e| e.to_string())?;
+        println!("parts ready in {:.1} s", started.elapsed().as_secs_f64());
+        println!("  accel: {:?}", boot_tier::machine::accel(&parts));
+        Ok(parts)
+    });
+    match parts {
+        Ok(p) => Some(p),
+        Err(e) => panic!("building the test machine failed: {e}"),
+    }
+}
+
+fn subvolume(mount_point: &str) -> SubvolumeName {
+    SubvolumeName::from_name_or_mount_point(mount_point).expect("a mount point of the layout")
+}
+
+fn engine(top: &Mounted) -> Engine {
+    Engine::open(top.path()).unwrap_or_else(|e| panic!("opening the stem engine on the disk: {e}"))
+}
+
+/// The files directly in a subvolume, with their contents.
+fn contents(top: &Mounted, sub: &str) -> Result<BTreeMap<String, String>, String> {
+    let dir = top.path().join(sub);
+    let entries = std::fs::read_dir(&dir).map_err(|e| format!("listing {}: {e}", dir.display()))?;
+    Ok(entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            (e.file_name().to_string_lossy().into_owned(), text)
+        })
+        .collect())
+}
+
+fn write(top: &Mounted, sub: &str, file: &str, content: &str) {
+    let path = top.in_subvolume(sub, file);
+    std::fs::write(&path, content).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+}
+
+/// One member of the restore: what it held before, its snapshot and what that holds.
+#[derive(Debug, Clone)]
+struct Member {
+    sub: SubvolumeName,
+    /// The live subvolume before the boot (what the restore replaces).
+    old: SubvolumeRecord,
+    old_files: BTreeMap<String, String>,
+    snapshot: Snapshot,
+    snapshot_files: BTreeMap<String, String>,
+}
+
+/// What the logged boot started from.
+#[derive(Debug, Clone)]
+struct Staging {
+    members: Vec<Member>,
+    request: RestoreRequest,
+    request_bytes: Vec<u8>,
+    /// Every subvolume before the boot (the ephemeral root aside).
+    before: BTreeMap<String, SubvolumeRecord>,
+}
+
+/// Write files in each member, take one snapshot of them all (a set when more than one),
+/// change them (edit, add, delete), stage the restore through the stem's engine.
+fn prepare(top: &Mounted, mount_points: &[&str]) -> Staging {
+    let subs: Vec<SubvolumeName> = mount_points.iter().map(|m| subvolume(m)).collect();
+    for (mp, s) in mount_points.iter().zip(&subs) {
+        write(
+            top,
+            s.as_str(),
+            "kept.txt",
+            &format!("{mp} before the snapshot\n"),
+        );
+        write(
+            top,
+            s.as_str(),
+            "doomed.txt",
+            "deleted after the snapshot; must come back\n",
+        );
+    }
+    let e = engine(top);
+    let snapshots = if subs.len() == 1 {
+        vec![e
+            .take(subs[0])
+            .unwrap_or_else(|e| panic!("a snapshot: {e}"))]
+    } else {
+        e.take_set(&subs).unwrap_or_else(|e| panic!("a set: {e}"))
+    };
+    let snapshot_files: Vec<BTreeMap<String, String>> = subs
+        .iter()
+        .map(|s| contents(top, s.as_str()).expect("contents"))
+        .collect();
+    for (mp, s) in mount_points.iter().zip(&subs) {
+        write(
+            top,
+            s.as_str(),
+            "kept.txt",
+            &format!("{mp} edited after the snapshot\n"),
+        );
+        write(
+            top,
+            s.as_str(),
+            "new.txt",
+            "written after the snapshot; must go\n",
+        );
+        std::fs::remove_file(top.in_subvolume(s.as_str(), "doomed.txt")).expect("delete");
+    }
+    let names: Vec<_> = snapshots.iter().map(|s| s.name).collect();
+    let request = match e
+        .stage_set_restore(&names)
+        .unwrap_or_else(|e| panic!("staging: {e}"))
+    {
+        Staged::New(r) => r,
+        Staged::AlreadyStaged(r) => panic!("already staged: {r}"),
+    };
+    drop(e);
+    let request_bytes = std::fs::read(request_file(top)).expect("the staged request");
+    let all = top.subvolumes().unwrap_or_else(|e| panic!("{e}"));
+    let members = subs
+        .iter()
+        .zip(snapshots)
+        .zip(snapshot_files)
+        .map(|((s, snapshot), snapshot_files)| Member {
+            sub: *s,
+            old: all[s.as_str()].clone(),
+            old_files: contents(top, s.as_str()).expect("contents"),
+            snapshot,
+            snapshot_files,
+        })
+        .collect();
+    let mut before = all;
+    before.remove(layout::ROOT_SUBVOLUME);
+    Staging {
+        members,
+        request,
+        request_bytes,
+        before,
+    }
+}
+
+fn request_file(top: &Mounted) -> PathBuf {
+    top.path()
+        .join(layout::SNAPSHOTS_SUBVOLUME)
+        .join(layout::REQUEST_FILE_NAME)
+}
+
+fn store_temps(top: &Mounted) -> Vec<String> {
+    let store = top.path().join(layout::SNAPSHOTS_SUBVOLUME);
+    let mut names: Vec<String> = std::fs::read_dir(&store)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(layout::TEMP_PREFIX))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// What a crash state held, before the next boot touched it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Seen {
+    /// Members whose live subvolume is the snapshot's copy.
+    restored: usize,
+    /// Names at the top level under a swap name.
+    swaps: usize,
+    /// Members whose replaced subvolume is kept in the store.
+    kept: usize,
+    outcome: bool,
+    request: bool,
+    temps: usize,
+}
+
+impl std::fmt::Display for Seen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "restored {}, swap names {}, kept {}, outcome {}, request {}, temporary files {}",
+            self.restored,
+            self.swaps,
+            self.kept,
+            if self.outcome { "done" } else { "none" },
+            if self.request { "staged" } else { "gone" },
+            self.temps
+        )
+    }
+}
+
+/// `btrfs subvolume list -r`: the paths of the read-only subvolumes.
+fn readonly_paths(top: &Mounted) -> Result<BTreeSet<String>, String> {
+    let out = Command::new(boot_tier::env::tools::BTRFS)
+        .args(["subvolume", "list", "-r"])
+        .arg(top.path())
+        .output()
+        .map_err(|e| format!("btrfs subvolume list -r: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "btrfs subvolume list -r: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(" path ").map(|(_, p)| p.to_owned()))
+        .map(|p| p.trim_start_matches("<FS_TREE>/").to_owned())
+        .collect())
+}
+
+/// Store subvolumes made since the staging that hold what `m` held: snapshots of it.
+fn kept_of<'a>(
+    m: &Member,
+    subs: &'a BTreeMap<String, SubvolumeRecord>,
+    staging: &Staging,
+) -> Vec<&'a SubvolumeRecord> {
+    let store = format!("{}/", layout::SNAPSHOTS_SUBVOLUME);
+    subs.values()
+        .filter(|r| r.path.starts_with(&store) && !staging.before.contains_key(&r.path))
+        .filter(|r| r.parent_uuid == Some(m.old.uuid))
+        .collect()
+}
+
+/// The crash state on `top`, checked: what it holds (or the first thing that is wrong).
+fn check_cut(top: &Mounted, staging: &Staging) -> Result<(Seen, Option<Outcome>), String> {
+    let subs = top.subvolumes().map_err(|e| e.to_string())?;
+    let ro = readonly_paths(top)?;
+    let store = format!("{}/", layout::SNAPSHOTS_SUBVOLUME);
+    let writable: Vec<&String> = subs
+        .keys()
+        .filter(|p| p.starts_with(&store) && !ro.contains(*p))
+        .collect();
+    if !writable.is_empty() {
+        return Err(format!("writable subvolumes in the store: {writable:?}"));
+    }
+    let mut seen = Seen {
+        restored: 0,
+        swaps: 0,
+        kept: 0,
+        outcome: false,
+        request: false,
+        temps: store_temps(top).len(),
+    };
+    for m in &staging.members {
+        let sub = m.sub.as_str();
+        let live = subs
+            .get(sub)
+            .ok_or_else(|| format!("{} is missing", m.sub.display_path()))?;
+        let files = contents(top, sub)?;
+        if live.parent_uuid == Some(m.snapshot.uuid) && files == m.snapshot_files {
+            seen.restored += 1;
+        } else if live.uuid != m.old.uuid || files != m.old_files {
+            return Err(format!(
+                "{} is neither what it was nor a copy of {}: uuid {} (was {}), parent {:?}, \
+                 files {files:?}",
+                m.sub.display_path(),
+                m.snapshot.name,
+                live.uuid,
+                m.old.uuid,
+                live.parent_uuid
+            ));
+        }
+        let kept = kept_of(m, &subs, staging);
+        if kept.len() > 1 {
+            return Err(format!(
+                "what {} held is kept {} times: {:?}",
+                m.sub.display_path(),
+                kept.len(),
+                kept.iter().map(|r| &r.path).collect::<Vec<_>>()
+            ));
+        }
+        seen.kept += kept.len();
+        if top
+            .path()
+            .join(format!("{sub}{}", layout::SWAP_SUFFIX))
+            .exists()
+        {
+            seen.swaps += 1;
+        }
+    }
+    match std::fs::read(request_file(top)) {
+        Ok(bytes) if bytes == staging.request_bytes => seen.request = true,
+        Ok(bytes) => {
+            return Err(format!(
+                "the request file is not as staged: {:?}",
+                String::from_utf8_lossy(&bytes)
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("reading the request: {e}")),
+    }
+    let outcome = engine(top)
+        .outcome()
+        .map_err(|e| format!("the outcome is not whole: {e}"))?;
+    if let Some(o) = &outcome {
+        seen.outcome = true;
+        if o.result != OutcomeResult::Done || o.request.as_ref() != Some(&staging.request) {
+            return Err(format!("an outcome that is not this restore's done: {o}"));
+        }
+        if seen.restored != staging.members.len() {
+            return Err(format!(
+                "the outcome says done with {} of {} members restored: {o}",
+                seen.restored,
+                staging.members.len()
+            ));
+        }
+        for r in &o.replaced {
+            let Some(kept) = r.kept else {
+                return Err(format!("{} was not kept: {o}", r.subvolume));
+            };
+            let path = format!("{store}{kept}");
+            if !ro.contains(&path) {
+                return Err(format!("the outcome names {kept}, which is not there: {o}"));
+            }
+        }
+    } else if !seen.request {
+        return Err("the request is gone and no outcome says what became of it".into());
+    }
+    Ok((seen, outcome))
+}
+
+/// Run `tacid-initrd restore-data` on `top` as pid `pid` of a new pid namespace (the pid the
+/// logged boot's run had: the next boot's run has it too); its stderr.
+fn restore_data_at_pid(parts: &Parts, top: &Mounted, pid: u32) -> Result<String, String> {
+    // The shell is pid 1 of the new namespace; its child, the next pid after the one written
+    // to ns_last_pid.
+    let out = Command::new(boot_tier::env::tools::UNSHARE)
+        .args(["--pid", "--fork", "/bin/sh", "-c"])
+        .arg(
+            "echo \"$1\" > /proc/sys/kernel/ns_last_pid && \
+             \"$0\" restore-data --top \"$2\" --hard-floor-bytes=\"$3\"; exit $?",
+        )
+        .arg(&parts.inputs.binary)
+        .arg((pid - 1).to_string())
+        .arg(top.path())
+        .arg(HARD_FLOOR_BYTES.to_string())
+        .env_remove("TACID_TEST_STOP_AFTER")
+        .output()
+        .map_err(|e| format!("running tacid-initrd under unshare: {e}"))?;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !err.contains(&format!("restore-data: starting (pid {pid})")) {
+        return Err(format!("tacid-initrd did not run as pid {pid}:\n{err}"));
+    }
+    if out.status.code() != Some(0) {
+        return Err(format!("restore-data failed ({}):\n{err}", out.status));
+    }
+    Ok(err)
+}
+
+fn run_job(parts: &Parts, top: &Mounted, job: &str) -> Result<String, String> {
+    let mut cmd = Command::new(&parts.inputs.binary);
+    cmd.args([job, "--top"]).arg(top.path());
+    if job == "restore-data" {
+        cmd.arg(format!("--hard-floor-bytes={HARD_FLOOR_BYTES}"));
+    }
+    let out = cmd
+        .env_remove("TACID_TEST_STOP_AFTER")
+        .output()
+        .map_err(|e| format!("running tacid-initrd {job}: {e}"))?;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    if out.status.code() != Some(0) {
+        return Err(format!("{job} failed ({}):\n{err}", out.status));
+    }
+    Ok(err)
+}
+
+/// The next boot on the crash state on `top`: it must finish the restore exactly once.
+fn check_next_boot(
+    parts: &Parts,
+    top: &Mounted,
+    staging: &Staging,
+    pid: u32,
+    cut_seen: &Seen,
+    cut_outcome: Option<&Outcome>,
+) -> Result<(), String> {
+    let cut_subs = top.subvolumes().map_err(|e| e.to_string())?;
+    let cut_kept: Vec<Option<SubvolumeRecord>> = staging
+        .members
+        .iter()
+        .map(|m| kept_of(m, &cut_subs, staging).first().map(|r| (*r).clone()))
+        .collect();
+    let log = restore_data_at_pid(parts, top, pid)?;
+    let subs = top.subvolumes().map_err(|e| e.to_string())?;
+    let ro = readonly_paths(top)?;
+    for m in &staging.members {
+        let sub = m.sub.as_str();
+        let live = subs
+            .get(sub)
+            .ok_or_else(|| format!("{} is missing after the next boot", m.sub.display_path()))?;
+        if live.parent_uuid != Some(m.snapshot.uuid) || contents(top, sub)? != m.snapshot_files {
+            return Err(format!(
+                "{} is not as in {} after the next boot:\n{log}",
+                m.sub.display_path(),
+                m.snapshot.name
+            ));
+        }
+    }
+    let o = engine(top)
+        .outcome()
+        .map_err(|e| format!("the outcome is not whole after the next boot: {e}"))?
+        .ok_or_else(|| format!("no outcome after the next boot:\n{log}"))?;
+    if o.result != OutcomeResult::Done || o.request.as_ref() != Some(&staging.request) {
+        return Err(format!(
+            "the outcome is not this restore's done: {o}\n{log}"
+        ));
+    }
+    if let Some(cut) = cut_outcome {
+        // With the request gone the restore was over: the outcome stays as it is. With the
+        // request still staged beside it, the next run records it again (its own `finished`
+        // time): the same words, the same snapshots kept.
+        let same_but_its_time = Outcome {
+            finished: o.finished,
+            ..cut.clone()
+        } == o
+            && o.finished >= cut.finished;
+        let as_left = if cut_seen.request {
+            same_but_its_time
+        } else {
+            cut == &o
+        };
+        if !as_left {
+            return Err(format!(
+                "the outcome the cut left (request {}) became another: {cut} became {o}",
+                if cut_seen.request { "staged" } else { "gone" }
+            ));
+        }
+    }
+    if o.replaced.len() != staging.members.len() {
+        return Err(format!(
+            "the outcome does not name each replaced member: {o}"
+        ));
+    }
+    let store = format!("{}/", layout::SNAPSHOTS_SUBVOLUME);
+    let mut kept_names = BTreeSet::new();
+    for (m, cut) in staging.members.iter().zip(&cut_kept) {
+        let r = o
+            .replaced
+            .iter()
+            .find(|r| r.subvolume == m.sub)
+            .ok_or_else(|| format!("the outcome does not name {}: {o}", m.sub))?;
+        let kept = r
+            .kept
+            .ok_or_else(|| format!("what {} held was not kept: {o}", m.sub.display_path()))?;
+        let path = format!("{store}{kept}");
+        let all = kept_of(m, &subs, staging);
+        let [one] = all[..] else {
+            return Err(format!(
+                "what {} held is kept {} times after the next boot: {:?}",
+                m.sub.display_path(),
+                all.len(),
+                all.iter().map(|r| &r.path).collect::<Vec<_>>()
+            ));
+        };
+        if one.path != path || !ro.contains(&path) {
+            return Err(format!(
+                "the outcome names {kept}, the store keeps {} (read-only: {})",
+                one.path,
+                ro.contains(&one.path)
+            ));
+        }
+        if let Some(cut) = cut {
+            if cut.uuid != one.uuid {
+                return Err(format!(
+                    "the next boot kept {} again as {} ({} was kept before the cut)",
+                    m.sub.display_path(),
+                    one.path,
+                    cut.path
+                ));
+            }
+        }
+        let held = contents(top, &path)?;
+        if held != m.old_files {
+            return Err(format!(
+                "{kept} does not hold what {} held before the restore: {held:?}",
+                m.sub.display_path()
+            ));
+        }
+        kept_names.insert(path);
+    }
+    if request_file(top).exists() {
+        return Err(format!(
+            "the request is still staged after the next boot:\n{log}"
+        ));
+    }
+    let temps = store_temps(top);
+    if !temps.is_empty() {
+        return Err(format!(
+            "temporary files left in the store: {temps:?}\n{log}"
+        ));
+    }
+    let members: BTreeSet<&str> = staging.members.iter().map(|m| m.sub.as_str()).collect();
+    let mut expected: BTreeSet<String> = staging.before.keys().cloned().collect();
+    expected.extend(kept_names);
+    expected.insert(layout::ROOT_SUBVOLUME.to_owned());
+    let found: BTreeSet<String> = subs.keys().cloned().collect();
+    if found != expected {
+        return Err(format!(
+            "subvolumes after the next boot are not the layout and the store's snapshots: \
+             beyond {:?}, missing {:?}",
+            found.difference(&expected).collect::<Vec<_>>(),
+            expected.difference(&found).collect::<Vec<_>>()
+        ));
+    }
+    for (path, record) in &staging.before {
+        if !members.contains(path.as_str()) && subs.get(path) != Some(record) {
+            return Err(format!("{path} changed though it is not in the restore"));
+        }
+    }
+    run_job(parts, top, "wipe-root")?;
+    let settled = top.subvolumes().map_err(|e| e.to_string())?;
+    let again = run_job(parts, top, "restore-data")?;
+    if !again.contains("no restore is staged") {
+        return Err(format!("a further run found something to do:\n{again}"));
+    }
+    let after: BTreeMap<String, SubvolumeRecord> = top.subvolumes().map_err(|e| e.to_string())?;
+    if after != settled {
+        return Err("a further run changed the subvolumes".into());
+    }
+    let o2 = engine(top).outcome().map_err(|e| e.to_string())?;
+    if o2.as_ref() != Some(&o) {
+        return Err(format!(
+            "a further run changed the outcome: {o} became {o2:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// One crash state's disk, made on the host, to be checked.
+struct StateDisk {
+    /// Its place in the list of states.
+    n: usize,
+    state: CrashState,
+    image: PathBuf,
+}
+
+/// Check one crash state's disk with the next boot's `restore-data` at each of `pids`, each
+/// on its own copy of the disk; what the state held.
+fn check_state(
+    parts: &Parts,
+    disk: &StateDisk,
+    staging: &Staging,
+    pids: &[u32],
+) -> Result<Seen, String> {
+    let mut seen = None;
+    for (i, &pid) in pids.iter().enumerate() {
+        let image = if i + 1 == pids.len() {
+            disk.image.clone()
+        } else {
+            let copy = disk.image.with_extension(format!("pid-{pid}.img"));
+            boot_tier::image::copy_disk(&disk.image, &copy).map_err(|e| e.to_string())?;
+            copy
+        };
+        let top = Mounted::top(&image).map_err(|e| format!("the disk does not mount: {e}"))?;
+        let result = check_cut(&top, staging).and_then(|(seen, cut)| {
+            check_next_boot(parts, &top, staging, pid, &seen, cut.as_ref())
+                .map(|()| seen)
+                .map_err(|e| format!("the next boot's restore-data at pid {pid}: {e}"))
+        });
+        top.unmount().map_err(|e| e.to_string())?;
+        let _ = std::fs::remove_file(&image);
+        seen = Some(result?);
+    }
+    seen.ok_or_else(|| "no pid to run at".into())
+}
+
+/// At most this many writes between two flushes are tried in every subset (2^8 disks);
+/// past it, the prefixes, each with one write left out, and each alone (`boot_tier::write_log::crash_states`).
+const MAX_SUBSET_WRITES: usize = 8;
+
+/// Replay every crash state of the log of a boot that honoured the restore of
+/// `mount_points` (`boot_tier::write_log::crash_states`) and check each.
+fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str]) {
+    let started = Instant::now();
+    println!("=== {name}: {}", mount_points.join(", "));
+    let m = Machine::new(parts, name).unwrap_or_else(|e| panic!("making a machine: {e}"));
+    let mut keep = KeepOnPanic(Some(m));
+    let m = keep.0.as_mut().expect("machine");
+    let top = m
+        .disk_top()
+        .unwrap_or_else(|e| panic!("mounting the disk: {e}"));
+    let staging = prepare(&top, mount_points);
+    top.unmount().unwrap_or_else(|e| panic!("unmounting: {e}"));
+    println!("    staged: {}", staging.request);
+    let base = m.dir().join("base.img");
+    boot_tier::image::copy_disk(&m.disk, &base).unwrap_or_else(|e| panic!("{e}"));
+    let log_path = m.dir().join("writes.log");
+
+    // The logged boot, cut right after the restore's last step: the log ends with the restore
+    // done, committed, before the wipe.
+    let last = StepAt::new(Step::RestoreCommitDelete, mount_points.len() as u32);
+    let boot = m
+        .boot(&BootOptions {
+            pause_after: Some(last),
+            write_log: Some(log_path.clone()),
+            ..Default::default()
+        })
+        .unwrap_or_else(|e| panic!("the logged boot: {e}"));
+    match &boot.ending {
+        Ending::PowerCut { at, .. } if *at == last => {}
+        other => panic!(
+            "the logged boot did not pause after step {last} ({other:?}):\n{}",
+            boot.console_tail(60)
+        ),
+    }
+    let pid: u32 = boot
+        .console
+        .split("tacid-initrd: restore-data: starting (pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "no pid of restore-data on the console:\n{}",
+                boot.console_tail(60)
+            )
+        });
+    let log = WriteLog::open(&log_path).unwrap_or_else(|e| panic!("{e}"));
+    let flushes = log.flushes().count();
+    let writes = log.entries.iter().filter(|e| e.changes_disk()).count();
+    println!(
+        "    logged boot took {:.1} s; restore-data ran as pid {pid}; the log holds {} entries \
+         ({writes} writes or discards, {flushes} flushes; {} counted by its super block{})",
+        boot.took.as_secs_f64(),
+        log.entries.len(),
+        log.counted,
+        if log.torn_tail {
+            ", a torn last entry left out"
+        } else {
+            ""
+        }
+    );
+    assert!(
+        flushes >= 2 * mount_points.len(),
+        "a restore's commits flush the disk; the log holds {flushes} flushes"
+    );
+
+    // The states: the durable part replayed incrementally on one image; each state a copy of
+    // it with its writes since the last flush, handed to the checkers (one per core).
+    let states = log.crash_states(MAX_SUBSET_WRITES);
+    let prefixes = states.iter().filter(|s| s.prefix.is_some()).count();
+    // The next boot's run at the pid the logged run had (a temporary file the cut left is at
+    // the very name it takes first) and at another.
+    let pids = [pid, pid + 1];
+    let replay_started = Instant::now();
+    let total = states.len();
+    let (tx, rx) = mpsc::sync_channel::<StateDisk>(2);
+    let rx = Mutex::new(rx);
+    let failures = Mutex::new(Vec::<String>::new());
+    let seen = Mutex::new(BTreeMap::<Seen, Vec<usize>>::new());
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let dir = m.dir().to_owned();
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                let Ok(disk) = next else { break };
+                match check_state(parts, &disk, &staging, &pids) {
+                    Ok(kind) => seen
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .entry(kind)
+                        .or_default()
+                        .push(disk.n),
+                    Err(e) => failures
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(format!("state {} ({}): {e}", disk.n, disk.state)),
+                }
+            });
+        }
+        let replay = dir.join("replay.img");
+        boot_tier::image::copy_disk(&base, &replay).unwrap_or_else(|e| panic!("{e}"));
+        let image = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&replay)
+            .unwrap_or_else(|e| panic!("opening {}: {e}", replay.display()));
+        let mut durable = 0;
+        for (n, state) in states.into_iter().enumerate() {
+            log.replay(durable..state.flushed, &image)
+                .unwrap_or_else(|e| panic!("replaying: {e}"));
+            durable = state.flushed;
+            let path = dir.join(format!("state-{n}.img"));
+            boot_tier::image::copy_disk(&replay, &path).unwrap_or_else(|e| panic!("{e}"));
+            let copy = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+            log.replay_only(state.kept.iter().copied(), &copy)
+                .unwrap_or_else(|e| panic!("replaying: {e}"));
+            drop(copy);
+            let disk = StateDisk {
+                n,
+                state,
+                image: path,
+            };
+            if tx.send(disk).is_err() {
+                break;
+            }
+        }
+        drop(tx);
+    });
+    let seen = seen.into_inner().unwrap_or_else(|e| e.into_inner());
+    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    let took = replay_started.elapsed().as_secs_f64();
+    println!(
+        "    {total} crash states ({prefixes} of them prefixes of the log, every prefix among \
+         them; {} other subsets of the writes since a flush), each with the next boot at pid \
+         {pid} and at pid {}: checked in {took:.1} s ({:.2} s a state); {} failed. What the \
+         states held:",
+        total - prefixes,
+        pid + 1,
+        took / total as f64,
+        failures.len()
+    );
+    for (kind, at) in &seen {
+        println!(
+            "      {:>5} states: {kind} (states {}..={})",
+            at.len(),
+            at.iter().min().unwrap_or(&0),
+            at.iter().max().unwrap_or(&0)
+        );
+    }
+    println!(
+        "    {name}: {:.1} s in all",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {total} crash states did not converge (the first ten):\n{}",
+        failures.len(),
+        failures
+            .iter()
+            .take(10)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    );
+    // The replay reached every stage of the restore, the new ones among them: a log that
+    // missed them would prove nothing about them.
+    let members = mount_points.len();
+    type Holds = fn(&Seen, usize) -> bool;
+    let stages: [(&str, Holds); 6] = [
+        ("nothing done yet", |s, _| {
+            s.restored == 0 && s.request && !s.outcome
+        }),
+        ("exchanged, nothing kept yet", |s, n| {
+            s.restored == n && s.kept == 0 && !s.outcome
+        }),
+        ("kept, no outcome yet", |s, n| {
+            s.restored == n && s.kept == n && !s.outcome
+        }),
+        ("outcome written, request still staged", |s, _| {
+            s.outcome && s.request
+        }),
+        (
+            "request gone, a replaced subvolume not yet deleted",
+            |s, _| s.outcome && !s.request && s.swaps > 0,
+        ),
+        ("all done", |s, n| {
+            s.outcome && !s.request && s.swaps == 0 && s.kept == n
+        }),
+    ];
+    for (what, holds) in stages {
+        assert!(
+            seen.keys().any(|s| holds(s, members)),
+            "no crash state was {what}; the states held: {:?}",
+            seen.keys().map(|s| s.to_string()).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// Keep a failed machine's directory (disk, log, consoles) for a look; say where.
+struct KeepOnPanic(Option<Machine>);
+
+impl Drop for KeepOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() || std::env::var_os("BOOT_TIER_KEEP").is_some() {
+            if let Some(m) = self.0.take() {
+                eprintln!(
+                    "the machine's disks, write log and consoles are kept in {}",
+                    m.keep().display()
+                );
+            }
+        }
+    }
+}
+
+/// A restore of /home alone, cut at every write of its boot (the keep and commit steps of
+/// adr/0027 among them); the next boot finishes it exactly once.
+#[test]
+fn boot_replay_a_power_cut_at_every_write_of_a_restore_converges_exactly_once() {
+    let Some(parts) = parts("boot tier: a power cut at every write") else {
+        return;
+    };
+    replay_every_write(parts, "replay-home", &["/home"]);
+}
+
+/// A set restore of every restorable subvolume (/persist, /var/log, /home), as after a switch
+/// gone wrong, cut at every write of its boot: every member's copy, exchange, keep and commit
+/// repeat, and a state must never hold some members put back and others not, once the next
+/// boot is done.
+#[test]
+fn boot_replay_a_power_cut_at_every_write_of_a_set_restore_converges_exactly_once() {
+    let Some(parts) = parts("boot tier: a power cut at every write of a set") else {
+        return;
+    };
+    replay_every_write(parts, "replay-set", &["/persist", "/var/log", "/home"]);
+}
