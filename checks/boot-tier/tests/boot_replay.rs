@@ -1,35 +1,47 @@
 //! The boot tier's write-level power cuts: one real boot of a restore with every write and
-//! flush the guest makes to its disk logged (qemu's `blklogwrites`), then, for each entry of
-//! that log, the disk a power cut right there leaves, checked on the host.
+//! flush the guest makes to its disk logged (qemu's `blklogwrites`), then every disk a power
+//! cut during that boot can leave, each checked on the host.
 //!
 //! The step cuts of `boot_story` stop `tacid-initrd` between two of its steps; a power cut can
 //! also come in the middle of one, between any two writes of a Btrfs commit or a file's
-//! fsync. Here the disk as it was before the boot is copied, the log's first `n` entries are
-//! replayed onto the copy, for every `n` from 0 (nothing written) to the whole log (the
-//! restore finished), and each such disk is loop-mounted on the host and given to the
-//! static, test-hooked `tacid-initrd` that was in the machine's initrd, run as the next boot
-//! runs it: `restore-data` at the pid the logged boot's run had (so a temporary file the cut
-//! left is at the name the next run takes, as in an initrd), then `wipe-root`, then
-//! `restore-data` once more. What a user would check is asserted on each:
+//! fsync, and a disk with a write cache may lose some of the writes since its last flush and
+//! not others. The logged boot honours the staged restore and wipes the root (the two units
+//! of the initrd); it is cut right after the wipe's last step, so its log holds every write
+//! of both and nothing after. The disk as it was before the boot is copied and a crash state
+//! of the log is replayed onto the copy (`boot_tier::write_log::crash_states`); each such
+//! disk is loop-mounted on the host and given to the static, test-hooked `tacid-initrd` that
+//! was in the machine's initrd, run as the next boot runs it: `restore-data` at the pid the
+//! logged boot's run had (so a temporary file the cut left is at the very name the next run
+//! takes first, as when an initrd's pid repeats; where the cut left one, also at another pid
+//! on a copy), then `wipe-root`, then `restore-data` once more. What a user would check is
+//! asserted on each:
 //!
 //! - right after the cut: each member's live subvolume is there and holds either what it held
 //!   before (the same subvolume) or the snapshot's content (a copy of that snapshot), never a
 //!   mix, never missing; what it replaced is kept in the store read-only at most once, and
 //!   nothing writable is in the store; the request is there byte for byte, or gone only with
 //!   an outcome "done" beside it; an outcome that is there is whole, "done", names the
-//!   request, and is true (every member restored, every kept snapshot named there exists);
-//! - after the next boot's run: it succeeded; every member holds the snapshot's content; the
-//!   outcome is "done", names the request, is the one the cut left when it left one (written
-//!   again, the same but for its finish time, when the request was still staged beside it:
-//!   the next run records the outcome before it removes the request), and names for each member the one read-only snapshot in the store that holds what it replaced
-//!   (the one the cut left, if it left one); the request is gone; nothing beyond the layout
-//!   and the store's snapshots is left, no temporary file; the subvolumes outside the restore
-//!   are unchanged; the wipe succeeds; a further run finds nothing staged and changes
-//!   nothing.
+//!   request, and is true (every member restored, every kept snapshot it names is there,
+//!   read-only);
+//! - after the next boot: `restore-data` succeeded; every member holds the snapshot's content
+//!   and is a copy of it; the outcome is "done", names the request, and is the one the cut
+//!   left when it left one (recorded again, the same but for its finish time, when the request
+//!   was still staged beside it: a run records the outcome before it removes the request); it
+//!   names for each member the one read-only snapshot in the store that holds what the member
+//!   held before (the one the cut left, if it left one: never kept twice); the request is
+//!   gone, no temporary file is left; `wipe-root` succeeded; the disk holds the layout, the
+//!   store's snapshots and a fresh root (a copy of the blank one) and nothing else; the
+//!   subvolumes outside the restore are unchanged; a further `restore-data` finds nothing
+//!   staged and changes nothing.
 //!
-//! Crash states covered: every prefix of the log, which includes the state at every flush.
-//! Between two flushes a disk may keep any subset of the writes acknowledged since the last
-//! flush; only the prefixes of the completion order are tried (adr/0008, amended).
+//! Crash states (`crash_states`): after each flush (and at the start), every subset of the
+//! writes up to the next flush while there are at most [`MAX_SUBSET_WRITES`] of them, else
+//! each prefix, each with one write left out, and each alone. Every prefix of the log is
+//! among them. The replay also proves it reaches each stage of the restore (none kept yet,
+//! some kept, the outcome's temporary file, the outcome beside the request, the old deleted,
+//! the wipe under way): a log that missed them would prove nothing. Not covered: a write torn
+//! within itself, and orders of writes other than the completion order the log holds beyond
+//! the subsets above (adr/0008, amended).
 //!
 //! Needs root and qemu, like every boot-tier test: without them it prints a loud SKIPPED line
 //! and passes, and under `CI=true` fails instead. Run alone:
@@ -41,6 +53,7 @@ use std::process::Command;
 use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::Instant;
 
+use boot_tier::guest::ROOT_MARKER;
 use boot_tier::image::{Mounted, SubvolumeRecord};
 use boot_tier::machine::{BootOptions, Ending, Machine, HARD_FLOOR_BYTES};
 use boot_tier::parts::Parts;
@@ -224,19 +237,26 @@ struct Seen {
     outcome: bool,
     request: bool,
     temps: usize,
+    /// The wipe's copy or the old root under the root's swap name.
+    root_swap: bool,
 }
 
 impl std::fmt::Display for Seen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "restored {}, swap names {}, kept {}, outcome {}, request {}, temporary files {}",
+            "restored {}, swap names {}, kept {}, outcome {}, request {}, temporary files {}{}",
             self.restored,
             self.swaps,
             self.kept,
             if self.outcome { "done" } else { "none" },
             if self.request { "staged" } else { "gone" },
-            self.temps
+            self.temps,
+            if self.root_swap {
+                ", wipe under way"
+            } else {
+                ""
+            },
         )
     }
 }
@@ -293,6 +313,10 @@ fn check_cut(top: &Mounted, staging: &Staging) -> Result<(Seen, Option<Outcome>)
         outcome: false,
         request: false,
         temps: store_temps(top).len(),
+        root_swap: top
+            .path()
+            .join(format!("{}{}", layout::ROOT_SUBVOLUME, layout::SWAP_SUFFIX))
+            .exists(),
     };
     for m in &staging.members {
         let sub = m.sub.as_str();
@@ -541,6 +565,10 @@ fn check_next_boot(
             "temporary files left in the store: {temps:?}\n{log}"
         ));
     }
+    // The wipe of the same boot (the cut may have come in the middle of the logged boot's
+    // own): then the disk holds the layout, the store's snapshots, and a fresh root.
+    run_job(parts, top, "wipe-root")?;
+    let subs = top.subvolumes().map_err(|e| e.to_string())?;
     let members: BTreeSet<&str> = staging.members.iter().map(|m| m.sub.as_str()).collect();
     let mut expected: BTreeSet<String> = staging.before.keys().cloned().collect();
     expected.extend(kept_names);
@@ -559,7 +587,15 @@ fn check_next_boot(
             return Err(format!("{path} changed though it is not in the restore"));
         }
     }
-    run_job(parts, top, "wipe-root")?;
+    let blank = &staging.before[layout::ROOT_BLANK_SUBVOLUME];
+    let marker = top.in_subvolume(layout::ROOT_SUBVOLUME, ROOT_MARKER);
+    if subs[layout::ROOT_SUBVOLUME].parent_uuid != Some(blank.uuid) || marker.exists() {
+        return Err(format!(
+            "{} is not a fresh copy of {} after the next boot",
+            layout::ROOT_SUBVOLUME,
+            layout::ROOT_BLANK_SUBVOLUME
+        ));
+    }
     let settled = top.subvolumes().map_err(|e| e.to_string())?;
     let again = run_job(parts, top, "restore-data")?;
     if !again.contains("no restore is staged") {
@@ -586,34 +622,37 @@ struct StateDisk {
     image: PathBuf,
 }
 
-/// Check one crash state's disk with the next boot's `restore-data` at each of `pids`, each
-/// on its own copy of the disk; what the state held.
+/// Check one crash state's disk with the next boot's `restore-data` at `pid`; when the cut
+/// left a temporary file in the store, again on a copy of the disk at `other_pid` (a pid
+/// names only the temporary files of a run, so elsewhere the pid changes nothing). What the
+/// state held.
 fn check_state(
     parts: &Parts,
     disk: &StateDisk,
     staging: &Staging,
-    pids: &[u32],
+    pid: u32,
+    other_pid: u32,
 ) -> Result<Seen, String> {
-    let mut seen = None;
-    for (i, &pid) in pids.iter().enumerate() {
-        let image = if i + 1 == pids.len() {
-            disk.image.clone()
-        } else {
-            let copy = disk.image.with_extension(format!("pid-{pid}.img"));
-            boot_tier::image::copy_disk(&disk.image, &copy).map_err(|e| e.to_string())?;
-            copy
-        };
-        let top = Mounted::top(&image).map_err(|e| format!("the disk does not mount: {e}"))?;
+    let copy = disk.image.with_extension("other-pid.img");
+    boot_tier::image::copy_disk(&disk.image, &copy).map_err(|e| e.to_string())?;
+    let check = |image: &PathBuf, pid: u32| -> Result<Seen, String> {
+        let top = Mounted::top(image).map_err(|e| format!("the disk does not mount: {e}"))?;
         let result = check_cut(&top, staging).and_then(|(seen, cut)| {
             check_next_boot(parts, &top, staging, pid, &seen, cut.as_ref())
                 .map(|()| seen)
                 .map_err(|e| format!("the next boot's restore-data at pid {pid}: {e}"))
         });
         top.unmount().map_err(|e| e.to_string())?;
-        let _ = std::fs::remove_file(&image);
-        seen = Some(result?);
-    }
-    seen.ok_or_else(|| "no pid to run at".into())
+        let _ = std::fs::remove_file(image);
+        result
+    };
+    let seen = check(&disk.image, pid);
+    let seen = match seen {
+        Ok(seen) if seen.temps > 0 => check(&copy, other_pid).map(|_| seen),
+        other => other,
+    };
+    let _ = std::fs::remove_file(&copy);
+    seen
 }
 
 /// At most this many writes between two flushes are tried in every subset (2^8 disks);
@@ -638,23 +677,27 @@ fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str]) 
     boot_tier::image::copy_disk(&m.disk, &base).unwrap_or_else(|e| panic!("{e}"));
     let log_path = m.dir().join("writes.log");
 
-    // The logged boot, cut right after the restore's last step: the log ends with the restore
-    // done, committed, before the wipe.
+    // The logged boot: the restore, then the wipe of the root (the same boot's next unit),
+    // cut right after the wipe's last step. What the boot writes after that (the root mounted,
+    // the guest's own writes) is no tacid's, and is left out.
     let last = StepAt::new(Step::RestoreCommitDelete, mount_points.len() as u32);
+    let wiped = StepAt::first(Step::WipeCommitDelete);
     let boot = m
         .boot(&BootOptions {
-            pause_after: Some(last),
+            pause_after: Some(wiped),
             write_log: Some(log_path.clone()),
             ..Default::default()
         })
         .unwrap_or_else(|e| panic!("the logged boot: {e}"));
-    match &boot.ending {
-        Ending::PowerCut { at, .. } if *at == last => {}
-        other => panic!(
-            "the logged boot did not pause after step {last} ({other:?}):\n{}",
-            boot.console_tail(60)
-        ),
-    }
+    let done_last = format!("tacid-initrd: done step {last} (");
+    assert!(
+        matches!(boot.ending, Ending::PowerCut { at, .. } if at == wiped)
+            && boot.console.contains(&done_last),
+        "the logged boot did not do the restore to its step {last} and the wipe to its step \
+         {wiped} ({:?}):\n{}",
+        boot.ending,
+        boot.console_tail(60)
+    );
     let pid: u32 = boot
         .console
         .split("tacid-initrd: restore-data: starting (pid ")
@@ -692,8 +735,8 @@ fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str]) 
     let states = log.crash_states(MAX_SUBSET_WRITES);
     let prefixes = states.iter().filter(|s| s.prefix.is_some()).count();
     // The next boot's run at the pid the logged run had (a temporary file the cut left is at
-    // the very name it takes first) and at another.
-    let pids = [pid, pid + 1];
+    // the very name it takes first) and, where the cut left one, at another.
+    let other_pid = pid + 1;
     let replay_started = Instant::now();
     let total = states.len();
     let (tx, rx) = mpsc::sync_channel::<StateDisk>(2);
@@ -709,7 +752,7 @@ fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str]) 
             s.spawn(|| loop {
                 let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                 let Ok(disk) = next else { break };
-                match check_state(parts, &disk, &staging, &pids) {
+                match check_state(parts, &disk, &staging, pid, other_pid) {
                     Ok(kind) => seen
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
@@ -761,10 +804,9 @@ fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str]) 
     println!(
         "    {total} crash states ({prefixes} of them prefixes of the log, every prefix among \
          them; {} other subsets of the writes since a flush), each with the next boot at pid \
-         {pid} and at pid {}: checked in {took:.1} s ({:.2} s a state); {} failed. What the \
-         states held:",
+         {pid} (and at pid {other_pid} where the cut left a temporary file): checked in \
+         {took:.1} s ({:.2} s a state); {} failed. What the states held:",
         total - prefixes,
-        pid + 1,
         took / total as f64,
         failures.len()
     );
@@ -795,7 +837,7 @@ fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str]) 
     // missed them would prove nothing about them.
     let members = mount_points.len();
     type Holds = fn(&Seen, usize) -> bool;
-    let stages: [(&str, Holds); 6] = [
+    let stages: [(&str, Holds); 7] = [
         ("nothing done yet", |s, _| {
             s.restored == 0 && s.request && !s.outcome
         }),
@@ -814,6 +856,9 @@ fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str]) 
         ),
         ("all done", |s, n| {
             s.outcome && !s.request && s.swaps == 0 && s.kept == n
+        }),
+        ("in the middle of the wipe", |s, n| {
+            s.outcome && s.kept == n && s.root_swap
         }),
     ];
     for (what, holds) in stages {
