@@ -125,11 +125,15 @@ struct Staging {
     request_bytes: Vec<u8>,
     /// Every subvolume before the boot (the ephemeral root aside).
     before: BTreeMap<String, SubvolumeRecord>,
+    /// The hard floor the boots are given; below it what a restore replaces is deleted.
+    hard_floor: u64,
+    /// Whether what the restore replaces is kept (the disk is above the hard floor).
+    keeps: bool,
 }
 
 /// Write files in each member, take one snapshot of them all (a set when more than one),
 /// change them (edit, add, delete), stage the restore through the stem's engine.
-fn prepare(top: &Mounted, mount_points: &[&str]) -> Staging {
+fn prepare(top: &Mounted, mount_points: &[&str], hard_floor: u64) -> Staging {
     let subs: Vec<SubvolumeName> = mount_points.iter().map(|m| subvolume(m)).collect();
     for (mp, s) in mount_points.iter().zip(&subs) {
         write(
@@ -202,6 +206,8 @@ fn prepare(top: &Mounted, mount_points: &[&str]) -> Staging {
         request,
         request_bytes,
         before,
+        hard_floor,
+        keeps: hard_floor == HARD_FLOOR_BYTES,
     }
 }
 
@@ -338,6 +344,13 @@ fn check_cut(top: &Mounted, staging: &Staging) -> Result<(Seen, Option<Outcome>)
             ));
         }
         let kept = kept_of(m, &subs, staging);
+        if !staging.keeps && !kept.is_empty() {
+            return Err(format!(
+                "what {} held is kept below the hard floor: {:?}",
+                m.sub.display_path(),
+                kept.iter().map(|r| &r.path).collect::<Vec<_>>()
+            ));
+        }
         if kept.len() > 1 {
             return Err(format!(
                 "what {} held is kept {} times: {:?}",
@@ -382,8 +395,16 @@ fn check_cut(top: &Mounted, staging: &Staging) -> Result<(Seen, Option<Outcome>)
             ));
         }
         for r in &o.replaced {
-            let Some(kept) = r.kept else {
-                return Err(format!("{} was not kept: {o}", r.subvolume));
+            let kept = match (r.kept, staging.keeps) {
+                (Some(kept), true) => kept,
+                (None, false) => continue,
+                (None, true) => return Err(format!("{} was not kept: {o}", r.subvolume)),
+                (Some(_), false) => {
+                    return Err(format!(
+                        "{} was kept below the hard floor: {o}",
+                        r.subvolume
+                    ))
+                }
             };
             let path = format!("{store}{kept}");
             if !ro.contains(&path) {
@@ -398,7 +419,12 @@ fn check_cut(top: &Mounted, staging: &Staging) -> Result<(Seen, Option<Outcome>)
 
 /// Run `tacid-initrd restore-data` on `top` as pid `pid` of a new pid namespace (the pid the
 /// logged boot's run had: the next boot's run has it too); its stderr.
-fn restore_data_at_pid(parts: &Parts, top: &Mounted, pid: u32) -> Result<String, String> {
+fn restore_data_at_pid(
+    parts: &Parts,
+    top: &Mounted,
+    staging: &Staging,
+    pid: u32,
+) -> Result<String, String> {
     // The shell is pid 1 of the new namespace; its child, the next pid after the one written
     // to ns_last_pid.
     let out = Command::new(boot_tier::env::tools::UNSHARE)
@@ -410,7 +436,7 @@ fn restore_data_at_pid(parts: &Parts, top: &Mounted, pid: u32) -> Result<String,
         .arg(&parts.inputs.binary)
         .arg((pid - 1).to_string())
         .arg(top.path())
-        .arg(HARD_FLOOR_BYTES.to_string())
+        .arg(staging.hard_floor.to_string())
         .env_remove("TACID_TEST_STOP_AFTER")
         .output()
         .map_err(|e| format!("running tacid-initrd under unshare: {e}"))?;
@@ -424,11 +450,11 @@ fn restore_data_at_pid(parts: &Parts, top: &Mounted, pid: u32) -> Result<String,
     Ok(err)
 }
 
-fn run_job(parts: &Parts, top: &Mounted, job: &str) -> Result<String, String> {
+fn run_job(parts: &Parts, top: &Mounted, staging: &Staging, job: &str) -> Result<String, String> {
     let mut cmd = Command::new(&parts.inputs.binary);
     cmd.args([job, "--top"]).arg(top.path());
     if job == "restore-data" {
-        cmd.arg(format!("--hard-floor-bytes={HARD_FLOOR_BYTES}"));
+        cmd.arg(format!("--hard-floor-bytes={}", staging.hard_floor));
     }
     let out = cmd
         .env_remove("TACID_TEST_STOP_AFTER")
@@ -456,7 +482,7 @@ fn check_next_boot(
         .iter()
         .map(|m| kept_of(m, &cut_subs, staging).first().map(|r| (*r).clone()))
         .collect();
-    let log = restore_data_at_pid(parts, top, pid)?;
+    let log = restore_data_at_pid(parts, top, staging, pid)?;
     let subs = top.subvolumes().map_err(|e| e.to_string())?;
     let ro = readonly_paths(top)?;
     for m in &staging.members {
@@ -515,11 +541,20 @@ fn check_next_boot(
             .iter()
             .find(|r| r.subvolume == m.sub)
             .ok_or_else(|| format!("the outcome does not name {}: {o}", m.sub))?;
+        let all = kept_of(m, &subs, staging);
+        if !staging.keeps {
+            if r.kept.is_some() || !all.is_empty() {
+                return Err(format!(
+                    "what {} held is kept below the hard floor: {o}",
+                    m.sub.display_path()
+                ));
+            }
+            continue;
+        }
         let kept = r
             .kept
             .ok_or_else(|| format!("what {} held was not kept: {o}", m.sub.display_path()))?;
         let path = format!("{store}{kept}");
-        let all = kept_of(m, &subs, staging);
         let [one] = all[..] else {
             return Err(format!(
                 "what {} held is kept {} times after the next boot: {:?}",
@@ -567,7 +602,7 @@ fn check_next_boot(
     }
     // The wipe of the same boot (the cut may have come in the middle of the logged boot's
     // own): then the disk holds the layout, the store's snapshots, and a fresh root.
-    run_job(parts, top, "wipe-root")?;
+    run_job(parts, top, staging, "wipe-root")?;
     let subs = top.subvolumes().map_err(|e| e.to_string())?;
     let members: BTreeSet<&str> = staging.members.iter().map(|m| m.sub.as_str()).collect();
     let mut expected: BTreeSet<String> = staging.before.keys().cloned().collect();
@@ -597,7 +632,7 @@ fn check_next_boot(
         ));
     }
     let settled = top.subvolumes().map_err(|e| e.to_string())?;
-    let again = run_job(parts, top, "restore-data")?;
+    let again = run_job(parts, top, staging, "restore-data")?;
     if !again.contains("no restore is staged") {
         return Err(format!("a further run found something to do:\n{again}"));
     }
@@ -655,13 +690,34 @@ fn check_state(
     seen
 }
 
+/// How many crash states are checked at once: one per core, where the host's kernel mounts
+/// two copies of one filesystem at once (Linux 6.7 and later give the second a temporary
+/// fsid); one at a time on an older kernel, which refuses the second mount.
+fn checkers() -> usize {
+    let release = rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned();
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse::<u32>().ok());
+    let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    if version >= (6, 7) {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    } else {
+        1
+    }
+}
+
 /// At most this many writes between two flushes are tried in every subset (2^8 disks);
 /// past it, the prefixes, each with one write left out, and each alone (`boot_tier::write_log::crash_states`).
 const MAX_SUBSET_WRITES: usize = 8;
 
 /// Replay every crash state of the log of a boot that honoured the restore of
 /// `mount_points` (`boot_tier::write_log::crash_states`) and check each.
-fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str]) {
+fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str], hard_floor: u64) {
     let started = Instant::now();
     println!("=== {name}: {}", mount_points.join(", "));
     let m = Machine::new(parts, name).unwrap_or_else(|e| panic!("making a machine: {e}"));
@@ -670,7 +726,7 @@ fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str]) 
     let top = m
         .disk_top()
         .unwrap_or_else(|e| panic!("mounting the disk: {e}"));
-    let staging = prepare(&top, mount_points);
+    let staging = prepare(&top, mount_points, hard_floor);
     top.unmount().unwrap_or_else(|e| panic!("unmounting: {e}"));
     println!("    staged: {}", staging.request);
     let base = m.dir().join("base.img");
@@ -686,6 +742,11 @@ fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str]) 
         .boot(&BootOptions {
             pause_after: Some(wiped),
             write_log: Some(log_path.clone()),
+            // Last on the command line, so it wins over the test machines' own.
+            extra_cmdline: vec![format!(
+                "{}={hard_floor}",
+                layout::names::KERNEL_HARD_FLOOR_KEY
+            )],
             ..Default::default()
         })
         .unwrap_or_else(|e| panic!("the logged boot: {e}"));
@@ -743,9 +804,7 @@ fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str]) 
     let rx = Mutex::new(rx);
     let failures = Mutex::new(Vec::<String>::new());
     let seen = Mutex::new(BTreeMap::<Seen, Vec<usize>>::new());
-    let workers = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let workers = checkers();
     let dir = m.dir().to_owned();
     std::thread::scope(|s| {
         for _ in 0..workers {
@@ -835,35 +894,51 @@ fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str]) 
     );
     // The replay reached every stage of the restore, the new ones among them: a log that
     // missed them would prove nothing about them.
-    let members = mount_points.len();
-    type Holds = fn(&Seen, usize) -> bool;
-    let stages: [(&str, Holds); 7] = [
-        ("nothing done yet", |s, _| {
-            s.restored == 0 && s.request && !s.outcome
-        }),
-        ("exchanged, nothing kept yet", |s, n| {
-            s.restored == n && s.kept == 0 && !s.outcome
-        }),
-        ("kept, no outcome yet", |s, n| {
-            s.restored == n && s.kept == n && !s.outcome
-        }),
-        ("outcome written, request still staged", |s, _| {
-            s.outcome && s.request
-        }),
+    let n = mount_points.len();
+    type Holds = Box<dyn Fn(&Seen) -> bool>;
+    let mut stages: Vec<(&str, Holds)> = vec![
         (
-            "request gone, a replaced subvolume not yet deleted",
-            |s, _| s.outcome && !s.request && s.swaps > 0,
+            "nothing done yet",
+            Box::new(|s: &Seen| s.restored == 0 && s.request && !s.outcome),
         ),
-        ("all done", |s, n| {
-            s.outcome && !s.request && s.swaps == 0 && s.kept == n
-        }),
-        ("in the middle of the wipe", |s, n| {
-            s.outcome && s.kept == n && s.root_swap
-        }),
+        (
+            "exchanged, nothing kept yet",
+            Box::new(move |s: &Seen| s.restored == n && s.kept == 0 && !s.outcome),
+        ),
+        (
+            "the outcome's temporary file, no outcome yet",
+            Box::new(|s: &Seen| s.temps > 0 && !s.outcome),
+        ),
+        (
+            "the outcome written, the request still staged",
+            Box::new(|s: &Seen| s.outcome && s.request),
+        ),
+        (
+            "the request gone, a replaced subvolume not yet deleted",
+            Box::new(|s: &Seen| s.outcome && !s.request && s.swaps > 0),
+        ),
+        (
+            "all done",
+            Box::new(|s: &Seen| s.outcome && !s.request && s.swaps == 0),
+        ),
+        (
+            "in the middle of the wipe",
+            Box::new(|s: &Seen| s.outcome && s.root_swap),
+        ),
     ];
-    for (what, holds) in stages {
+    if staging.keeps {
+        stages.push((
+            "one member kept, no outcome yet",
+            Box::new(|s: &Seen| s.kept == 1 && !s.outcome),
+        ));
+        stages.push((
+            "every member kept, no outcome yet",
+            Box::new(move |s: &Seen| s.kept == n && !s.outcome),
+        ));
+    }
+    for (what, holds) in &stages {
         assert!(
-            seen.keys().any(|s| holds(s, members)),
+            seen.keys().any(holds),
             "no crash state was {what}; the states held: {:?}",
             seen.keys().map(|s| s.to_string()).collect::<Vec<_>>()
         );
@@ -893,7 +968,7 @@ fn boot_replay_a_power_cut_at_every_write_of_a_restore_converges_exactly_once() 
     let Some(parts) = parts("boot tier: a power cut at every write") else {
         return;
     };
-    replay_every_write(parts, "replay-home", &["/home"]);
+    replay_every_write(parts, "replay-home", &["/home"], HARD_FLOOR_BYTES);
 }
 
 /// A set restore of every restorable subvolume (/persist, /var/log, /home), as after a switch
@@ -905,5 +980,24 @@ fn boot_replay_a_power_cut_at_every_write_of_a_set_restore_converges_exactly_onc
     let Some(parts) = parts("boot tier: a power cut at every write of a set") else {
         return;
     };
-    replay_every_write(parts, "replay-set", &["/persist", "/var/log", "/home"]);
+    replay_every_write(
+        parts,
+        "replay-set",
+        &["/persist", "/var/log", "/home"],
+        HARD_FLOOR_BYTES,
+    );
 }
+
+/// Below the hard floor what a restore replaces is deleted, not kept (adr/0027): a restore of
+/// /home on a boot told that its disk is below the floor, cut at every write; no state keeps
+/// anything, and the outcome says nothing was kept.
+#[test]
+fn boot_replay_a_power_cut_at_every_write_below_the_hard_floor_keeps_nothing_and_converges() {
+    let Some(parts) = parts("boot tier: a power cut at every write, below the hard floor") else {
+        return;
+    };
+    replay_every_write(parts, "replay-below-floor", &["/home"], BELOW_ANY_TEST_DISK);
+}
+
+/// A hard floor far above the test disk's size (1 GiB): every boot is below it.
+const BELOW_ANY_TEST_DISK: u64 = 1 << 50;
