@@ -5,16 +5,21 @@
 //! The step cuts of `boot_story` stop `tacid-initrd` between two of its steps; a power cut can
 //! also come in the middle of one, between any two writes of a Btrfs commit or a file's
 //! fsync, and a disk with a write cache may lose some of the writes since its last flush and
-//! not others. The logged boot honours the staged restore and wipes the root (the two units
-//! of the initrd); it is cut right after the wipe's last step, so its log holds every write
-//! of both and nothing after. The disk as it was before the boot is copied and a crash state
-//! of the log is replayed onto the copy (`boot_tier::write_log::crash_states`); each such
-//! disk is loop-mounted on the host and given to the static, test-hooked `tacid-initrd` that
-//! was in the machine's initrd, run as the next boot runs it: `restore-data` at the pid the
-//! logged boot's run had (so a temporary file the cut left is at the very name the next run
-//! takes first, as when an initrd's pid repeats; where the cut left one, also at another pid
-//! on a copy), then `wipe-root`, then `restore-data` once more. What a user would check is
-//! asserted on each:
+//! not others. The logged boot honours (or refuses) the staged request and, in the cases that
+//! keep what a restore replaces, also wipes the root (the initrd's two units); it is cut right
+//! after the last step of the last, so its log holds every write of them and nothing after.
+//! The cases: `/home` alone and a set of all three restorable subvolumes, through the wipe;
+//! `/home` below the hard floor (nothing kept) and a refused request, to the end of
+//! `restore-data`. The disk as it was before the boot is copied and a crash state of the log
+//! is replayed onto the copy (`boot_tier::write_log::crash_states`); each such disk is
+//! loop-mounted on the host and given to the static, test-hooked `tacid-initrd` that was in
+//! the machine's initrd, run as the next boot runs it: `restore-data` at the pid the logged
+//! boot's run had (so a temporary file the cut left is at the very name the next run takes
+//! first, as when an initrd's pid repeats; where the cut left one, also at another pid on a
+//! copy), then `wipe-root`, then `restore-data` once more. What a user would check is
+//! asserted on each (for a refusal: no subvolume ever changes, the request is staged or moved
+//! aside byte for byte and never lost, the outcome says "refused" before the request is moved
+//! aside, and the next boot finishes the refusal once); for a restore:
 //!
 //! - right after the cut: each member's live subvolume is there and holds either what it held
 //!   before (the same subvolume) or the snapshot's content (a copy of that snapshot), never a
@@ -28,20 +33,21 @@
 //!   left when it left one (recorded again, the same but for its finish time, when the request
 //!   was still staged beside it: a run records the outcome before it removes the request); it
 //!   names for each member the one read-only snapshot in the store that holds what the member
-//!   held before (the one the cut left, if it left one: never kept twice); the request is
-//!   gone, no temporary file is left; `wipe-root` succeeded; the disk holds the layout, the
-//!   store's snapshots and a fresh root (a copy of the blank one) and nothing else; the
-//!   subvolumes outside the restore are unchanged; a further `restore-data` finds nothing
-//!   staged and changes nothing.
+//!   held before (the one the cut left, if it left one: never kept twice), or, below the hard
+//!   floor, that nothing was kept, and nothing is; the request is gone, no temporary file is
+//!   left; `wipe-root` succeeded; the disk holds the layout, the store's snapshots and a
+//!   fresh root (a copy of the blank one) and nothing else; the subvolumes outside the
+//!   restore are unchanged; a further `restore-data` finds nothing staged and changes
+//!   nothing.
 //!
 //! Crash states (`crash_states`): after each flush (and at the start), every subset of the
 //! writes up to the next flush while there are at most [`MAX_SUBSET_WRITES`] of them, else
 //! each prefix, each with one write left out, and each alone. Every prefix of the log is
 //! among them. The replay also proves it reaches each stage of the restore (none kept yet,
-//! some kept, the outcome's temporary file, the outcome beside the request, the old deleted,
-//! the wipe under way): a log that missed them would prove nothing. Not covered: a write torn
-//! within itself, and orders of writes other than the completion order the log holds beyond
-//! the subsets above (adr/0008, amended).
+//! one and every member kept, the outcome's temporary file, the outcome beside the request,
+//! the request gone before the old is deleted, the wipe under way): a log that missed them
+//! would prove nothing. Not covered: a write torn within itself, and orders of writes other
+//! than the completion order the log holds beyond the subsets above (adr/0008, amended).
 //!
 //! Needs root and qemu, like every boot-tier test: without them it prints a loud SKIPPED line
 //! and passes, and under `CI=true` fails instead. Run alone:
@@ -59,8 +65,9 @@ use boot_tier::machine::{BootOptions, Ending, Machine, HARD_FLOOR_BYTES};
 use boot_tier::parts::Parts;
 use boot_tier::write_log::{CrashState, WriteLog};
 use initrd::steps::{Step, StepAt};
-use layout::{Outcome, OutcomeResult, RestoreRequest, SubvolumeName};
+use layout::{Outcome, OutcomeResult, RestoreMember, RestoreRequest, SubvolumeName};
 use stem::{Engine, Snapshot, Staged};
+use uuid::Uuid;
 
 /// Every part, built once per test process.
 fn parts(test: &str) -> Option<&'static Parts> {
@@ -129,11 +136,13 @@ struct Staging {
     hard_floor: u64,
     /// Whether what the restore replaces is kept (the disk is above the hard floor).
     keeps: bool,
+    /// The staged request is one the boot refuses (its UUID is not the snapshot's).
+    refused: bool,
 }
 
 /// Write files in each member, take one snapshot of them all (a set when more than one),
 /// change them (edit, add, delete), stage the restore through the stem's engine.
-fn prepare(top: &Mounted, mount_points: &[&str], hard_floor: u64) -> Staging {
+fn prepare(top: &Mounted, mount_points: &[&str], hard_floor: u64, refused: bool) -> Staging {
     let subs: Vec<SubvolumeName> = mount_points.iter().map(|m| subvolume(m)).collect();
     for (mp, s) in mount_points.iter().zip(&subs) {
         write(
@@ -185,6 +194,19 @@ fn prepare(top: &Mounted, mount_points: &[&str], hard_floor: u64) -> Staging {
         Staged::AlreadyStaged(r) => panic!("already staged: {r}"),
     };
     drop(e);
+    let request = if refused {
+        // The same members, each with a UUID that is not its snapshot's: well-formed, and
+        // refused at the boot. (Durable once the disk is unmounted.)
+        let bad = RestoreRequest::new(request.members().iter().map(|m| {
+            let other = Uuid::from_u128(m.uuid().as_u128() ^ 1);
+            RestoreMember::new(m.subvolume(), m.snapshot(), other).expect("well-formed")
+        }))
+        .expect("well-formed");
+        std::fs::write(request_file(top), bad.render()).expect("writing the request");
+        bad
+    } else {
+        request
+    };
     let request_bytes = std::fs::read(request_file(top)).expect("the staged request");
     let all = top.subvolumes().unwrap_or_else(|e| panic!("{e}"));
     let members = subs
@@ -208,6 +230,7 @@ fn prepare(top: &Mounted, mount_points: &[&str], hard_floor: u64) -> Staging {
         before,
         hard_floor,
         keeps: hard_floor == HARD_FLOOR_BYTES,
+        refused,
     }
 }
 
@@ -245,17 +268,27 @@ struct Seen {
     temps: usize,
     /// The wipe's copy or the old root under the root's swap name.
     root_swap: bool,
+    /// A refused request moved aside.
+    aside: bool,
+    /// The case is a refusal (its outcome says "refused", not "done").
+    refusal: bool,
 }
 
 impl std::fmt::Display for Seen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "restored {}, swap names {}, kept {}, outcome {}, request {}, temporary files {}{}",
+            "restored {}, swap names {}, kept {}, outcome {}, request {}, temporary files {}{}{}",
             self.restored,
             self.swaps,
             self.kept,
-            if self.outcome { "done" } else { "none" },
+            if !self.outcome {
+                "none"
+            } else if self.refusal {
+                "refused"
+            } else {
+                "done"
+            },
             if self.request { "staged" } else { "gone" },
             self.temps,
             if self.root_swap {
@@ -263,6 +296,7 @@ impl std::fmt::Display for Seen {
             } else {
                 ""
             },
+            if self.aside { ", moved aside" } else { "" },
         )
     }
 }
@@ -323,6 +357,8 @@ fn check_cut(top: &Mounted, staging: &Staging) -> Result<(Seen, Option<Outcome>)
             .path()
             .join(format!("{}{}", layout::ROOT_SUBVOLUME, layout::SWAP_SUFFIX))
             .exists(),
+        aside: false,
+        refusal: false,
     };
     for m in &staging.members {
         let sub = m.sub.as_str();
@@ -649,6 +685,169 @@ fn check_next_boot(
     Ok(())
 }
 
+type CutCheck = fn(&Mounted, &Staging) -> Result<(Seen, Option<Outcome>), String>;
+type NextCheck = fn(&Parts, &Mounted, &Staging, u32, &Seen, Option<&Outcome>) -> Result<(), String>;
+
+/// Every subvolume but the root and what its wipe leaves under the root's swap name.
+fn lasting(top: &Mounted) -> Result<BTreeMap<String, SubvolumeRecord>, String> {
+    let mut all = top.subvolumes().map_err(|e| e.to_string())?;
+    all.remove(layout::ROOT_SUBVOLUME);
+    all.remove(&format!(
+        "{}{}",
+        layout::ROOT_SUBVOLUME,
+        layout::SWAP_SUFFIX
+    ));
+    Ok(all)
+}
+
+/// Whether the refused request is moved aside, byte for byte as staged.
+fn moved_aside(top: &Mounted, staging: &Staging) -> Result<bool, String> {
+    let path = top
+        .path()
+        .join(layout::SNAPSHOTS_SUBVOLUME)
+        .join(layout::REFUSED_REQUEST_FILE_NAME);
+    match std::fs::read(path) {
+        Ok(bytes) if bytes == staging.request_bytes => Ok(true),
+        Ok(bytes) => Err(format!(
+            "the refused request moved aside is not as staged: {:?}",
+            String::from_utf8_lossy(&bytes)
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(format!("reading the refused request: {e}")),
+    }
+}
+
+/// A crash state of a boot that refuses the request: no subvolume changed, the request staged
+/// or moved aside byte for byte (one of the two, never neither), an outcome that is there
+/// whole and "refused", and there before the request is moved aside.
+fn check_refusal_cut(top: &Mounted, staging: &Staging) -> Result<(Seen, Option<Outcome>), String> {
+    if lasting(top)? != staging.before {
+        return Err("a subvolume changed (ids and UUIDs compared)".into());
+    }
+    let mut seen = Seen {
+        restored: 0,
+        swaps: 0,
+        kept: 0,
+        outcome: false,
+        request: false,
+        temps: store_temps(top).len(),
+        root_swap: top
+            .path()
+            .join(format!("{}{}", layout::ROOT_SUBVOLUME, layout::SWAP_SUFFIX))
+            .exists(),
+        aside: moved_aside(top, staging)?,
+        refusal: true,
+    };
+    match std::fs::read(request_file(top)) {
+        Ok(bytes) if bytes == staging.request_bytes => seen.request = true,
+        Ok(bytes) => {
+            return Err(format!(
+                "the request file is not as staged: {:?}",
+                String::from_utf8_lossy(&bytes)
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("reading the request: {e}")),
+    }
+    if seen.request == seen.aside {
+        return Err(format!(
+            "the request is {}",
+            if seen.request {
+                "both staged and moved aside"
+            } else {
+                "neither staged nor moved aside: lost"
+            }
+        ));
+    }
+    let outcome = engine(top)
+        .outcome()
+        .map_err(|e| format!("the outcome is not whole: {e}"))?;
+    match &outcome {
+        Some(o) if o.result == OutcomeResult::Refused => seen.outcome = true,
+        Some(o) => return Err(format!("an outcome that is not a refusal: {o}")),
+        None if seen.aside => {
+            return Err("the request is moved aside and no outcome says why".into())
+        }
+        None => {}
+    }
+    Ok((seen, outcome))
+}
+
+/// The next boot on a crash state of a refusal: it finishes the refusal, once, and changes
+/// no subvolume.
+fn check_refusal_next_boot(
+    parts: &Parts,
+    top: &Mounted,
+    staging: &Staging,
+    pid: u32,
+    cut_seen: &Seen,
+    cut_outcome: Option<&Outcome>,
+) -> Result<(), String> {
+    let log = restore_data_at_pid(parts, top, staging, pid)?;
+    if lasting(top)? != staging.before {
+        return Err(format!("a subvolume changed at the next boot:\n{log}"));
+    }
+    let o = engine(top)
+        .outcome()
+        .map_err(|e| format!("the outcome is not whole after the next boot: {e}"))?
+        .ok_or_else(|| format!("no outcome after the next boot:\n{log}"))?;
+    if o.result != OutcomeResult::Refused || o.reason.as_str().is_empty() {
+        return Err(format!("the outcome is not a refusal that says why: {o}"));
+    }
+    if let Some(cut) = cut_outcome {
+        // As for a restore: recorded again, the same but for its time, while the request was
+        // still staged beside it; as it was once the request was moved aside.
+        let same_but_its_time = Outcome {
+            finished: o.finished,
+            ..cut.clone()
+        } == o
+            && o.finished >= cut.finished;
+        let as_left = if cut_seen.request {
+            same_but_its_time
+        } else {
+            cut == &o
+        };
+        if !as_left {
+            return Err(format!(
+                "the outcome the cut left became another: {cut} became {o}"
+            ));
+        }
+    }
+    if request_file(top).exists() || !moved_aside(top, staging)? {
+        return Err(format!(
+            "the refused request was not moved aside intact:\n{log}"
+        ));
+    }
+    let temps = store_temps(top);
+    if !temps.is_empty() {
+        return Err(format!(
+            "temporary files left in the store: {temps:?}\n{log}"
+        ));
+    }
+    run_job(parts, top, staging, "wipe-root")?;
+    let settled = top.subvolumes().map_err(|e| e.to_string())?;
+    let blank = &staging.before[layout::ROOT_BLANK_SUBVOLUME];
+    let root_swap = format!("{}{}", layout::ROOT_SUBVOLUME, layout::SWAP_SUFFIX);
+    if settled
+        .get(layout::ROOT_SUBVOLUME)
+        .and_then(|r| r.parent_uuid)
+        != Some(blank.uuid)
+        || settled.contains_key(&root_swap)
+    {
+        return Err("the root is not a fresh copy of the blank one after the next boot".into());
+    }
+    let again = run_job(parts, top, staging, "restore-data")?;
+    if !again.contains("no restore is staged") {
+        return Err(format!("a further run found something to do:\n{again}"));
+    }
+    if top.subvolumes().map_err(|e| e.to_string())? != settled
+        || engine(top).outcome().map_err(|e| e.to_string())?.as_ref() != Some(&o)
+    {
+        return Err("a further run changed the subvolumes or the outcome".into());
+    }
+    Ok(())
+}
+
 /// One crash state's disk, made on the host, to be checked.
 struct StateDisk {
     /// Its place in the list of states.
@@ -672,8 +871,13 @@ fn check_state(
     boot_tier::image::copy_disk(&disk.image, &copy).map_err(|e| e.to_string())?;
     let check = |image: &PathBuf, pid: u32| -> Result<Seen, String> {
         let top = Mounted::top(image).map_err(|e| format!("the disk does not mount: {e}"))?;
-        let result = check_cut(&top, staging).and_then(|(seen, cut)| {
-            check_next_boot(parts, &top, staging, pid, &seen, cut.as_ref())
+        let (cut, next): (CutCheck, NextCheck) = if staging.refused {
+            (check_refusal_cut, check_refusal_next_boot)
+        } else {
+            (check_cut, check_next_boot)
+        };
+        let result = cut(&top, staging).and_then(|(seen, cut)| {
+            next(parts, &top, staging, pid, &seen, cut.as_ref())
                 .map(|()| seen)
                 .map_err(|e| format!("the next boot's restore-data at pid {pid}: {e}"))
         });
@@ -717,7 +921,29 @@ const MAX_SUBSET_WRITES: usize = 8;
 
 /// Replay every crash state of the log of a boot that honoured the restore of
 /// `mount_points` (`boot_tier::write_log::crash_states`) and check each.
-fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str], hard_floor: u64) {
+/// One case of the replay: what the logged boot does.
+struct Case {
+    name: &'static str,
+    /// The members of the restore, by mount point.
+    mount_points: &'static [&'static str],
+    /// The hard floor the boots are given.
+    hard_floor: u64,
+    /// The request is one the boot refuses.
+    refused: bool,
+    /// The log goes on through the wipe of the root (the boot's next unit); else it ends at
+    /// `restore-data`'s last step. The wipe is the same code whatever the restore did, so the
+    /// cases that differ only in the restore leave it out (about half their states).
+    through_wipe: bool,
+}
+
+fn replay_every_write(parts: &'static Parts, case: &Case) {
+    let Case {
+        name,
+        mount_points,
+        hard_floor,
+        refused,
+        through_wipe,
+    } = *case;
     let started = Instant::now();
     println!("=== {name}: {}", mount_points.join(", "));
     let m = Machine::new(parts, name).unwrap_or_else(|e| panic!("making a machine: {e}"));
@@ -726,21 +952,29 @@ fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str], 
     let top = m
         .disk_top()
         .unwrap_or_else(|e| panic!("mounting the disk: {e}"));
-    let staging = prepare(&top, mount_points, hard_floor);
+    let staging = prepare(&top, mount_points, hard_floor, refused);
     top.unmount().unwrap_or_else(|e| panic!("unmounting: {e}"));
     println!("    staged: {}", staging.request);
     let base = m.dir().join("base.img");
     boot_tier::image::copy_disk(&m.disk, &base).unwrap_or_else(|e| panic!("{e}"));
     let log_path = m.dir().join("writes.log");
 
-    // The logged boot: the restore, then the wipe of the root (the same boot's next unit),
-    // cut right after the wipe's last step. What the boot writes after that (the root mounted,
-    // the guest's own writes) is no tacid's, and is left out.
-    let last = StepAt::new(Step::RestoreCommitDelete, mount_points.len() as u32);
-    let wiped = StepAt::first(Step::WipeCommitDelete);
+    // The logged boot: the restore, then (through_wipe) the wipe of the root, the same boot's
+    // next unit; cut right after the last step of the last. What the boot writes after that
+    // (the root mounted, the guest's own writes) is no tacid's, and is left out.
+    let last = if refused {
+        StepAt::first(Step::RefuseCommit)
+    } else {
+        StepAt::new(Step::RestoreCommitDelete, mount_points.len() as u32)
+    };
+    let end = if through_wipe {
+        StepAt::first(Step::WipeCommitDelete)
+    } else {
+        last
+    };
     let boot = m
         .boot(&BootOptions {
-            pause_after: Some(wiped),
+            pause_after: Some(end),
             write_log: Some(log_path.clone()),
             // Last on the command line, so it wins over the test machines' own.
             extra_cmdline: vec![format!(
@@ -752,10 +986,10 @@ fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str], 
         .unwrap_or_else(|e| panic!("the logged boot: {e}"));
     let done_last = format!("tacid-initrd: done step {last} (");
     assert!(
-        matches!(boot.ending, Ending::PowerCut { at, .. } if at == wiped)
+        matches!(boot.ending, Ending::PowerCut { at, .. } if at == end)
             && boot.console.contains(&done_last),
-        "the logged boot did not do the restore to its step {last} and the wipe to its step \
-         {wiped} ({:?}):\n{}",
+        "the logged boot did not do the restore to its step {last} and stop after step {end} \
+         ({:?}):\n{}",
         boot.ending,
         boot.console_tail(60)
     );
@@ -896,37 +1130,65 @@ fn replay_every_write(parts: &'static Parts, name: &str, mount_points: &[&str], 
     // missed them would prove nothing about them.
     let n = mount_points.len();
     type Holds = Box<dyn Fn(&Seen) -> bool>;
-    let mut stages: Vec<(&str, Holds)> = vec![
-        (
-            "nothing done yet",
-            Box::new(|s: &Seen| s.restored == 0 && s.request && !s.outcome),
-        ),
-        (
-            "exchanged, nothing kept yet",
-            Box::new(move |s: &Seen| s.restored == n && s.kept == 0 && !s.outcome),
-        ),
-        (
-            "the outcome's temporary file, no outcome yet",
-            Box::new(|s: &Seen| s.temps > 0 && !s.outcome),
-        ),
-        (
-            "the outcome written, the request still staged",
-            Box::new(|s: &Seen| s.outcome && s.request),
-        ),
-        (
-            "the request gone, a replaced subvolume not yet deleted",
-            Box::new(|s: &Seen| s.outcome && !s.request && s.swaps > 0),
-        ),
-        (
-            "all done",
-            Box::new(|s: &Seen| s.outcome && !s.request && s.swaps == 0),
-        ),
-        (
-            "in the middle of the wipe",
-            Box::new(|s: &Seen| s.outcome && s.root_swap),
-        ),
-    ];
-    if staging.keeps {
+    let mut stages: Vec<(&str, Holds)> = if refused {
+        vec![
+            (
+                "nothing done yet",
+                Box::new(|s: &Seen| s.request && !s.outcome && s.temps == 0),
+            ),
+            (
+                "the outcome's temporary file, no outcome yet",
+                Box::new(|s: &Seen| s.temps > 0 && !s.outcome),
+            ),
+            (
+                "the outcome written, the request still staged",
+                Box::new(|s: &Seen| s.outcome && s.request),
+            ),
+            (
+                "the request moved aside",
+                Box::new(|s: &Seen| s.outcome && s.aside),
+            ),
+            (
+                "in the middle of the wipe",
+                Box::new(|s: &Seen| s.outcome && s.root_swap),
+            ),
+        ]
+    } else {
+        vec![
+            (
+                "nothing done yet",
+                Box::new(|s: &Seen| s.restored == 0 && s.request && !s.outcome),
+            ),
+            (
+                "exchanged, nothing kept yet",
+                Box::new(move |s: &Seen| s.restored == n && s.kept == 0 && !s.outcome),
+            ),
+            (
+                "the outcome's temporary file, no outcome yet",
+                Box::new(|s: &Seen| s.temps > 0 && !s.outcome),
+            ),
+            (
+                "the outcome written, the request still staged",
+                Box::new(|s: &Seen| s.outcome && s.request),
+            ),
+            (
+                "the request gone, a replaced subvolume not yet deleted",
+                Box::new(|s: &Seen| s.outcome && !s.request && s.swaps > 0),
+            ),
+            (
+                "all done",
+                Box::new(|s: &Seen| s.outcome && !s.request && s.swaps == 0),
+            ),
+            (
+                "in the middle of the wipe",
+                Box::new(|s: &Seen| s.outcome && s.root_swap),
+            ),
+        ]
+    };
+    if !through_wipe {
+        stages.retain(|(what, _)| *what != "in the middle of the wipe");
+    }
+    if staging.keeps && !refused {
         stages.push((
             "one member kept, no outcome yet",
             Box::new(|s: &Seen| s.kept == 1 && !s.outcome),
@@ -968,7 +1230,16 @@ fn boot_replay_a_power_cut_at_every_write_of_a_restore_converges_exactly_once() 
     let Some(parts) = parts("boot tier: a power cut at every write") else {
         return;
     };
-    replay_every_write(parts, "replay-home", &["/home"], HARD_FLOOR_BYTES);
+    replay_every_write(
+        parts,
+        &Case {
+            name: "replay-home",
+            mount_points: &["/home"],
+            hard_floor: HARD_FLOOR_BYTES,
+            refused: false,
+            through_wipe: true,
+        },
+    );
 }
 
 /// A set restore of every restorable subvolume (/persist, /var/log, /home), as after a switch
@@ -982,9 +1253,13 @@ fn boot_replay_a_power_cut_at_every_write_of_a_set_restore_converges_exactly_onc
     };
     replay_every_write(
         parts,
-        "replay-set",
-        &["/persist", "/var/log", "/home"],
-        HARD_FLOOR_BYTES,
+        &Case {
+            name: "replay-set",
+            mount_points: &["/persist", "/var/log", "/home"],
+            hard_floor: HARD_FLOOR_BYTES,
+            refused: false,
+            through_wipe: true,
+        },
     );
 }
 
@@ -996,8 +1271,38 @@ fn boot_replay_a_power_cut_at_every_write_below_the_hard_floor_keeps_nothing_and
     let Some(parts) = parts("boot tier: a power cut at every write, below the hard floor") else {
         return;
     };
-    replay_every_write(parts, "replay-below-floor", &["/home"], BELOW_ANY_TEST_DISK);
+    replay_every_write(
+        parts,
+        &Case {
+            name: "replay-below-floor",
+            mount_points: &["/home"],
+            hard_floor: BELOW_ANY_TEST_DISK,
+            refused: false,
+            through_wipe: false,
+        },
+    );
 }
 
 /// A hard floor far above the test disk's size (1 GiB): every boot is below it.
 const BELOW_ANY_TEST_DISK: u64 = 1 << 50;
+
+/// A refused request (its member's UUID not its snapshot's), cut at every write of its boot:
+/// no subvolume ever changes, the request is staged or moved aside whole, never lost, and the
+/// outcome says "refused" before the request is moved aside; the next boot finishes the
+/// refusal once.
+#[test]
+fn boot_replay_a_power_cut_at_every_write_of_a_refusal_changes_nothing_and_converges() {
+    let Some(parts) = parts("boot tier: a power cut at every write of a refusal") else {
+        return;
+    };
+    replay_every_write(
+        parts,
+        &Case {
+            name: "replay-refusal",
+            mount_points: &["/home"],
+            hard_floor: HARD_FLOOR_BYTES,
+            refused: true,
+            through_wipe: false,
+        },
+    );
+}
