@@ -23,9 +23,11 @@ pub mod tools {
     pub const ZSTD: &str = "/usr/bin/zstd";
     pub const XZ: &str = "/usr/bin/xz";
     pub const GZIP: &str = "/usr/bin/gzip";
+    /// Runs `tacid-initrd` on the host at the pid the guest's run had (the write-level replay).
+    pub const UNSHARE: &str = "/usr/bin/unshare";
 
     /// Each tool with the package that provides it, for the "install this" message.
-    pub const ALL: [(&str, &str); 13] = [
+    pub const ALL: [(&str, &str); 14] = [
         (QEMU, "qemu-system-x86"),
         (DRACUT, "dracut"),
         (MKFS_BTRFS, "btrfs-progs"),
@@ -39,6 +41,7 @@ pub mod tools {
         (UMOUNT, "mount"),
         (CP, "coreutils"),
         (LZ4, "lz4"),
+        (UNSHARE, "util-linux"),
     ];
 }
 

@@ -6,7 +6,8 @@
 //! ships them, and a disk laid out from the `layout` crate ([`image`]). Its root is
 //! ephemeral, as on a tacid NixOS machine, so its whole userland (a static busybox and an
 //! init script, [`guest`]) lives in `@nix`. [`machine`] boots it and reads back what the
-//! guest reports on its second serial port.
+//! guest reports on its second serial port, and can log every write the guest makes to its
+//! disk ([`write_log`]) so that every crash state can be replayed on the host.
 //!
 //! Everything slow is cached under `checks/boot/cache/`, keyed by its inputs (adr/0008).
 
@@ -15,6 +16,7 @@ pub mod guest;
 pub mod image;
 pub mod machine;
 pub mod parts;
+pub mod write_log;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -22,6 +22,10 @@ pub const PAUSE_LINE_PREFIX: &str = "tacid-initrd: test pause after step ";
 /// How long one boot may take before it counts as hung (TCG, two machines at once).
 pub const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
 
+/// The hard floor the test machines' initrd is given (`tacid.hard_floor_bytes=`): far below
+/// the test disk's free space, so a restore keeps what it replaces (see [`cmdline`]).
+pub const HARD_FLOOR_BYTES: u64 = 1 << 20;
+
 /// How qemu runs guests here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Accel {
@@ -162,6 +166,9 @@ pub struct BootOptions {
     pub extra_cmdline: Vec<String>,
     /// Copy the console to stdout as it comes.
     pub echo_console: bool,
+    /// Log every write and flush the guest makes to its disk to this file (made anew), in
+    /// the dm-log-writes format, through qemu's `blklogwrites` driver ([`crate::write_log`]).
+    pub write_log: Option<PathBuf>,
 }
 
 /// How a boot ended.
@@ -279,7 +286,10 @@ pub fn cmdline(options: &BootOptions) -> Vec<String> {
         // the boot deletes what a restore replaces instead of keeping it (adr/0027); the
         // machines here keep it, as a machine with room does. The deletion below the floor
         // is the loop tier's (`loop_below_the_hard_floor_…`).
-        format!("{}={}", layout::names::KERNEL_HARD_FLOOR_KEY, 1 << 20),
+        format!(
+            "{}={HARD_FLOOR_BYTES}",
+            layout::names::KERNEL_HARD_FLOOR_KEY
+        ),
     ];
     if let Some(at) = options.pause_after {
         words.push(format!("{PAUSE_KEY}={at}"));
@@ -317,11 +327,7 @@ pub fn boot(parts: &Parts, disk: &Path, dir: &Path, options: &BootOptions) -> Re
         .arg(&parts.initrd)
         .arg("-append")
         .arg(cmdline(options).join(" "))
-        .arg("-drive")
-        .arg(format!(
-            "file={},format=raw,if=virtio,cache=writeback",
-            disk.display()
-        ))
+        .args(drive_args(disk, options.write_log.as_deref())?)
         .arg("-serial")
         .arg(format!("file:{}", console_path.display()))
         .arg("-serial")
@@ -380,6 +386,46 @@ pub fn boot(parts: &Parts, disk: &Path, dir: &Path, options: &BootOptions) -> Re
         ending,
         took,
     })
+}
+
+/// A path as a value in qemu's option syntax (a comma is written twice).
+fn qemu_value(path: &Path) -> String {
+    path.display().to_string().replace(',', ",,")
+}
+
+/// The machine's one disk: a virtio disk with a write cache the guest must flush (the
+/// guest's writes reach the host's page cache, which survives a SIGKILL of qemu), or the same
+/// disk under `blklogwrites`, which logs each write the disk completes, and each flush, in
+/// the order they complete. The host's cache mode is the same either way (`cache=writeback`:
+/// no O_DIRECT, flushes honoured).
+fn drive_args(disk: &Path, write_log: Option<&Path>) -> Result<Vec<String>> {
+    let Some(log) = write_log else {
+        return Ok(vec![
+            "-drive".into(),
+            format!(
+                "file={},format=raw,if=virtio,cache=writeback",
+                qemu_value(disk)
+            ),
+        ]);
+    };
+    std::fs::File::create(log).context(|| format!("creating the write log {}", shown(log)))?;
+    Ok(vec![
+        "-blockdev".into(),
+        format!(
+            "driver=file,node-name=disk0,filename={},cache.direct=off,cache.no-flush=off",
+            qemu_value(disk)
+        ),
+        "-blockdev".into(),
+        format!(
+            "driver=file,node-name=log0,filename={},cache.direct=off,cache.no-flush=off",
+            qemu_value(log)
+        ),
+        "-blockdev".into(),
+        // 512-byte log sectors: the guest's smallest write fits one.
+        "driver=blklogwrites,node-name=logged0,file=disk0,log=log0,log-sector-size=512".into(),
+        "-device".into(),
+        "virtio-blk-pci,drive=logged0,write-cache=on".into(),
+    ])
 }
 
 fn read_new(path: &Path, from: &mut u64, into: &mut String, echo: bool) {

@@ -46,6 +46,10 @@ enum Cmd {
         /// More kernel command-line words.
         #[arg(long = "append", value_name = "WORD")]
         append: Vec<String>,
+        /// Log every write and flush the guest makes to its disk to this file (dm-log-writes
+        /// format, qemu's blklogwrites; made anew).
+        #[arg(long, value_name = "FILE")]
+        write_log: Option<PathBuf>,
     },
 }
 
@@ -126,12 +130,14 @@ fn run(cli: Cli) -> boot_tier::Result<ExitCode> {
             disk,
             keep,
             append,
+            write_log,
         } => {
             let parts = inputs.parts()?;
             let options = BootOptions {
                 pause_after,
                 extra_cmdline: append,
                 echo_console: console,
+                write_log,
             };
             eprintln!(
                 "kernel command line: {}",
