@@ -238,12 +238,41 @@ let
   # each local Btrfs target's directory is made writable for it, and nothing else.
   localBtrfsPlaces = map (t: t.target) (lib.filter (t: lib.hasPrefix "/" t.target && !isSealed t) (lib.attrValues copies));
   localSealedPlaces = map (t: t.target) (lib.filter (t: lib.hasPrefix "/" t.target) (lib.attrValues sealedCopies));
+  # A target's health thresholds from its timers' schedules (adr/0028): the global ones
+  # (services.tacid.health.*) are a daily timer's; another of systemd's shorthands gets two
+  # of its periods and an hour to warn, three (at least the global failure) to fail.
+  schedulePeriod = {
+    hourly = 3600;
+    daily = 86400;
+    weekly = 604800;
+    monthly = 2678400;
+  };
+  targetHealth = t:
+    let
+      copyPeriod = schedulePeriod.${t.schedule} or null;
+      verifyPeriod = if isSealed t && t.seal.verifySchedule != null then schedulePeriod.${t.seal.verifySchedule} or null else null;
+      warn = p: 2 * p + 3600;
+      copy = lib.optionalAttrs (copyPeriod != null && t.schedule != "daily") {
+        copy_warn_secs = warn copyPeriod;
+        copy_fail_secs = lib.max hc.copyFailSeconds (lib.max (3 * copyPeriod) (warn copyPeriod + 1));
+      };
+      verify = lib.optionalAttrs (verifyPeriod != null && t.seal.verifySchedule != "weekly") {
+        verify_warn_secs = warn verifyPeriod;
+      };
+    in
+    lib.optionalAttrs (copy != { })
+      {
+        health = copy // verify;
+      } // lib.optionalAttrs (copy == { } && verify != { }) {
+      health = { copy_warn_secs = hc.copyWarnSeconds; copy_fail_secs = hc.copyFailSeconds; } // verify;
+    };
   copiesConfig = pkgs.writeText "tacid-copies.json" (builtins.toJSON {
     targets = lib.mapAttrs
       (_: t: {
         place = t.target;
         keep = { inherit (t.keep) latest daily weekly monthly; };
       }
+      // targetHealth t
       // lib.optionalAttrs (t.identityFile != null) { identity = t.identityFile; }
       // lib.optionalAttrs (t.hostKey != null) { host_key = t.hostKey; }
       // lib.optionalAttrs (isSealed t) {

@@ -389,8 +389,22 @@ in
             identity = "/etc/tacid/copy-key";
             host_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl";
             keep = { latest = 5; daily = layout.defaults.keep_copies_daily; weekly = layout.defaults.keep_copies_weekly; monthly = layout.defaults.keep_copies_monthly; };
+            # An hourly timer: its copies are late after two hours and an hour, not two days.
+            health = { copy_warn_secs = 3 * 3600; copy_fail_secs = layout.defaults.health_copy_fail_secs; };
           };
         };
+      }))
+    (check "copies: a weekly target's health thresholds are its timer's, a monthly verification's too"
+      ((copiesJson (machine {
+        copies.weekly = {
+          target = "/mnt/weekly";
+          schedule = "weekly";
+          seal = { enable = true; verifySchedule = "monthly"; };
+        };
+      }).config).targets.weekly.health == {
+        copy_warn_secs = 2 * 604800 + 3600;
+        copy_fail_secs = 3 * 604800;
+        verify_warn_secs = 2 * 2678400 + 3600;
       }))
     (check "copies: the stem, its receiver and the keeper are told the file by their drop-ins (one flag each)"
       (lib.length (lib.splitString "| --copies-config ${withCopies.services.tacid.copiesConfigFile}|" (dropInScript withCopies)) == 4))

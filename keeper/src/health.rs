@@ -118,6 +118,8 @@ pub struct TargetFacts {
     pub sealed: bool,
     pub acts: TargetActs,
     pub verified: Option<LastVerification>,
+    /// Its own thresholds (derived from its timer's schedule), else the policy's.
+    pub thresholds: Option<layout::copies::TargetHealth>,
 }
 
 /// An open snapshot, as health sees it.
@@ -346,11 +348,11 @@ impl Health {
             }
             None => None,
         };
-        let targets: Vec<(String, bool)> = self
+        let targets: Vec<(String, bool, Option<layout::copies::TargetHealth>)> = self
             .config
             .targets
             .values()
-            .map(|t| (t.name.as_str().to_owned(), t.is_sealed()))
+            .map(|t| (t.name.as_str().to_owned(), t.is_sealed(), t.health))
             .collect();
         let free_now = space.map(|s| s.free_bytes);
         let mut facts = self
@@ -366,7 +368,7 @@ impl Health {
                 }
                 let verified = j.last_verifications()?;
                 let mut t = Vec::new();
-                for (name, sealed) in targets {
+                for (name, sealed, thresholds) in targets {
                     let acts = j.target_acts(&name)?;
                     let v = verified.iter().find(|v| v.target == name).cloned();
                     t.push(TargetFacts {
@@ -374,6 +376,7 @@ impl Health {
                         sealed,
                         acts,
                         verified: v,
+                        thresholds,
                     });
                 }
                 Ok(Facts {
@@ -599,7 +602,11 @@ pub fn judge(f: &Facts, p: &HealthPolicy) -> HealthReport {
                 )),
                 Some((taken, name)) => {
                     let age = now - taken;
-                    let level = by_age(age, p.copy_warn_secs, p.copy_fail_secs);
+                    let (warn, fail) = tf.thresholds.map_or(
+                        (p.copy_warn_secs, p.copy_fail_secs),
+                        |t| (t.copy_warn_secs, t.copy_fail_secs),
+                    );
+                    let level = by_age(age, warn, fail);
                     let todo = if level == Level::Ok {
                         String::new()
                     } else {
@@ -637,7 +644,11 @@ pub fn judge(f: &Facts, p: &HealthPolicy) -> HealthReport {
             .as_ref()
             .map_or((0, 0), |v| (v.when_micros, v.failed.len() as u32));
         let verify_unit = format!("{}{tname}", names::VERIFY_UNIT_PREFIX);
-        if tf.sealed && verified_at > 0 && now - verified_at > p.verify_warn_secs as i64 * MICROS {
+        let verify_warn = tf
+            .thresholds
+            .and_then(|t| t.verify_warn_secs)
+            .unwrap_or(p.verify_warn_secs);
+        if tf.sealed && verified_at > 0 && now - verified_at > verify_warn as i64 * MICROS {
             out.push(finding(
                 Level::Warn,
                 "verify-late",
@@ -995,6 +1006,7 @@ mod tests {
                     "part 3: digest".into(),
                 )],
             }),
+            thresholds: None,
         });
         let r = judge(&f, &HealthPolicy::default());
         assert_eq!(r.level, FAIL);
@@ -1034,6 +1046,7 @@ mod tests {
                 good: 3,
                 failed: Vec::new(),
             }),
+            thresholds: None,
         });
         // The copies' own ages are not what is judged here.
         let p = HealthPolicy {
@@ -1164,5 +1177,53 @@ mod tests {
         assert_eq!(age_words(3 * HOUR), "3 hours");
         assert_eq!(age_words(3 * DAY), "3 days");
         assert_eq!(age_words(MICROS), "1 second");
+    }
+
+    #[test]
+    fn a_weekly_targets_own_thresholds_judge_its_copies_not_the_daily_ones() {
+        let now = 1_000 * DAY;
+        let five_days_old = layout::SnapshotName::new(
+            SubvolumeName::parse("@home").unwrap(),
+            std::time::UNIX_EPOCH + std::time::Duration::from_micros((now - 5 * DAY) as u64),
+        )
+        .unwrap();
+        let target = |thresholds| TargetFacts {
+            name: "weekly".into(),
+            sealed: false,
+            acts: TargetActs {
+                held: SubvolumeName::default_snapshot_set()
+                    .iter()
+                    .map(|s| five_days_old.to_string().replacen("@home", s.as_str(), 1))
+                    .collect(),
+                ..TargetActs::default()
+            },
+            verified: None,
+            thresholds,
+        };
+        let copy_age = |f: &Facts| -> Vec<String> {
+            judge(f, &HealthPolicy::default())
+                .findings
+                .into_iter()
+                .filter(|x| x.kind == "copy-age")
+                .map(|x| x.level)
+                .collect()
+        };
+        let mut f = healthy(now);
+        f.targets.push(target(None));
+        assert!(
+            copy_age(&f).iter().all(|l| l == WARN),
+            "daily thresholds warn"
+        );
+        let mut f = healthy(now);
+        f.targets.push(target(Some(layout::copies::TargetHealth {
+            copy_warn_secs: 2 * 7 * 86_400 + 3_600,
+            copy_fail_secs: 3 * 7 * 86_400,
+            verify_warn_secs: None,
+        })));
+        let levels = copy_age(&f);
+        assert!(
+            !levels.is_empty() && levels.iter().all(|l| l == OK),
+            "{levels:?}"
+        );
     }
 }

@@ -40,6 +40,9 @@ pub const MAX_KEEP: usize = 10_000;
 pub const INCOMING_DIR_NAME: &str = ".incoming";
 /// The default SSH port.
 pub const DEFAULT_SSH_PORT: u16 = 22;
+/// The longest a target's health threshold may be: ten years.
+pub const MAX_HEALTH_SECS: u64 = 10 * 366 * 86_400;
+
 /// A sealed target's S3 region when the configuration names none (Garage's default).
 pub const DEFAULT_SEAL_REGION: &str = "garage";
 /// Longest S3 region name.
@@ -363,6 +366,21 @@ pub struct Target {
     pub keep: Keep,
     /// `Some` for a sealed target (the copier's), `None` for a Btrfs target (the stem's).
     pub seal: Option<Seal>,
+    /// How old its newest copies may be before `tacid data health` warns or fails, when its
+    /// schedule is not the daily one the global thresholds are derived from (the module
+    /// derives these from the target's timer); `None`: the global thresholds.
+    pub health: Option<TargetHealth>,
+}
+
+/// A target's own health thresholds, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetHealth {
+    pub copy_warn_secs: u64,
+    pub copy_fail_secs: u64,
+    /// A sealed target's verification older than this warns; absent: the global one.
+    #[serde(default)]
+    pub verify_warn_secs: Option<u64>,
 }
 
 impl Target {
@@ -428,6 +446,8 @@ pub enum ConfigError {
     S3Only(&'static str),
     #[error("seal.region is 1 to {MAX_REGION_BYTES} letters, digits, '-' and '_' (like \"garage\" or \"eu-west-1\")")]
     Region,
+    #[error("health: copy_warn_secs must be above 0 and below copy_fail_secs, and every threshold at most {MAX_HEALTH_SECS} seconds")]
+    Health,
     #[error("seal.full_every is at most {MAX_FULL_EVERY}")]
     FullEveryTooLarge,
 }
@@ -450,6 +470,8 @@ struct RawTarget {
     keep: Keep,
     #[serde(default, deserialize_with = "seal_object")]
     seal: Option<RawSeal>,
+    #[serde(default)]
+    health: Option<TargetHealth>,
 }
 
 /// `seal` is a JSON object (serde would also take an array for a struct, which no one
@@ -557,6 +579,16 @@ impl Target {
             None if place.is_s3() => return Err(ConfigError::S3NeedsSeal),
             None => None,
         };
+        if let Some(h) = raw.health {
+            let in_range = |s: u64| s <= MAX_HEALTH_SECS;
+            if h.copy_warn_secs == 0
+                || h.copy_warn_secs >= h.copy_fail_secs
+                || !in_range(h.copy_fail_secs)
+                || h.verify_warn_secs.is_some_and(|v| v == 0 || !in_range(v))
+            {
+                return Err(ConfigError::Health);
+            }
+        }
         Ok(Target {
             name,
             place,
@@ -564,6 +596,7 @@ impl Target {
             host_key,
             keep: raw.keep,
             seal,
+            health: raw.health,
         })
     }
 }
@@ -1312,5 +1345,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.len() < 300, "{err}");
+    }
+
+    #[test]
+    fn a_targets_own_health_thresholds_are_read_and_checked() {
+        let with = |health: &str| {
+            CopiesConfig::parse(
+                format!(r#"{{"targets": {{"w": {{"place": "/mnt/w", "health": {health}}}}}}}"#)
+                    .as_bytes(),
+            )
+        };
+        let c = with(r#"{"copy_warn_secs": 1213200, "copy_fail_secs": 1814400}"#).unwrap();
+        let t = c.targets.values().next().unwrap();
+        assert_eq!(
+            t.health,
+            Some(TargetHealth {
+                copy_warn_secs: 1_213_200,
+                copy_fail_secs: 1_814_400,
+                verify_warn_secs: None
+            })
+        );
+        for bad in [
+            r#"{"copy_warn_secs": 0, "copy_fail_secs": 10}"#,
+            r#"{"copy_warn_secs": 10, "copy_fail_secs": 10}"#,
+            r#"{"copy_warn_secs": 10, "copy_fail_secs": 20, "verify_warn_secs": 0}"#,
+            r#"{"copy_warn_secs": 10, "copy_fail_secs": 999999999999}"#,
+            r#"{"copy_warn_secs": 10, "copy_fail_secs": 20, "what": 1}"#,
+        ] {
+            assert!(with(bad).is_err(), "{bad}");
+        }
     }
 }
