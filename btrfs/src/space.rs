@@ -26,7 +26,7 @@
 //! Exclusive is relative to the set walked: an extent also referenced by a subvolume outside
 //! it (a reflink into a subvolume nobody asked about) counts as exclusive.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::mem::offset_of;
 use std::ops::ControlFlow;
 use std::os::fd::AsFd;
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant, SystemTime};
 use linux_raw_sys::btrfs as raw;
 
 use crate::sys::{SearchKey, TreeSearch};
-use crate::{le, Error, ErrorKind, Result, Top};
+use crate::{le, Error, ErrorKind, Result, RootItem, Top, ROOT_ITEM_KEY, ROOT_TREE_ID};
 
 const EXTENT_DATA: u8 = raw::BTRFS_EXTENT_DATA_KEY as u8;
 const FIRST_INODE: u64 = raw::BTRFS_FIRST_FREE_OBJECTID as u64;
@@ -75,47 +75,223 @@ pub struct Space {
     pub total: u64,
     /// File extent items looked at (the work done).
     pub items_seen: u64,
+    /// Subvolumes walked for this answer (the others came from the cache).
+    pub walked: u64,
     /// False when the deadline cut the walk short: then no number may be relied on.
     pub complete: bool,
 }
 
-/// What is known of one disk extent while the walk runs.
+/// What the walks found, kept between answers (the stem keeps one): a subvolume's extents
+/// are walked again only when its generation moved. A read-only snapshot's tree never changes
+/// (but for a balance, which moves its generation too), so each is walked once; the live
+/// subvolumes are walked again after they changed. Each entry is kept as the difference from
+/// the subvolume before it in its group when it was walked (a day's churn, not the whole
+/// tree), so a thousand snapshots cost what their changes cost.
+#[derive(Debug, Default)]
+pub struct SpaceCache {
+    entries: HashMap<u64, Entry>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    generation: u64,
+    /// The subvolume this entry is a difference from; `None`: `added` is the whole set.
+    base: Option<u64>,
+    /// Sorted by logical address.
+    added: Vec<(u64, u64)>,
+    removed: Vec<u64>,
+    inline: u64,
+}
+
+impl SpaceCache {
+    pub fn new() -> SpaceCache {
+        SpaceCache::default()
+    }
+
+    /// How many subvolumes it holds (the ones asked about last, and those their differences
+    /// are taken from).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Forget `id` and every entry that is a difference from it, however indirectly.
+    fn invalidate(&mut self, id: u64) {
+        let mut gone = vec![id];
+        while let Some(id) = gone.pop() {
+            if self.entries.remove(&id).is_some() {
+                gone.extend(
+                    self.entries
+                        .iter()
+                        .filter(|(_, e)| e.base == Some(id))
+                        .map(|(k, _)| *k),
+                );
+            }
+        }
+    }
+
+    /// The whole set of `id`'s extents (address → disk bytes), replayed from the first
+    /// entry of its chain of differences.
+    fn full_set(&self, id: u64) -> Option<HashMap<u64, u64>> {
+        let mut chain = vec![id];
+        let mut at = self.entries.get(&id)?;
+        while let Some(base) = at.base {
+            if chain.contains(&base) || chain.len() > self.entries.len() {
+                return None; // cannot happen: bases are always entries made earlier
+            }
+            chain.push(base);
+            at = self.entries.get(&base)?;
+        }
+        let mut set = HashMap::new();
+        for id in chain.iter().rev() {
+            let e = &self.entries[id];
+            for r in &e.removed {
+                set.remove(r);
+            }
+            set.extend(e.added.iter().copied());
+        }
+        Some(set)
+    }
+
+    /// Drop entries nobody asked about that no kept entry is a difference from.
+    fn prune(&mut self, asked: &HashSet<u64>) {
+        loop {
+            let needed: HashSet<u64> = self.entries.values().filter_map(|e| e.base).collect();
+            let before = self.entries.len();
+            self.entries
+                .retain(|id, _| asked.contains(id) || needed.contains(id));
+            if self.entries.len() == before {
+                return;
+            }
+        }
+    }
+}
+
+/// What is known of one disk extent across the groups.
 #[derive(Debug, Clone, Copy)]
-struct Extent {
+struct Held {
     disk_bytes: u64,
-    /// Distinct subvolumes (positions in the walk) referencing it.
-    holders: u32,
-    /// The first holder (the only one when `holders == 1`).
+    /// How many subvolumes (positions) hold it, counted as each stretch of neighbours
+    /// holding it ends.
+    holders: u64,
+    /// The first position holding it (the only one when `holders == 1`).
     first: u32,
-    /// The last holder seen: positions are walked in order, so a position sees whether the
-    /// one just before it held the extent.
-    last: u32,
+}
+
+/// One tree walked: its extents, sorted by address, each once.
+#[derive(Debug)]
+struct Walk {
+    extents: Vec<(u64, u64)>,
+    inline: u64,
+    items: u64,
+}
+
+/// Walk tree `id` for its file extent items; `None` when past the deadline.
+fn walk(
+    fd: std::os::fd::BorrowedFd<'_>,
+    search: &mut TreeSearch,
+    id: u64,
+    deadline: Instant,
+) -> Result<Option<Walk>> {
+    let key = SearchKey {
+        tree_id: id,
+        min: (FIRST_INODE, EXTENT_DATA, 0),
+        max: (LAST_INODE, EXTENT_DATA, u64::MAX),
+    };
+    let mut walk = Walk {
+        extents: Vec::new(),
+        inline: 0,
+        items: 0,
+    };
+    let mut late = false;
+    search
+        .scan(fd, key, 0, |item| {
+            if item.item_type as u8 != EXTENT_DATA {
+                return ControlFlow::Continue(());
+            }
+            walk.items += 1;
+            if walk.items.is_multiple_of(CHECK_EVERY) && Instant::now() > deadline {
+                late = true;
+                return ControlFlow::Break(());
+            }
+            match FileExtent::parse(item.data) {
+                Some(FileExtent::Inline { stored }) => walk.inline += stored,
+                Some(FileExtent::Disk { bytenr, disk_bytes }) => {
+                    walk.extents.push((bytenr, disk_bytes));
+                }
+                None => {}
+            }
+            ControlFlow::Continue(())
+        })
+        .map_err(|e| Error::sys("measure space", id.to_string(), e))?;
+    if late {
+        return Ok(None);
+    }
+    walk.extents.sort_unstable();
+    walk.extents.dedup_by_key(|e| e.0);
+    Ok(Some(walk))
+}
+
+/// The root items' generations of `ids` (one range search of the root tree).
+fn generations(fd: std::os::fd::BorrowedFd<'_>, ids: &[u64]) -> Result<HashMap<u64, u64>> {
+    let (Some(min), Some(max)) = (ids.iter().min(), ids.iter().max()) else {
+        return Ok(HashMap::new());
+    };
+    let wanted: HashSet<u64> = ids.iter().copied().collect();
+    let mut found = HashMap::new();
+    let key = SearchKey {
+        tree_id: ROOT_TREE_ID,
+        min: (*min, ROOT_ITEM_KEY, 0),
+        max: (*max, ROOT_ITEM_KEY, u64::MAX),
+    };
+    TreeSearch::new()
+        .for_each(fd, key, |item| {
+            if item.item_type as u8 == ROOT_ITEM_KEY && wanted.contains(&item.objectid) {
+                let root = RootItem::parse(item.data);
+                if root.refs > 0 {
+                    found.insert(item.objectid, root.generation);
+                }
+            }
+        })
+        .map_err(|e| Error::sys("measure space", "", e))?;
+    Ok(found)
 }
 
 impl Top {
     /// The data space of `groups`: each a list of subvolume ids on this filesystem, the
     /// snapshots of one subvolume oldest first (its live subvolume last, if wanted), so that
     /// [`RootSpace::new_since_previous`] compares neighbours. Exclusive is against every
-    /// subvolume of every group. Walks each tree once (tree search; needs CAP_SYS_ADMIN);
-    /// past `deadline` it stops and answers `complete: false`.
+    /// subvolume of every group. Walks each tree (tree search; needs CAP_SYS_ADMIN); past
+    /// `deadline` it stops and answers `complete: false`.
     pub fn space(&self, groups: &[Vec<u64>], deadline: Instant) -> Result<Space> {
+        self.space_cached(groups, deadline, &mut SpaceCache::new())
+    }
+
+    /// [`Top::space`], walking only the subvolumes `cache` does not hold at their current
+    /// generation, and leaving in it what the next answer needs.
+    pub fn space_cached(
+        &self,
+        groups: &[Vec<u64>],
+        deadline: Instant,
+        cache: &mut SpaceCache,
+    ) -> Result<Space> {
         const OP: &str = "measure space";
-        let order: Vec<(u64, bool)> = groups
-            .iter()
-            .flat_map(|g| g.iter().enumerate().map(|(i, id)| (*id, i == 0)))
-            .collect();
-        {
-            let mut seen = std::collections::HashSet::new();
-            if let Some((dup, _)) = order.iter().find(|(id, _)| !seen.insert(*id)) {
-                return Err(Error::check(
-                    OP,
-                    dup.to_string(),
-                    ErrorKind::Other,
-                    "a subvolume is named twice; name each once",
-                ));
-            }
+        let ids: Vec<u64> = groups.iter().flatten().copied().collect();
+        let asked: HashSet<u64> = ids.iter().copied().collect();
+        if asked.len() != ids.len() {
+            let mut seen = HashSet::new();
+            let dup = ids.iter().find(|id| !seen.insert(**id)).copied();
+            return Err(Error::check(
+                OP,
+                dup.unwrap_or_default().to_string(),
+                ErrorKind::Other,
+                "a subvolume is named twice; name each once",
+            ));
         }
-        if order.len() >= u32::MAX as usize {
+        if ids.len() >= u32::MAX as usize {
             return Err(Error::check(
                 OP,
                 "",
@@ -124,86 +300,160 @@ impl Top {
             ));
         }
         let fd = self.dir().as_fd();
-        let mut search = TreeSearch::new();
-        let mut extents: HashMap<u64, Extent> = HashMap::new();
-        let mut roots: Vec<RootSpace> = Vec::with_capacity(order.len());
-        let mut items_seen = 0u64;
-        let mut complete = true;
-        'walk: for (pos, (id, first_of_group)) in order.iter().enumerate() {
-            let pos = pos as u32;
-            let mut root = RootSpace {
-                id: *id,
-                new_since_previous: (!first_of_group).then_some(0),
-                ..RootSpace::default()
-            };
-            let key = SearchKey {
-                tree_id: *id,
-                min: (FIRST_INODE, EXTENT_DATA, 0),
-                max: (LAST_INODE, EXTENT_DATA, u64::MAX),
-            };
-            let mut late = false;
-            let walked = search
-                .scan(fd, key, 0, |item| {
-                    if item.item_type as u8 != EXTENT_DATA {
-                        return ControlFlow::Continue(());
-                    }
-                    items_seen += 1;
-                    if items_seen.is_multiple_of(CHECK_EVERY) && Instant::now() > deadline {
-                        late = true;
-                        return ControlFlow::Break(());
-                    }
-                    match FileExtent::parse(item.data) {
-                        Some(FileExtent::Inline { stored }) => root.inline += stored,
-                        Some(FileExtent::Disk { bytenr, disk_bytes }) => {
-                            let e = extents.entry(bytenr).or_insert(Extent {
-                                disk_bytes,
-                                holders: 0,
-                                first: pos,
-                                last: u32::MAX,
-                            });
-                            if e.last != pos {
-                                let previous_held = pos > 0 && e.last == pos - 1;
-                                if let Some(new) = root.new_since_previous.as_mut() {
-                                    if !previous_held {
-                                        *new += e.disk_bytes;
-                                    }
-                                }
-                                e.holders += 1;
-                                e.last = pos;
-                                root.referenced += e.disk_bytes;
-                                root.extents += 1;
-                            }
-                        }
-                        None => {}
-                    }
-                    ControlFlow::Continue(())
-                })
-                .map_err(|e| Error::sys(OP, id.to_string(), e))?;
-            roots.push(root);
-            if !walked && late {
-                complete = false;
-                break 'walk;
+        let generation = generations(fd, &ids)?;
+        if let Some(missing) = ids.iter().find(|id| !generation.contains_key(id)) {
+            return Err(Error::check(
+                OP,
+                missing.to_string(),
+                ErrorKind::NotFound,
+                "no subvolume has this id",
+            ));
+        }
+        for id in &ids {
+            if cache
+                .entries
+                .get(id)
+                .is_some_and(|e| e.generation != generation[id])
+            {
+                cache.invalidate(*id);
             }
         }
-        let mut total = 0u64;
-        for e in extents.values() {
-            total += e.disk_bytes;
-            if e.holders == 1 {
-                if let Some(root) = roots.get_mut(e.first as usize) {
-                    root.exclusive += e.disk_bytes;
+
+        let mut search = TreeSearch::new();
+        let mut held: HashMap<u64, Held> = HashMap::new();
+        let mut roots: Vec<RootSpace> = Vec::with_capacity(ids.len());
+        let mut space = Space {
+            complete: true,
+            ..Space::default()
+        };
+        let mut pos = 0u32;
+        'groups: for group in groups {
+            // The extents the previous member holds: address → (disk bytes, the position
+            // from which the group has held it without a break).
+            let mut running: HashMap<u64, (u64, u32)> = HashMap::new();
+            let mut referenced = 0u64;
+            let mut previous: Option<u64> = None;
+            for id in group {
+                let (added, removed, inline) = match cache.entries.get(id) {
+                    Some(e) if e.base == previous && (e.base.is_some() || running.is_empty()) => {
+                        (e.added.clone(), e.removed.clone(), e.inline)
+                    }
+                    Some(e) => {
+                        let inline = e.inline;
+                        let set = cache.full_set(*id).ok_or_else(|| {
+                            Error::check(OP, id.to_string(), ErrorKind::Other, "broken cache")
+                        })?;
+                        let (a, r) = difference(&running, set.into_iter().collect());
+                        (a, r, inline)
+                    }
+                    None => {
+                        if Instant::now() > deadline {
+                            space.complete = false;
+                            break 'groups;
+                        }
+                        let Some(w) = walk(fd, &mut search, *id, deadline)? else {
+                            space.complete = false;
+                            break 'groups;
+                        };
+                        space.walked += 1;
+                        space.items_seen += w.items;
+                        let (a, r) = difference(&running, w.extents.clone());
+                        // A difference from the previous member when that one is kept;
+                        // else the whole set.
+                        let entry = match previous.filter(|p| cache.entries.contains_key(p)) {
+                            Some(p) => Entry {
+                                generation: generation[id],
+                                base: Some(p),
+                                added: a.clone(),
+                                removed: r.clone(),
+                                inline: w.inline,
+                            },
+                            None => Entry {
+                                generation: generation[id],
+                                base: None,
+                                added: w.extents,
+                                removed: Vec::new(),
+                                inline: w.inline,
+                            },
+                        };
+                        cache.entries.insert(*id, entry);
+                        (a, r, w.inline)
+                    }
+                };
+                let mut root = RootSpace {
+                    id: *id,
+                    inline,
+                    new_since_previous: previous.map(|_| 0),
+                    ..RootSpace::default()
+                };
+                for address in &removed {
+                    if let Some((disk, from)) = running.remove(address) {
+                        referenced -= disk;
+                        close(&mut held, *address, disk, from, pos);
+                    }
+                }
+                for (address, disk) in &added {
+                    if running.insert(*address, (*disk, pos)).is_none() {
+                        referenced += disk;
+                        if let Some(new) = root.new_since_previous.as_mut() {
+                            *new += disk;
+                        }
+                    }
+                }
+                root.referenced = referenced;
+                root.extents = running.len() as u64;
+                roots.push(root);
+                previous = Some(*id);
+                pos += 1;
+            }
+            for (address, (disk, from)) in running {
+                close(&mut held, address, disk, from, pos);
+            }
+        }
+        for (_, h) in held {
+            space.total += h.disk_bytes;
+            if h.holders == 1 {
+                if let Some(root) = roots.get_mut(h.first as usize) {
+                    root.exclusive += h.disk_bytes;
                 }
             }
         }
         for root in &mut roots {
             root.shared = root.referenced - root.exclusive;
         }
-        Ok(Space {
-            roots,
-            total,
-            items_seen,
-            complete,
-        })
+        space.roots = roots;
+        cache.prune(&asked);
+        Ok(space)
     }
+}
+
+/// A stretch of neighbours `[from, to)` held the extent at `address`.
+fn close(held: &mut HashMap<u64, Held>, address: u64, disk: u64, from: u32, to: u32) {
+    let h = held.entry(address).or_insert(Held {
+        disk_bytes: disk,
+        holders: 0,
+        first: from,
+    });
+    h.holders += u64::from(to - from);
+    h.first = h.first.min(from);
+}
+
+/// What `now` (address, disk bytes; any order) adds to and removes from `running`.
+fn difference(
+    running: &HashMap<u64, (u64, u32)>,
+    now: Vec<(u64, u64)>,
+) -> (Vec<(u64, u64)>, Vec<u64>) {
+    let keep: HashSet<u64> = now.iter().map(|e| e.0).collect();
+    let removed = running
+        .keys()
+        .filter(|a| !keep.contains(a))
+        .copied()
+        .collect();
+    let added = now
+        .into_iter()
+        .filter(|(a, _)| !running.contains_key(a))
+        .collect();
+    (added, removed)
 }
 
 /// One file extent item, as far as space goes.

@@ -258,3 +258,91 @@ fn loop_space_equals_quotas_over_churn_reflinks_and_compression() {
     let total: u64 = space.total;
     assert!(total >= s1s.referenced && total > 0);
 }
+
+/// The cache answers as a fresh walk does, and walks only what changed: nothing when nothing
+/// did; the new snapshot and the live subvolume after a day; nothing after a snapshot in the
+/// middle is deleted (the one after it is replayed from the deleted one's difference).
+#[test]
+fn loop_space_cache_walks_only_what_changed_and_answers_the_same() {
+    let Some(fs) = LoopFs::with_layout(512 << 20).expect("make a loop-device Btrfs") else {
+        return;
+    };
+    let top = Top::open(fs.top()).expect("open the top level");
+    let home = top.dir().open_dir("@home").expect("@home");
+    let store = top.dir().open_dir(SNAPSHOTS).expect("@snapshots");
+    let h = fs.top().join("@home");
+    let home_id = home.subvolume_info().expect("info").id;
+    let mut snaps = Vec::new();
+    for day in 0..6u64 {
+        for i in 0..20u64 {
+            if (i + day).is_multiple_of(3) || day == 0 {
+                write(&h.join(format!("f{i}")), &noise(day * 100 + i, 20_000));
+            }
+        }
+        if day == 2 {
+            fs::remove_file(h.join("f1")).expect("remove");
+        }
+        top.dir().commit().expect("commit");
+        snaps.push(
+            home.snapshot_to(&store, format!("day{day}"), true)
+                .expect("snapshot")
+                .id,
+        );
+    }
+    let far = || Instant::now() + Duration::from_secs(60);
+    let groups = |snaps: &[u64]| {
+        let mut g = snaps.to_vec();
+        g.push(home_id);
+        vec![g]
+    };
+    let mut cache = btrfs::space::SpaceCache::new();
+    let first = top
+        .space_cached(&groups(&snaps), far(), &mut cache)
+        .expect("first");
+    assert_eq!(first.walked, 7);
+    let again = top
+        .space_cached(&groups(&snaps), far(), &mut cache)
+        .expect("again");
+    assert_eq!(again.walked, 0, "nothing changed, nothing walked");
+    assert_eq!(again.roots, first.roots);
+    assert_eq!(again.total, first.total);
+
+    // A day: the live subvolume changes, a snapshot is taken.
+    write(&h.join("f7"), &noise(7777, 30_000));
+    top.dir().commit().expect("commit");
+    snaps.push(home.snapshot_to(&store, "day6", true).expect("snapshot").id);
+    write(&h.join("f8"), &noise(8888, 30_000));
+    top.dir().commit().expect("commit");
+    let cached = top
+        .space_cached(&groups(&snaps), far(), &mut cache)
+        .expect("cached");
+    assert_eq!(cached.walked, 2, "the new snapshot and @home");
+    let fresh = top.space(&groups(&snaps), far()).expect("fresh");
+    assert_eq!(cached.roots, fresh.roots);
+    assert_eq!(cached.total, fresh.total);
+
+    // Retention deletes day2 (and the cleaner frees it); day3 was kept as its difference
+    // from day2.
+    let gone = snaps.remove(2);
+    top.dir().delete_subvolume_by_id(gone).expect("delete");
+    top.dir().commit().expect("commit");
+    tool(
+        "btrfs",
+        &["subvolume", "sync", fs.top().to_str().expect("utf-8")],
+    );
+    let cached = top
+        .space_cached(&groups(&snaps), far(), &mut cache)
+        .expect("cached after a deletion");
+    assert_eq!(cached.walked, 0);
+    let fresh = top.space(&groups(&snaps), far()).expect("fresh");
+    assert_eq!(cached.roots, fresh.roots);
+    assert!(
+        fresh.roots.iter().any(|r| r.exclusive > 0),
+        "{:?}",
+        fresh.roots
+    );
+    let e = top
+        .space_cached(&groups(&[gone]), far(), &mut cache)
+        .expect_err("a deleted subvolume");
+    assert_eq!(e.kind, btrfs::ErrorKind::NotFound);
+}
