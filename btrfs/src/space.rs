@@ -73,6 +73,10 @@ pub struct Space {
     pub roots: Vec<RootSpace>,
     /// Disk bytes of the distinct extents the whole set references.
     pub total: u64,
+    /// Of those, the extents no group's last member holds: with each group a subvolume's
+    /// snapshots and then the live subvolume, what the snapshots alone hold (deleting every
+    /// one of them frees it).
+    pub history_only: u64,
     /// File extent items looked at (the work done).
     pub items_seen: u64,
     /// Subvolumes walked for this answer (the others came from the cache).
@@ -179,6 +183,8 @@ struct Held {
     holders: u64,
     /// The first position holding it (the only one when `holders == 1`).
     first: u32,
+    /// The last member of a group holds it.
+    held_by_last: bool,
 }
 
 /// One tree walked: its extents, sorted by address, each once.
@@ -408,10 +414,16 @@ impl Top {
             }
             for (address, (disk, from)) in running {
                 close(&mut held, address, disk, from, pos);
+                if let Some(h) = held.get_mut(&address) {
+                    h.held_by_last = true;
+                }
             }
         }
         for (_, h) in held {
             space.total += h.disk_bytes;
+            if !h.held_by_last {
+                space.history_only += h.disk_bytes;
+            }
             if h.holders == 1 {
                 if let Some(root) = roots.get_mut(h.first as usize) {
                     root.exclusive += h.disk_bytes;
@@ -433,6 +445,7 @@ fn close(held: &mut HashMap<u64, Held>, address: u64, disk: u64, from: u32, to: 
         disk_bytes: disk,
         holders: 0,
         first: from,
+        held_by_last: false,
     });
     h.holders += u64::from(to - from);
     h.first = h.first.min(from);

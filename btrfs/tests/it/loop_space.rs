@@ -188,10 +188,14 @@ fn loop_space_equals_quotas_over_churn_reflinks_and_compression() {
             .unwrap_or_else(|| panic!("no answer for {id}"))
     };
 
+    // The snapshots together, in one level-1 qgroup: its exclusive is what they alone hold.
+    let snapshots = [s1.id, s2.id, s3.id, s4.id];
+    fs.qgroup_of(1, &snapshots).expect("qgroup 1/1");
     let rescan = fs.quota_rescan().expect("btrfs quota rescan -w");
     let qgroups = fs.qgroups().expect("btrfs qgroup show");
+    let together = fs.qgroups_level1().expect("btrfs qgroup show")[&1];
     let ids: Vec<u64> = groups.iter().flatten().copied().collect();
-    let blocks = fs.tree_blocks(&ids).expect("dump-tree");
+    let (blocks, blocks_within) = fs.tree_blocks_of(&ids, &snapshots).expect("dump-tree");
     let node = fs.nodesize().expect("nodesize");
     eprintln!(
         "space of {} subvolumes in {:.2} ms ({} extent items); quota rescan {:.1} ms",
@@ -236,6 +240,15 @@ fn loop_space_equals_quotas_over_churn_reflinks_and_compression() {
         wrong.is_empty(),
         "data + tree blocks differ from the qgroups for {wrong:?} (table above)"
     );
+    eprintln!(
+        "snapshots alone: data {} + {blocks_within} tree blocks; qgroup 1/1 excl {}",
+        space.history_only, together.exclusive
+    );
+    assert_eq!(
+        space.history_only + blocks_within * node,
+        together.exclusive,
+        "what the snapshots alone hold, against their level-1 qgroup"
+    );
 
     // What a person reads off it, by the story: the heavy churn left s1 holding the old
     // data alone; s2 and s3 hold the same data, so neither frees any by itself; s4 holds
@@ -257,6 +270,11 @@ fn loop_space_equals_quotas_over_churn_reflinks_and_compression() {
     assert!(of(home_id).inline > 30 * 700 / 2, "small files are inline");
     let total: u64 = space.total;
     assert!(total >= s1s.referenced && total > 0);
+    let alone: u64 = snapshots.iter().map(|id| of(*id).exclusive).sum();
+    assert!(
+        space.history_only > alone,
+        "f5's old extent is s2–s4's together"
+    );
 }
 
 /// The cache answers as a fresh walk does, and walks only what changed: nothing when nothing
