@@ -314,10 +314,23 @@ fn loop_space_cache_walks_only_what_changed_and_answers_the_same() {
         vec![g]
     };
     let mut cache = btrfs::space::SpaceCache::new();
+    // Out of time before anything is walked: said so, nothing kept.
+    let late = top
+        .space_cached(&groups(&snaps), Instant::now(), &mut cache)
+        .expect("late");
+    assert!(!late.complete);
+    assert_eq!(late.walked, 0);
+    // What one question walked is kept for the next: the first three days, then all.
+    let part = top
+        .space_cached(&[snaps[..3].to_vec()], far(), &mut cache)
+        .expect("part");
+    assert_eq!((part.walked, part.complete), (3, true));
     let first = top
         .space_cached(&groups(&snaps), far(), &mut cache)
         .expect("first");
-    assert_eq!(first.walked, 7);
+    assert_eq!(first.walked, 4, "the other three days and @home");
+    let fresh = top.space(&groups(&snaps), far()).expect("fresh");
+    assert_eq!(first.roots, fresh.roots);
     let again = top
         .space_cached(&groups(&snaps), far(), &mut cache)
         .expect("again");
