@@ -15,11 +15,13 @@
 
 pub mod changes;
 mod nested;
+pub mod space;
 #[doc(hidden)]
 pub mod sys; // the raw ioctls, public for the benches' floor only
 
 pub use changes::{Change, ChangedPath, Changes, ChangesOptions, Counts, Progress, Viewer};
 pub use nested::TreeDeleted;
+pub use space::{growth_per_day, RootSpace, Space};
 
 use std::ffi::{OsStr, OsString};
 use std::mem::offset_of;

@@ -15,9 +15,9 @@ use std::os::unix::ffi::OsStrExt as _;
 
 use linux_raw_sys::btrfs::{
     btrfs_ioctl_fs_info_args, btrfs_ioctl_get_subvol_info_args, btrfs_ioctl_ino_lookup_args,
-    btrfs_ioctl_search_args_v2, btrfs_ioctl_search_key, btrfs_ioctl_send_args,
-    btrfs_ioctl_vol_args, btrfs_ioctl_vol_args_v2, BTRFS_FIRST_FREE_OBJECTID, BTRFS_IOCTL_MAGIC,
-    BTRFS_SUBVOL_SPEC_BY_ID,
+    btrfs_ioctl_logical_ino_args, btrfs_ioctl_search_args_v2, btrfs_ioctl_search_key,
+    btrfs_ioctl_send_args, btrfs_ioctl_vol_args, btrfs_ioctl_vol_args_v2,
+    BTRFS_FIRST_FREE_OBJECTID, BTRFS_IOCTL_MAGIC, BTRFS_SUBVOL_SPEC_BY_ID,
 };
 use rustix::io::Errno;
 use rustix::ioctl::{ioctl, opcode, Ioctl, IoctlOutput, NoArg, Opcode, Updater};
@@ -32,6 +32,7 @@ const SEND: Opcode = opcode::write::<btrfs_ioctl_send_args>(MAGIC, 38);
 const SUBVOL_GETFLAGS: Opcode = opcode::read::<u64>(MAGIC, 25);
 const SUBVOL_SETFLAGS: Opcode = opcode::write::<u64>(MAGIC, 26);
 const FS_INFO: Opcode = opcode::read::<btrfs_ioctl_fs_info_args>(MAGIC, 31);
+const LOGICAL_INO_V2: Opcode = opcode::read_write::<btrfs_ioctl_logical_ino_args>(MAGIC, 59);
 const GET_SUBVOL_INFO: Opcode = opcode::read::<btrfs_ioctl_get_subvol_info_args>(MAGIC, 60);
 const SNAP_DESTROY_V2: Opcode = opcode::write::<btrfs_ioctl_vol_args_v2>(MAGIC, 63);
 
@@ -223,6 +224,36 @@ pub fn open_dir_by_handle(
     }
     // SAFETY: a descriptor the kernel just returned, owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `BTRFS_IOC_LOGICAL_INO_V2` with `BTRFS_LOGICAL_INO_ARGS_IGNORE_OFFSET`: every
+/// (inode, file offset, subvolume id) whose file extent references the data extent at
+/// logical address `logical` — the kernel's back-reference walk, the one btdu samples with.
+/// `buf` (u64 words, at most 2 MiB of them) receives the triples; the answer is how many
+/// triples there are and how many did not fit. Needs CAP_SYS_ADMIN.
+pub fn logical_ino(
+    fd: BorrowedFd<'_>,
+    logical: u64,
+    buf: &mut [u64],
+) -> Result<(usize, usize), Errno> {
+    const HEADER_WORDS: usize = 2; // bytes_left, bytes_missing, elem_cnt, elem_missed: 4 u32
+    if buf.len() < HEADER_WORDS + 3 || buf.len() > 2 << 20 {
+        return Err(Errno::INVAL);
+    }
+    // SAFETY: all-zero is valid for this plain-data struct.
+    let mut args: btrfs_ioctl_logical_ino_args = unsafe { zeroed() };
+    args.logical = logical;
+    args.size = (buf.len() * 8) as u64;
+    args.flags = u64::from(linux_raw_sys::btrfs::BTRFS_LOGICAL_INO_ARGS_IGNORE_OFFSET);
+    args.inodes = buf.as_mut_ptr() as u64;
+    // SAFETY: LOGICAL_INO_V2 reads the args and writes at most `size` bytes at `inodes`,
+    // which is `buf`, alive and exclusively borrowed for the call.
+    unsafe { ioctl(fd, Updater::<LOGICAL_INO_V2, _>::new(&mut args)) }?;
+    // The second word holds the container's elem_cnt and elem_missed, two native u32s.
+    let word = buf[1].to_ne_bytes();
+    let elem_cnt = ne_u32(&word[..4]) as usize;
+    let elem_missed = ne_u32(&word[4..]) as usize;
+    Ok((elem_cnt / 3, elem_missed / 3))
 }
 
 /// `BTRFS_IOC_SUBVOL_GETFLAGS` on a subvolume root.

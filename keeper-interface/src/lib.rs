@@ -12,6 +12,7 @@
 pub mod health;
 pub mod metrics;
 pub mod prune;
+pub mod space;
 pub mod words;
 
 use serde::{Deserialize, Serialize};
@@ -742,6 +743,10 @@ pub trait Keeper1 {
     /// How old the newest snapshot and copy of each subvolume are, what failed, and what
     /// to do (`tacid data health`). Anybody may ask.
     fn health(&self) -> Result<health::HealthReport, Error>;
+    /// Which snapshot holds the disk (`tacid data space`): per snapshot what deleting it
+    /// frees, what it shares, what is new in it; per subvolume its growth. `names`: empty
+    /// for every snapshot. Anybody may ask; lookers see /home's snapshots in total only.
+    fn space(&self, names: Vec<String>) -> Result<space::SpaceReport, Error>;
     /// Health worsened (`level`: `warn` or `fail`; `says`: its worst findings, one a line,
     /// each with what to do).
     #[zbus(signal)]

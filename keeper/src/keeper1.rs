@@ -291,6 +291,23 @@ impl Keeper1 {
         Ok(report)
     }
 
+    /// Which snapshot holds the disk (adr/0029): per snapshot the bytes only it holds (what
+    /// deleting it frees now), those it shares and those new since the snapshot before it;
+    /// per subvolume its live bytes and how fast its snapshots grow; what the snapshots alone
+    /// hold. `names`: snapshot names (empty: every snapshot). Anybody may ask; somebody who
+    /// is not root or an approver sees the snapshots of /home in total only (`hidden` counts
+    /// them). Errors: NotAuthorized (caller unknown), InvalidArgument, NoSuchSnapshot,
+    /// StemNotRunning, StemFailed.
+    async fn space(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        names: Vec<String>,
+    ) -> Result<crate::wire::space::SpaceReport, KeeperError> {
+        let uid = caller(&self.callers, connection, &header).await?;
+        self.keeper.space(uid, &names).await
+    }
+
     /// Health worsened since the keeper last looked (after an act, when asked, and every
     /// few minutes): a finding at `warn` or above is new, or rose, though the report's level
     /// may have been as bad already. `level` is `warn` or `fail`, the worst of them; `says`,

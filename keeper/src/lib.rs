@@ -25,6 +25,7 @@ pub mod reconcile;
 pub mod refusals;
 pub mod retention;
 pub mod service;
+pub mod space;
 pub mod stem_client;
 pub mod wire;
 pub mod words;

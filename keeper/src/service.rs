@@ -50,6 +50,7 @@ pub struct Keeper {
     opens: Opens,
     list: List,
     health: Arc<Health>,
+    space: crate::space::Space,
 }
 
 impl Keeper {
@@ -97,6 +98,7 @@ impl Keeper {
             opens: Opens::new(h.clone(), refusals.clone()),
             health: Arc::new(Health::new(h.clone(), health, floor_bytes, config.clone())),
             list: List::new(h.clone(), reconcile.clone(), config, replaced_days),
+            space: crate::space::Space::new(h.clone()),
             h,
             refusals,
             reconcile,
@@ -267,6 +269,17 @@ impl Keeper {
     /// Write a health report as metrics, when the keeper was given a file for them.
     pub async fn write_metrics(&self, report: &crate::wire::health::HealthReport) {
         self.health.write_metrics(report).await
+    }
+
+    // Space.
+
+    /// Which snapshot holds the disk, as `uid` may see it.
+    pub async fn space(
+        &self,
+        uid: u32,
+        names: &[String],
+    ) -> Result<crate::wire::space::SpaceReport, KeeperError> {
+        self.space.report(uid, names).await
     }
 
     // The list.

@@ -508,6 +508,21 @@ impl StemClient {
         .await
     }
 
+    /// Which snapshot holds the disk: the snapshots `names` (empty: all), measured until
+    /// `limit` (adr/0029).
+    pub async fn space(
+        &self,
+        names: Vec<String>,
+        limit: Duration,
+    ) -> Result<stem1::SpaceReportInfo, StemError> {
+        let limit_ms = u32::try_from(limit.as_millis()).unwrap_or(u32::MAX);
+        self.call(|p| {
+            let names = names.clone();
+            async move { p.space(names, limit_ms).await }
+        })
+        .await
+    }
+
     /// The free space, the stem's hard floor, and deletions the cleaner still holds.
     pub async fn free_space(&self) -> Result<stem1::SpaceInfo, StemError> {
         self.call(|p| async move { p.free_space().await }).await

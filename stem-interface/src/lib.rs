@@ -197,6 +197,61 @@ pub struct ChangedPathInfo {
     pub path: Vec<u8>,
 }
 
+/// Which snapshot holds the disk (Space): data bytes on disk, from the file extents,
+/// without quotas (adr/0029). An extent counts whole, at its size on disk (compressed when
+/// compressed), once per subvolume; tree blocks and inline data are not data extents.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct SpaceReportInfo {
+    /// The snapshots asked about (all when none were named), oldest first.
+    pub snapshots: Vec<SnapshotSpaceInfo>,
+    /// Every snapshotted subvolume, in the layout's order.
+    pub subvolumes: Vec<SubvolumeSpaceInfo>,
+    /// What the snapshots alone hold: deleting every one of them frees this.
+    pub store_bytes: u64,
+    /// Every data extent walked: the live snapshotted subvolumes, the store, the snapshots.
+    pub total_bytes: u64,
+    /// False when the time limit cut the walk short: then no number may be relied on (what
+    /// was walked is kept, so asking again gets further).
+    pub complete: bool,
+    /// Subvolumes walked for this answer; the others were kept from earlier answers.
+    pub walked: u64,
+}
+
+/// One snapshot's space.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct SnapshotSpaceInfo {
+    /// Its canonical name.
+    pub name: String,
+    /// What deleting it frees now (once Btrfs's cleaner has run): extents nothing else holds.
+    pub exclusive_bytes: u64,
+    /// What it holds together with the live subvolume, other snapshots or the store.
+    pub shared_bytes: u64,
+    /// Extents it holds that the snapshot before it (of the same subvolume) does not:
+    /// what was written between the two and still there at it. 0 for the first.
+    pub new_bytes: u64,
+    /// False for the oldest snapshot of its subvolume (`new_bytes` means nothing then).
+    pub has_previous: bool,
+}
+
+/// One snapshotted subvolume's space.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct SubvolumeSpaceInfo {
+    /// The layout's name (`@home`).
+    pub subvolume: String,
+    /// How many snapshots of it the store holds.
+    pub snapshots: u32,
+    /// The sum of those snapshots' exclusive bytes.
+    pub snapshots_exclusive_bytes: u64,
+    /// The live subvolume's data bytes, and those only it holds (0 when it is missing).
+    pub live_bytes: u64,
+    pub live_exclusive_bytes: u64,
+    /// How fast its snapshots grow: the bytes each holds that the one before did not,
+    /// summed, per day from the first snapshot to the last.
+    pub growth_bytes_per_day: u64,
+    /// False with fewer than two snapshots (no growth to speak of).
+    pub has_growth: bool,
+}
+
 /// The answer to CopyTo: the copy made and verified on the target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
 pub struct CopiedInfo {
@@ -522,6 +577,7 @@ pub trait Stem1 {
         name: &str,
         time_limit_ms: u32,
     ) -> Result<ChangesInfo, Error>;
+    fn space(&self, names: Vec<String>, time_limit_ms: u32) -> Result<SpaceReportInfo, Error>;
     fn copy_to(&self, name: &str, target: &str) -> Result<CopiedInfo, Error>;
     fn copies_on(&self, target: &str) -> Result<Vec<CopyInfo>, Error>;
     fn delete_copy(&self, target: &str, name: &str) -> Result<(), Error>;

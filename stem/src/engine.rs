@@ -21,6 +21,8 @@ pub use changes::{
 };
 mod generation;
 pub use generation::StoreGeneration;
+mod space;
+pub use space::{SnapshotSpace, SpaceMeasure, SpaceReport, SubvolumeSpace};
 
 /// One snapshot in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -158,6 +160,8 @@ pub struct Engine {
     committer: Mutex<Option<mpsc::Sender<()>>>,
     /// Complete counts of changes, reused while the live subvolume's generation stands.
     reused_counts: std::sync::Arc<Mutex<changes::ReusedCounts>>,
+    /// What the space walks found, per subvolume and generation (adr/0029).
+    space_cache: std::sync::Arc<Mutex<btrfs::space::SpaceCache>>,
 }
 
 /// A number of bytes, shown for people.
@@ -200,6 +204,7 @@ impl Engine {
             deleted: Mutex::new(Vec::new()),
             committer: Mutex::new(None),
             reused_counts: Default::default(),
+            space_cache: Default::default(),
         })
     }
 

@@ -37,7 +37,8 @@ use layout::{RestoreRequest, SnapshotName, SubvolumeName};
 use stem_interface::{
     request_from_infos, request_infos, ChangedPathInfo, ChangesInfo, CopiedInfo, CopyInfo,
     CopyProgressInfo, Error, HookInfo, OpenInfo, OutcomeInfo, RequestInfo, SentSealed,
-    SnapshotInfo, SpaceInfo, StagedRestore, StagedSetRestore, WireError,
+    SnapshotInfo, SnapshotSpaceInfo, SpaceInfo, SpaceReportInfo, StagedRestore, StagedSetRestore,
+    SubvolumeSpaceInfo, WireError,
 };
 use zbus::message::Header;
 use zbus::object_server::Interface as _;
@@ -47,7 +48,7 @@ use crate::caller::{CallerRefused, KeeperOnly};
 use crate::copies::CopyError;
 use crate::copies::{Copied, Copies, CopyOnTarget, InFlight, Logged, Programs};
 use crate::cut::{Cut, CutError};
-use crate::engine::{self, Commit, EngineError, Staged};
+use crate::engine::{self, Commit, EngineError, SpaceReport, Staged};
 use crate::open::{check_home_part, Closed, OpenError, OpenFailure, OpenSnapshot, Opens, Part};
 use crate::worker::{ActFailure, CountFailure, Worker, WorkerGone};
 use layout::copies::CopiesConfig;
@@ -609,6 +610,45 @@ impl Stem1 {
         Ok(outcome.iter().map(OutcomeInfo::from).collect())
     }
 
+    /// Which snapshot holds the disk (adr/0029): for the snapshots `names` (canonical names,
+    /// each in the store, at most 65536; empty: every snapshot) the data bytes only each
+    /// holds (what deleting it frees), those it shares, and those new since the snapshot
+    /// before it; for every snapshotted subvolume its live bytes and how fast its snapshots
+    /// grow; what the snapshots alone hold. From the file extents of every snapshot, the
+    /// live snapshotted subvolumes and the store, without quotas; what was walked is kept
+    /// per generation, so only what changed since the last answer is walked again. Does not
+    /// commit: the live numbers are as of the last commit. `time_limit_ms`: past it (at most
+    /// 20000) the answer has complete = false.
+    /// Errors: AccessDenied, InvalidArgument, NoSuchSnapshot, StoreUnsafe, Failed.
+    #[zbus(out_args("space"))]
+    async fn space(
+        &self,
+        #[zbus(connection)] connection: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        names: Vec<String>,
+        time_limit_ms: u32,
+    ) -> Result<SpaceReportInfo, Error> {
+        self.admit(connection, &header).await?;
+        if names.len() > MAX_SPACE_NAMES {
+            return Err(Error::InvalidArgument(format!(
+                "{} names; ask about at most {MAX_SPACE_NAMES} snapshots at a time (none: all)",
+                names.len()
+            )));
+        }
+        let mut parsed: Vec<SnapshotName> = Vec::with_capacity(names.len());
+        for name in &names {
+            let name = parse_snapshot(name)?;
+            if !parsed.contains(&name) {
+                parsed.push(name);
+            }
+        }
+        let report = self
+            .worker
+            .measure_space(parsed, changes_limit(time_limit_ms))
+            .await?;
+        Ok(space_report_info(&report))
+    }
+
     /// What changed in the live subvolume since the snapshot `name`: files and directories
     /// added, modified and removed, and bytes written, from Btrfs metadata only (no file
     /// content is read). The filesystem is committed first, so every write so far counts.
@@ -1060,6 +1100,43 @@ fn relative_below(below: &[u8]) -> Result<Vec<u8>, Error> {
 const MAX_CHANGES_LIMIT_MS: u32 = 20_000;
 
 /// A count's time limit from the wire, at most [`MAX_CHANGES_LIMIT_MS`].
+/// The most snapshots one Space call names.
+const MAX_SPACE_NAMES: usize = 65_536;
+
+/// A space report as the wire carries it.
+fn space_report_info(r: &SpaceReport) -> SpaceReportInfo {
+    SpaceReportInfo {
+        snapshots: r
+            .snapshots
+            .iter()
+            .map(|s| SnapshotSpaceInfo {
+                name: s.name.to_string(),
+                exclusive_bytes: s.space.exclusive,
+                shared_bytes: s.space.shared,
+                new_bytes: s.space.new_since_previous.unwrap_or(0),
+                has_previous: s.space.new_since_previous.is_some(),
+            })
+            .collect(),
+        subvolumes: r
+            .subvolumes
+            .iter()
+            .map(|v| SubvolumeSpaceInfo {
+                subvolume: v.subvolume.to_string(),
+                snapshots: v.snapshots,
+                snapshots_exclusive_bytes: v.snapshots_exclusive,
+                live_bytes: v.live.map_or(0, |l| l.referenced),
+                live_exclusive_bytes: v.live.map_or(0, |l| l.exclusive),
+                growth_bytes_per_day: v.growth_per_day.unwrap_or(0),
+                has_growth: v.growth_per_day.is_some(),
+            })
+            .collect(),
+        store_bytes: r.store_bytes,
+        total_bytes: r.total_bytes,
+        complete: r.complete,
+        walked: r.walked,
+    }
+}
+
 fn changes_limit(time_limit_ms: u32) -> Duration {
     Duration::from_millis(u64::from(time_limit_ms.min(MAX_CHANGES_LIMIT_MS)))
 }

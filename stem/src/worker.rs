@@ -10,7 +10,7 @@ use actor::Actor;
 use layout::SnapshotName;
 
 use crate::allowance::allowed;
-use crate::engine::{counted_from_paths, Commit, CountStopped, Engine, EngineError};
+use crate::engine::{counted_from_paths, Commit, CountStopped, Engine, EngineError, SpaceReport};
 
 /// A handle to the engine's thread. Cloning it gives another handle to the same thread.
 #[derive(Debug, Clone)]
@@ -199,6 +199,58 @@ impl Worker {
                 if v.log() {
                     tracing::warn!("{what}: failed: {e}{}", v.note());
                 }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The space of the snapshots `names` (empty: all) and of every snapshotted subvolume
+    /// (adr/0029): the checks on the engine's thread, the walk off it (one at a time: the
+    /// kept walks are behind one lock), until `limit` has passed.
+    pub async fn measure_space(
+        &self,
+        names: Vec<SnapshotName>,
+        limit: Duration,
+    ) -> Result<SpaceReport, ActFailure> {
+        let deadline = Instant::now() + limit;
+        let started = Instant::now();
+        let what = "measure space";
+        let measure = match self.run(move |e| e.prepare_space(&names)).await {
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => {
+                let v = allowed("space refused", u32::MAX);
+                if v.log() {
+                    tracing::warn!("{what}: refused or failed: {e}{}", v.note());
+                }
+                return Err(e.into());
+            }
+            Err(gone) => {
+                tracing::error!("{what}: {gone}");
+                return Err(gone.into());
+            }
+        };
+        let walked = tokio::task::spawn_blocking(move || measure.run(deadline)).await;
+        let answer = match walked {
+            Ok(answer) => answer,
+            Err(e) => Err(EngineError::Btrfs(btrfs::Error {
+                op: "measure space",
+                name: Default::default(),
+                kind: btrfs::ErrorKind::Other,
+                source: std::io::Error::other(format!("the walk stopped: {e}")),
+            })),
+        };
+        match answer {
+            Ok(report) => {
+                tracing::info!(
+                    took_us = started.elapsed().as_micros() as u64,
+                    walked = report.walked,
+                    complete = report.complete,
+                    "{what}: done"
+                );
+                Ok(report)
+            }
+            Err(e) => {
+                tracing::warn!("{what}: failed: {e}");
                 Err(e.into())
             }
         }

@@ -73,6 +73,9 @@ _tacid() {
             tacid__subcmd__data,snapshot)
                 cmd="tacid__subcmd__data__subcmd__snapshot"
                 ;;
+            tacid__subcmd__data,space)
+                cmd="tacid__subcmd__data__subcmd__space"
+                ;;
             tacid__subcmd__data,status)
                 cmd="tacid__subcmd__data__subcmd__status"
                 ;;
@@ -123,6 +126,9 @@ _tacid() {
                 ;;
             tacid__subcmd__data__subcmd__help,snapshot)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__snapshot"
+                ;;
+            tacid__subcmd__data__subcmd__help,space)
+                cmd="tacid__subcmd__data__subcmd__help__subcmd__space"
                 ;;
             tacid__subcmd__data__subcmd__help,status)
                 cmd="tacid__subcmd__data__subcmd__help__subcmd__status"
@@ -184,6 +190,9 @@ _tacid() {
             tacid__subcmd__help__subcmd__data,snapshot)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__snapshot"
                 ;;
+            tacid__subcmd__help__subcmd__data,space)
+                cmd="tacid__subcmd__help__subcmd__data__subcmd__space"
+                ;;
             tacid__subcmd__help__subcmd__data,status)
                 cmd="tacid__subcmd__help__subcmd__data__subcmd__status"
                 ;;
@@ -241,7 +250,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data)
-            opts="-h --json --bus --help list snapshot restore status health cancel delete keep copy copies fetch verify open close diff prune help"
+            opts="-h --json --bus --help list snapshot restore status health cancel delete keep copy copies fetch verify open close diff space prune help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -415,7 +424,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__data__subcmd__help)
-            opts="list snapshot restore status health cancel delete keep copy copies fetch verify open close diff prune help"
+            opts="list snapshot restore status health cancel delete keep copy copies fetch verify open close diff space prune help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -638,6 +647,20 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__data__subcmd__help__subcmd__space)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__data__subcmd__help__subcmd__status)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
@@ -782,6 +805,24 @@ _tacid() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tacid__subcmd__data__subcmd__space)
+            opts="-h --json --bus --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tacid__subcmd__data__subcmd__status)
             opts="-h --json --bus --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -851,7 +892,7 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__help__subcmd__data)
-            opts="list snapshot restore status health cancel delete keep copy copies fetch verify open close diff prune"
+            opts="list snapshot restore status health cancel delete keep copy copies fetch verify open close diff space prune"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1047,6 +1088,20 @@ _tacid() {
             return 0
             ;;
         tacid__subcmd__help__subcmd__data__subcmd__snapshot)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tacid__subcmd__help__subcmd__data__subcmd__space)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

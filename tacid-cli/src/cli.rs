@@ -410,6 +410,12 @@ pub enum Data {
     /// counted: find the file before you open anything. Changes nothing.
     #[command(after_long_help = format!("{}\n\n{SHOWN_NAMES}\n\n{}", opening(), exit_table()))]
     Diff(DiffArgs),
+    /// Which snapshot holds the disk: for each snapshot (or each NAME) what deleting it frees
+    /// now, what it shares with others and what is new in it since the one before; per
+    /// subvolume how fast its snapshots grow; what the snapshots alone hold. Measured from
+    /// the file extents, without quotas (file data on disk; metadata is not counted).
+    /// Anybody may ask; the snapshots of /home one by one only root and the approver group.
+    Space(SpaceArgs),
     /// Apply the retention policy: each deletion is journalled with the rule that chose it.
     /// With --dry-run (anybody may), say what would go and why, rule by rule, and delete
     /// nothing. For real: root and the approver group only.
@@ -506,6 +512,13 @@ pub struct DeleteArgs {
     /// to that target is then sent full (all of the subvolume, not what changed).
     #[arg(long)]
     pub next_copy_full: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SpaceArgs {
+    /// Snapshot names, as `tacid data list` shows them; none: every snapshot.
+    #[arg(value_name = "NAME")]
+    pub names: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -9,6 +9,7 @@ pub mod json;
 pub mod notify;
 mod render;
 mod rows;
+pub mod space;
 
 /// Where a `tacid` process spends its time after `main` begins, said on stderr when
 /// `TACID_TIMINGS` is set (the end-to-end bench reads it). Nothing otherwise.
@@ -803,6 +804,15 @@ async fn act(cli: Cli) -> Result<u8, Failure> {
             } else {
                 exit::UNTRUSTED
             })
+        }
+        Data::Space(a) => {
+            let report = keeper.space(a.names.clone()).await.map_err(classify)?;
+            if as_json {
+                print_json(space::Json::from(&report));
+            } else {
+                print!("{}", space::text(&report));
+            }
+            Ok(exit::OK)
         }
         Data::Prune(a) => {
             let report = keeper.prune(a.dry_run).await.map_err(classify)?;

@@ -27,6 +27,7 @@
 pub mod command_line;
 pub mod garage;
 pub mod peaks;
+pub mod quota;
 pub mod receive;
 pub mod send_stream;
 pub mod ssh;

@@ -2,3 +2,4 @@
 
 mod hostile_btrfs;
 mod loop_btrfs;
+mod loop_space;

@@ -17,6 +17,7 @@ mod bus_retention;
 mod bus_sealed;
 mod bus_sealed_copies;
 mod bus_set_restore;
+mod bus_space;
 mod common;
 mod hostile_alerts;
 mod hostile_bad_request;

@@ -93,6 +93,13 @@ const EVERY_METHOD: &[(&str, &[&str])] = &[
     ),
     ("OpenSnapshots", &[]),
     (
+        "Space",
+        &[
+            "array:string:@home.2026-12-01T140200.123456Z",
+            "uint32:1000",
+        ],
+    ),
+    (
         "ChangesInPart",
         &[
             "string:@home.2026-12-01T140200.123456Z",
@@ -654,6 +661,71 @@ fn bus_stem_mounts_its_own_top_privately() {
         "{line}"
     );
     assert!(stem.stop().success(), "tacid-stem exits cleanly on SIGTERM");
+}
+
+#[test]
+fn bus_keeper_asks_which_snapshot_holds_the_disk() {
+    let Some((fs, bus)) = setup("") else { return };
+    let _stem = StemDaemon::start(&bus, names::KEEPER_USER, &["--top", &top_arg(&fs)]);
+    let home = fs.top().join("@home");
+    std::fs::write(home.join("kept"), common::megabytes(2, 7)).expect("write");
+    let first = as_keeper(&bus, |stem| {
+        Box::pin(async move { stem.take_snapshot("@home").await.expect("take").name })
+    });
+    std::fs::remove_file(home.join("kept")).expect("remove");
+    // Committed, so that no commit between the two questions moves @home's generation.
+    assert!(std::process::Command::new("btrfs")
+        .args(["filesystem", "sync"])
+        .arg(fs.top())
+        .status()
+        .expect("btrfs filesystem sync")
+        .success());
+    let answers = as_keeper(&bus, move |stem| {
+        Box::pin(async move {
+            let all = stem.space(vec![], 5000).await;
+            let again = stem.space(vec![first.clone()], 5000).await;
+            let missing = stem
+                .space(vec!["@home.2026-12-01T140200.123456Z".into()], 5000)
+                .await;
+            let bad = stem.space(vec!["@home".into()], 5000).await;
+            (first, all, again, missing, bad)
+        })
+    });
+    let (first, all, again, missing, bad) = answers;
+    let all = all.expect("space");
+    assert!(all.complete);
+    assert_eq!(all.snapshots.len(), 1);
+    let s = &all.snapshots[0];
+    assert_eq!(s.name, first);
+    // Removed from @home after the snapshot: only the snapshot holds it now (the stem
+    // answers without a commit, but the snapshot itself committed the file).
+    assert_eq!(s.exclusive_bytes, 2 << 20, "{all:?}");
+    assert!(!s.has_previous);
+    let home_row = all
+        .subvolumes
+        .iter()
+        .find(|v| v.subvolume == "@home")
+        .expect("@home");
+    assert_eq!(
+        (home_row.snapshots, home_row.snapshots_exclusive_bytes),
+        (1, 2 << 20)
+    );
+    assert!(!home_row.has_growth, "one snapshot has no growth");
+    assert_eq!(all.store_bytes, 2 << 20);
+    let again = again.expect("space of one");
+    assert_eq!(again.snapshots.len(), 1);
+    assert_eq!(
+        again.walked, 0,
+        "nothing changed, nothing walked again: {again:?}"
+    );
+    assert_eq!(
+        missing.expect_err("not in the store").name(),
+        "org.tacid.Stem1.Error.NoSuchSnapshot"
+    );
+    assert_eq!(
+        bad.expect_err("not a snapshot name").name(),
+        "org.tacid.Stem1.Error.InvalidArgument"
+    );
 }
 
 #[test]
