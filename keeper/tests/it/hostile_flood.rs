@@ -478,6 +478,10 @@ fn refusal_of_many(method: &str, arg: &InArgument) -> Refusal {
             "{FLOOD_ELEMENTS} snapshots named to put back; a restore puts back at most one \
              snapshot of each of"
         ),
+        "names" if method == "Space" => format!(
+            "{FLOOD_ELEMENTS} names; ask about at most {} snapshots at a time",
+            keeper::space::MAX_SPACE_NAMES
+        ),
         "names" => format!(
             "{FLOOD_ELEMENTS} copies named; at most {} at once",
             keeper::copies::MAX_VERIFY_NAMES
