@@ -288,9 +288,26 @@ fn loop_sealed_send_stops_when_the_reader_goes_or_stalls() {
     let (r, w) = pipe();
     let started = Instant::now();
     let (sent, seen) = std::thread::scope(|scope| {
+        // Looked at until it shows bytes moved (a loaded machine may take a while to start
+        // the send) or the act ends; the last look that saw it in flight is kept.
         let look = scope.spawn(|| {
-            std::thread::sleep(Duration::from_millis(700));
-            m.copies.progress()
+            let mut seen = Vec::new();
+            let until = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(50));
+                let now = m.copies.progress();
+                if now.is_empty() && !seen.is_empty() {
+                    break;
+                }
+                if !now.is_empty() {
+                    let moved = now.iter().any(|p| p.bytes > 0);
+                    seen = now;
+                    if moved {
+                        break;
+                    }
+                }
+            }
+            seen
         });
         (m.copies.send_sealed(s.name, None, w), look.join().unwrap())
     });
