@@ -40,7 +40,10 @@ pub(crate) fn cgroup2() -> Option<PathBuf> {
     for root in ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"] {
         let root = Path::new(root);
         if root.join("cgroup.procs").is_file() && fs::metadata(root).is_ok() {
-            let probe = root.join(format!("tacid-probe-{}", std::process::id()));
+            // One name per probe: the tests of this binary probe at once, from threads.
+            static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let probe = root.join(format!("tacid-probe-{}-{n}", std::process::id()));
             if fs::create_dir(&probe).is_ok() {
                 let freezable = probe.join("cgroup.freeze").is_file();
                 let _ = fs::remove_dir(&probe);
