@@ -411,6 +411,15 @@ impl Cut {
         let thawed = self.thaw_all(&targets).await;
         let held = started.elapsed();
         guard.finish(thawed);
+        // Past its limit is no set, whether or not the guard (a process of its own, which
+        // may start late on a loaded machine) got there first.
+        let limit = std::time::Duration::from_millis(u64::from(self.config.hold_limit_ms));
+        if broken.is_none() && held > limit {
+            broken = Some(format!(
+                "the units were held {} ms, past the limit",
+                held.as_millis()
+            ));
+        }
         let snapshots = taken.map_err(ActFailure::from)?.map_err(ActFailure::from)?;
         if let Some(why) = broken {
             let ids: Vec<Snapshot> = snapshots;
