@@ -295,6 +295,11 @@ impl LoopFs {
     /// committed (`btrfs inspect-internal dump-super`, the oracle). Counting commits is how
     /// a test tells that something did not make the filesystem commit.
     pub fn superblock_generation(&self) -> io::Result<u64> {
+        self.superblock_field("generation")
+    }
+
+    /// One numeric field of the superblock on the device (`dump-super`'s `name value` line).
+    pub(crate) fn superblock_field(&self, name: &str) -> io::Result<u64> {
         let out = run(
             "btrfs",
             &["inspect-internal", "dump-super", &path_str(self.device())?],
@@ -302,13 +307,11 @@ impl LoopFs {
         out.lines()
             .find_map(|l| {
                 let mut words = l.split_whitespace();
-                (words.next() == Some("generation"))
+                (words.next() == Some(name))
                     .then(|| words.next()?.parse().ok())
                     .flatten()
             })
-            .ok_or_else(|| {
-                io::Error::other(format!("testbed: no generation in dump-super:\n{out}"))
-            })
+            .ok_or_else(|| io::Error::other(format!("testbed: no {name} in dump-super:\n{out}")))
     }
 
     fn lay_out(&self) -> io::Result<()> {

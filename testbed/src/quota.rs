@@ -116,18 +116,7 @@ impl LoopFs {
 
     /// The filesystem's tree block size (`nodesize` in the superblock).
     pub fn nodesize(&self) -> io::Result<u64> {
-        let out = run(
-            "btrfs",
-            &["inspect-internal", "dump-super", &path_str(self.device())?],
-        )?;
-        out.lines()
-            .find_map(|l| {
-                let mut w = l.split_whitespace();
-                (w.next() == Some("nodesize"))
-                    .then(|| w.next()?.parse().ok())
-                    .flatten()
-            })
-            .ok_or_else(|| io::Error::other("testbed: no nodesize in dump-super"))
+        self.superblock_field("nodesize")
     }
 
     /// For each subvolume id in `ids`: the number of tree blocks its tree reaches, and how
